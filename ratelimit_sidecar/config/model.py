@@ -1,0 +1,191 @@
+"""Parsed rule configuration: frozen objects built once by the loader, read on every request.
+
+The shape follows the YAML of `envoyproxy/ratelimit`: a domain holds a tree of descriptor nodes,
+each node matches one request entry (`key` and optionally `value`) and may carry a rate limit.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+class Unit(enum.IntEnum):
+    """Time units; the numbers are those of Envoy's `RateLimitResponse.RateLimit.Unit`."""
+
+    UNKNOWN = 0
+    SECOND = 1
+    MINUTE = 2
+    HOUR = 3
+    DAY = 4
+    MONTH = 5
+    YEAR = 6
+    WEEK = 7
+
+    @property
+    def seconds(self) -> int:
+        return _UNIT_SECONDS[self]
+
+
+# Month and year have fixed lengths, as in the reference service, so windows align on epoch
+# multiples.
+_UNIT_SECONDS = {
+    Unit.UNKNOWN: 0,
+    Unit.SECOND: 1,
+    Unit.MINUTE: 60,
+    Unit.HOUR: 3600,
+    Unit.DAY: 86400,
+    Unit.WEEK: 7 * 86400,
+    Unit.MONTH: 30 * 86400,
+    Unit.YEAR: 365 * 86400,
+}
+
+DEFAULT_SPANS = 6
+MIN_SPAN_MS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a piece of configuration came from, for error messages and /debug/rules."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A counted limit: `requests_per_unit` per window of `unit * unit_multiplier`."""
+
+    requests_per_unit: int
+    unit: Unit
+    unit_multiplier: int = 1
+    name: str = ""
+    spans: int = DEFAULT_SPANS
+    cooldown_ms: int = 0  # 0 means "one window"; resolved by `cooldown`
+    replaces: tuple[str, ...] = ()
+
+    @property
+    def window_ms(self) -> int:
+        return self.unit.seconds * self.unit_multiplier * 1000
+
+    @property
+    def cooldown(self) -> int:
+        """Cooldown in milliseconds, defaulting to one window."""
+        return self.cooldown_ms or self.window_ms
+
+    @property
+    def window_seconds(self) -> int:
+        return self.unit.seconds * self.unit_multiplier
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Rule:
+    """One descriptor node of the config tree and what a request that ends on it gets.
+
+    `limit` is None when the node has no `rate_limit`, or when it is `unlimited`.
+    Rules compare by identity: two reloads of the same YAML give equal `id`s, which is what
+    lets counters survive a reload.
+    """
+
+    domain: str
+    path: tuple[tuple[str, str], ...]  # (key, value) from the root; value "" for a value-less key
+    limit: RateLimit | None = None
+    unlimited: bool = False
+    shadow_mode: bool = False
+    detailed_metric: bool = False
+    source: Source | None = None
+    # Names this node's `rate_limit` replaces. Kept here (not only in `limit.replaces`) because
+    # the reference lets an `unlimited` rule, whose `limit` is None, replace other limits too.
+    replaces: tuple[str, ...] = ()
+    value_to_metric: bool = False  # reference `value_to_metric`: metrics name the request value
+    # Indexes into `path` of wildcard levels marked `share_threshold` in the reference: every value
+    # matching that wildcard shares one counter, named by the pattern instead of the request value.
+    shared_levels: tuple[int, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """Stable name for metrics and debug output: `domain.key_value.key2`."""
+        parts = [f"{k}_{v}" if v else k for k, v in self.path]
+        return ".".join([self.domain, *parts])
+
+    @property
+    def fingerprint(self) -> tuple[object, ...]:
+        """What must stay equal across a reload for counters to be kept."""
+        return (self.domain, self.path, self.limit, self.unlimited, self.shadow_mode)
+
+
+@dataclass(frozen=True, slots=True)
+class WildcardChild:
+    """A child whose value contains `*`; matched in file order after exact values."""
+
+    key: str
+    pattern: re.Pattern[str]
+    node: DescriptorNode
+
+
+@dataclass(frozen=True, slots=True)
+class DescriptorNode:
+    """A level of the tree: the rule reached here and the children for the next request entry."""
+
+    rule: Rule
+    exact: Mapping[tuple[str, str], DescriptorNode] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    wildcards: tuple[WildcardChild, ...] = ()
+    keyed: Mapping[str, DescriptorNode] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def has_children(self) -> bool:
+        return bool(self.exact or self.wildcards or self.keyed)
+
+    def child(self, key: str, value: str) -> DescriptorNode | None:
+        """The node one request entry leads to: exact, then wildcard, then value-less key."""
+        node = self.exact.get((key, value))
+        if node is not None:
+            return node
+        for wildcard in self.wildcards:
+            if wildcard.key == key and wildcard.pattern.fullmatch(value):
+                return wildcard.node
+        return self.keyed.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    name: str
+    root: DescriptorNode
+    source: Source
+
+    def rules(self) -> list[Rule]:
+        """Every rule of the tree, depth first in file order."""
+        found: list[Rule] = []
+        _collect(self.root, found)
+        return found
+
+
+def _collect(node: DescriptorNode, out: list[Rule]) -> None:
+    children = [*node.exact.values(), *(w.node for w in node.wildcards), *node.keyed.values()]
+    for child in children:
+        out.append(child.rule)
+        _collect(child, out)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """All loaded domains; `version` changes whenever the content does."""
+
+    domains: Mapping[str, Domain]
+    version: str = ""
+
+    def domain(self, name: str) -> Domain | None:
+        return self.domains.get(name)
+
+
+def wildcard_pattern(value: str) -> re.Pattern[str]:
+    """Compile a config value where `*` stands for any run of characters."""
+    return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)

@@ -1,0 +1,122 @@
+"""The state of one tracked counter (a rule plus the descriptor values that matched it)."""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.spans import span_end, window_of
+from ratelimit_sidecar.core.types import KeyId
+
+NO_WINDOW = -1
+
+
+class KeyState:
+    """Counts for one key. Mutated only by the limiter, on one thread.
+
+    `pending` are hits admitted in the current span of `window` and not yet handed to the
+    store; `inflight` is what the running sync is pushing for `window`; `unsent` is what an
+    earlier push could not deliver (or a window roll left behind), for `unsent_window`.
+    """
+
+    __slots__ = (
+        "blocked_until",
+        "estimate_local",
+        "estimate_window",
+        "inflight",
+        "key",
+        "last_hit",
+        "limit",
+        "local_cur",
+        "local_prev",
+        "next_sync",
+        "nodes",
+        "pending",
+        "seen",
+        "shadow",
+        "unsent",
+        "unsent_window",
+        "window",
+    )
+
+    def __init__(
+        self, key: KeyId, limit: RateLimit, now_ms: int, nodes: float, shadow: bool
+    ) -> None:
+        self.key = key
+        self.limit = limit
+        self.shadow = shadow
+        self.window = window_of(now_ms, limit.window_ms)
+        self.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
+        self.pending = 0
+        self.inflight = 0
+        self.unsent = 0
+        self.unsent_window = NO_WINDOW
+        self.local_cur = 0
+        self.local_prev = 0
+        self.seen = 0
+        self.nodes = nodes
+        self.blocked_until = 0
+        self.last_hit = now_ms
+        self.estimate_window = NO_WINDOW  # a finished window whose global total we still want
+        self.estimate_local = 0  # what this node admitted in that window
+
+    def used(self) -> float:
+        """Best estimate of the fleet's count in the current window."""
+        return self.seen + (self.inflight + self.pending) * self.nodes
+
+    def roll(self, now_ms: int) -> int:
+        """Move to the window holding `now_ms`; returns hits dropped by the move."""
+        w = now_ms // self.limit.window_ms
+        if w == self.window:
+            return 0
+        dropped = self.stash(self.pending, self.window, w)
+        consecutive = w == self.window + 1
+        self.estimate_window = self.window if consecutive and self.local_cur else NO_WINDOW
+        self.estimate_local = self.local_cur
+        self.local_prev = self.local_cur if consecutive else 0
+        self.local_cur = self.pending = self.inflight = self.seen = 0
+        self.window = w
+        return dropped
+
+    def stash(self, count: int, window: int, current: int) -> int:
+        """Keep `count` hits of `window` for a later push; returns hits that had to be dropped.
+
+        A delta stays pushable during its own window and the next one (the last span of a
+        window is pushed just after it ends); anything older is dropped and counted.
+        """
+        if count <= 0:
+            return 0
+        if current - window > 1:
+            return count
+        if self.unsent and self.unsent_window != window:
+            dropped = self.unsent if window > self.unsent_window else count
+            if window < self.unsent_window:
+                return dropped
+            self.unsent, self.unsent_window = count, window
+            return dropped
+        self.unsent += count
+        self.unsent_window = window
+        return 0
+
+    def block(self, until_ms: int) -> None:
+        self.blocked_until = max(self.blocked_until, until_ms)
+
+    def idle(self, now_ms: int) -> bool:
+        """Forgettable: no traffic for two windows, nothing left to push, no active block."""
+        return (
+            now_ms - self.last_hit >= 2 * self.limit.window_ms
+            and not (self.pending or self.inflight or self.unsent)
+            and now_ms >= self.blocked_until
+        )
+
+    def snapshot(self) -> dict[str, object]:
+        """Read-only view for /debug/keys."""
+        return {
+            "key": list(self.key),
+            "window": self.window,
+            "pending": self.pending,
+            "inflight": self.inflight,
+            "unsent": self.unsent,
+            "local": self.local_cur,
+            "seen": self.seen,
+            "nodes": round(self.nodes, 3),
+            "blocked_until_ms": self.blocked_until,
+        }

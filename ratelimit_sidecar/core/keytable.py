@@ -1,0 +1,69 @@
+"""A bounded table of tracked keys, so a flood of random descriptor values cannot exhaust memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.types import KeyId
+
+# How many of the oldest entries to look at for an evictable one before giving up.
+EVICTION_PROBES = 16
+
+
+class KeyTable:
+    """Keys in insertion order; when full, the oldest unblocked key makes room.
+
+    An evicted key's unpushed hits are returned to the caller so they still reach the store:
+    eviction loses tracking precision, never counts. Blocked keys are never evicted for room,
+    so flooding new values cannot unblock an abuser.
+    """
+
+    __slots__ = ("_states", "evictions", "max_keys", "untracked")
+
+    def __init__(self, max_keys: int) -> None:
+        if max_keys < 1:
+            raise ValueError("max_keys must be at least 1")
+        self.max_keys = max_keys
+        self._states: dict[KeyId, KeyState] = {}
+        self.evictions = 0
+        self.untracked = 0
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __iter__(self) -> Iterator[KeyState]:
+        return iter(list(self._states.values()))
+
+    def get(self, key: KeyId) -> KeyState | None:
+        return self._states.get(key)
+
+    def insert(self, state: KeyState, now_ms: int) -> list[KeyState] | None:
+        """Track `state`; returns the evicted states (maybe empty), or None if there was no room."""
+        evicted: list[KeyState] = []
+        if len(self._states) >= self.max_keys:
+            victim = self._find_victim(now_ms)
+            if victim is None:
+                self.untracked += 1
+                return None
+            del self._states[victim.key]
+            self.evictions += 1
+            evicted.append(victim)
+        self._states[state.key] = state
+        return evicted
+
+    def remove(self, key: KeyId) -> None:
+        self._states.pop(key, None)
+
+    def _find_victim(self, now_ms: int) -> KeyState | None:
+        for probes, state in enumerate(self._states.values()):
+            if probes >= EVICTION_PROBES:
+                break
+            if now_ms >= state.blocked_until:
+                return state
+        return None
+
+    def busiest(self, limit: int) -> list[KeyState]:
+        """The keys with the most local hits in their current window, for /debug/keys."""
+        states = sorted(self._states.values(), key=lambda s: s.local_cur, reverse=True)
+        return states[:limit]

@@ -1,0 +1,216 @@
+"""The limiter core: decides requests from memory and turns span ends into store batches.
+
+Pure and synchronous: no I/O, no clock of its own. Callers pass `now_ms` (wall-clock epoch
+milliseconds; nodes share windows by epoch ordinal) to every call:
+
+* `hit(now_ms, hits) -> Decision` on the request path;
+* `end_span(now_ms) -> SyncBatch` when a span boundary passes, then, after the store answered,
+  `apply_sync(now_ms, batch, result)`, or `apply_sync(now_ms, batch, None)` if it failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.keytable import KeyTable
+from ratelimit_sidecar.core.spans import span_end, span_index, window_end
+from ratelimit_sidecar.core.syncplan import SyncPlan
+from ratelimit_sidecar.core.types import (
+    Code,
+    Decision,
+    FlagRead,
+    Hit,
+    Push,
+    SyncBatch,
+    SyncResult,
+    SyncStats,
+    TotalRead,
+    Verdict,
+)
+
+UNMATCHED = Verdict(Code.OK)
+UNLIMITED = Verdict(Code.OK, unlimited=True)
+DEFAULT_MAX_KEYS = 100_000
+NEAR_LIMIT_RATIO = 0.8
+
+
+class Limiter:
+    """Decisions and span bookkeeping for every key this node tracks."""
+
+    def __init__(self, max_keys: int = DEFAULT_MAX_KEYS, shadow_mode: bool = False) -> None:
+        self.keys = KeyTable(max_keys)
+        self.shadow_mode = shadow_mode
+        self.live_nodes = 1  # node-level estimate for keys without history
+        self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
+        self._schedules: set[tuple[int, int]] = set()
+        self._orphans: list[Push] = []  # unpushed hits of evicted keys
+        self._plan: SyncPlan | None = None
+
+    # -- request path -------------------------------------------------------------------
+
+    def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
+        """Decide a request; counters move only if every descriptor admits it."""
+        checked = [self._check(now_ms, hit) for hit in hits]
+        over = any(verdict.code is Code.OVER_LIMIT for verdict, _ in checked)
+        if not over:
+            for (_, state), hit in zip(checked, hits, strict=True):
+                if state is not None and hit.hits:
+                    self._admit(state, hit.hits, now_ms)
+        verdicts = tuple(self._finish(verdict, state, now_ms) for verdict, state in checked)
+        return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
+
+    def _check(self, now_ms: int, hit: Hit) -> tuple[Verdict, KeyState | None]:
+        rule = hit.rule
+        if rule is None or rule.limit is None:
+            return (UNLIMITED if rule is not None and rule.unlimited else UNMATCHED), None
+        shadow = rule.shadow_mode or self.shadow_mode
+        limit = rule.limit
+        if limit.requests_per_unit == 0:
+            return self._deny(limit, hit.hits, shadow), None
+        state = self._state(hit, limit, shadow, now_ms)
+        if state is None:  # table full of blocked keys: decide on this request alone
+            return self._untracked(limit, hit.hits, shadow, now_ms), None
+        return self._judge(state, hit.hits, now_ms), state
+
+    def _judge(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
+        self.dropped_hits += state.roll(now_ms)
+        limit = state.limit
+        if now_ms < state.blocked_until:
+            return self._over(state, now_ms)
+        if hits > 0 and state.used() + hits * state.nodes > limit.requests_per_unit:
+            state.block(now_ms + limit.cooldown)
+            return self._over(state, now_ms)
+        return Verdict(Code.OK, limit)  # remaining/reset filled in once admitted
+
+    def _over(self, state: KeyState, now_ms: int) -> Verdict:
+        code = Code.OK if state.shadow else Code.OVER_LIMIT
+        reset = state.blocked_until - now_ms
+        return Verdict(code, state.limit, remaining=0, reset_ms=reset, shadowed=state.shadow)
+
+    def _deny(self, limit: RateLimit, hits: int, shadow: bool) -> Verdict:
+        code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
+        return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=shadow and hits > 0)
+
+    def _untracked(self, limit: RateLimit, hits: int, shadow: bool, now_ms: int) -> Verdict:
+        if hits <= limit.requests_per_unit:
+            reset = window_end(now_ms, limit.window_ms) - now_ms
+            return Verdict(Code.OK, limit, remaining=limit.requests_per_unit - hits, reset_ms=reset)
+        return self._deny(limit, hits, shadow)
+
+    def _state(self, hit: Hit, limit: RateLimit, shadow: bool, now_ms: int) -> KeyState | None:
+        state = self.keys.get(hit.key)
+        if state is not None and state.limit is limit:
+            return state
+        if state is not None and state.limit == limit:  # same rule reloaded: keep the counts
+            state.limit, state.shadow = limit, shadow
+            return state
+        fresh = KeyState(hit.key, limit, now_ms, float(self.live_nodes), shadow)
+        if state is not None:  # the rule changed under a reload: start over, keep its counts
+            self._orphan(state)
+            self.keys.remove(hit.key)
+        evicted = self.keys.insert(fresh, now_ms)
+        if evicted is None:
+            return None
+        for victim in evicted:
+            self._orphan(victim)
+        self._schedules.add((limit.window_ms, limit.spans))
+        return fresh
+
+    def _admit(self, state: KeyState, hits: int, now_ms: int) -> None:
+        """Count admitted hits; negative hits give quota back (pushed as a negative delta)."""
+        state.pending += hits
+        state.local_cur = max(0, state.local_cur + hits)
+        state.last_hit = now_ms
+
+    def _finish(self, verdict: Verdict, state: KeyState | None, now_ms: int) -> Verdict:
+        """Fill in what is left of an OK descriptor's window, after the request's own hits."""
+        if state is None or verdict.code is Code.OVER_LIMIT or verdict.shadowed:
+            return verdict
+        limit = state.limit
+        used = state.used()
+        left = max(0, int(limit.requests_per_unit - used))
+        reset = window_end(now_ms, limit.window_ms) - now_ms
+        near = used >= NEAR_LIMIT_RATIO * limit.requests_per_unit
+        return Verdict(Code.OK, limit, remaining=left, reset_ms=reset, near_limit=near)
+
+    # -- sync path ----------------------------------------------------------------------
+
+    def shortest_span_ms(self) -> int | None:
+        """The shortest span among tracked rules; sync timeouts must fit in half of it."""
+        return min((w // n for w, n in self._schedules), default=None)
+
+    def next_span_end(self, now_ms: int) -> int | None:
+        """When the next span of any tracked rule ends; None when nothing is tracked."""
+        if not self._schedules:
+            return None
+        return min(span_end(now_ms, w, n) for w, n in self._schedules)
+
+    def end_span(self, now_ms: int, flush: bool = False) -> SyncBatch:
+        """Hand every key whose span ended (every key, with `flush`) to the store."""
+        if self._plan is not None:
+            raise RuntimeError("end_span called while a sync is still in flight")
+        plan = SyncPlan(now_ms)
+        plan.add_orphans(self._orphans)
+        self._orphans = []
+        for state in self.keys:
+            if flush or now_ms >= state.next_sync:
+                self._plan_key(plan, state, now_ms)
+        self._plan = plan
+        return plan.batch
+
+    def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int) -> None:
+        self.dropped_hits += state.roll(now_ms)
+        limit = state.limit
+        state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
+        if state.idle(now_ms):
+            self.keys.remove(state.key)
+            return
+        if state.unsent:
+            self._plan_unsent(plan, state)
+        if state.pending:
+            plan.push(state, Push(state.key, state.window, state.pending, limit))
+            state.inflight, state.pending = state.pending, 0
+        plan.read_flag(state, FlagRead(state.key))
+        first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
+        if state.estimate_window >= 0 and first_span_over:
+            plan.read_total(state, TotalRead(state.key, state.estimate_window))
+
+    def _plan_unsent(self, plan: SyncPlan, state: KeyState) -> None:
+        if state.window - state.unsent_window > 1:
+            self.dropped_hits += state.unsent
+        else:
+            plan.push(state, Push(state.key, state.unsent_window, state.unsent, state.limit))
+        state.unsent = 0
+
+    def apply_sync(self, now_ms: int, batch: SyncBatch, result: SyncResult | None) -> SyncStats:
+        """Apply the store's answer to `batch`, or the fallback rule if `result` is None."""
+        plan = self._plan
+        if plan is None or plan.batch is not batch:
+            raise RuntimeError("apply_sync for a batch that is not in flight")
+        self._plan = None
+        if result is None:
+            stats = plan.fail(now_ms)
+        else:
+            if result.live_nodes > 0:
+                self.live_nodes = result.live_nodes
+            stats = plan.succeed(now_ms, result)
+        self.dropped_hits += stats.dropped_hits
+        return stats
+
+    def _orphan(self, state: KeyState) -> None:
+        for count, window in ((state.unsent, state.unsent_window), (state.pending, state.window)):
+            if count:
+                self._orphans.append(Push(state.key, window, count, state.limit))
+        state.unsent = state.pending = 0
+
+    # -- introspection ------------------------------------------------------------------
+
+    def blocked_keys(self, now_ms: int) -> int:
+        return sum(1 for state in self.keys if now_ms < state.blocked_until)
+
+    def pending_hits(self) -> int:
+        """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
+        tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
+        return tracked + sum(p.count for p in self._orphans)

@@ -1,0 +1,30 @@
+"""Window and span arithmetic on integer milliseconds.
+
+A window of W ms holds N spans. Span k of window w starts at `w*W + ceil(k*W/N)`, so spans tile
+the window exactly (lengths differ by at most 1 ms when N does not divide W) and every span
+belongs to exactly one window. All nodes use the same epoch-aligned boundaries.
+"""
+
+from __future__ import annotations
+
+
+def window_of(now_ms: int, window_ms: int) -> int:
+    """Window ordinal since the Unix epoch."""
+    return now_ms // window_ms
+
+
+def span_index(now_ms: int, window_ms: int, spans: int) -> int:
+    """Which span of its window `now_ms` falls in, 0 … spans-1."""
+    return (now_ms % window_ms) * spans // window_ms
+
+
+def span_end(now_ms: int, window_ms: int, spans: int) -> int:
+    """The first millisecond after the span that holds `now_ms`."""
+    start = now_ms - now_ms % window_ms
+    k = span_index(now_ms, window_ms, spans) + 1
+    return start + (k * window_ms + spans - 1) // spans
+
+
+def window_end(now_ms: int, window_ms: int) -> int:
+    """The first millisecond of the next window."""
+    return (now_ms // window_ms + 1) * window_ms

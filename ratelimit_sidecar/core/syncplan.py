@@ -1,0 +1,121 @@
+"""One span end's batch and how its answer (or its failure) changes the keys it covered."""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.types import (
+    FlagRead,
+    Push,
+    SyncBatch,
+    SyncResult,
+    SyncStats,
+    TotalRead,
+)
+
+
+class SyncPlan:
+    """A `SyncBatch` plus the key states each of its entries belongs to.
+
+    The batch is what the store sees; the states stay here so applying the answer needs no
+    lookups, and a key evicted meanwhile is updated harmlessly instead of recreated.
+    """
+
+    __slots__ = ("_flag_states", "_push_states", "_total_states", "batch")
+
+    def __init__(self, now_ms: int) -> None:
+        self.batch = SyncBatch(now_ms)
+        self._push_states: list[KeyState | None] = []
+        self._flag_states: list[KeyState] = []
+        self._total_states: list[KeyState] = []
+
+    def push(self, state: KeyState | None, push: Push) -> None:
+        self.batch.pushes.append(push)
+        self._push_states.append(state)
+
+    def add_orphans(self, pushes: list[Push]) -> None:
+        for push in pushes:
+            self.push(None, push)
+
+    def read_flag(self, state: KeyState, read: FlagRead) -> None:
+        self.batch.flag_reads.append(read)
+        self._flag_states.append(state)
+
+    def read_total(self, state: KeyState, read: TotalRead) -> None:
+        self.batch.total_reads.append(read)
+        self._total_states.append(state)
+
+    def succeed(self, now_ms: int, result: SyncResult) -> SyncStats:
+        """Take the store's totals and block flags in."""
+        self._check_lengths(result)
+        blocked = 0
+        pushes = zip(self.batch.pushes, self._push_states, result.pushes, strict=True)
+        for push, state, answer in pushes:
+            if state is not None and _apply_push(state, push, answer.total, now_ms):
+                blocked += 1
+            if state is not None and answer.block_ms > 0:
+                state.block(now_ms + answer.block_ms)
+        for state, block_ms in zip(self._flag_states, result.flag_ms, strict=True):
+            if block_ms > 0:
+                state.block(now_ms + block_ms)
+        for read, state, total in zip(
+            self.batch.total_reads, self._total_states, result.totals, strict=True
+        ):
+            _estimate_nodes(state, read.window, total)
+        hits = sum(p.count for p in self.batch.pushes)
+        return SyncStats(len(self.batch.pushes), hits, 0, blocked)
+
+    def fail(self, now_ms: int) -> SyncStats:
+        """The store did not answer: keep the deltas for the next push and apply the fallback.
+
+        Fallback (seed concept 4 with the nodes extension): a key whose span count, scaled by
+        its nodes estimate, exceeds its per-span share `MAX / N` is blocked for the cooldown.
+        Its own span count is also folded into `seen`, so the request path keeps estimating
+        the window's total while the store is away.
+        """
+        dropped = blocked = 0
+        for push, state in zip(self.batch.pushes, self._push_states, strict=True):
+            if state is None:
+                dropped += push.count  # an evicted key's hits have nowhere to wait
+                continue
+            blocked += _fallback(state, push, now_ms)
+            dropped += state.stash(push.count, push.window, state.window)
+        return SyncStats(0, 0, dropped, blocked, failed=True)
+
+    def _check_lengths(self, result: SyncResult) -> None:
+        got = (len(result.pushes), len(result.flag_ms), len(result.totals))
+        want = (len(self.batch.pushes), len(self.batch.flag_reads), len(self.batch.total_reads))
+        if got != want:
+            raise ValueError(f"sync result has {got} answers for {want} requests")
+
+
+def _apply_push(state: KeyState, push: Push, total: int, now_ms: int) -> bool:
+    """Record the window's global total; block if it is over. True if this blocked the key."""
+    if push.window != state.window:
+        return False  # a late push for a finished window: its total no longer gates requests
+    state.inflight = 0
+    state.seen = max(state.seen, total)
+    if total > push.limit.requests_per_unit:
+        was_blocked = now_ms < state.blocked_until
+        state.block(now_ms + push.limit.cooldown)
+        return not was_blocked
+    return False
+
+
+def _fallback(state: KeyState, push: Push, now_ms: int) -> int:
+    if push.window != state.window:
+        return 0
+    state.inflight = 0
+    scaled = push.count * state.nodes
+    state.seen += int(scaled)
+    limit = push.limit
+    if scaled > limit.requests_per_unit / limit.spans:
+        state.block(now_ms + limit.cooldown)
+        return 1
+    return 0
+
+
+def _estimate_nodes(state: KeyState, window: int, total: int) -> None:
+    """nodes = global total / own share of a finished window (seed: Extension)."""
+    if window == state.estimate_window and state.estimate_local > 0 and total > 0:
+        state.nodes = max(1.0, total / state.estimate_local)
+    state.estimate_window = -1

@@ -1,0 +1,120 @@
+"""Values passed in and out of the limiter core. Plain data, no behaviour, no I/O."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ratelimit_sidecar.config.model import RateLimit, Rule
+
+# A counter's identity: (domain, key1, value1, key2, value2, ...) from the request entries.
+KeyId = tuple[str, ...]
+
+
+class Code(enum.IntEnum):
+    """Same numbers as Envoy's `RateLimitResponse.Code`; the core never answers UNKNOWN."""
+
+    OK = 1
+    OVER_LIMIT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One request descriptor after matching: which rule, which counter, how many hits."""
+
+    rule: Rule | None  # None: no rule matched this descriptor
+    key: KeyId
+    hits: int
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one descriptor got. `limit` None means no limit applies (unmatched or unlimited)."""
+
+    code: Code
+    limit: RateLimit | None = None
+    unlimited: bool = False
+    remaining: int = 0
+    reset_ms: int = 0  # until the block ends when blocked, else until the window ends
+    shadowed: bool = False  # over the limit, but answered OK because of shadow mode
+    near_limit: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to one request: OVER_LIMIT if any descriptor is over (and not shadowed)."""
+
+    code: Code
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def retry_after_ms(self) -> int:
+        """Longest wait among the descriptors that are over the limit."""
+        waits = [v.reset_ms for v in self.verdicts if v.code is Code.OVER_LIMIT]
+        return max(waits, default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """One counter delta to add to the shared store: INCRBY `key`:`window` `count`."""
+
+    key: KeyId
+    window: int
+    count: int
+    limit: RateLimit
+
+
+@dataclass(frozen=True, slots=True)
+class FlagRead:
+    """Read the remaining time of a key's shared block flag."""
+
+    key: KeyId
+
+
+@dataclass(frozen=True, slots=True)
+class TotalRead:
+    """Read a finished window's global total, for the nodes estimate."""
+
+    key: KeyId
+    window: int
+
+
+@dataclass(slots=True)
+class SyncBatch:
+    """Everything one span end needs from the store, as one round trip.
+
+    The store answers with a `SyncResult` whose lists line up with these lists.
+    """
+
+    now_ms: int
+    pushes: list[Push] = field(default_factory=list)
+    flag_reads: list[FlagRead] = field(default_factory=list)
+    total_reads: list[TotalRead] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.pushes or self.flag_reads or self.total_reads)
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    total: int  # the counter's value after the INCRBY
+    block_ms: int  # remaining time of the shared block flag, 0 if none
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    pushes: tuple[PushResult, ...] = ()
+    flag_ms: tuple[int, ...] = ()  # per FlagRead: remaining block, 0 if none
+    totals: tuple[int, ...] = ()  # per TotalRead: the window's total, 0 if gone
+    live_nodes: int = 0  # node-level estimate from heartbeats; 0 if unknown
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStats:
+    """What one `apply_sync` did, for metrics."""
+
+    pushed_keys: int = 0
+    pushed_hits: int = 0
+    dropped_hits: int = 0
+    blocked_keys: int = 0
+    failed: bool = False

@@ -1,0 +1,45 @@
+"""Logging set-up: named loggers under `ratelimit_sidecar`, text or one JSON object per line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+
+_SECRET = re.compile(r"(?<=://)([^:@/\s]*):([^@/\s]+)@")
+
+
+def redact(text: str) -> str:
+    """Hide the password of any URL in `text` (`redis://user:***@host`)."""
+    return _SECRET.sub(lambda m: f"{m.group(1)}:***@", text)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": redact(record.getMessage()),
+        }
+        if record.exc_info:
+            entry["exc"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def setup_logging(fmt: str = "text", level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("ratelimit_sidecar")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

@@ -1,0 +1,1 @@
+"""The process edge: gRPC server, sync loop, lifecycle."""

@@ -1,0 +1,113 @@
+"""One sidecar process: startup, main loop, graceful shutdown (after uvicorn's Server)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from ratelimit_sidecar.config.model import RuleSet
+from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.server.grpc_api import build_server
+from ratelimit_sidecar.server.syncloop import SyncLoop, wall_clock_ms
+from ratelimit_sidecar.service.ratelimit import DecisionObserver, RateLimitHandler
+from ratelimit_sidecar.service.response import ResponseOptions
+from ratelimit_sidecar.service.validation import Bounds
+from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.storage.base import Storage
+from ratelimit_sidecar.storage.memory import MemoryStorage
+
+log = logging.getLogger("ratelimit_sidecar.server")
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class Sidecar:
+    """Owns the limiter, the gRPC server and the sync loop of one node."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        rules: RuleSet,
+        storage: Storage | None = None,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        observer: DecisionObserver | None = None,
+        reuse_port: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.limiter = Limiter(settings.max_keys, settings.shadow_mode)
+        self.storage: Storage = storage or MemoryStorage()
+        self.handler = RateLimitHandler(
+            rules,
+            self.limiter,
+            clock_ms,
+            bounds=Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes),
+            options=ResponseOptions(settings.ietf_headers),
+            observer=observer,
+        )
+        self.sync = SyncLoop(self.limiter, self.storage, clock_ms, settings.sync_timeout_ms)
+        self._reuse_port = reuse_port
+        self._exit = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    async def startup(self) -> None:
+        """Bind and start serving; raises BindError if the address is not available."""
+        server, health, self.port = build_server(
+            self.handler, self.settings.grpc_address, self._reuse_port
+        )
+        await server.start()
+        self._server, self._health = server, health
+        await health.set("", SERVING)
+        self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
+        self._log_startup()
+
+    def _log_startup(self) -> None:
+        s = self.settings
+        mode = "local-only (single node, no Redis)" if s.local_only else self.storage.description
+        domains = self.handler.rules.domains.values()
+        rules = sum(len(d.rules()) for d in domains)
+        host = s.grpc_address.rsplit(":", 1)[0]
+        log.info(
+            "serving on %s:%d; mode %s; node %s; %d domains, %d rules%s",
+            host, self.port, mode, s.node_id, len(domains), rules,
+            "; shadow mode" if s.shadow_mode else "",
+        )  # fmt: skip
+
+    def request_exit(self) -> None:
+        self._exit.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_exit)
+
+    async def serve(self) -> None:
+        await self.startup()
+        self.install_signal_handlers()
+        await self._exit.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> int:
+        """Stop accepting, finish in-flight requests, push every admitted hit, close the store.
+
+        Returns the hits that could not be pushed (0 unless the store is down).
+        """
+        log.info("shutting down: draining requests and flushing counts")
+        if self._server is not None:
+            await self._health.set("", NOT_SERVING)
+            await self._server.stop(self.settings.shutdown_grace_s)
+        self.sync.stop()
+        for task in self._tasks:
+            await task
+        lost = await self.sync.flush()
+        await self.storage.close()
+        log.info("stopped")
+        return lost

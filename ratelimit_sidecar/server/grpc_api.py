@@ -1,0 +1,64 @@
+"""The gRPC surface: a thin ShouldRateLimit servicer, health and reflection on one server."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+from ratelimit_sidecar.service.validation import InvalidRequest
+
+log = logging.getLogger("ratelimit_sidecar.grpc")
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class RateLimitServicer(wire.RateLimitServiceServicer):
+    """Delegates to the handler; only maps errors to gRPC statuses."""
+
+    def __init__(self, handler: RateLimitHandler) -> None:
+        self.handler = handler
+
+    async def ShouldRateLimit(
+        self, request: wire.RateLimitRequest, context: grpc.aio.ServicerContext
+    ) -> wire.RateLimitResponse:
+        try:
+            return self.handler.decide(request)
+        except InvalidRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # unreachable: abort raises
+        except Exception:
+            log.exception("ShouldRateLimit failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the sidecar log")
+            raise
+
+
+class BindError(RuntimeError):
+    """The gRPC address could not be bound (taken, or not local)."""
+
+
+def build_server(
+    handler: RateLimitHandler, address: str, reuse_port: bool = False
+) -> tuple[grpc.aio.Server, health.HealthServicer, int]:
+    """A started-ready server bound to `address`; returns it, its health servicer and its port."""
+    options = [
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
+    server = grpc.aio.server(options=options)
+    wire.add_RateLimitServiceServicer_to_server(RateLimitServicer(handler), server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (wire.SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+    reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise BindError(f"cannot listen on {address}: {exc}") from exc
+    if port == 0 and not address.endswith(":0"):
+        raise BindError(f"cannot listen on {address}: address in use or not available")
+    return server, health_servicer, port

@@ -1,0 +1,58 @@
+"""`ratelimit-sidecar serve`: load, start, run until SIGTERM/SIGINT, exit with a clear status."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from ratelimit_sidecar.config.errors import ConfigError
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.config.model import RuleSet
+from ratelimit_sidecar.logs import setup_logging
+from ratelimit_sidecar.server.app import Sidecar
+from ratelimit_sidecar.server.grpc_api import BindError
+from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.storage.base import Storage
+
+log = logging.getLogger("ratelimit_sidecar.server")
+
+
+def fail(message: str) -> int:
+    print(f"ratelimit-sidecar: error: {message}", file=sys.stderr)
+    return 1
+
+
+def run_serve(settings: Settings) -> int:
+    setup_logging(settings.log_format, settings.log_level)
+    try:
+        rules = load_rules(settings.config_path)
+    except ConfigError as exc:
+        return fail(f"invalid configuration:\n{exc}")
+    except OSError as exc:
+        return fail(f"cannot read configuration {settings.config_path}: {exc.strerror}")
+    from ratelimit_sidecar.cli import run_async
+
+    return run_async(lambda: serve(settings, rules))
+
+
+async def serve(settings: Settings, rules: RuleSet, reuse_port: bool = False) -> int:
+    try:
+        storage = open_storage(settings)
+    except ValueError as exc:
+        return fail(str(exc))
+    sidecar = Sidecar(settings, rules, storage, reuse_port=reuse_port)
+    try:
+        await sidecar.serve()
+    except BindError as exc:
+        await sidecar.storage.close()
+        return fail(str(exc))
+    return 0
+
+
+def open_storage(settings: Settings) -> Storage | None:
+    """The Redis store for `--redis-url`, or None (local-only) without one."""
+    if settings.local_only:
+        return None
+    from ratelimit_sidecar.storage.redis_store import open_redis
+
+    return open_redis(settings.redis_url or "", settings.redis_prefix, settings.node_id)

@@ -1,0 +1,107 @@
+"""The background loop that ends spans: one store round trip per span end, never overlapping."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from ratelimit_sidecar.core import Limiter, SyncBatch, SyncResult, SyncStats
+from ratelimit_sidecar.storage.base import Storage
+
+log = logging.getLogger("ratelimit_sidecar.sync")
+
+IDLE_POLL_MS = 1000  # how often to look for work when no key is tracked
+FLUSH_ATTEMPTS = 3
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SyncLoop:
+    """Wakes at the next span end of any tracked rule and syncs the keys whose span ended.
+
+    The store call has a short timeout (at most half the shortest span), so a slow store turns
+    into the core's fallback rather than into late decisions; requests never wait on it.
+    """
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        storage: Storage,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        timeout_ms: int = 250,
+        on_sync: Callable[[SyncStats, float], None] | None = None,
+    ) -> None:
+        self.limiter = limiter
+        self.storage = storage
+        self._clock_ms = clock_ms
+        self._timeout_ms = timeout_ms
+        self._on_sync = on_sync
+        self._stop = asyncio.Event()
+        self.store_up = True
+        self.last_error = ""
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            now = self._clock_ms()
+            wake = self.limiter.next_span_end(now) or now + IDLE_POLL_MS
+            if await self._sleep_until(wake):
+                return
+            await self.sync_once()
+
+    async def _sleep_until(self, wake_ms: int) -> bool:
+        """Sleep until the wall clock reaches `wake_ms`; True if asked to stop meanwhile."""
+        while (delay := wake_ms - self._clock_ms()) > 0:
+            try:
+                await asyncio.wait_for(self._stop.wait(), delay / 1000)
+                return True
+            except TimeoutError:
+                continue
+        return self._stop.is_set()
+
+    async def sync_once(self, flush: bool = False) -> SyncStats:
+        batch = self.limiter.end_span(self._clock_ms(), flush=flush)
+        started = time.perf_counter()
+        result = await self._call_store(batch)
+        stats = self.limiter.apply_sync(self._clock_ms(), batch, result)
+        if self._on_sync is not None:
+            self._on_sync(stats, time.perf_counter() - started)
+        return stats
+
+    async def _call_store(self, batch: SyncBatch) -> SyncResult | None:
+        try:
+            result = await asyncio.wait_for(self.storage.sync(batch), self._timeout_s())
+        except Exception as exc:  # any store failure becomes the fallback, never a crash
+            self._note_failure(exc)
+            return None
+        if not self.store_up:
+            log.info("store is back: %s", self.storage.description)
+        self.store_up, self.last_error = True, ""
+        return result
+
+    def _note_failure(self, exc: BaseException) -> None:
+        kind = type(exc).__name__
+        if self.store_up:
+            log.warning("store sync failed (%s: %s); deciding from local thresholds", kind, exc)
+        self.store_up, self.last_error = False, kind
+
+    def _timeout_s(self) -> float:
+        span = self.limiter.shortest_span_ms()
+        timeout = self._timeout_ms if span is None else min(self._timeout_ms, span // 2)
+        return max(timeout, 10) / 1000
+
+    async def flush(self) -> int:
+        """Push everything admitted so far; returns the hits that could not be pushed."""
+        for _ in range(FLUSH_ATTEMPTS):
+            await self.sync_once(flush=True)
+            if self.limiter.pending_hits() == 0:
+                return 0
+        left = self.limiter.pending_hits()
+        log.error("shutdown: %d admitted hits could not be pushed to the store", left)
+        return left

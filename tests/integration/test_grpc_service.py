@@ -1,0 +1,162 @@
+"""ShouldRateLimit through a real grpc.aio server on loopback, in-process, local-only mode."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.server.app import Sidecar
+from ratelimit_sidecar.settings import Settings
+from tests.support.grpc_client import request
+from tests.support.rules import write_rules
+
+T0 = 1_700_000_040_000  # a minute boundary
+OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def sidecar(tmp_path: Path, clock: Clock) -> AsyncIterator[Sidecar]:
+    rules = load_rules(write_rules(tmp_path))
+    settings = Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0", max_descriptors=4)
+    server = Sidecar(settings, rules, clock_ms=clock)
+    await server.startup()
+    yield server
+    await server.shutdown()
+
+
+@pytest.fixture
+async def channel(sidecar: Sidecar) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as chan:
+        yield chan
+
+
+@pytest.fixture
+def stub(channel: grpc.aio.Channel) -> wire.RateLimitServiceStub:
+    return wire.RateLimitServiceStub(channel)
+
+
+async def test_statuses_come_back_in_request_order(stub: wire.RateLimitServiceStub) -> None:
+    reply = await stub.ShouldRateLimit(
+        request(
+            "gateway",
+            [("tier", "internal")],
+            [("api_key", "k1"), ("path", "/v1/orders")],
+            [("unknown", "x")],
+            [("api_key", "k1")],
+        )
+    )
+    assert reply.overall_code == OK
+    unlimited, orders, unmatched, per_key = reply.statuses
+    assert unlimited.limit_remaining == 2**32 - 1 and not unlimited.HasField("current_limit")
+    assert orders.current_limit.requests_per_unit == 20
+    assert orders.current_limit.name == "orders-writes"
+    assert orders.current_limit.unit == wire.Unit.MINUTE
+    assert orders.limit_remaining == 19
+    assert not unmatched.HasField("current_limit") and unmatched.code == OK
+    assert per_key.current_limit.requests_per_unit == 100 and per_key.limit_remaining == 99
+    assert per_key.duration_until_reset.seconds == 60  # T0 is a minute boundary
+
+
+async def test_over_limit_carries_retry_after_and_a_json_body(
+    stub: wire.RateLimitServiceStub, clock: Clock
+) -> None:
+    replies = [await stub.ShouldRateLimit(request("gateway", [("client", "c")])) for _ in range(4)]
+    assert [r.overall_code for r in replies] == [OK, OK, OK, OVER]
+    over = replies[-1]
+    headers = {h.key: h.value for h in over.response_headers_to_add}
+    assert headers == {"retry-after": "2", "content-type": "application/json"}
+    body = json.loads(over.raw_body)
+    assert body["error"]["code"] == "RATE_LIMITED"
+    assert (body["error"]["retry_after"], body["error"]["limit"], body["error"]["window"]) == (
+        2,
+        3,
+        1,
+    )
+    assert over.statuses[0].code == OVER
+    assert over.statuses[0].duration_until_reset.seconds == 2
+    clock.now += 2000
+    assert (await stub.ShouldRateLimit(request("gateway", [("client", "c")]))).overall_code == OK
+
+
+async def test_hits_addend_rules(stub: wire.RateLimitServiceStub) -> None:
+    zero = await stub.ShouldRateLimit(request("gateway", [("client", "a")], hits_addend=0))
+    assert zero.statuses[0].limit_remaining == 2  # request-level 0 counts as 1
+    check = request("gateway", [("client", "a")], hits_addend=2, descriptor_hits=[0])
+    assert (await stub.ShouldRateLimit(check)).statuses[0].limit_remaining == 2  # check only
+    two = await stub.ShouldRateLimit(request("gateway", [("client", "a")], hits_addend=2))
+    assert two.statuses[0].limit_remaining == 0
+
+
+async def test_deny_list_and_shadow_mode(stub: wire.RateLimitServiceStub) -> None:
+    denied = await stub.ShouldRateLimit(request("gateway", [("blocked", "x")]))
+    assert denied.overall_code == OVER
+    shadow = await stub.ShouldRateLimit(request("gateway", [("remote_address", "10.9.1.2")]))
+    assert shadow.overall_code == OK  # requests_per_unit 0, but shadow_mode
+
+
+async def test_unknown_domain_is_ok(stub: wire.RateLimitServiceStub) -> None:
+    reply = await stub.ShouldRateLimit(request("nope", [("a", "b")], [("c", "d")]))
+    assert reply.overall_code == OK and len(reply.statuses) == 2
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (request("", [("a", "b")]), "domain must not be empty"),
+        (request("gateway"), "descriptor list must not be empty"),
+        (request("gateway", *[[("a", "b")]] * 5), "5 descriptors, more than the 4 allowed"),
+        (request("gateway", [("a", "x" * 2000)]), "longer than 1024 bytes"),
+        (request("gateway", []), "descriptor 0 has no entries"),
+    ],
+)
+async def test_bad_input_gets_invalid_argument(
+    stub: wire.RateLimitServiceStub, message: wire.RateLimitRequest, reason: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.ShouldRateLimit(message)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in (caught.value.details() or "")
+
+
+async def test_health_and_reflection_are_served(channel: grpc.aio.Channel) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+    call = reflect.ServerReflectionInfo()
+    await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+    answer = await call.read()
+    await call.done_writing()
+    names = {s.name for s in answer.list_services_response.service}
+    assert wire.SERVICE_NAME in names
+
+
+async def test_shutdown_flushes_every_admitted_hit(sidecar: Sidecar) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as chan:
+        stub = wire.RateLimitServiceStub(chan)
+        for i in range(10):
+            await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
+    assert sidecar.limiter.pending_hits() == 10
+    assert await sidecar.shutdown() == 0
+    assert sidecar.limiter.pending_hits() == 0

@@ -1,0 +1,201 @@
+"""The request path and span bookkeeping of the core, on a fake clock (plain integers)."""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.config.model import Rule
+from ratelimit_sidecar.core import Code, Limiter, SyncResult
+from ratelimit_sidecar.storage.memory import MemoryStorage
+from tests.unit.core.rules import hit, rule
+
+T0 = 1_700_000_000_000  # a window boundary for every unit up to a second
+
+
+def sync(limiter: Limiter, store: MemoryStorage, now: int) -> None:
+    batch = limiter.end_span(now)
+    limiter.apply_sync(now, batch, store.execute(batch))
+
+
+def test_admits_up_to_the_limit_then_blocks_for_the_cooldown() -> None:
+    limiter, r = Limiter(), rule(rpu=3, cooldown_ms=500)
+    codes = [limiter.hit(T0 + i, [hit(r)]).code for i in range(4)]
+    assert codes == [Code.OK, Code.OK, Code.OK, Code.OVER_LIMIT]
+    blocked = limiter.hit(T0 + 499, [hit(r)])
+    assert blocked.code is Code.OVER_LIMIT
+    assert blocked.verdicts[0].reset_ms == 3 + 500 - 499
+    assert limiter.hit(T0 + 1003, [hit(r)]).code is Code.OK  # block over, new window
+
+
+def test_remaining_and_reset_are_reported_after_the_requests_own_hits() -> None:
+    limiter, r = Limiter(), rule(rpu=10)
+    verdict = limiter.hit(T0 + 250, [hit(r, hits=4)]).verdicts[0]
+    assert (verdict.remaining, verdict.reset_ms, verdict.limit) == (6, 750, r.limit)
+
+
+def test_a_request_is_admitted_only_if_every_descriptor_admits_it() -> None:
+    limiter = Limiter()
+    small, big = rule(rpu=1, key="a"), rule(rpu=100, key="b")
+    assert limiter.hit(T0, [hit(big), hit(small)]).code is Code.OK
+    decision = limiter.hit(T0 + 1, [hit(big), hit(small)])
+    assert decision.code is Code.OVER_LIMIT
+    assert [v.code for v in decision.verdicts] == [Code.OK, Code.OVER_LIMIT]
+    assert decision.verdicts[0].remaining == 99  # the rejected request consumed nothing
+    state = limiter.keys.get(hit(big).key)
+    assert state is not None and state.pending == 1
+
+
+def test_hits_zero_checks_without_counting() -> None:
+    limiter, r = Limiter(), rule(rpu=2)
+    for _ in range(5):
+        assert limiter.hit(T0, [hit(r, hits=0)]).code is Code.OK
+    assert limiter.hit(T0, [hit(r, hits=2)]).verdicts[0].remaining == 0
+
+
+def test_unmatched_unlimited_and_deny_rules() -> None:
+    limiter = Limiter()
+    unlimited = Rule("d", (("k", ""),), None, unlimited=True)
+    deny = rule(rpu=0)
+    d = limiter.hit(T0, [hit(None), hit(unlimited)])
+    assert d.code is Code.OK
+    assert d.verdicts[0].limit is None and not d.verdicts[0].unlimited
+    assert d.verdicts[1].unlimited
+    assert limiter.hit(T0, [hit(deny)]).code is Code.OVER_LIMIT
+    assert len(limiter.keys) == 0  # nothing to track for a deny list
+
+
+def test_shadow_mode_answers_ok_but_counts() -> None:
+    limiter, r = Limiter(), rule(rpu=1, shadow=True)
+    verdicts = [limiter.hit(T0, [hit(r)]).verdicts[0] for _ in range(3)]
+    assert all(v.code is Code.OK for v in verdicts)
+    assert [v.shadowed for v in verdicts] == [False, True, True]
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.local_cur == 3
+
+
+def test_global_shadow_mode() -> None:
+    limiter, r = Limiter(shadow_mode=True), rule(rpu=1)
+    assert [limiter.hit(T0, [hit(r)]).code for _ in range(3)] == [Code.OK] * 3
+
+
+def test_span_end_pushes_the_span_and_seen_gates_the_rest_of_the_window() -> None:
+    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=10, spans=2)
+    for _ in range(6):
+        limiter.hit(T0, [hit(r)])
+    assert limiter.next_span_end(T0) == T0 + 500
+    batch = limiter.end_span(T0 + 500)
+    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
+    limiter.apply_sync(T0 + 500, batch, store.execute(batch))
+    codes = [limiter.hit(T0 + 600, [hit(r)]).code for _ in range(5)]
+    assert codes == [Code.OK] * 4 + [Code.OVER_LIMIT]
+
+
+def test_window_rollover_starts_a_new_count_and_pushes_the_last_span_late() -> None:
+    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=10, spans=2)
+    for _ in range(10):
+        limiter.hit(T0 + 900, [hit(r)])
+    assert limiter.hit(T0 + 1000, [hit(r)]).code is Code.OK  # new window, fresh quota
+    batch = limiter.end_span(T0 + 1000)
+    assert sorted((p.window, p.count) for p in batch.pushes) == [
+        (T0 // 1000, 10),
+        (T0 // 1000 + 1, 1),
+    ]
+    limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
+
+
+def test_store_totals_from_other_nodes_block_this_node() -> None:
+    limiter, r = Limiter(), rule(rpu=10, spans=2, cooldown_ms=300)
+    limiter.hit(T0, [hit(r)])
+    batch = limiter.end_span(T0 + 500)
+    result = SyncResult(pushes=(_answer(total=11),), flag_ms=(0,))
+    stats = limiter.apply_sync(T0 + 500, batch, result)
+    assert stats.blocked_keys == 1
+    assert limiter.hit(T0 + 799, [hit(r)]).code is Code.OVER_LIMIT
+    # the block is over but seen is still over the limit: step 2 blocks again for the cooldown
+    assert limiter.hit(T0 + 800, [hit(r)]).verdicts[0].reset_ms == 300
+    assert limiter.hit(T0 + 1099, [hit(r)]).code is Code.OVER_LIMIT
+    assert limiter.hit(T0 + 1100, [hit(r)]).code is Code.OK  # new window, block over
+
+
+def test_shared_block_flag_blocks_a_node_that_did_not_cross() -> None:
+    limiter, r = Limiter(), rule(rpu=100, spans=2)
+    limiter.hit(T0, [hit(r)])
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(5),), flag_ms=(2000,)))
+    assert limiter.hit(T0 + 2499, [hit(r)]).code is Code.OVER_LIMIT
+    assert limiter.hit(T0 + 2500, [hit(r)]).code is Code.OK
+
+
+def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
+    limiter, r = Limiter(), rule(rpu=1000, spans=2)
+    for _ in range(10):
+        limiter.hit(T0, [hit(r)])
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(10),), flag_ms=(0,)))
+    batch = limiter.end_span(T0 + 1000)  # window rolled: no total read yet (others may lag)
+    assert batch.total_reads == []
+    limiter.apply_sync(T0 + 1000, batch, SyncResult(flag_ms=(0,)))
+    batch = limiter.end_span(T0 + 1500)
+    assert [(t.window) for t in batch.total_reads] == [T0 // 1000]
+    limiter.apply_sync(T0 + 1500, batch, SyncResult(flag_ms=(0,), totals=(40,)))
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.nodes == 4.0
+    # with 4 nodes, this node's share of a 1000 limit is 250 per window
+    codes = [limiter.hit(T0 + 1600, [hit(r)]).code for _ in range(251)]
+    assert codes.count(Code.OK) == 250
+
+
+def test_store_failure_keeps_deltas_and_applies_the_fallback() -> None:
+    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=10, spans=2)
+    for _ in range(6):  # 6 > MAX/N = 5: the fallback blocks
+        limiter.hit(T0, [hit(r)])
+    batch = limiter.end_span(T0 + 500)
+    stats = limiter.apply_sync(T0 + 500, batch, None)
+    assert stats.failed and stats.blocked_keys == 1 and stats.dropped_hits == 0
+    assert limiter.hit(T0 + 600, [hit(r)]).code is Code.OVER_LIMIT
+    assert limiter.pending_hits() == 6
+    batch = limiter.end_span(T0 + 1000)  # the store is back: the unsent span goes out
+    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
+    limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
+    assert limiter.pending_hits() == 0
+
+
+def test_unsent_hits_older_than_a_window_are_dropped_and_counted() -> None:
+    limiter, r = Limiter(), rule(rpu=100, spans=2)
+    limiter.hit(T0, [hit(r, hits=3)])
+    for now in (T0 + 500, T0 + 1000, T0 + 1500, T0 + 2000):
+        limiter.apply_sync(now, limiter.end_span(now), None)
+    assert limiter.dropped_hits == 3
+    assert limiter.pending_hits() == 0
+
+
+def test_idle_keys_are_forgotten_after_two_windows() -> None:
+    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=100, spans=2)
+    limiter.hit(T0, [hit(r)])
+    for now in range(T0 + 500, T0 + 2501, 500):
+        sync(limiter, store, now)
+    assert len(limiter.keys) == 0
+
+
+def test_key_table_is_bounded_and_eviction_loses_no_counts() -> None:
+    limiter, store, r = Limiter(max_keys=100), MemoryStorage(), rule(rpu=5)
+    for i in range(10_000):
+        limiter.hit(T0, [hit(r, value=str(i))])
+    assert len(limiter.keys) == 100
+    assert limiter.pending_hits() == 10_000
+    sync(limiter, store, T0 + 500)
+    assert limiter.pending_hits() == 0
+
+
+def test_blocked_keys_are_not_evicted_for_room() -> None:
+    limiter, r = Limiter(max_keys=2), rule(rpu=1)
+    for value in ("a", "b"):
+        limiter.hit(T0, [hit(r, value)])
+        limiter.hit(T0, [hit(r, value)])  # over: blocked
+    assert limiter.hit(T0, [hit(r, "c")]).code is Code.OK  # decided untracked
+    assert limiter.keys.untracked == 1
+    assert limiter.hit(T0, [hit(r, "a")]).code is Code.OVER_LIMIT
+
+
+def _answer(total: int, block_ms: int = 0) -> object:
+    from ratelimit_sidecar.core import PushResult
+
+    return PushResult(total, block_ms)

@@ -1,0 +1,89 @@
+"""ShouldRateLimit semantics without a network: the handler on a fake clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+from ratelimit_sidecar.service.response import ResponseOptions
+from tests.support.grpc_client import request
+
+T0 = 1_700_000_040_000
+OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT
+RULES = """\
+domain: d
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2, name: per-user}
+  - key: vip
+    rate_limit: {unlimited: true, replaces: [{name: per-user}]}
+"""
+
+
+def handler(tmp_path: Path, ietf: bool = False) -> RateLimitHandler:
+    path = tmp_path / "d.yaml"
+    path.write_text(RULES)
+    options = ResponseOptions(ietf_headers=ietf)
+    return RateLimitHandler(load_rules(path), Limiter(), lambda: T0, options=options)
+
+
+def codes(h: RateLimitHandler, *entries: list[tuple[str, str]], times: int) -> list[int]:
+    return [h.decide(request("d", *entries)).overall_code for _ in range(times)]
+
+
+def test_share_threshold_counts_every_matching_value_together(tmp_path: Path) -> None:
+    h = handler(tmp_path)
+    first = codes(h, [("files", "files/a")], times=2)
+    assert first + codes(h, [("files", "files/b")], times=1) == [OK, OK, OVER]
+
+
+def test_distinct_values_of_a_valueless_key_count_apart(tmp_path: Path) -> None:
+    h = handler(tmp_path)
+    assert codes(h, [("user", "a")], times=3) == [OK, OK, OVER]
+    assert codes(h, [("user", "b")], times=1) == [OK]
+
+
+def test_replaces_drops_the_named_limit(tmp_path: Path) -> None:
+    h = handler(tmp_path)
+    both = [("user", "a")], [("vip", "yes")]
+    assert codes(h, *both, times=5) == [OK] * 5
+    reply = h.decide(request("d", *both))
+    assert not reply.statuses[0].HasField("current_limit")
+
+
+def test_request_override_replaces_the_configured_numbers(tmp_path: Path) -> None:
+    h = handler(tmp_path)
+    message = request("d", [("user", "o")])
+    message.descriptors[0].limit.requests_per_unit = 5
+    message.descriptors[0].limit.unit = wire.RateLimitUnit.Value("HOUR")
+    replies = [h.decide(message) for _ in range(6)]
+    assert [r.overall_code for r in replies] == [OK] * 5 + [OVER]
+    assert replies[0].statuses[0].current_limit.unit == wire.Unit.HOUR
+
+
+def test_negative_hits_give_quota_back(tmp_path: Path) -> None:
+    h = handler(tmp_path)
+    assert codes(h, [("user", "n")], times=2) == [OK, OK]
+    refund = request("d", [("user", "n")], hits_addend=2)
+    refund.descriptors[0].is_negative_hits = True
+    assert h.decide(refund).statuses[0].limit_remaining == 2
+    assert codes(h, [("user", "n")], times=3) == [OK, OK, OVER]
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_ietf_headers_describe_the_tightest_limit(tmp_path: Path, over: bool) -> None:
+    h = handler(tmp_path, ietf=True)
+    for _ in range(3 if over else 1):
+        reply = h.decide(request("d", [("user", "i")]))
+    headers = {x.key: x.value for x in reply.response_headers_to_add}
+    assert headers["ratelimit-policy"] == '"per-user";q=2;w=60'
+    assert headers["ratelimit"] == f'"per-user";r={0 if over else 1};t=60'
