@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 run: $(STAMP)
-	$(PY) -m ratelimit_sidecar.demo
+	$(PY) envoy/demo.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

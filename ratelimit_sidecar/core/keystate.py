@@ -30,6 +30,7 @@ class KeyState:
         "next_sync",
         "nodes",
         "pending",
+        "rule_id",
         "seen",
         "shadow",
         "unsent",
@@ -38,9 +39,17 @@ class KeyState:
     )
 
     def __init__(
-        self, key: KeyId, limit: RateLimit, now_ms: int, nodes: float, shadow: bool
+        self,
+        key: KeyId,
+        limit: RateLimit,
+        now_ms: int,
+        nodes: float,
+        shadow: bool,
+        *,
+        rule_id: str = "",
     ) -> None:
         self.key = key
+        self.rule_id = rule_id
         self.limit = limit
         self.shadow = shadow
         self.window = window_of(now_ms, limit.window_ms)
@@ -111,6 +120,7 @@ class KeyState:
         """Read-only view for /debug/keys."""
         return {
             "key": list(self.key),
+            "rule": self.rule_id,
             "window": self.window,
             "pending": self.pending,
             "inflight": self.inflight,

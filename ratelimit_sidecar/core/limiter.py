@@ -87,11 +87,13 @@ class Limiter:
     def _over(self, state: KeyState, now_ms: int) -> Verdict:
         code = Code.OK if state.shadow else Code.OVER_LIMIT
         reset = state.blocked_until - now_ms
-        return Verdict(code, state.limit, remaining=0, reset_ms=reset, shadowed=state.shadow)
+        shadow = state.shadow
+        return Verdict(code, state.limit, reset_ms=reset, shadowed=shadow, shadow=shadow)
 
     def _deny(self, limit: RateLimit, hits: int, shadow: bool) -> Verdict:
         code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
-        return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=shadow and hits > 0)
+        over = shadow and hits > 0
+        return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=over, shadow=shadow)
 
     def _untracked(self, limit: RateLimit, hits: int, shadow: bool, now_ms: int) -> Verdict:
         if hits <= limit.requests_per_unit:
@@ -106,7 +108,8 @@ class Limiter:
         if state is not None and state.limit == limit:  # same rule reloaded: keep the counts
             state.limit, state.shadow = limit, shadow
             return state
-        fresh = KeyState(hit.key, limit, now_ms, float(self.live_nodes), shadow)
+        rule_id = hit.rule.id if hit.rule is not None else ""
+        fresh = KeyState(hit.key, limit, now_ms, float(self.live_nodes), shadow, rule_id=rule_id)
         if state is not None:  # the rule changed under a reload: start over, keep its counts
             self._orphan(state)
             self.keys.remove(hit.key)
@@ -133,7 +136,9 @@ class Limiter:
         left = max(0, int(limit.requests_per_unit - used))
         reset = window_end(now_ms, limit.window_ms) - now_ms
         near = used >= NEAR_LIMIT_RATIO * limit.requests_per_unit
-        return Verdict(Code.OK, limit, remaining=left, reset_ms=reset, near_limit=near)
+        return Verdict(
+            Code.OK, limit, remaining=left, reset_ms=reset, near_limit=near, shadow=state.shadow
+        )
 
     # -- sync path ----------------------------------------------------------------------
 
@@ -184,14 +189,21 @@ class Limiter:
             plan.push(state, Push(state.key, state.unsent_window, state.unsent, state.limit))
         state.unsent = 0
 
-    def apply_sync(self, now_ms: int, batch: SyncBatch, result: SyncResult | None) -> SyncStats:
-        """Apply the store's answer to `batch`, or the fallback rule if `result` is None."""
+    def apply_sync(
+        self, now_ms: int, batch: SyncBatch, result: SyncResult | None, resend: bool = True
+    ) -> SyncStats:
+        """Apply the store's answer to `batch`, or the fallback rule if `result` is None.
+
+        After a failure, `resend` says whether the pushes may be sent again: True when they
+        surely did not arrive (connection refused), False when they may have been applied
+        (a timeout), so that a retry can never count the same hits twice.
+        """
         plan = self._plan
         if plan is None or plan.batch is not batch:
             raise RuntimeError("apply_sync for a batch that is not in flight")
         self._plan = None
         if result is None:
-            stats = plan.fail(now_ms)
+            stats = plan.fail(now_ms, resend)
         else:
             if result.live_nodes > 0:
                 self.live_nodes = result.live_nodes

@@ -64,7 +64,7 @@ class SyncPlan:
         hits = sum(p.count for p in self.batch.pushes)
         return SyncStats(len(self.batch.pushes), hits, 0, blocked)
 
-    def fail(self, now_ms: int) -> SyncStats:
+    def fail(self, now_ms: int, resend: bool = True) -> SyncStats:
         """The store did not answer: keep the deltas for the next push and apply the fallback.
 
         Fallback (seed concept 4 with the nodes extension): a key whose span count, scaled by
@@ -78,7 +78,10 @@ class SyncPlan:
                 dropped += push.count  # an evicted key's hits have nowhere to wait
                 continue
             blocked += _fallback(state, push, now_ms)
-            dropped += state.stash(push.count, push.window, state.window)
+            if resend:
+                dropped += state.stash(push.count, push.window, state.window)
+            else:
+                dropped += push.count  # may have arrived: counted as unconfirmed, not resent
         return SyncStats(0, 0, dropped, blocked, failed=True)
 
     def _check_lengths(self, result: SyncResult) -> None:

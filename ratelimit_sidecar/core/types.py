@@ -37,6 +37,7 @@ class Verdict:
     remaining: int = 0
     reset_ms: int = 0  # until the block ends when blocked, else until the window ends
     shadowed: bool = False  # over the limit, but answered OK because of shadow mode
+    shadow: bool = False  # the rule is in shadow mode: counted, never enforced
     near_limit: bool = False
 
 

@@ -9,12 +9,16 @@ from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import Limiter
-from ratelimit_sidecar.server.grpc_api import build_server
+from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.server.endpoints import Endpoints
+from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
+from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.syncloop import SyncLoop, wall_clock_ms
-from ratelimit_sidecar.service.ratelimit import DecisionObserver, RateLimitHandler
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from ratelimit_sidecar.service.validation import Bounds
 from ratelimit_sidecar.settings import Settings
@@ -37,10 +41,11 @@ class Sidecar:
         storage: Storage | None = None,
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        observer: DecisionObserver | None = None,
+        metrics: Metrics | None = None,
         reuse_port: bool = False,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics()
         self.limiter = Limiter(settings.max_keys, settings.shadow_mode)
         self.storage: Storage = storage or MemoryStorage()
         self.handler = RateLimitHandler(
@@ -49,9 +54,16 @@ class Sidecar:
             clock_ms,
             bounds=Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes),
             options=ResponseOptions(settings.ietf_headers),
-            observer=observer,
+            observer=self.metrics,
         )
-        self.sync = SyncLoop(self.limiter, self.storage, clock_ms, settings.sync_timeout_ms)
+        self.sync = SyncLoop(
+            self.limiter, self.storage, clock_ms, settings.sync_timeout_ms, self.metrics.synced
+        )
+        self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
+        self.metrics.config_loaded(True, rules.version)
+        mode = "local-only" if settings.local_only else self.storage.description
+        endpoints = Endpoints(lambda: self.handler.rules, self.limiter, self.sync, mode)
+        self.http = HttpApi(endpoints.routes(self._scrape))
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -60,14 +72,23 @@ class Sidecar:
 
     async def startup(self) -> None:
         """Bind and start serving; raises BindError if the address is not available."""
+        servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
         server, health, self.port = build_server(
-            self.handler, self.settings.grpc_address, self._reuse_port
+            servicer, self.settings.grpc_address, self._reuse_port
         )
+        try:
+            await self.http.start(self.settings.metrics_address)
+        except OSError as exc:
+            address = self.settings.metrics_address
+            raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
         await server.start()
         self._server, self._health = server, health
         await health.set("", SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._log_startup()
+
+    def _scrape(self, _query: dict[str, list[str]]) -> Reply:
+        return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
 
     def _log_startup(self) -> None:
         s = self.settings
@@ -76,8 +97,8 @@ class Sidecar:
         rules = sum(len(d.rules()) for d in domains)
         host = s.grpc_address.rsplit(":", 1)[0]
         log.info(
-            "serving on %s:%d; mode %s; node %s; %d domains, %d rules%s",
-            host, self.port, mode, s.node_id, len(domains), rules,
+            "serving on %s:%d (metrics on port %d); mode %s; node %s; %d domains, %d rules%s",
+            host, self.port, self.http.port, mode, s.node_id, len(domains), rules,
             "; shadow mode" if s.shadow_mode else "",
         )  # fmt: skip
 
@@ -109,5 +130,6 @@ class Sidecar:
             await task
         lost = await self.sync.flush()
         await self.storage.close()
+        await self.http.stop()
         log.info("stopped")
         return lost

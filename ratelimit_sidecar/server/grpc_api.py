@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -20,14 +22,21 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 class RateLimitServicer(wire.RateLimitServiceServicer):
     """Delegates to the handler; only maps errors to gRPC statuses."""
 
-    def __init__(self, handler: RateLimitHandler) -> None:
+    def __init__(
+        self, handler: RateLimitHandler, observe_seconds: Callable[[float], None] | None = None
+    ) -> None:
         self.handler = handler
+        self._observe = observe_seconds
 
     async def ShouldRateLimit(
         self, request: wire.RateLimitRequest, context: grpc.aio.ServicerContext
     ) -> wire.RateLimitResponse:
+        started = time.perf_counter()
         try:
-            return self.handler.decide(request)
+            response = self.handler.decide(request)
+            if self._observe is not None:
+                self._observe(time.perf_counter() - started)
+            return response
         except InvalidRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise  # unreachable: abort raises
@@ -42,7 +51,7 @@ class BindError(RuntimeError):
 
 
 def build_server(
-    handler: RateLimitHandler, address: str, reuse_port: bool = False
+    servicer: RateLimitServicer, address: str, reuse_port: bool = False
 ) -> tuple[grpc.aio.Server, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port."""
     options = [
@@ -50,7 +59,7 @@ def build_server(
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
     server = grpc.aio.server(options=options)
-    wire.add_RateLimitServiceServicer_to_server(RateLimitServicer(handler), server)  # type: ignore[no-untyped-call]
+    wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (wire.SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)

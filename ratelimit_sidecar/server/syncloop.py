@@ -33,7 +33,7 @@ class SyncLoop:
         storage: Storage,
         clock_ms: Callable[[], int] = wall_clock_ms,
         timeout_ms: int = 250,
-        on_sync: Callable[[SyncStats, float], None] | None = None,
+        on_sync: Callable[[SyncStats, float, str], None] | None = None,
     ) -> None:
         self.limiter = limiter
         self.storage = storage
@@ -68,22 +68,23 @@ class SyncLoop:
     async def sync_once(self, flush: bool = False) -> SyncStats:
         batch = self.limiter.end_span(self._clock_ms(), flush=flush)
         started = time.perf_counter()
-        result = await self._call_store(batch)
-        stats = self.limiter.apply_sync(self._clock_ms(), batch, result)
+        result, resend = await self._call_store(batch)
+        stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
         if self._on_sync is not None:
-            self._on_sync(stats, time.perf_counter() - started)
+            self._on_sync(stats, time.perf_counter() - started, self.last_error)
         return stats
 
-    async def _call_store(self, batch: SyncBatch) -> SyncResult | None:
+    async def _call_store(self, batch: SyncBatch) -> tuple[SyncResult | None, bool]:
+        """The store's answer, or None and whether the batch may be sent again."""
         try:
             result = await asyncio.wait_for(self.storage.sync(batch), self._timeout_s())
         except Exception as exc:  # any store failure becomes the fallback, never a crash
             self._note_failure(exc)
-            return None
+            return None, not _maybe_delivered(exc)
         if not self.store_up:
             log.info("store is back: %s", self.storage.description)
         self.store_up, self.last_error = True, ""
-        return result
+        return result, True
 
     def _note_failure(self, exc: BaseException) -> None:
         kind = type(exc).__name__
@@ -105,3 +106,8 @@ class SyncLoop:
         left = self.limiter.pending_hits()
         log.error("shutdown: %d admitted hits could not be pushed to the store", left)
         return left
+
+
+def _maybe_delivered(exc: BaseException) -> bool:
+    """A timeout may hide a pipeline the store did apply; resending it would double count."""
+    return isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__

@@ -27,7 +27,7 @@ _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 class DecisionObserver(Protocol):
     """Hook for metrics, called after each decision."""
 
-    def decided(self, domain: str, rules: Sequence[Rule | None], decision: Decision) -> None: ...
+    def decided(self, domain: str, hits: Sequence[Hit], decision: Decision) -> None: ...
 
     def unknown_domain(self, domain: str) -> None: ...
 
@@ -70,7 +70,7 @@ class RateLimitHandler:
         ]
         decision = self.limiter.hit(self._clock_ms(), hits)
         if self._observer is not None:
-            self._observer.decided(request.domain, rules, decision)
+            self._observer.decided(request.domain, hits, decision)
         return build_response(decision, self._options)
 
     def _rule(self, domain: Domain, descriptor: RateLimitDescriptor) -> Rule | None:

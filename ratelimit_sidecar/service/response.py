@@ -46,6 +46,8 @@ def unmatched_response(count: int) -> RateLimitResponse:
 def _status(verdict: Verdict) -> DescriptorStatus:
     code = _OVER if verdict.code is Code.OVER_LIMIT else _OK
     limit = verdict.limit
+    if verdict.shadow:  # not enforced, so not reported: Envoy's x-ratelimit-* stay truthful
+        return DescriptorStatus(code=_OK)
     if limit is None:
         if verdict.unlimited:
             return DescriptorStatus(code=code, limit_remaining=UNLIMITED_REMAINING)
@@ -102,7 +104,7 @@ def _body(limit: RateLimit | None, retry: int) -> bytes:
 
 def _add_ietf_headers(response: RateLimitResponse, decision: Decision) -> None:
     """`RateLimit-Policy` and `RateLimit` for the most constrained limited descriptor."""
-    limited = [v for v in decision.verdicts if v.limit is not None]
+    limited = [v for v in decision.verdicts if v.limit is not None and not v.shadow]
     if not limited:
         return
     tightest = min(limited, key=lambda v: (v.remaining, v.reset_ms))

@@ -18,8 +18,9 @@ class SidecarProcess:
     def __init__(self, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.metrics_port = free_port()
         args = ["serve", "--config", str(config), "--grpc-address", self.address]
-        args += ["--metrics-address", f"127.0.0.1:{free_port()}", *extra]
+        args += ["--metrics-address", f"127.0.0.1:{self.metrics_port}", *extra]
         self.proc = start_cli(args, env)
         self.stderr = ""
 

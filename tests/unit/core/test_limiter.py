@@ -199,3 +199,12 @@ def _answer(total: int, block_ms: int = 0) -> object:
     from ratelimit_sidecar.core import PushResult
 
     return PushResult(total, block_ms)
+
+
+def test_a_timed_out_push_is_not_resent_so_it_cannot_count_twice() -> None:
+    limiter, r = Limiter(), rule(rpu=100, spans=2)
+    limiter.hit(T0, [hit(r, hits=4)])
+    batch = limiter.end_span(T0 + 500)
+    stats = limiter.apply_sync(T0 + 500, batch, None, resend=False)
+    assert stats.dropped_hits == 4  # unconfirmed: it may have reached the store
+    assert limiter.end_span(T0 + 1000).pushes == []

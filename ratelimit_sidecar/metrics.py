@@ -1,0 +1,182 @@
+"""Prometheus metrics of one sidecar, on an injectable registry (tests pass their own).
+
+Decision metrics are labelled by domain and rule id (bounded by the config), never by raw
+descriptor values unless the rule has `detailed_metric`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ratelimit_sidecar.config.model import Rule
+from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, SyncStats, Verdict
+
+NS = "ratelimit_sidecar"
+LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class Metrics:
+    """Every metric the sidecar exports; also the service's DecisionObserver."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r, labels = self.registry, ("domain", "rule")
+        self.total_hits = Counter(
+            f"{NS}_total_hits", "Hits counted against a rule", labels, registry=r
+        )
+        self.within_limit = Counter(
+            f"{NS}_within_limit", "Descriptors answered OK", labels, registry=r
+        )
+        self.near_limit = Counter(
+            f"{NS}_near_limit", "OK, but above 80% of the limit", labels, registry=r
+        )
+        self.over_limit = Counter(
+            f"{NS}_over_limit", "Descriptors answered OVER_LIMIT", labels, registry=r
+        )
+        self.shadow_mode = Counter(
+            f"{NS}_shadow_mode", "Over the limit, let through by shadow mode", labels, registry=r
+        )
+        self.unknown_domains = Counter(
+            f"{NS}_unknown_domain", "Requests for a domain with no rules", registry=r
+        )
+        self.decision_seconds = Histogram(
+            f"{NS}_decision_seconds",
+            "Time to decide one request",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.sync_seconds = Histogram(
+            f"{NS}_sync_seconds", "Duration of one span sync", buckets=SYNC_BUCKETS, registry=r
+        )
+        self.sync_errors = Counter(
+            f"{NS}_sync_errors", "Failed syncs by error kind", ("kind",), registry=r
+        )
+        self.sync_round_trips = Counter(f"{NS}_sync_round_trips", "Store round trips", registry=r)
+        self.keys_pushed = Counter(f"{NS}_sync_keys_pushed", "Counter deltas pushed", registry=r)
+        self.dropped_hits = Counter(
+            f"{NS}_dropped_hits", "Admitted hits that never reached the store", registry=r
+        )
+        self.config_loads = Counter(
+            f"{NS}_config_loads", "Rule loads by result", ("result",), registry=r
+        )
+        self.config_load_errors = Counter(
+            f"{NS}_config_load_errors", "Rule loads that failed", registry=r
+        )
+        self.config_version = Gauge(
+            f"{NS}_config_version_info", "Loaded rules version", ("version",), registry=r
+        )
+        self._children: dict[tuple[str, str], tuple[Counter, ...]] = {}
+        self._version = ""  # fmt: skip
+
+    # -- DecisionObserver ---------------------------------------------------------------
+
+    def decided(self, domain: str, hits: Sequence[Hit], decision: Decision) -> None:
+        for hit, verdict in zip(hits, decision.verdicts, strict=True):
+            if hit.rule is not None and verdict.limit is not None:
+                self._count(domain, _label(hit.rule, hit), verdict)
+
+    def unknown_domain(self, domain: str) -> None:  # noqa: ARG002 - one counter, no raw labels
+        self.unknown_domains.inc()
+
+    def _count(self, domain: str, label: str, verdict: Verdict) -> None:
+        hits, within, near, over, shadow = self._for(domain, label)
+        hits.inc()
+        if verdict.code is Code.OVER_LIMIT:
+            over.inc()
+        elif verdict.shadowed:
+            shadow.inc()
+        else:
+            within.inc()
+            if verdict.near_limit:
+                near.inc()
+
+    def _for(self, domain: str, rule_id: str) -> tuple[Counter, ...]:
+        found = self._children.get((domain, rule_id))
+        if found is None:
+            counters = (
+                self.total_hits,
+                self.within_limit,
+                self.near_limit,
+                self.over_limit,
+                self.shadow_mode,
+            )
+            found = tuple(c.labels(domain, rule_id) for c in counters)
+            self._children[(domain, rule_id)] = found
+        return found  # fmt: skip
+
+    # -- sync and config ----------------------------------------------------------------
+
+    def synced(self, stats: SyncStats, seconds: float, error_kind: str) -> None:
+        self.sync_seconds.observe(seconds)
+        self.sync_round_trips.inc()
+        self.keys_pushed.inc(stats.pushed_keys)
+        self.dropped_hits.inc(stats.dropped_hits)
+        if stats.failed:
+            self.sync_errors.labels(error_kind or "unknown").inc()
+
+    def config_loaded(self, ok: bool, version: str = "") -> None:
+        self.config_loads.labels("success" if ok else "failure").inc()
+        if not ok:
+            self.config_load_errors.inc()
+            return
+        if self._version:
+            self.config_version.remove(self._version)
+        self.config_version.labels(version).set(1)
+        self._version = version
+
+    def watch(
+        self, limiter: Limiter, store_up: Callable[[], bool], now_ms: Callable[[], int]
+    ) -> None:
+        """Register gauges computed at scrape time from the limiter's state."""
+        self.registry.register(StateCollector(limiter, store_up, now_ms))
+
+
+def _label(rule: Rule, hit: Hit) -> str:
+    """The rule id; with `detailed_metric`, the descriptor's own values too (opt-in cardinality)."""
+    if not rule.detailed_metric:
+        return rule.id
+    return rule.id + "|" + ".".join(hit.key[1:])
+
+
+class StateCollector(Collector):
+    """Tracked/blocked keys, store state and the nodes estimate per rule, read at scrape time."""
+
+    def __init__(
+        self, limiter: Limiter, store_up: Callable[[], bool], now_ms: Callable[[], int]
+    ) -> None:
+        self._limiter, self._store_up, self._now_ms = limiter, store_up, now_ms
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        limiter, up = self._limiter, self._store_up()
+        yield GaugeMetricFamily(f"{NS}_tracked_keys", "Counters in memory", value=len(limiter.keys))
+        yield GaugeMetricFamily(
+            f"{NS}_blocked_keys", "Counters blocked now", value=limiter.blocked_keys(self._now_ms())
+        )
+        yield GaugeMetricFamily(f"{NS}_redis_up", "Last sync reached the store", value=int(up))
+        yield GaugeMetricFamily(
+            f"{NS}_fallback_active", "Deciding on local thresholds", value=int(not up)
+        )
+        yield GaugeMetricFamily(
+            f"{NS}_untracked_decisions",
+            "Decided without tracking (table full)",
+            value=limiter.keys.untracked,
+        )
+        yield self._nodes()  # fmt: skip
+
+    def _nodes(self) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            f"{NS}_nodes_estimate", "Nodes sharing a rule's counters", labels=["rule", "stat"]
+        )
+        per_rule: dict[str, list[float]] = {}
+        for state in self._limiter.keys:
+            per_rule.setdefault(state.rule_id, []).append(state.nodes)
+        for rule_id, values in per_rule.items():
+            family.add_metric([rule_id, "min"], min(values))
+            family.add_metric([rule_id, "avg"], sum(values) / len(values))
+            family.add_metric([rule_id, "max"], max(values))
+        return family  # fmt: skip

@@ -1,0 +1,86 @@
+"""What the metrics address answers: health, readiness, and read-only JSON views."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ratelimit_sidecar.config.model import Rule, RuleSet
+from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.server.http_api import Reply, Route, json_reply, text_reply
+from ratelimit_sidecar.server.syncloop import SyncLoop
+
+DEFAULT_KEYS = 20
+MAX_KEYS_SHOWN = 1000
+
+
+def rule_view(rule: Rule) -> dict[str, object]:
+    limit = rule.limit
+    return {
+        "id": rule.id,
+        "path": [list(step) for step in rule.path],
+        "limit": None
+        if limit is None
+        else {
+            "requests_per_unit": limit.requests_per_unit,
+            "unit": limit.unit.name.lower(),
+            "window_s": limit.window_seconds,
+            "spans": limit.spans,
+            "cooldown_ms": limit.cooldown,
+            "name": limit.name,
+        },
+        "unlimited": rule.unlimited,
+        "shadow_mode": rule.shadow_mode,
+        "source": str(rule.source) if rule.source else None,
+    }
+
+
+def rules_view(rules: RuleSet) -> dict[str, object]:
+    domains = {name: [rule_view(r) for r in d.rules()] for name, d in rules.domains.items()}
+    return {"version": rules.version, "domains": domains}
+
+
+class Endpoints:
+    """Builds the routes from live objects; every view reads, none writes."""
+
+    def __init__(
+        self, get_rules: Callable[[], RuleSet], limiter: Limiter, sync: SyncLoop, mode: str
+    ) -> None:
+        self._get_rules = get_rules
+        self._limiter = limiter
+        self._sync = sync
+        self._mode = mode
+
+    def routes(self, metrics: Route | None = None) -> dict[str, Route]:
+        routes: dict[str, Route] = {
+            "/healthz": lambda _q: text_reply("ok\n"),
+            "/readyz": lambda _q: self.ready(),
+            "/debug/rules": lambda _q: json_reply(rules_view(self._rules())),
+            "/debug/keys": self.keys,
+        }
+        if metrics is not None:
+            routes["/metrics"] = metrics
+        return routes
+
+    def _rules(self) -> RuleSet:
+        return self._get_rules()
+
+    def ready(self) -> Reply:
+        """Ready once rules are loaded; the store's state is reported, not required (fail open)."""
+        return json_reply(
+            {
+                "ready": True,
+                "config_version": self._rules().version,
+                "mode": self._mode,
+                "store_up": self._sync.store_up,
+                "store_error": self._sync.last_error,
+            }
+        )
+
+    def keys(self, query: dict[str, list[str]]) -> Reply:
+        try:
+            count = int(query.get("limit", [DEFAULT_KEYS])[0])
+        except ValueError:
+            return text_reply("limit must be an integer\n", 400)
+        states = self._limiter.keys.busiest(max(0, min(count, MAX_KEYS_SHOWN)))
+        views = [s.snapshot() for s in states]
+        return json_reply({"tracked": len(self._limiter.keys), "keys": views})

@@ -1,0 +1,94 @@
+"""Redis key names for counters, block flags and the node heartbeat.
+
+Schema (with the default prefix `rls:`)::
+
+    rls:{<digest>}:<domain>:<keys>:<window>   counter of one window (INCRBY, TTL 2 windows)
+    rls:{<digest>}:block                      shared block flag (SET NX PX cooldown)
+    rls:nodes                                 heartbeat sorted set: node id -> last sync ms
+
+`<digest>` is 16 hex digits of BLAKE2b over an unambiguous encoding of the whole KeyId
+(domain, key1, value1, key2, value2, ...): every part is length-prefixed, so no choice of
+separators inside a value can make two tuples encode alike. The digest is the only thing that
+identifies a counter; it is also the Redis Cluster hash tag, so a key's window counters and its
+block flag always land in one slot (the push script touches both atomically).
+
+`<domain>` and `<keys>` (the descriptor key names joined with `.`) are there only for operators
+scanning Redis: they are cut short and every character outside `[A-Za-z0-9_./-]` becomes `_`, so
+they can never contain `:`, `{`, `}`, spaces or control characters. Descriptor *values* are never
+written in clear: they are often API keys, user ids or addresses.
+
+Why this is collision-free in practice: the readable parts cannot break the layout (the tag is
+the first `{...}` of every key because the prefix may not contain braces, and the digest is hex);
+a counter always has three `:`-separated fields after the tag, the flag one. Two distinct KeyIds
+share a counter only if their 64-bit digests collide: about n^2 / 2^65 for n live keys (1e-6 for
+6 million keys). Hitting someone else's counter on purpose needs a second preimage (2^64 work);
+a birthday collision between two of an attacker's own keys only merges their own counters.
+
+Length is bounded: len(prefix) + at most 100 characters, whatever the descriptor sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from ratelimit_sidecar.core.types import KeyId
+
+DEFAULT_PREFIX = "rls:"
+DIGEST_HEX = 16
+MAX_DOMAIN = 24
+MAX_KEYS = 40
+MAX_PREFIX = 64
+# Bumped if the encoding below ever changes, so old and new counters never alias.
+_VERSION = b"rls1"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
+
+
+def digest(key: KeyId) -> str:
+    """16 hex digits identifying `key`; equal only for equal tuples (up to hash collisions)."""
+    h = hashlib.blake2b(_VERSION, digest_size=DIGEST_HEX // 2)
+    for part in key:
+        # surrogatepass: a lone surrogate must not make key naming fail on the sync path.
+        raw = part.encode("utf-8", "surrogatepass")
+        h.update(len(raw).to_bytes(8, "big"))
+        h.update(raw)
+    return h.hexdigest()
+
+
+def readable(text: str, limit: int) -> str:
+    """An operator-friendly, separator-free, bounded rendering of `text` (never empty)."""
+    cleaned = _UNSAFE.sub("_", text[:limit])
+    return cleaned or "_"
+
+
+class KeySchema:
+    """Builds every Redis key name the store uses; one instance per deployment prefix."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        if "{" in prefix or "}" in prefix:
+            # A brace in the prefix would become the cluster hash tag instead of the digest.
+            raise ValueError(f"redis key prefix must not contain '{{' or '}}': {prefix!r}")
+        if len(prefix) > MAX_PREFIX or any(c.isspace() or not c.isprintable() for c in prefix):
+            raise ValueError(
+                f"redis key prefix must be at most {MAX_PREFIX} printable characters "
+                f"without spaces: {prefix!r}"
+            )
+        self.prefix = prefix
+
+    def tag(self, key: KeyId) -> str:
+        """The part every key of `key` starts with, hash tag included."""
+        return f"{self.prefix}{{{digest(key)}}}"
+
+    def counter(self, key: KeyId, window: int) -> str:
+        """The counter of window ordinal `window` for `key`."""
+        domain = readable(key[0], MAX_DOMAIN) if key else "_"
+        names = readable(".".join(key[1::2]), MAX_KEYS)
+        return f"{self.tag(key)}:{domain}:{names}:{window}"
+
+    def flag(self, key: KeyId) -> str:
+        """The shared block flag of `key`."""
+        return f"{self.tag(key)}:block"
+
+    def nodes(self) -> str:
+        """The heartbeat sorted set (member: node id, score: its last sync time in ms)."""
+        return f"{self.prefix}nodes"

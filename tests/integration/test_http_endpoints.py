@@ -1,0 +1,85 @@
+"""The metrics address of an in-process sidecar: health, readiness, metrics, debug views."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.server.app import Sidecar
+from ratelimit_sidecar.settings import Settings
+from tests.support.grpc_client import request
+from tests.support.rules import write_rules
+
+
+@pytest.fixture
+async def sidecar(tmp_path: Path) -> AsyncIterator[Sidecar]:
+    settings = Settings(
+        config_path=str(tmp_path), grpc_address="127.0.0.1:0", metrics_address="127.0.0.1:0"
+    )
+    server = Sidecar(settings, load_rules(write_rules(tmp_path)))
+    await server.startup()
+    yield server
+    await server.shutdown()
+
+
+def fetch(sidecar: Sidecar, path: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{sidecar.http.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+async def traffic(sidecar: Sidecar, count: int) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as channel:
+        stub = wire.RateLimitServiceStub(channel)
+        for _ in range(count):
+            await stub.ShouldRateLimit(request("gateway", [("client", "m")]))
+
+
+async def test_health_readiness_and_unknown_paths(sidecar: Sidecar) -> None:
+    assert await _fetch(sidecar, "/healthz") == (200, "ok\n")
+    status, body = await _fetch(sidecar, "/readyz")
+    ready = json.loads(body)
+    assert status == 200 and ready["ready"] and ready["mode"] == "local-only"
+    assert ready["config_version"] == sidecar.handler.rules.version
+    assert (await _fetch(sidecar, "/nope"))[0] == 404
+
+
+async def test_metrics_count_decisions_per_rule(sidecar: Sidecar) -> None:
+    await traffic(sidecar, 5)  # limit 3 per second
+    status, text = await _fetch(sidecar, "/metrics")
+    assert status == 200
+    labels = '{domain="gateway",rule="gateway.client"}'
+    assert f"ratelimit_sidecar_total_hits_total{labels} 5.0" in text
+    assert f"ratelimit_sidecar_within_limit_total{labels} 3.0" in text
+    assert f"ratelimit_sidecar_over_limit_total{labels} 2.0" in text
+    assert "ratelimit_sidecar_decision_seconds_count 5.0" in text
+    assert "ratelimit_sidecar_tracked_keys 1.0" in text
+
+
+async def test_debug_views(sidecar: Sidecar) -> None:
+    await traffic(sidecar, 2)
+    rules = json.loads((await _fetch(sidecar, "/debug/rules"))[1])
+    ids = {r["id"] for r in rules["domains"]["gateway"]}
+    assert "gateway.api_key.path_/v1/orders" in ids
+    keys = json.loads((await _fetch(sidecar, "/debug/keys?limit=5"))[1])
+    assert keys["tracked"] == 1
+    assert keys["keys"][0]["key"] == ["gateway", "client", "m"]
+    assert keys["keys"][0]["local"] == 2
+    assert (await _fetch(sidecar, "/debug/keys?limit=x"))[0] == 400
+
+
+async def _fetch(sidecar: Sidecar, path: str) -> tuple[int, str]:
+    import asyncio
+
+    return await asyncio.to_thread(fetch, sidecar, path)
