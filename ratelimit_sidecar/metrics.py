@@ -20,6 +20,16 @@ LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
+ERROR_KINDS = ("timeout", "connection", "other")
+
+
+def error_category(exception_name: str) -> str:
+    """A bounded label for a sync failure, from the exception's class name."""
+    if "Timeout" in exception_name:
+        return "timeout"
+    return "connection" if "Connection" in exception_name else "other"
+
+
 class Metrics:
     """Every metric the sidecar exports; also the service's DecisionObserver."""
 
@@ -70,6 +80,8 @@ class Metrics:
         self.config_version = Gauge(
             f"{NS}_config_version_info", "Loaded rules version", ("version",), registry=r
         )
+        for kind in ERROR_KINDS:  # export zeros, so rate() and alerts work before a failure
+            self.sync_errors.labels(kind)
         self._children: dict[tuple[str, str], tuple[Counter, ...]] = {}
         self._version = ""  # fmt: skip
 
@@ -117,7 +129,7 @@ class Metrics:
         self.keys_pushed.inc(stats.pushed_keys)
         self.dropped_hits.inc(stats.dropped_hits)
         if stats.failed:
-            self.sync_errors.labels(error_kind or "unknown").inc()
+            self.sync_errors.labels(error_category(error_kind)).inc()
 
     def config_loaded(self, ok: bool, version: str = "") -> None:
         self.config_loads.labels("success" if ok else "failure").inc()

@@ -34,6 +34,7 @@ class Settings:
     redis_prefix: str = "rls:"
     sync_timeout_ms: int = 250
     shutdown_grace_s: float = 5.0
+    reload_poll_s: float = 0.5
 
     @property
     def local_only(self) -> bool:

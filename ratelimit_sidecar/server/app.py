@@ -17,6 +17,7 @@ from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
+from ratelimit_sidecar.server.reload import RuleWatcher
 from ratelimit_sidecar.server.syncloop import SyncLoop, wall_clock_ms
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
@@ -64,6 +65,12 @@ class Sidecar:
         mode = "local-only" if settings.local_only else self.storage.description
         endpoints = Endpoints(lambda: self.handler.rules, self.limiter, self.sync, mode)
         self.http = HttpApi(endpoints.routes(self._scrape))
+        self.watcher = RuleWatcher(
+            settings.config_path,
+            self.swap_rules,
+            lambda _error: self.metrics.config_loaded(False),
+            settings.reload_poll_s,
+        )
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -85,7 +92,13 @@ class Sidecar:
         self._server, self._health = server, health
         await health.set("", SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
+        self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
         self._log_startup()
+
+    def swap_rules(self, rules: RuleSet) -> None:
+        """Install a new rule set in one step; counters of unchanged rules carry over."""
+        self.handler.swap_rules(rules)
+        self.metrics.config_loaded(True, rules.version)
 
     def _scrape(self, _query: dict[str, list[str]]) -> Reply:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
@@ -126,6 +139,7 @@ class Sidecar:
             await self._health.set("", NOT_SERVING)
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
+        self.watcher.stop()
         for task in self._tasks:
             await task
         lost = await self.sync.flush()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from ratelimit_sidecar.config.errors import ConfigError
@@ -11,10 +12,12 @@ from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.logs import setup_logging
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.server.grpc_api import BindError
-from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.settings import ENV_PREFIX, Settings
 from ratelimit_sidecar.storage.base import Storage
 
 log = logging.getLogger("ratelimit_sidecar.server")
+
+REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
 
 
 def fail(message: str) -> int:
@@ -30,9 +33,14 @@ def run_serve(settings: Settings) -> int:
         return fail(f"invalid configuration:\n{exc}")
     except OSError as exc:
         return fail(f"cannot read configuration {settings.config_path}: {exc.strerror}")
+    if settings.workers > 1:
+        from ratelimit_sidecar.server.workers import run_workers
+
+        return run_workers(settings)
     from ratelimit_sidecar.cli import run_async
 
-    return run_async(lambda: serve(settings, rules))
+    reuse_port = os.environ.get(REUSE_PORT_ENV) == "1"
+    return run_async(lambda: serve(settings, rules, reuse_port))
 
 
 async def serve(settings: Settings, rules: RuleSet, reuse_port: bool = False) -> int:

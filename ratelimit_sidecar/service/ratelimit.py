@@ -53,6 +53,11 @@ class RateLimitHandler:
         self._observer = observer
         self._overrides: dict[tuple[Rule, int, int], Rule] = {}
 
+    def swap_rules(self, rules: RuleSet) -> None:
+        """One attribute store: a request sees the old rules or the new, never a mix."""
+        self._overrides = {}
+        self.rules = rules
+
     def decide(self, request: RateLimitRequest) -> RateLimitResponse:
         """Raises InvalidRequest for a request that cannot be answered."""
         validate(request, self._bounds)

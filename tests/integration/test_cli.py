@@ -80,3 +80,27 @@ def test_check_accepts_the_spec_example_and_rejects_a_broken_file(tmp_path: Path
     result = run_cli(["check", str(bad)])
     assert result.returncode == 1
     assert f"{bad}:4" in result.stderr and "fortnight" in result.stderr
+
+
+def test_no_redis_password_in_logs_or_endpoints(tmp_path: Path) -> None:
+    import urllib.request
+
+    from tests.support.net import free_port
+
+    url = f"redis://app:s3cretpw@127.0.0.1:{free_port()}/0"  # nothing listens: fail open
+    sidecar = SidecarProcess(write_rules(tmp_path), "--redis-url", url).wait_ready()
+    try:
+        with grpc.insecure_channel(sidecar.address) as channel:
+            stub = wire.RateLimitServiceStub(channel)
+            reply = stub.ShouldRateLimit(request("gateway", [("client", "x")]), timeout=5)
+        ready_url = f"http://127.0.0.1:{sidecar.metrics_port}/readyz"
+        with urllib.request.urlopen(ready_url, timeout=5) as answer:
+            ready = answer.read().decode()
+        import time
+
+        time.sleep(1.2)  # let a sync fail and be logged
+    finally:
+        sidecar.stop()
+    assert reply.overall_code == wire.Code.OK  # Redis is down, the sidecar answers anyway
+    assert "s3cretpw" not in sidecar.stderr and "s3cretpw" not in ready
+    assert "redis://127.0.0.1" in sidecar.stderr or "redis://app:***" in sidecar.stderr

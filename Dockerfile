@@ -1,0 +1,27 @@
+# ratelimit-sidecar: runs beside Envoy; mount rules at /etc/ratelimit/config.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    RLS_GRPC_ADDRESS=0.0.0.0:8081 \
+    RLS_METRICS_ADDRESS=0.0.0.0:9090 \
+    RLS_CONFIG=/etc/ratelimit/config
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY ratelimit_sidecar ./ratelimit_sidecar
+RUN pip install . \
+    && useradd --system --uid 10001 --no-create-home ratelimit \
+    && mkdir -p /etc/ratelimit/config
+
+COPY envoy/rules/gateway.yaml /etc/ratelimit/config/gateway.yaml
+
+USER 10001
+EXPOSE 8081 9090
+HEALTHCHECK --interval=10s --timeout=2s --start-period=5s --retries=3 \
+    CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:9090/healthz', timeout=1)" || exit 1
+
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["ratelimit-sidecar"]
+CMD ["serve", "--config", "/etc/ratelimit/config"]

@@ -1,0 +1,96 @@
+"""`--workers N`: N sidecar processes sharing one gRPC port through SO_REUSEPORT.
+
+Each worker is a node of its own (node id `<id>-w<i>`, its own counters and Redis heartbeat),
+so the fleet algorithm treats workers like any other sidecars. Metrics use per-worker ports
+(`--metrics-address` port + i) rather than prometheus multiprocess mode: each worker's numbers
+stay exact and self-describing, and Prometheus sums them with `sum by (...)`.
+The parent only supervises: it forwards SIGTERM/SIGINT, waits for every worker to flush and
+exit, and exits non-zero if any worker did.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+from ratelimit_sidecar.server.run import REUSE_PORT_ENV
+from ratelimit_sidecar.settings import ENV_PREFIX, Settings
+
+log = logging.getLogger("ratelimit_sidecar.workers")
+POLL_S = 0.2
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def worker_command(settings: Settings, index: int) -> list[str]:
+    host, port = split_address(settings.metrics_address)
+    args = [
+        sys.executable, "-m", "ratelimit_sidecar", "serve",
+        "--config", settings.config_path,
+        "--grpc-address", settings.grpc_address,
+        "--metrics-address", f"{host}:{port + index if port else 0}",
+        "--node-id", f"{settings.node_id}-w{index}",
+        "--workers", "1",
+        "--log-format", settings.log_format, "--log-level", settings.log_level,
+        "--max-keys", str(settings.max_keys),
+        "--redis-prefix", settings.redis_prefix,
+        "--sync-timeout-ms", str(settings.sync_timeout_ms),
+    ]  # fmt: skip
+    args += ["--shadow-mode"] if settings.shadow_mode else []
+    args += ["--ietf-headers"] if settings.ietf_headers else []
+    return args
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    env = {**os.environ, REUSE_PORT_ENV: "1"}
+    if settings.redis_url:  # by environment, so the password never shows in `ps`
+        env[ENV_PREFIX + "REDIS_URL"] = settings.redis_url
+    return env
+
+
+def run_workers(settings: Settings) -> int:
+    if split_address(settings.grpc_address)[1] == 0:
+        print("ratelimit-sidecar: error: --workers needs a fixed gRPC port", file=sys.stderr)
+        return 1
+    children = [
+        subprocess.Popen(worker_command(settings, i), env=worker_env(settings), stdin=subprocess.DEVNULL)
+        for i in range(settings.workers)
+    ]  # fmt: skip
+    stopping = _forward_signals(children)
+    return _supervise(children, stopping)
+
+
+def _forward_signals(children: list[subprocess.Popen[bytes]]) -> list[bool]:
+    stopping = [False]
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        stopping[0] = True
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return stopping
+
+
+def _supervise(children: list[subprocess.Popen[bytes]], stopping: list[bool]) -> int:
+    """Wait for all workers; if one dies on its own, stop the others (the service is degraded)."""
+    while any(child.poll() is None for child in children):
+        if not stopping[0] and any(child.poll() is not None for child in children):
+            log.error("a worker exited unexpectedly; stopping the others")
+            stopping[0] = True
+            for child in children:
+                if child.poll() is None:
+                    child.terminate()
+        time.sleep(POLL_S)
+    codes = [child.returncode for child in children]
+    return max(abs(code) for code in codes)

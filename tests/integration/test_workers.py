@@ -1,0 +1,64 @@
+"""`--workers 2`: two processes on one gRPC port, each a node, both stopped and flushed on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import grpc
+
+from ratelimit_sidecar import wire
+from tests.support.grpc_client import request
+from tests.support.net import free_port, wait_grpc_serving
+from tests.support.procs import start_cli
+from tests.support.rules import write_rules
+
+
+def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
+    port, metrics = free_port(), free_port()
+    proc = start_cli(
+        [
+            "serve", "--config", str(write_rules(tmp_path)), "--workers", "2",
+            "--grpc-address", f"127.0.0.1:{port}", "--metrics-address", f"127.0.0.1:{metrics}",
+            "--node-id", "wk",
+        ]
+    )  # fmt: skip
+    try:
+        wait_grpc_serving(f"127.0.0.1:{port}")
+        for offset in (0, 1):
+            _wait_http(metrics + offset)
+        answered = 0
+        for _ in range(20):  # new channels get spread over the workers by the kernel
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = wire.RateLimitServiceStub(channel)
+                stub.ShouldRateLimit(request("gateway", [("api_key", "w")]), timeout=5)
+                answered += 1
+        tracked = [_tracked(metrics + offset) for offset in (0, 1)]
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert answered == 20
+    assert proc.returncode == 0, err
+    assert "node wk-w0" in err and "node wk-w1" in err
+    assert err.count("stopped") == 2  # both workers drained and flushed
+    assert sum(tracked) >= 1
+
+
+def _wait_http(port: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _tracked(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/keys", timeout=5) as reply:
+        return int(json.loads(reply.read())["tracked"])
