@@ -60,10 +60,11 @@ def run_workers(settings: Settings) -> int:
     if split_address(settings.grpc_address)[1] == 0:
         print("ratelimit-sidecar: error: --workers needs a fixed gRPC port", file=sys.stderr)
         return 1
+    env = worker_env(settings)
     children = [
-        subprocess.Popen(worker_command(settings, i), env=worker_env(settings), stdin=subprocess.DEVNULL)
+        subprocess.Popen(worker_command(settings, i), env=env, stdin=subprocess.DEVNULL)
         for i in range(settings.workers)
-    ]  # fmt: skip
+    ]
     stopping = _forward_signals(children)
     return _supervise(children, stopping)
 

@@ -1,4 +1,4 @@
-"""`--workers 2`: two processes on one gRPC port, each a node, both stopped and flushed on SIGTERM."""
+"""`--workers 2`: two processes on one gRPC port, each a node, both flushed on SIGTERM."""
 
 from __future__ import annotations
 
