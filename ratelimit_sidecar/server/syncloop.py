@@ -12,7 +12,8 @@ from ratelimit_sidecar.storage.base import Storage
 
 log = logging.getLogger("ratelimit_sidecar.sync")
 
-IDLE_POLL_MS = 1000  # how often to look for work when no key is tracked
+MAX_SLEEP_MS = 250  # look again at least this often: a newly active rule may have short spans
+HEARTBEAT_MS = 1000  # sync at least this often, so the store's heartbeat stays fresh
 FLUSH_ATTEMPTS = 3
 
 
@@ -48,12 +49,16 @@ class SyncLoop:
         self._stop.set()
 
     async def run(self) -> None:
+        due = self._clock_ms()
         while not self._stop.is_set():
             now = self._clock_ms()
-            wake = self.limiter.next_span_end(now) or now + IDLE_POLL_MS
-            if await self._sleep_until(wake):
+            span_end = self.limiter.next_span_end(now)
+            due = min(due, span_end) if span_end is not None else due
+            if await self._sleep_until(min(due, now + MAX_SLEEP_MS)):
                 return
-            await self.sync_once()
+            if self._clock_ms() >= due:
+                await self.sync_once()
+                due = self._clock_ms() + HEARTBEAT_MS
 
     async def _sleep_until(self, wake_ms: int) -> bool:
         """Sleep until the wall clock reaches `wake_ms`; True if asked to stop meanwhile."""

@@ -132,24 +132,27 @@ def test_under_limit_load_is_never_rejected_and_nodes_converge(
         assert abs(estimate - 1 / share) <= 0.25 / share, (node.address, estimate, 1 / share)
 
 
-def p99(answers: list[Answer]) -> float:
+def p90(answers: list[Answer]) -> float:
     latencies = sorted(a.latency_s for a in answers)
-    return latencies[int(0.99 * (len(latencies) - 1))]
+    return latencies[int(0.9 * (len(latencies) - 1))]
 
 
-def healthy_p99(fleet: list[SidecarProcess], rates: list[float]) -> float:
+def healthy_p90(fleet: list[SidecarProcess], rates: list[float]) -> float:
     """The same load with Redis up: what an unaffected decision costs on this machine now."""
-    return p99(drive(addresses(fleet), rates, WINDOW_S, [("client", "baseline")]))
+    return p90(drive(addresses(fleet), rates, WINDOW_S, [("client", "baseline")]))
 
 
 def assert_not_slower(answers: list[Answer], baseline_s: float) -> None:
-    # Absolute latency is measured by `make bench`; here: the store's state adds nothing.
-    assert p99(answers) <= max(0.005, 1.5 * baseline_s), (p99(answers), baseline_s)
+    # Absolute latency (p99) is measured by `make bench` on a quiet machine. Here, with three
+    # servers and the client sharing two cores, the behaviour is what counts: a dead or frozen
+    # store must not put its timeouts (250 ms) into decisions.
+    assert p90(answers) <= max(0.01, 2 * baseline_s), (p90(answers), baseline_s)
+    assert max(a.latency_s for a in answers) < 0.25
 
 
 def test_redis_killed_then_restarted(fleet: list[SidecarProcess], redis: ServerProcess) -> None:
     rates = [2 * MAX / WINDOW_S * share for share in SHARES]
-    baseline = healthy_p99(fleet, rates)
+    baseline = healthy_p90(fleet, rates)
     redis.kill()
     answers = drive(addresses(fleet), rates, 2 * WINDOW_S, [("client", "outage")])
     assert not [a for a in answers if a.code == ERROR]
@@ -167,7 +170,7 @@ def test_redis_killed_then_restarted(fleet: list[SidecarProcess], redis: ServerP
 def test_redis_paused_leaves_decisions_fast(
     fleet: list[SidecarProcess], redis: ServerProcess
 ) -> None:
-    baseline = healthy_p99(fleet, [30.0, 20.0, 10.0])
+    baseline = healthy_p90(fleet, [30.0, 20.0, 10.0])
     redis.pause()
     try:
         answers = drive(addresses(fleet), [30.0, 20.0, 10.0], WINDOW_S, [("client", "pause")])
