@@ -13,7 +13,16 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, SyncStats, Verdict
+from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, SyncStats
+from ratelimit_sidecar.hotmetrics import (
+    NEAR,
+    OVER,
+    SHADOW,
+    TOTAL,
+    WITHIN,
+    DecisionCounts,
+    LatencyHistogram,
+)
 
 NS = "ratelimit_sidecar"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
@@ -34,31 +43,15 @@ class Metrics:
     """Every metric the sidecar exports; also the service's DecisionObserver."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
-        r, labels = self.registry, ("domain", "rule")
-        self.total_hits = Counter(
-            f"{NS}_total_hits", "Hits counted against a rule", labels, registry=r
+        self.registry = r = registry if registry is not None else CollectorRegistry()
+        self.decisions = DecisionCounts(NS)
+        self.decision_seconds = LatencyHistogram(
+            f"{NS}_decision_seconds", "Time to decide one request", LATENCY_BUCKETS
         )
-        self.within_limit = Counter(
-            f"{NS}_within_limit", "Descriptors answered OK", labels, registry=r
-        )
-        self.near_limit = Counter(
-            f"{NS}_near_limit", "OK, but above 80% of the limit", labels, registry=r
-        )
-        self.over_limit = Counter(
-            f"{NS}_over_limit", "Descriptors answered OVER_LIMIT", labels, registry=r
-        )
-        self.shadow_mode = Counter(
-            f"{NS}_shadow_mode", "Over the limit, let through by shadow mode", labels, registry=r
-        )
+        r.register(self.decisions)
+        r.register(self.decision_seconds)
         self.unknown_domains = Counter(
             f"{NS}_unknown_domain", "Requests for a domain with no rules", registry=r
-        )
-        self.decision_seconds = Histogram(
-            f"{NS}_decision_seconds",
-            "Time to decide one request",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
         )
         self.sync_seconds = Histogram(
             f"{NS}_sync_seconds", "Duration of one span sync", buckets=SYNC_BUCKETS, registry=r
@@ -69,7 +62,7 @@ class Metrics:
         self.sync_round_trips = Counter(f"{NS}_sync_round_trips", "Store round trips", registry=r)
         self.keys_pushed = Counter(f"{NS}_sync_keys_pushed", "Counter deltas pushed", registry=r)
         self.dropped_hits = Counter(
-            f"{NS}_dropped_hits", "Admitted hits that never reached the store", registry=r
+            f"{NS}_dropped_hits", "Admitted hits never confirmed by the store", registry=r
         )
         self.config_loads = Counter(
             f"{NS}_config_loads", "Rule loads by result", ("result",), registry=r
@@ -82,44 +75,28 @@ class Metrics:
         )
         for kind in ERROR_KINDS:  # export zeros, so rate() and alerts work before a failure
             self.sync_errors.labels(kind)
-        self._children: dict[tuple[str, str], tuple[Counter, ...]] = {}
-        self._version = ""  # fmt: skip
+        self._version = ""
 
     # -- DecisionObserver ---------------------------------------------------------------
 
     def decided(self, domain: str, hits: Sequence[Hit], decision: Decision) -> None:
         for hit, verdict in zip(hits, decision.verdicts, strict=True):
-            if hit.rule is not None and verdict.limit is not None:
-                self._count(domain, _label(hit.rule, hit), verdict)
+            rule = hit.rule
+            if rule is None or verdict.limit is None:
+                continue
+            label = rule.id if not rule.detailed_metric else _label(rule, hit)
+            counts = self.decisions.counts(domain, label)
+            counts[TOTAL] += 1
+            if verdict.code is Code.OVER_LIMIT:
+                counts[OVER] += 1
+            elif verdict.shadowed:
+                counts[SHADOW] += 1
+            else:
+                counts[WITHIN] += 1
+                counts[NEAR] += verdict.near_limit
 
     def unknown_domain(self, domain: str) -> None:  # noqa: ARG002 - one counter, no raw labels
         self.unknown_domains.inc()
-
-    def _count(self, domain: str, label: str, verdict: Verdict) -> None:
-        hits, within, near, over, shadow = self._for(domain, label)
-        hits.inc()
-        if verdict.code is Code.OVER_LIMIT:
-            over.inc()
-        elif verdict.shadowed:
-            shadow.inc()
-        else:
-            within.inc()
-            if verdict.near_limit:
-                near.inc()
-
-    def _for(self, domain: str, rule_id: str) -> tuple[Counter, ...]:
-        found = self._children.get((domain, rule_id))
-        if found is None:
-            counters = (
-                self.total_hits,
-                self.within_limit,
-                self.near_limit,
-                self.over_limit,
-                self.shadow_mode,
-            )
-            found = tuple(c.labels(domain, rule_id) for c in counters)
-            self._children[(domain, rule_id)] = found
-        return found  # fmt: skip
 
     # -- sync and config ----------------------------------------------------------------
 

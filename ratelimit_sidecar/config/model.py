@@ -69,15 +69,14 @@ class RateLimit:
     spans: int = DEFAULT_SPANS
     cooldown_ms: int = 0  # 0 means "one window"; resolved by `cooldown`
     replaces: tuple[str, ...] = ()
+    # Derived once: the request path reads these for every hit.
+    window_ms: int = field(init=False, compare=False, repr=False)
+    cooldown: int = field(init=False, compare=False, repr=False)  # ms, default one window
 
-    @property
-    def window_ms(self) -> int:
-        return self.unit.seconds * self.unit_multiplier * 1000
-
-    @property
-    def cooldown(self) -> int:
-        """Cooldown in milliseconds, defaulting to one window."""
-        return self.cooldown_ms or self.window_ms
+    def __post_init__(self) -> None:
+        window = self.unit.seconds * self.unit_multiplier * 1000
+        object.__setattr__(self, "window_ms", window)
+        object.__setattr__(self, "cooldown", self.cooldown_ms or window)
 
     @property
     def window_seconds(self) -> int:
@@ -107,12 +106,13 @@ class Rule:
     # Indexes into `path` of wildcard levels marked `share_threshold` in the reference: every value
     # matching that wildcard shares one counter, named by the pattern instead of the request value.
     shared_levels: tuple[int, ...] = ()
+    # Stable name for metrics and debug output, `domain.key_value.key2`; derived once because
+    # metrics label every decision with it.
+    id: str = field(init=False, repr=False)
 
-    @property
-    def id(self) -> str:
-        """Stable name for metrics and debug output: `domain.key_value.key2`."""
+    def __post_init__(self) -> None:
         parts = [f"{k}_{v}" if v else k for k, v in self.path]
-        return ".".join([self.domain, *parts])
+        object.__setattr__(self, "id", ".".join([self.domain, *parts]))
 
     @property
     def fingerprint(self) -> tuple[object, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ratelimit_sidecar.config.model import RateLimit, Rule
 
@@ -18,8 +19,11 @@ class Code(enum.IntEnum):
     OVER_LIMIT = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+# Hit, Verdict and Decision are built for every request: NamedTuples are immutable like frozen
+# dataclasses but about ten times cheaper to construct.
+
+
+class Hit(NamedTuple):
     """One request descriptor after matching: which rule, which counter, how many hits."""
 
     rule: Rule | None  # None: no rule matched this descriptor
@@ -27,8 +31,7 @@ class Hit:
     hits: int
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What one descriptor got. `limit` None means no limit applies (unmatched or unlimited)."""
 
     code: Code
@@ -41,8 +44,7 @@ class Verdict:
     near_limit: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """The answer to one request: OVER_LIMIT if any descriptor is over (and not shadowed)."""
 
     code: Code

@@ -94,4 +94,4 @@ def _supervise(children: list[subprocess.Popen[bytes]], stopping: list[bool]) ->
                     child.terminate()
         time.sleep(POLL_S)
     codes = [child.returncode for child in children]
-    return max(abs(code) for code in codes)
+    return int(max(abs(code) for code in codes))

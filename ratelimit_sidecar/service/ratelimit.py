@@ -17,7 +17,12 @@ from ratelimit_sidecar.service.response import (
     build_response,
     unmatched_response,
 )
-from ratelimit_sidecar.service.validation import Bounds, validate
+from ratelimit_sidecar.service.validation import (
+    Bounds,
+    Entries,
+    validate_entries,
+    validate_request,
+)
 from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest, RateLimitResponse
 
 MAX_OVERRIDES = 1024
@@ -60,26 +65,40 @@ class RateLimitHandler:
 
     def decide(self, request: RateLimitRequest) -> RateLimitResponse:
         """Raises InvalidRequest for a request that cannot be answered."""
-        validate(request, self._bounds)
-        domain = self.rules.domain(request.domain)
+        name, descriptors = request.domain, request.descriptors
+        validate_request(name, len(descriptors), self._bounds)
+        domain = self.rules.domain(name)
+        default_hits = request.hits_addend or 1
+        # One pass over each descriptor's entries: validate, match, and name the counter.
+        hits = [self._hit(name, domain, i, d, default_hits) for i, d in enumerate(descriptors)]
         if domain is None:
             if self._observer is not None:
-                self._observer.unknown_domain(request.domain)
-            return unmatched_response(len(request.descriptors))
-        default_hits = request.hits_addend or 1
-        matched = [self._rule(domain, d) for d in request.descriptors]
-        rules = apply_replaces(matched) if len(matched) > 1 else matched
-        hits = [
-            Hit(rule, _key(request.domain, d, rule), _hits(d, default_hits))
-            for rule, d in zip(rules, request.descriptors, strict=True)
-        ]
+                self._observer.unknown_domain(name)
+            return unmatched_response(len(hits))
+        if len(hits) > 1:
+            hits = _apply_replaces(hits)
         decision = self.limiter.hit(self._clock_ms(), hits)
         if self._observer is not None:
-            self._observer.decided(request.domain, hits, decision)
+            self._observer.decided(name, hits, decision)
         return build_response(decision, self._options)
 
-    def _rule(self, domain: Domain, descriptor: RateLimitDescriptor) -> Rule | None:
-        rule = match(domain, [(e.key, e.value) for e in descriptor.entries])
+    def _hit(
+        self,
+        name: str,
+        domain: Domain | None,
+        index: int,
+        descriptor: RateLimitDescriptor,
+        default_hits: int,
+    ) -> Hit:
+        entries = [(e.key, e.value) for e in descriptor.entries]
+        validate_entries(index, entries, self._bounds)
+        rule = None if domain is None else self._rule(domain, entries, descriptor)
+        return Hit(rule, _key(name, entries, rule), _hits(descriptor, default_hits))
+
+    def _rule(
+        self, domain: Domain, entries: Entries, descriptor: RateLimitDescriptor
+    ) -> Rule | None:
+        rule = match(domain, entries)
         if rule is not None and descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
             return self._override(rule, descriptor.limit.requests_per_unit, descriptor.limit.unit)
         return rule
@@ -98,16 +117,24 @@ class RateLimitHandler:
         return found
 
 
-def _key(domain: str, descriptor: RateLimitDescriptor, rule: Rule | None) -> tuple[str, ...]:
+def _apply_replaces(hits: list[Hit]) -> list[Hit]:
+    rules = apply_replaces([hit.rule for hit in hits])
+    return [
+        hit if rule is hit.rule else hit._replace(rule=rule)
+        for hit, rule in zip(hits, rules, strict=True)
+    ]
+
+
+def _key(domain: str, entries: Entries, rule: Rule | None) -> tuple[str, ...]:
     """The counter's identity: the domain and every entry, one counter per distinct value.
 
     A wildcard with `share_threshold` counts all matching values together, so at those levels
     the configured pattern stands in for the request's value.
     """
     flat = [domain]
-    for entry in descriptor.entries:
-        flat.append(entry.key)
-        flat.append(entry.value)
+    for key, value in entries:
+        flat.append(key)
+        flat.append(value)
     if rule is not None and rule.shared_levels:
         for level in rule.shared_levels:
             flat[2 + 2 * level] = rule.path[level][1]
