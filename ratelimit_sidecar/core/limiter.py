@@ -10,7 +10,7 @@ milliseconds; nodes share windows by epoch ordinal) to every call:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
@@ -20,7 +20,6 @@ from ratelimit_sidecar.core.syncplan import SyncPlan
 from ratelimit_sidecar.core.types import (
     Code,
     Decision,
-    FlagRead,
     Hit,
     Push,
     SyncBatch,
@@ -34,6 +33,7 @@ UNMATCHED = Verdict(Code.OK)
 UNLIMITED = Verdict(Code.OK, unlimited=True)
 DEFAULT_MAX_KEYS = 100_000
 NEAR_LIMIT_RATIO = 0.8
+KEYS_PER_STEP = 2000  # keys planned between two yields of end_span_steps
 
 
 class Limiter:
@@ -154,16 +154,35 @@ class Limiter:
 
     def end_span(self, now_ms: int, flush: bool = False) -> SyncBatch:
         """Hand every key whose span ended (every key, with `flush`) to the store."""
+        for _ in self.end_span_steps(now_ms, flush):
+            pass
+        return self.batch_in_flight()
+
+    def end_span_steps(
+        self, now_ms: int, flush: bool = False, keys_per_step: int = KEYS_PER_STEP
+    ) -> Iterator[int]:
+        """`end_span` in slices, yielding after every `keys_per_step` keys.
+
+        A caller on an event loop resumes requests between slices, so planning 100k keys never
+        stalls decisions. Hits that arrive meanwhile are safe either way: a key not yet planned
+        includes them in this push, a key already planned keeps them for its next span.
+        When the iterator is exhausted, `batch_in_flight()` is the batch.
+        """
         if self._plan is not None:
             raise RuntimeError("end_span called while a sync is still in flight")
-        plan = SyncPlan(now_ms)
+        plan = self._plan = SyncPlan(now_ms)
         plan.add_orphans(self._orphans)
         self._orphans = []
-        for state in self.keys:
+        for index, state in enumerate(self.keys):
             if flush or now_ms >= state.next_sync:
                 self._plan_key(plan, state, now_ms)
-        self._plan = plan
-        return plan.batch
+            if index % keys_per_step == keys_per_step - 1:
+                yield index + 1
+
+    def batch_in_flight(self) -> SyncBatch:
+        if self._plan is None:
+            raise RuntimeError("no sync in flight")
+        return self._plan.batch
 
     def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int) -> None:
         self.dropped_hits += state.roll(now_ms)
@@ -174,10 +193,11 @@ class Limiter:
             return
         if state.unsent:
             self._plan_unsent(plan, state)
-        if state.pending:
-            plan.push(state, Push(state.key, state.window, state.pending, limit))
-            state.inflight, state.pending = state.pending, 0
-        plan.read_flag(state, FlagRead(state.key))
+        # Every active key is pushed each span, even with nothing to add: the answer carries
+        # the window's global total and the block flag, and the store's work per span follows
+        # the number of active keys, not the request rate.
+        plan.push(state, Push(state.key, state.window, state.pending, limit))
+        state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.estimate_window))

@@ -57,13 +57,12 @@ class Decision(NamedTuple):
         return max(waits, default=0)
 
 
-@dataclass(frozen=True, slots=True)
-class Push:
+class Push(NamedTuple):
     """One counter delta to add to the shared store: INCRBY `key`:`window` `count`."""
 
     key: KeyId
     window: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count; the name is the protocol's
     limit: RateLimit
 
 
@@ -98,8 +97,7 @@ class SyncBatch:
         return bool(self.pushes or self.flag_reads or self.total_reads)
 
 
-@dataclass(frozen=True, slots=True)
-class PushResult:
+class PushResult(NamedTuple):
     total: int  # the counter's value after the INCRBY
     block_ms: int  # remaining time of the shared block flag, 0 if none
 

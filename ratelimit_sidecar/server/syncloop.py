@@ -71,8 +71,10 @@ class SyncLoop:
         return self._stop.is_set()
 
     async def sync_once(self, flush: bool = False) -> SyncStats:
-        batch = self.limiter.end_span(self._clock_ms(), flush=flush)
         started = time.perf_counter()
+        for _ in self.limiter.end_span_steps(self._clock_ms(), flush=flush):
+            await asyncio.sleep(0)  # let requests in between slices of a large span
+        batch = self.limiter.batch_in_flight()
         result, resend = await self._call_store(batch)
         stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
         if self._on_sync is not None:

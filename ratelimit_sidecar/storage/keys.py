@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 
 from ratelimit_sidecar.core.types import KeyId
 
@@ -44,21 +45,33 @@ _VERSION = b"rls1"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
 
 
+@lru_cache(maxsize=1 << 18)
 def digest(key: KeyId) -> str:
     """16 hex digits identifying `key`; equal only for equal tuples (up to hash collisions)."""
-    h = hashlib.blake2b(_VERSION, digest_size=DIGEST_HEX // 2)
+    chunks = [_VERSION]
     for part in key:
         # surrogatepass: a lone surrogate must not make key naming fail on the sync path.
         raw = part.encode("utf-8", "surrogatepass")
-        h.update(len(raw).to_bytes(8, "big"))
-        h.update(raw)
-    return h.hexdigest()
+        chunks.append(len(raw).to_bytes(8, "big"))
+        chunks.append(raw)
+    return hashlib.blake2b(b"".join(chunks), digest_size=DIGEST_HEX // 2).hexdigest()
 
 
 def readable(text: str, limit: int) -> str:
     """An operator-friendly, separator-free, bounded rendering of `text` (never empty)."""
     cleaned = _UNSAFE.sub("_", text[:limit])
     return cleaned or "_"
+
+
+def counter_suffix(key: KeyId, window: int) -> str:
+    """What follows the tag in a counter's name: `:<domain>:<keys>:<window>`."""
+    domain = readable(key[0], MAX_DOMAIN) if key else "_"
+    return f":{domain}:{_names(key[1::2])}:{window}"
+
+
+@lru_cache(maxsize=1 << 12)
+def _names(keys: tuple[str, ...]) -> str:
+    return readable(".".join(keys), MAX_KEYS)
 
 
 class KeySchema:
@@ -81,9 +94,7 @@ class KeySchema:
 
     def counter(self, key: KeyId, window: int) -> str:
         """The counter of window ordinal `window` for `key`."""
-        domain = readable(key[0], MAX_DOMAIN) if key else "_"
-        names = readable(".".join(key[1::2]), MAX_KEYS)
-        return f"{self.tag(key)}:{domain}:{names}:{window}"
+        return f"{self.tag(key)}{counter_suffix(key, window)}"
 
     def flag(self, key: KeyId) -> str:
         """The shared block flag of `key`."""

@@ -1,9 +1,11 @@
 """The shared store on Redis (standalone, Sentinel or Cluster), one pipeline per span end.
 
-`RedisStorage.sync` turns a `SyncBatch` into one non-transactional pipeline: the push script
-(`push.lua`) per Push, `PTTL` per FlagRead, `GET` per TotalRead, then the node heartbeat. On
-Cluster, redis-py splits that pipeline by node and sends the parts concurrently: one round trip
-per Redis node. Semantics are those of `MemoryStorage`; the key names are in `keys.py`.
+`RedisStorage.sync` turns a `SyncBatch` into one non-transactional pipeline: one `sync.lua`
+call per chunk of up to 1000 pushes (per hash slot on Cluster), `PTTL` per FlagRead, `GET` per
+TotalRead, then the node heartbeat. Script arguments and answers are packed strings, because
+redis-py encodes and parses in Python: one value per call instead of six per key keeps a 100k
+key sync well inside a span. On Cluster, redis-py splits the pipeline by node and sends the
+parts concurrently: one round trip per Redis node. Semantics are those of `MemoryStorage`; the key names are in `keys.py`.
 
 Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
 than a failed one because the caller times it out and falls back to local thresholds. Sockets
@@ -24,11 +26,12 @@ For Sentinel, user and password are those of the data nodes; `sentinel_username`
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from redis.asyncio import Redis, RedisCluster
@@ -37,14 +40,24 @@ from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, 
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
-from ratelimit_sidecar.storage.keys import DEFAULT_PREFIX, KeySchema, readable
+from ratelimit_sidecar.storage.keys import (
+    DEFAULT_PREFIX,
+    KeySchema,
+    counter_suffix,
+    digest,
+    readable,
+)
 
-PUSH_SCRIPT = resources.files(__package__).joinpath("push.lua").read_text(encoding="utf-8")
-PUSH_SHA = hashlib.sha1(PUSH_SCRIPT.encode("utf-8")).hexdigest()
+SYNC_SCRIPT = resources.files(__package__).joinpath("sync.lua").read_text(encoding="utf-8")
+SYNC_SHA = hashlib.sha1(SYNC_SCRIPT.encode("utf-8")).hexdigest()
+THREAD_ABOVE = 2000  # pushes in a batch above which packing and parsing leave the loop
+CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
 DEFAULT_NODE_TTL_MS = 30_000
+T = TypeVar("T")
 HEARTBEAT_REPLIES = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
 
 
@@ -84,13 +97,22 @@ class RedisStorage:
         return self._description
 
     async def sync(self, batch: SyncBatch) -> SyncResult:
+        # Packing and parsing a large batch is pure string work: done in a worker thread, so
+        # the event loop keeps answering requests meanwhile (the GIL switches every 5 ms).
+        big = len(batch.pushes) > THREAD_ABOVE
+        chunks, calls = await _maybe_thread(big, self._prepare, batch.pushes)
         try:
-            replies = await self._run(self._commands(batch))
-            await self._reload_script(batch, replies)
+            scripts = [("EVALSHA", SYNC_SHA, *args) for args in calls]
+            replies = await self._run(scripts + self._commands(batch))
+            await self._reload_script(calls, replies)
         except Exception:
             await self._forget_topology()
             raise
-        return self._parse(batch, replies)
+        return await _maybe_thread(big, self._parse, batch, chunks, replies)
+
+    def _prepare(self, pushes: Sequence[Push]) -> tuple[list[list[int]], list[tuple[Any, ...]]]:
+        chunks = self._chunks(pushes)
+        return chunks, [self._script_args(pushes, chunk) for chunk in chunks]
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
@@ -101,12 +123,9 @@ class RedisStorage:
             await closer()
 
     def _commands(self, batch: SyncBatch) -> list[tuple[Any, ...]]:
-        """The pipeline for `batch`, in the order `_parse` reads the replies back."""
+        """The reads and the heartbeat, in the order `_parse` reads their replies back."""
         keys = self.keys
-        commands: list[tuple[Any, ...]] = [
-            ("EVALSHA", PUSH_SHA, 2, *self._push_args(p)) for p in batch.pushes
-        ]
-        commands += [("PTTL", keys.flag(r.key)) for r in batch.flag_reads]
+        commands: list[tuple[Any, ...]] = [("PTTL", keys.flag(r.key)) for r in batch.flag_reads]
         commands += [("GET", keys.counter(r.key, r.window)) for r in batch.total_reads]
         if self._heartbeat_on:
             # Scores are the node's own clock (batch.now_ms), not Redis TIME: that would cost a
@@ -121,18 +140,32 @@ class RedisStorage:
             ]
         return commands
 
-    def _push_args(self, push: Push) -> tuple[Any, ...]:
-        """KEYS and ARGV of push.lua."""
-        limit = push.limit
-        counter, flag = self.keys.counter(push.key, push.window), self.keys.flag(push.key)
-        return (
-            counter,
-            flag,
-            push.count,
-            2 * limit.window_ms,
-            limit.requests_per_unit,
-            limit.cooldown,
-        )
+    def _chunks(self, pushes: Sequence[Push]) -> list[list[int]]:
+        """Push indexes grouped into script calls; on Cluster a call may only touch one slot."""
+        if not isinstance(self.client, RedisCluster):
+            indexes = list(range(len(pushes)))
+            return [indexes[i : i + CHUNK_KEYS] for i in range(0, len(indexes), CHUNK_KEYS)]
+        by_slot: dict[int, list[int]] = {}
+        for index, push in enumerate(pushes):
+            by_slot.setdefault(key_slot(self.keys.tag(push.key).encode()), []).append(index)
+        return [
+            group[i : i + CHUNK_KEYS]
+            for group in by_slot.values()
+            for i in range(0, len(group), CHUNK_KEYS)
+        ]
+
+    def _script_args(self, pushes: Sequence[Push], chunk: list[int]) -> tuple[Any, ...]:
+        """numkeys, KEYS and ARGV of sync.lua for the pushes at `chunk`."""
+        entries = []
+        for index in chunk:
+            push, limit = pushes[index], pushes[index].limit
+            entries.append(
+                f"{digest(push.key)}|{counter_suffix(push.key, push.window)}|{push.count}|"
+                f"{2 * limit.window_ms}|{limit.requests_per_unit}|{limit.cooldown}"
+            )
+        first = pushes[chunk[0]]
+        route = self.keys.counter(first.key, first.window)
+        return (1, route, self.keys.prefix, ";".join(entries))
 
     @property
     def _heartbeat_on(self) -> bool:
@@ -148,8 +181,8 @@ class RedisStorage:
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
 
-    async def _reload_script(self, batch: SyncBatch, replies: list[Any]) -> None:
-        """Re-run with EVAL the pushes a server rejected for not knowing the script.
+    async def _reload_script(self, calls: list[tuple[Any, ...]], replies: list[Any]) -> None:
+        """Re-run with EVAL the script calls a server rejected for not knowing the script.
 
         That happens once after a server restart or SCRIPT FLUSH. A NOSCRIPT reply means the
         script did not run, so re-sending it cannot count twice. EVAL also caches the script,
@@ -157,10 +190,10 @@ class RedisStorage:
         scripts just makes this happen again). redis-py's own `Script` objects would instead
         send SCRIPT EXISTS before every pipeline: two round trips per sync.
         """
-        missing = [i for i, r in enumerate(replies[: len(batch.pushes)]) if _noscript(r)]
+        missing = [i for i in range(len(calls)) if _noscript(replies[i])]
         if not missing:
             return
-        retry = [("EVAL", PUSH_SCRIPT, 2, *self._push_args(batch.pushes[i])) for i in missing]
+        retry = [("EVAL", SYNC_SCRIPT, *calls[i]) for i in missing]
         for i, reply in zip(missing, await self._run(retry), strict=True):
             replies[i] = reply
 
@@ -169,23 +202,43 @@ class RedisStorage:
         if isinstance(self.client, RedisCluster):
             await self.client.aclose()
 
-    def _parse(self, batch: SyncBatch, replies: list[Any]) -> SyncResult:
+    def _parse(self, batch: SyncBatch, chunks: list[list[int]], replies: list[Any]) -> SyncResult:
         for reply in replies:
             if isinstance(reply, BaseException):
                 raise reply
-        n_push, n_flag = len(batch.pushes), len(batch.flag_reads)
+        n_calls, n_flag = len(chunks), len(batch.flag_reads)
         n_total = len(batch.total_reads)
-        expected = n_push + n_flag + n_total + (HEARTBEAT_REPLIES if self._heartbeat_on else 0)
+        expected = n_calls + n_flag + n_total + (HEARTBEAT_REPLIES if self._heartbeat_on else 0)
         if len(replies) != expected:
             raise RuntimeError(f"redis answered {len(replies)} replies for {expected} commands")
-        pushes = tuple(PushResult(int(r[0]), max(0, int(r[1]))) for r in replies[:n_push])
+        pushes = _push_results(len(batch.pushes), chunks, replies[:n_calls])
         # PTTL -2 (no flag) and -1 (a flag without TTL, never written by us) both mean "not
         # blocked": a stray key must not block a descriptor forever.
-        flags = tuple(max(0, int(r)) for r in replies[n_push : n_push + n_flag])
-        end = n_push + n_flag + n_total
-        totals = tuple(0 if r is None else int(r) for r in replies[n_push + n_flag : end])
+        flags = tuple(max(0, int(r)) for r in replies[n_calls : n_calls + n_flag])
+        end = n_calls + n_flag + n_total
+        totals = tuple(0 if r is None else int(r) for r in replies[n_calls + n_flag : end])
         live = int(replies[end + 2]) if self._heartbeat_on else 0
         return SyncResult(pushes, flags, totals, live)
+
+
+def _push_results(
+    count: int, chunks: list[list[int]], replies: list[Any]
+) -> tuple[PushResult, ...]:
+    """Unpack each call's "total,left;..." answer back into batch order."""
+    results: list[PushResult | None] = [None] * count
+    for chunk, reply in zip(chunks, replies, strict=True):
+        text = reply.decode() if isinstance(reply, bytes) else str(reply)
+        answers = text.split(";") if text else []
+        if len(answers) != len(chunk):
+            raise RuntimeError(f"sync script answered {len(answers)} of {len(chunk)} keys")
+        for index, answer in zip(chunk, answers, strict=True):
+            total, left = answer.split(",")
+            results[index] = PushResult(int(total), max(0, int(left)))
+    return tuple(r for r in results if r is not None)
+
+
+async def _maybe_thread(big: bool, func: Callable[..., T], *args: Any) -> T:
+    return await asyncio.to_thread(func, *args) if big else func(*args)
 
 
 def _noscript(reply: Any) -> bool:

@@ -220,10 +220,10 @@ async def test_heartbeat_counts_distinct_nodes(backend: Backend) -> None:
     assert (await sync(b)).live_nodes == 2
 
 
-async def test_a_mixed_batch_of_1000_keys_lines_up(backend: Backend) -> None:
+async def test_a_mixed_batch_of_2500_keys_lines_up(backend: Backend) -> None:
     store = backend.store()
-    keys = [("d", "user", f"u{i}") for i in range(1000)]
-    counts = [i % 13 + 1 for i in range(1000)]  # over the limit (10) for i % 13 >= 10
+    keys = [("d", "user", f"u{i}") for i in range(2500)]
+    counts = [i % 13 + 1 for i in range(2500)]  # over the limit (10) for i % 13 >= 10
     pushed = await sync(store, [push(k, c) for k, c in zip(keys, counts, strict=True)])
     flags, totals = keys[::-1], [(k, W) for k in keys[::3]]
     read = await sync(store, flags=flags, totals=totals)
@@ -321,8 +321,10 @@ async def test_one_round_trip_per_sync_on_standalone(redis_server: Any) -> None:
     assert store.round_trips - trips == 4
     # The server read 4 requests (plus the INFO asking): one packet of commands per sync...
     assert delta["total_reads_processed"] == 4 + 1
-    # ...holding exactly the commands of the batch: no SCRIPT EXISTS/LOAD, no EVAL, no PING.
-    assert delta["cmdstat_evalsha"] == 4 * 5 and delta["cmdstat_get"] == 4
+    # ...holding exactly the commands of the batch: one script call carries all 5 pushes; no
+    # SCRIPT EXISTS/LOAD, no EVAL, no PING.
+    assert delta["cmdstat_evalsha"] == 4 and delta["cmdstat_get"] == 4
+    assert delta["cmdstat_incrby"] == 4 * 5
     assert delta["cmdstat_zadd"] == delta["cmdstat_zcard"] == 4
     assert not any(delta.get(f"cmdstat_{c}") for c in ("script|exists", "script|load", "eval"))
 

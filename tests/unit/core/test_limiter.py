@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.core import Code, Limiter, SyncResult
+from ratelimit_sidecar.core import Code, Limiter, PushResult, SyncResult
 from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
@@ -105,7 +105,7 @@ def test_store_totals_from_other_nodes_block_this_node() -> None:
     limiter, r = Limiter(), rule(rpu=10, spans=2, cooldown_ms=300)
     limiter.hit(T0, [hit(r)])
     batch = limiter.end_span(T0 + 500)
-    result = SyncResult(pushes=(_answer(total=11),), flag_ms=(0,))
+    result = SyncResult(pushes=(_answer(total=11),))
     stats = limiter.apply_sync(T0 + 500, batch, result)
     assert stats.blocked_keys == 1
     assert limiter.hit(T0 + 799, [hit(r)]).code is Code.OVER_LIMIT
@@ -119,7 +119,7 @@ def test_shared_block_flag_blocks_a_node_that_did_not_cross() -> None:
     limiter, r = Limiter(), rule(rpu=100, spans=2)
     limiter.hit(T0, [hit(r)])
     batch = limiter.end_span(T0 + 500)
-    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(5),), flag_ms=(2000,)))
+    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(5, block_ms=2000),)))
     assert limiter.hit(T0 + 2499, [hit(r)]).code is Code.OVER_LIMIT
     assert limiter.hit(T0 + 2500, [hit(r)]).code is Code.OK
 
@@ -129,13 +129,13 @@ def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
     for _ in range(10):
         limiter.hit(T0, [hit(r)])
     batch = limiter.end_span(T0 + 500)
-    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(10),), flag_ms=(0,)))
+    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(10),)))
     batch = limiter.end_span(T0 + 1000)  # window rolled: no total read yet (others may lag)
     assert batch.total_reads == []
-    limiter.apply_sync(T0 + 1000, batch, SyncResult(flag_ms=(0,)))
+    limiter.apply_sync(T0 + 1000, batch, SyncResult((_answer(0),)))
     batch = limiter.end_span(T0 + 1500)
     assert [(t.window) for t in batch.total_reads] == [T0 // 1000]
-    limiter.apply_sync(T0 + 1500, batch, SyncResult(flag_ms=(0,), totals=(40,)))
+    limiter.apply_sync(T0 + 1500, batch, SyncResult((_answer(0),), totals=(40,)))
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.nodes == 4.0
     # with 4 nodes, this node's share of a 1000 limit is 250 per window
@@ -153,7 +153,7 @@ def test_store_failure_keeps_deltas_and_applies_the_fallback() -> None:
     assert limiter.hit(T0 + 600, [hit(r)]).code is Code.OVER_LIMIT
     assert limiter.pending_hits() == 6
     batch = limiter.end_span(T0 + 1000)  # the store is back: the unsent span goes out
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
+    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6), (T0 // 1000 + 1, 0)]
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     assert limiter.pending_hits() == 0
 
@@ -195,9 +195,7 @@ def test_blocked_keys_are_not_evicted_for_room() -> None:
     assert limiter.hit(T0, [hit(r, "a")]).code is Code.OVER_LIMIT
 
 
-def _answer(total: int, block_ms: int = 0) -> object:
-    from ratelimit_sidecar.core import PushResult
-
+def _answer(total: int, block_ms: int = 0) -> PushResult:
     return PushResult(total, block_ms)
 
 
@@ -207,4 +205,4 @@ def test_a_timed_out_push_is_not_resent_so_it_cannot_count_twice() -> None:
     batch = limiter.end_span(T0 + 500)
     stats = limiter.apply_sync(T0 + 500, batch, None, resend=False)
     assert stats.dropped_hits == 4  # unconfirmed: it may have reached the store
-    assert limiter.end_span(T0 + 1000).pushes == []
+    assert sum(p.count for p in limiter.end_span(T0 + 1000).pushes) == 0
