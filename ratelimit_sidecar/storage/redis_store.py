@@ -5,7 +5,8 @@ call per chunk of up to 1000 pushes (per hash slot on Cluster), `PTTL` per FlagR
 TotalRead, then the node heartbeat. Script arguments and answers are packed strings, because
 redis-py encodes and parses in Python: one value per call instead of six per key keeps a 100k
 key sync well inside a span. On Cluster, redis-py splits the pipeline by node and sends the
-parts concurrently: one round trip per Redis node. Semantics are those of `MemoryStorage`; the key names are in `keys.py`.
+parts concurrently: one round trip per Redis node. Semantics are those of `MemoryStorage`; the
+key names are in `keys.py`.
 
 Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
 than a failed one because the caller times it out and falls back to local thresholds. Sockets
