@@ -77,15 +77,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["simulate"]:  # its own parser: argparse.REMAINDER would reject --flags
+        from ratelimit_sidecar.simulate.cli import main as simulate_main
+
+        return int(simulate_main(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.command == "check":
         from ratelimit_sidecar.cli_check import run_check
 
         return run_check(args.path)
-    if args.command == "simulate":
-        from ratelimit_sidecar.simulate.cli import main as simulate_main
-
-        return simulate_main(args.args)
     if not args.config:
         print("ratelimit-sidecar: error: --config (or RLS_CONFIG) is required", file=sys.stderr)
         return 2

@@ -206,7 +206,8 @@ class Limiter:
         if state.window - state.unsent_window > 1:
             self.dropped_hits += state.unsent
         else:
-            plan.push(state, Push(state.key, state.unsent_window, state.unsent, state.limit))
+            retry = Push(state.key, state.unsent_window, state.unsent, state.limit)
+            plan.push(state, retry, fresh=False)
         state.unsent = 0
 
     def apply_sync(

@@ -19,7 +19,7 @@ log = logging.getLogger("ratelimit_sidecar.grpc")
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
-class RateLimitServicer(wire.RateLimitServiceServicer):
+class RateLimitServicer:
     """Delegates to the handler; only maps errors to gRPC statuses."""
 
     def __init__(
@@ -30,7 +30,7 @@ class RateLimitServicer(wire.RateLimitServiceServicer):
 
     async def ShouldRateLimit(
         self, request: wire.RateLimitRequest, context: grpc.aio.ServicerContext
-    ) -> wire.RateLimitResponse:
+    ) -> bytes:
         started = time.perf_counter()
         try:
             response = self.handler.decide(request)
@@ -46,6 +46,16 @@ class RateLimitServicer(wire.RateLimitServiceServicer):
             raise
 
 
+def rate_limit_handler(servicer: RateLimitServicer) -> grpc.GenericRpcHandler:
+    """ShouldRateLimit with a pass-through response serializer: the handler already encodes."""
+    method = grpc.unary_unary_rpc_method_handler(
+        servicer.ShouldRateLimit,
+        request_deserializer=wire.RateLimitRequest.FromString,
+        response_serializer=None,  # the response is already wire bytes
+    )
+    return grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"ShouldRateLimit": method})
+
+
 class BindError(RuntimeError):
     """The gRPC address could not be bound (taken, or not local)."""
 
@@ -59,7 +69,7 @@ def build_server(
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
     server = grpc.aio.server(options=options)
-    wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers((rate_limit_handler(servicer),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (wire.SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)

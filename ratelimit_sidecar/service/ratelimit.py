@@ -13,8 +13,8 @@ from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import Decision, Hit, Limiter
 from ratelimit_sidecar.service.response import (
+    ResponseEncoder,
     ResponseOptions,
-    build_response,
     unmatched_response,
 )
 from ratelimit_sidecar.service.validation import (
@@ -23,7 +23,7 @@ from ratelimit_sidecar.service.validation import (
     validate_entries,
     validate_request,
 )
-from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest, RateLimitResponse
+from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest
 
 MAX_OVERRIDES = 1024
 _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
@@ -54,7 +54,7 @@ class RateLimitHandler:
         self.limiter = limiter
         self._clock_ms = clock_ms
         self._bounds = bounds or Bounds()
-        self._options = options or ResponseOptions()
+        self._encoder = ResponseEncoder(options)
         self._observer = observer
         self._overrides: dict[tuple[Rule, int, int], Rule] = {}
 
@@ -63,8 +63,8 @@ class RateLimitHandler:
         self._overrides = {}
         self.rules = rules
 
-    def decide(self, request: RateLimitRequest) -> RateLimitResponse:
-        """Raises InvalidRequest for a request that cannot be answered."""
+    def decide(self, request: RateLimitRequest) -> bytes:
+        """The encoded RateLimitResponse; raises InvalidRequest for an unanswerable request."""
         name, descriptors = request.domain, request.descriptors
         validate_request(name, len(descriptors), self._bounds)
         domain = self.rules.domain(name)
@@ -80,7 +80,7 @@ class RateLimitHandler:
         decision = self.limiter.hit(self._clock_ms(), hits)
         if self._observer is not None:
             self._observer.decided(name, hits, decision)
-        return build_response(decision, self._options)
+        return self._encoder.encode(decision)
 
     def _hit(
         self,

@@ -1,8 +1,13 @@
-"""Builds the RateLimitResponse Envoy sees from a core Decision.
+"""Encodes the RateLimitResponse Envoy sees, straight from a core Decision to wire bytes.
 
 Envoy matches statuses to its descriptors by index, computes its `x-ratelimit-*` headers from
 the statuses (the one with the least `limit_remaining` wins), and on OVER_LIMIT sends our
 `response_headers_to_add` and `raw_body` to the client.
+
+Why bytes and not protobuf objects: building, serializing and freeing message objects was the
+largest cost of a decision. The encoding below is plain protobuf wire format for the fields we
+set (numbers from proto/envoy/service/ratelimit/v3/rls.proto); each limit's `current_limit` is
+encoded once and reused. Tests parse the bytes with the generated classes.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core import Code, Decision, Verdict
-from ratelimit_sidecar.wire import DescriptorStatus, HeaderValue, RateLimitResponse
-from ratelimit_sidecar.wire import RateLimit as WireLimit
 
 UNLIMITED_REMAINING = 2**32 - 1
-_OK = RateLimitResponse.Code.OK
-_OVER = RateLimitResponse.Code.OVER_LIMIT
+OK, OVER_LIMIT = 1, 2  # RateLimitResponse.Code
+
+# Field tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
+_OVERALL_CODE, _STATUS, _HEADER, _RAW_BODY = b"\x08", b"\x12", b"\x1a", b"\x2a"
+_CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
+_OK_STATUS = b"\x08\x01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,46 +32,91 @@ class ResponseOptions:
     ietf_headers: bool = False  # add RateLimit-Policy / RateLimit (draft-ietf-httpapi)
 
 
-def build_response(decision: Decision, options: ResponseOptions) -> RateLimitResponse:
-    over = decision.code is Code.OVER_LIMIT
-    response = RateLimitResponse(overall_code=_OVER if over else _OK)
-    response.statuses.extend([_status(v) for v in decision.verdicts])
-    if over:
-        _add_rejection(response, decision)
-    if options.ietf_headers:
-        _add_ietf_headers(response, decision)
-    return response
+def varint(value: int) -> bytes:
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
-def unmatched_response(count: int) -> RateLimitResponse:
+def _field(tag: bytes, payload: bytes) -> bytes:
+    return tag + varint(len(payload)) + payload
+
+
+class ResponseEncoder:
+    """Turns decisions into encoded responses; caches each limit's encoded `current_limit`."""
+
+    def __init__(self, options: ResponseOptions | None = None) -> None:
+        self.options = options or ResponseOptions()
+        self._limits: dict[int, tuple[RateLimit, bytes]] = {}
+
+    def encode(self, decision: Decision) -> bytes:
+        over = decision.code is Code.OVER_LIMIT
+        parts = [_OVERALL_CODE, b"\x02" if over else b"\x01"]
+        parts += [_field(_STATUS, self._status(v)) for v in decision.verdicts]
+        headers = rejection_headers(decision) if over else []
+        if self.options.ietf_headers:
+            headers += ietf_headers(decision)
+        parts += [_field(_HEADER, _header(k, v)) for k, v in headers]
+        if over:
+            parts.append(_field(_RAW_BODY, rejection_body(decision)))
+        return b"".join(parts)
+
+    def _status(self, verdict: Verdict) -> bytes:
+        limit = verdict.limit
+        if verdict.shadow:  # not enforced, so not reported: Envoy's x-ratelimit-* stay truthful
+            return _OK_STATUS
+        code = b"\x08\x02" if verdict.code is Code.OVER_LIMIT else _OK_STATUS
+        if limit is None:
+            return code + _REMAINING + varint(UNLIMITED_REMAINING) if verdict.unlimited else code
+        remaining = _REMAINING + varint(verdict.remaining) if verdict.remaining else b""
+        reset = _field(_RESET, _duration(max(0, verdict.reset_ms)))
+        return code + self._current_limit(limit) + remaining + reset
+
+    def _current_limit(self, limit: RateLimit) -> bytes:
+        cached = self._limits.get(id(limit))
+        if cached is not None and cached[0] is limit:
+            return cached[1]
+        if len(self._limits) > 4096:  # limits come from the config; bounded by reloads
+            self._limits.clear()
+        encoded = _field(_CURRENT_LIMIT, _limit(limit))
+        self._limits[id(limit)] = (limit, encoded)
+        return encoded
+
+
+def unmatched_response(count: int) -> bytes:
     """OK for every descriptor: the domain has no rules (an unknown domain)."""
-    response = RateLimitResponse(overall_code=_OK)
-    response.statuses.extend([DescriptorStatus(code=_OK) for _ in range(count)])
-    return response
+    status = _field(_STATUS, _OK_STATUS)
+    return _OVERALL_CODE + b"\x01" + status * count
 
 
-def _status(verdict: Verdict) -> DescriptorStatus:
-    code = _OVER if verdict.code is Code.OVER_LIMIT else _OK
-    limit = verdict.limit
-    if verdict.shadow:  # not enforced, so not reported: Envoy's x-ratelimit-* stay truthful
-        return DescriptorStatus(code=_OK)
-    if limit is None:
-        if verdict.unlimited:
-            return DescriptorStatus(code=code, limit_remaining=UNLIMITED_REMAINING)
-        return DescriptorStatus(code=code)
-    status = DescriptorStatus(
-        code=code, current_limit=_wire_limit(limit), limit_remaining=verdict.remaining
-    )
-    status.duration_until_reset.FromMilliseconds(max(0, verdict.reset_ms))
-    return status
+def _limit(limit: RateLimit) -> bytes:
+    """RateLimitResponse.RateLimit: requests_per_unit=1, unit=2, name=3, unit_multiplier=4."""
+    out = b""
+    if limit.requests_per_unit:
+        out += b"\x08" + varint(limit.requests_per_unit)
+    out += b"\x10" + varint(int(limit.unit))
+    if limit.name:
+        out += _field(b"\x1a", limit.name.encode())
+    if limit.unit_multiplier > 1:  # a UInt32Value wrapper
+        out += _field(b"\x22", b"\x08" + varint(limit.unit_multiplier))
+    return out
 
 
-def _wire_limit(limit: RateLimit) -> WireLimit:
-    wire = WireLimit(name=limit.name, requests_per_unit=limit.requests_per_unit)
-    wire.unit = int(limit.unit)  # type: ignore[assignment]  # same numbers as our Unit
-    if limit.unit_multiplier > 1:
-        wire.unit_multiplier.value = limit.unit_multiplier
-    return wire
+def _duration(ms: int) -> bytes:
+    """google.protobuf.Duration: seconds=1, nanos=2."""
+    seconds, nanos = divmod(ms, 1000)
+    out = b"\x08" + varint(seconds) if seconds else b""
+    return out + (b"\x10" + varint(nanos * 1_000_000) if nanos else b"")
+
+
+def _header(key: str, value: str) -> bytes:
+    """envoy.config.core.v3.HeaderValue: key=1, value=2."""
+    return _field(b"\x0a", key.encode()) + _field(b"\x12", value.encode())
 
 
 def retry_after_seconds(decision: Decision) -> int:
@@ -72,23 +124,14 @@ def retry_after_seconds(decision: Decision) -> int:
     return max(1, -(-decision.retry_after_ms // 1000))
 
 
-def _first_over(decision: Decision) -> Verdict:
-    return next(v for v in decision.verdicts if v.code is Code.OVER_LIMIT)
-
-
-def _add_rejection(response: RateLimitResponse, decision: Decision) -> None:
+def rejection_headers(decision: Decision) -> list[tuple[str, str]]:
     retry = retry_after_seconds(decision)
-    verdict = _first_over(decision)
-    response.response_headers_to_add.extend(
-        [
-            HeaderValue(key="retry-after", value=str(retry)),
-            HeaderValue(key="content-type", value="application/json"),
-        ]
-    )
-    response.raw_body = _body(verdict.limit, retry)
+    return [("retry-after", str(retry)), ("content-type", "application/json")]
 
 
-def _body(limit: RateLimit | None, retry: int) -> bytes:
+def rejection_body(decision: Decision) -> bytes:
+    retry = retry_after_seconds(decision)
+    limit = next(v for v in decision.verdicts if v.code is Code.OVER_LIMIT).limit
     error: dict[str, object] = {
         "code": "RATE_LIMITED",
         "message": f"Too many requests; retry in {retry} s.",
@@ -102,23 +145,20 @@ def _body(limit: RateLimit | None, retry: int) -> bytes:
     return json.dumps({"error": error}, separators=(",", ":")).encode()
 
 
-def _add_ietf_headers(response: RateLimitResponse, decision: Decision) -> None:
-    """`RateLimit-Policy` and `RateLimit` for the most constrained limited descriptor."""
+def ietf_headers(decision: Decision) -> list[tuple[str, str]]:
+    """`RateLimit-Policy` and `RateLimit` for the most constrained enforced descriptor."""
     limited = [v for v in decision.verdicts if v.limit is not None and not v.shadow]
     if not limited:
-        return
+        return []
     tightest = min(limited, key=lambda v: (v.remaining, v.reset_ms))
     limit = tightest.limit
     assert limit is not None
     reset = max(0, -(-tightest.reset_ms // 1000))
-    policy = f'"{_policy_name(limit)}";q={limit.requests_per_unit};w={limit.window_seconds}'
-    state = f'"{_policy_name(limit)}";r={tightest.remaining};t={reset}'
-    response.response_headers_to_add.extend(
-        [
-            HeaderValue(key="ratelimit-policy", value=policy),
-            HeaderValue(key="ratelimit", value=state),
-        ]
-    )
+    name = _policy_name(limit)
+    return [
+        ("ratelimit-policy", f'"{name}";q={limit.requests_per_unit};w={limit.window_seconds}'),
+        ("ratelimit", f'"{name}";r={tightest.remaining};t={reset}'),
+    ]
 
 
 def _policy_name(limit: RateLimit) -> str:

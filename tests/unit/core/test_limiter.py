@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.config.model import Rule
+from ratelimit_sidecar.config.model import Rule, Unit
 from ratelimit_sidecar.core import Code, Limiter, PushResult, SyncResult
 from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
-T0 = 1_700_000_000_000  # a window boundary for every unit up to a second
+T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
 
 
 def sync(limiter: Limiter, store: MemoryStorage, now: int) -> None:
@@ -206,3 +206,18 @@ def test_a_timed_out_push_is_not_resent_so_it_cannot_count_twice() -> None:
     stats = limiter.apply_sync(T0 + 500, batch, None, resend=False)
     assert stats.dropped_hits == 4  # unconfirmed: it may have reached the store
     assert sum(p.count for p in limiter.end_span(T0 + 1000).pushes) == 0
+
+
+def test_store_down_fallback_judges_each_span_once() -> None:
+    """Retried hits were judged in their own span; re-judging them blocked a calm key."""
+    limiter, r = Limiter(), rule(rpu=60, spans=6, unit=Unit.MINUTE)
+    for span in range(4):  # 5 hits per 10 s span, far under MAX/N = 10; the store is down
+        now = T0 + span * 10_000
+        for _ in range(5):
+            assert limiter.hit(now, [hit(r)]).code is Code.OK
+        limiter.apply_sync(now + 10_000, limiter.end_span(now + 10_000), None)
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None
+    assert state.seen == 20  # each span's hits counted once
+    assert state.blocked_until == 0
+    assert limiter.pending_hits() == 20  # all kept for the store's return

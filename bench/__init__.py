@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench [section ...]` (`make bench`). See bench/__main__.py."""

@@ -1,0 +1,134 @@
+"""The servers under test, each its own subprocess pinned to the server CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench import cpu
+from bench.frames import RULES_YAML
+
+STOP_TIMEOUT_S = 15.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_grpc_serving(address: str, timeout_s: float = 20.0) -> None:
+    """Block until the gRPC health check at `address` answers SERVING."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """How to start one server: a name for the table and the `python -m` arguments."""
+
+    name: str
+    address: str
+    module_args: tuple[str, ...]
+
+
+def empty_spec(address: str) -> ServerSpec:
+    return ServerSpec("empty", address, ("bench.empty_server", "--address", address))
+
+
+def sidecar_spec(address: str, workdir: Path, max_keys: int) -> ServerSpec:
+    rules = workdir / "rules"
+    rules.mkdir(exist_ok=True)
+    (rules / "bench.yaml").write_text(RULES_YAML)
+    metrics = f"127.0.0.1:{free_port()}"
+    args = (
+        "ratelimit_sidecar",
+        "serve",
+        "--config",
+        str(rules),
+        "--grpc-address",
+        address,
+        "--metrics-address",
+        metrics,
+        "--max-keys",
+        str(max_keys),
+        "--log-level",
+        "warning",
+    )
+    return ServerSpec("sidecar", address, args)
+
+
+class ServerProcess:
+    """A started server: `python -m …` under `taskset`, stderr kept in a file for diagnostics."""
+
+    def __init__(self, spec: ServerSpec, cpu_id: int | None, log: Path) -> None:
+        self.spec = spec
+        self.address = spec.address
+        self.log_path = log
+        self._log = log.open("w")
+        argv = cpu.pinned([sys.executable, "-m", *spec.module_args], cpu_id)
+        env = {**os.environ, "GRPC_VERBOSITY": "NONE"}
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+    def wait_ready(self) -> None:
+        try:
+            wait_grpc_serving(self.address)
+        except grpc.RpcError:
+            self.stop()
+            tail = self.log_path.read_text()[-2000:]
+            raise RuntimeError(f"{self.spec.name} server did not start:\n{tail}") from None
+
+    def pause(self) -> None:
+        """SIGSTOP: a server waiting for its turn must not take CPU from the one measured."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.resume()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def start_server(spec: ServerSpec, cpu_id: int | None, workdir: Path) -> ServerProcess:
+    server = ServerProcess(spec, cpu_id, workdir / f"{spec.name}.log")
+    server.wait_ready()
+    return server

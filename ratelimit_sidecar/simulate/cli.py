@@ -1,0 +1,142 @@
+"""`ratelimit-sidecar simulate`: run scenarios against the real core and print what happened."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ratelimit_sidecar.simulate.params import SimParams, parse_duration_ms
+from ratelimit_sidecar.simulate.report import render
+from ratelimit_sidecar.simulate.runner import Run, run_scenario
+from ratelimit_sidecar.simulate.scenarios import SCENARIOS
+from ratelimit_sidecar.simulate.variants import BASELINES, SYSTEMS, VARIANTS, system_for
+
+EPILOG = "Definitions of every column: docs/ACCURACY.md. Times: 10, 10s, 1.5s, 500ms, 2m."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = SimParams()
+    ap = argparse.ArgumentParser(
+        prog="ratelimit-sidecar simulate", description=__doc__, epilog=EPILOG
+    )
+    ap.add_argument("--scenario", default="all", help=f"all, or one of: {', '.join(SCENARIOS)}")
+    ap.add_argument("--nodes", type=int, default=d.nodes, help="sidecars (default %(default)s)")
+    ap.add_argument("--rate", type=float, help="offered requests/s in total (default: --load)")
+    ap.add_argument("--load", type=float, help="offered / limit (default: per scenario)")
+    ap.add_argument("--max", type=int, default=d.max, help="requests per window (MAX)")
+    ap.add_argument("--window", type=parse_duration_ms, default=d.window_ms, help="window (10s)")
+    ap.add_argument("--spans", type=int, default=d.spans, help="spans per window (N)")
+    ap.add_argument("--cooldown", type=parse_duration_ms, default=0, help="default: one window")
+    ap.add_argument("--skew-ms", type=int, help="node clocks spread over +-this")
+    ap.add_argument("--latency-ms", type=int, help="store round trip")
+    ap.add_argument("--timeout-ms", type=int, default=d.timeout_ms, help="sync timeout")
+    ap.add_argument("--outage", type=_outage, help="START:END seconds after the start")
+    ap.add_argument("--weights", type=_weights, help="load balancer shares, e.g. 60,30,10")
+    ap.add_argument("--node-ttl-ms", type=int, help="heartbeat TTL (0: no heartbeats)")
+    ap.add_argument("--windows", type=int, default=d.windows, help="windows to simulate")
+    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--repeat", type=int, default=1, help="pool this many seeds from --seed")
+    ap.add_argument("--systems", default=",".join(BASELINES), help="comma list; + combines")
+    ap.add_argument("--variants", action="store_true", help="also run every variant")
+    ap.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    ap.add_argument("--plot", metavar="FILE.png", help="offered vs admitted per span")
+    ap.add_argument("--plot-from", type=int, default=0, help="first window plotted")
+    ap.add_argument("--plot-windows", type=int, default=20, help="windows plotted")
+    ap.add_argument("--list", action="store_true", help="list scenarios and systems, then exit")
+    return ap
+
+
+def _outage(text: str) -> tuple[int, int]:
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError("expected START:END in seconds, e.g. 300:500")
+    a, b = round(float(start) * 1000), round(float(end) * 1000)
+    if not 0 <= a < b:
+        raise argparse.ArgumentTypeError("need 0 <= START < END")
+    return a, b
+
+
+def _weights(text: str) -> tuple[float, ...]:
+    values = tuple(float(v) for v in text.split(","))
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("weights must be positive numbers, e.g. 60,30,10")
+    return values
+
+
+def _params(args: argparse.Namespace) -> SimParams:
+    return SimParams(
+        nodes=args.nodes,
+        max=args.max,
+        window_ms=args.window,
+        spans=args.spans,
+        cooldown_ms=args.cooldown,
+        windows=args.windows,
+        seed=args.seed,
+        rate=args.rate,
+        load=args.load,
+        skew_ms=args.skew_ms,
+        latency_ms=args.latency_ms,
+        outage=args.outage,
+        weights=args.weights,
+        timeout_ms=args.timeout_ms,
+        node_ttl_ms=args.node_ttl_ms,
+    )
+
+
+def _systems(args: argparse.Namespace) -> list[str]:
+    names = [n.strip() for n in args.systems.split(",") if n.strip()]
+    if args.variants:
+        names += [v for v in VARIANTS if v not in names]
+    for name in names:
+        system_for(name)  # fail before any work on a typo
+    return names
+
+
+def _listing() -> str:
+    lines = ["scenarios:"]
+    lines += [f"  {name:13s} {d.about}" for name, d in SCENARIOS.items()]
+    lines += ["systems (combine variants with +, e.g. soft+reread):"]
+    lines += [f"  {name:13s} {s.about}" for name, s in SYSTEMS.items()]
+    return "\n".join(lines)
+
+
+def _plot(runs: list[Run], path: str, many: bool, args: argparse.Namespace) -> None:
+    from ratelimit_sidecar.simulate.plot import plot_runs
+
+    target = Path(path)
+    if many:
+        target = target.with_name(f"{target.stem}-{runs[0].setup.name}{target.suffix}")
+    plot_runs(runs, str(target), args.plot_from, args.plot_windows)
+    print(f"plot: {target}", file=sys.stderr)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    argv = list(argv)
+    if argv[:1] == ["--"]:  # `ratelimit-sidecar simulate -- --flag`: see docs/ACCURACY.md
+        argv = argv[1:]
+    args = parser.parse_args(argv)
+    if args.list:
+        print(_listing())
+        return 0
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    try:
+        base, systems = _params(args), _systems(args)
+        if args.plot:
+            from ratelimit_sidecar.simulate.plot import pyplot
+
+            pyplot()  # a missing matplotlib is reported before minutes of simulation
+        summaries = []
+        for name in names:
+            runs = run_scenario(replace(base, scenario=name), systems, args.repeat)
+            summaries += [run.summary for run in runs]
+            if args.plot:
+                _plot(runs, args.plot, len(names) > 1, args)
+    except (ValueError, RuntimeError) as exc:
+        print(f"ratelimit-sidecar simulate: error: {exc}", file=sys.stderr)
+        return 2
+    print(render(summaries, args.format))
+    return 0

@@ -1,0 +1,99 @@
+"""What one simulation run is about: the rule under test, the fleet, the load, how long.
+
+Fields left at None take the scenario's default (see `scenarios.py`), so a flag such as
+`--skew-ms` can add clock skew to any scenario while each scenario still stands alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SCALE_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """`10`, `10s`, `1.5s` -> seconds; `500ms` -> milliseconds; `2m`, `1h` as usual."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (try 10s, 500ms, 2m)")
+    value = float(match.group(1)) * _SCALE_MS[match.group(2)]
+    if value != int(value):
+        raise ValueError(f"duration {text!r} is not a whole number of milliseconds")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Everything the command line can set. Times are milliseconds."""
+
+    scenario: str = "steady"
+    nodes: int = 4
+    max: int = 240
+    window_ms: int = 10_000
+    spans: int = 6
+    cooldown_ms: int = 0  # 0: one window, the config's default
+    windows: int = 100
+    seed: int = 1
+    rate: float | None = None  # total offered requests per second
+    load: float | None = None  # offered / limit; used when `rate` is None
+    skew_ms: int | None = None  # node clocks spread evenly over [-skew, +skew]
+    latency_ms: int | None = None  # store round trip
+    outage: tuple[int, int] | None = None  # ms after the start: store down in [start, end)
+    weights: tuple[float, ...] | None = None  # load balancer shares per node
+    timeout_ms: int = 250  # the sync loop's store timeout (serve --sync-timeout-ms)
+    node_ttl_ms: int | None = None  # heartbeat TTL for live_nodes; 0 turns heartbeats off
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.max < 1 or self.windows < 1:
+            raise ValueError("nodes, max and windows must be at least 1")
+        if self.spans < 2:
+            raise ValueError("spans must be at least 2")
+        if self.window_ms < self.spans * 50:
+            raise ValueError("the window must be at least spans x 50 ms, as in the config")
+
+    @property
+    def span_ms(self) -> int:
+        return self.window_ms // self.spans
+
+    @property
+    def cooldown(self) -> int:
+        return self.cooldown_ms or self.window_ms
+
+    def per_second(self, load: float) -> float:
+        """Requests per second that offer `load` times the limit."""
+        return load * self.max * 1000 / self.window_ms
+
+
+@dataclass(frozen=True, slots=True)
+class MsRateLimit(RateLimit):
+    """A limit whose window is not a whole number of seconds (rules cannot say that, the
+    simulator can); the core only reads `window_ms`, so this is all it takes."""
+
+    exact_window_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        # RateLimit derives window_ms and cooldown once, from whole units; override both.
+        object.__setattr__(self, "window_ms", self.exact_window_ms)
+        object.__setattr__(self, "cooldown", self.cooldown_ms or self.exact_window_ms)
+
+
+def build_rule(max_: int, window_ms: int, spans: int, cooldown_ms: int) -> Rule:
+    """The one rule every simulated request hits, built as the config loader would."""
+    limit: RateLimit
+    if window_ms % 1000 == 0:
+        seconds = window_ms // 1000
+        limit = RateLimit(max_, Unit.SECOND, seconds, "sim", spans, cooldown_ms)
+    else:
+        limit = MsRateLimit(
+            max_,
+            Unit.SECOND,
+            name="sim",
+            spans=spans,
+            cooldown_ms=cooldown_ms,
+            exact_window_ms=window_ms,
+        )
+    return Rule("sim", (("client", ""),), limit)

@@ -1,0 +1,91 @@
+"""The hand-written response encoding, checked field by field by the generated protobuf classes."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.core import Code, Decision, Verdict
+from ratelimit_sidecar.service.response import (
+    UNLIMITED_REMAINING,
+    ResponseEncoder,
+    ResponseOptions,
+    unmatched_response,
+    varint,
+)
+
+limits = st.builds(
+    RateLimit,
+    requests_per_unit=st.integers(0, 2**32 - 1),
+    unit=st.sampled_from([u for u in Unit if u is not Unit.UNKNOWN]),
+    unit_multiplier=st.integers(1, 1000),
+    name=st.text(max_size=20),
+)
+verdicts = st.builds(
+    Verdict,
+    code=st.sampled_from(Code),
+    limit=st.none() | limits,
+    unlimited=st.booleans(),
+    remaining=st.integers(0, 2**32 - 1),
+    reset_ms=st.integers(0, 10**10),
+    shadow=st.booleans(),
+)
+
+
+@given(st.lists(verdicts, min_size=1, max_size=8), st.booleans())
+def test_encoded_responses_parse_to_the_intended_fields(items: list[Verdict], ietf: bool) -> None:
+    over = any(v.code is Code.OVER_LIMIT for v in items)
+    decision = Decision(Code.OVER_LIMIT if over else Code.OK, tuple(items))
+    reply = wire.RateLimitResponse.FromString(
+        ResponseEncoder(ResponseOptions(ietf)).encode(decision)
+    )
+    assert reply.overall_code == (wire.Code.OVER_LIMIT if over else wire.Code.OK)
+    assert len(reply.statuses) == len(items)
+    for verdict, status in zip(items, reply.statuses, strict=True):
+        _check_status(verdict, status)
+    headers = {h.key: h.value for h in reply.response_headers_to_add}
+    assert ("retry-after" in headers) == over
+    assert bool(reply.raw_body) == over
+    if over:
+        assert json.loads(reply.raw_body)["error"]["code"] == "RATE_LIMITED"
+
+
+def _check_status(verdict: Verdict, status: wire.DescriptorStatus) -> None:
+    if verdict.shadow:
+        assert status == wire.DescriptorStatus(code=wire.Code.OK)
+        return
+    assert status.code == int(verdict.code)
+    limit = verdict.limit
+    if limit is None:
+        assert not status.HasField("current_limit")
+        assert status.limit_remaining == (UNLIMITED_REMAINING if verdict.unlimited else 0)
+        return
+    current = status.current_limit
+    assert (current.requests_per_unit, current.unit, current.name) == (
+        limit.requests_per_unit,
+        int(limit.unit),
+        limit.name,
+    )
+    assert current.unit_multiplier.value == (
+        limit.unit_multiplier if limit.unit_multiplier > 1 else 0
+    )
+    assert status.limit_remaining == verdict.remaining
+    assert status.HasField("duration_until_reset")
+    assert status.duration_until_reset.ToMilliseconds() == verdict.reset_ms
+
+
+def test_unknown_domain_answer() -> None:
+    reply = wire.RateLimitResponse.FromString(unmatched_response(3))
+    assert reply.overall_code == wire.Code.OK
+    assert [s.code for s in reply.statuses] == [wire.Code.OK] * 3
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_varint_matches_protobuf(value: int) -> None:
+    from google.protobuf.wrappers_pb2 import UInt64Value
+
+    assert b"\x08" + varint(value) == UInt64Value(value=value).SerializeToString() or value == 0

@@ -1,0 +1,59 @@
+"""Accuracy properties of the shipped core, measured by the simulator on a virtual clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.simulate.helpers import run
+
+
+@pytest.mark.parametrize("system", ["core", "exact", "local"])
+def test_under_limit_bursty_traffic_is_never_rejected(system: str) -> None:
+    # 0.6 x MAX per window on average, half of it packed into one-span bursts: every true
+    # window stays under MAX, so any rejection is a false one.
+    rec, setup = run(system, scenario="bursty", windows=60)
+    assert max(rec.admitted) < setup.params.max  # the scenario really is under the limit
+    assert rec.eligible == sum(rec.offered)
+    assert rec.false_rejections == 0
+
+
+def test_nodes_joining_and_leaving_under_the_limit_reject_nothing() -> None:
+    rec, _ = run("core", scenario="churn", load=0.7, windows=60)
+    assert rec.false_rejections == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_steady_over_limit_even_split_stays_within_one_span_share(seed: int) -> None:
+    """Each window admits at most MAX x (1 + 1/N) at twice the limit on 4 nodes.
+
+    A statistical bound, not a guarantee: over seeds 1-20 (2000 windows) one window exceeds it
+    (seed 8, window 56: 282 > 280), from the push-order staleness of `seen` plus noise in the
+    `nodes` estimates (docs/ACCURACY.md)."""
+    rec, setup = run("core", scenario="steady", seed=seed)
+    exact, _ = run("exact", scenario="steady", seed=seed)
+    p = setup.params
+    assert min(rec.offered) > 1.5 * p.max  # really over the limit, every window
+    assert max(rec.admitted) <= p.max * (1 + 1 / p.spans)
+    # ... and not by starving the key: close to the ideal counter with the same cooldown.
+    assert sum(rec.admitted) >= 0.8 * sum(exact.admitted)
+
+
+def test_exact_counter_baseline_never_exceeds_max_nor_rejects_falsely() -> None:
+    rec, setup = run("exact", scenario="skewed", windows=50)
+    assert max(rec.admitted) == setup.params.max
+    assert rec.false_rejections == 0
+
+
+def test_local_only_baseline_rejects_the_busy_node_under_the_limit() -> None:
+    # 60/30/10 at 0.9 x MAX: the 60% node exhausts its MAX/3 while the fleet is under MAX.
+    rec, _ = run("local", scenario="skewed_under", windows=30)
+    assert rec.false_rejections > 0.2 * rec.eligible
+
+
+def test_the_core_blocks_soon_after_the_global_count_crosses_max() -> None:
+    rec, setup = run("core", scenario="steady", windows=40)
+    lags = sorted(rec.first_reject.values())
+    assert lags, "no window crossed MAX"
+    # Within about a span (the next sync pushes the total and reads the shared flag).
+    assert lags[len(lags) // 2] <= setup.params.span_ms
+    assert len(rec.exposed) - len(lags) <= len(rec.exposed) // 20
