@@ -39,9 +39,14 @@ KEYS_PER_STEP = 2000  # keys planned between two yields of end_span_steps
 class Limiter:
     """Decisions and span bookkeeping for every key this node tracks."""
 
-    def __init__(self, max_keys: int = DEFAULT_MAX_KEYS, shadow_mode: bool = False) -> None:
+    def __init__(
+        self, max_keys: int = DEFAULT_MAX_KEYS, shadow_mode: bool = False, push_idle: bool = True
+    ) -> None:
         self.keys = KeyTable(max_keys)
         self.shadow_mode = shadow_mode
+        # Push keys with nothing to add too: with a shared store the answer brings other nodes'
+        # totals and block flags. A node that owns its store alone learns nothing from them.
+        self.push_idle = push_idle
         self.live_nodes = 1  # node-level estimate for keys without history
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self._schedules: set[tuple[int, int]] = set()
@@ -196,8 +201,9 @@ class Limiter:
         # Every active key is pushed each span, even with nothing to add: the answer carries
         # the window's global total and the block flag, and the store's work per span follows
         # the number of active keys, not the request rate.
-        plan.push(state, Push(state.key, state.window, state.pending, limit))
-        state.inflight, state.pending = state.pending, 0
+        if state.pending or self.push_idle:
+            plan.push(state, Push(state.key, state.window, state.pending, limit))
+            state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.estimate_window))

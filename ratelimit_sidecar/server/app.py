@@ -47,7 +47,10 @@ class Sidecar:
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.limiter = Limiter(settings.max_keys, settings.shadow_mode)
+        # Local-only (no store given): keys with nothing to add are not pushed to the memory store.
+        self.limiter = Limiter(
+            settings.max_keys, settings.shadow_mode, push_idle=storage is not None
+        )
         self.storage: Storage = storage or MemoryStorage()
         self.handler = RateLimitHandler(
             rules,

@@ -221,3 +221,13 @@ def test_store_down_fallback_judges_each_span_once() -> None:
     assert state.seen == 20  # each span's hits counted once
     assert state.blocked_until == 0
     assert limiter.pending_hits() == 20  # all kept for the store's return
+
+
+def test_idle_keys_are_pushed_only_to_a_shared_store() -> None:
+    r = rule(rpu=100, spans=2)
+    for push_idle, expected in ((True, [0]), (False, [])):
+        limiter = Limiter(push_idle=push_idle)
+        limiter.hit(T0, [hit(r)])
+        limiter.apply_sync(T0 + 500, limiter.end_span(T0 + 500), None)  # the hit went out
+        batch = limiter.end_span(T0 + 1000)
+        assert [p.count for p in batch.pushes if p.window == T0 // 1000 + 1] == expected
