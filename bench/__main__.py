@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import overhead, redis_sync
+from bench import envoy_e2e, overhead, redis_sync, workers
 from bench.report import RESULTS_DIR
 from bench.section import Options, Section
 
@@ -27,6 +27,10 @@ SECTIONS: dict[str, Section] = {
             "issue #3: Redis round trips, commands and sync time per span; memory per key",
             redis_sync.run,
         ),
+        Section(
+            envoy_e2e.NAME, "issue #4: wrk -> Envoy -> sidecar vs empty service", envoy_e2e.run
+        ),
+        Section(workers.NAME, "issue #5: --workers 1 vs 2; metrics cost", workers.run),
     )
 }
 
