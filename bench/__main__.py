@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import envoy_e2e, overhead, redis_sync, workers
+from bench import baseline, envoy_e2e, overhead, redis_sync, workers
 from bench.report import RESULTS_DIR
 from bench.section import Options, Section
 
