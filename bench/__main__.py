@@ -28,6 +28,11 @@ SECTIONS: dict[str, Section] = {
             redis_sync.run,
         ),
         Section(
+            baseline.NAME,
+            "issue #3: sidecar vs a per-request-Redis `limits` service; Redis hung and down",
+            baseline.run,
+        ),
+        Section(
             envoy_e2e.NAME, "issue #4: wrk -> Envoy -> sidecar vs empty service", envoy_e2e.run
         ),
         Section(workers.NAME, "issue #5: --workers 1 vs 2; metrics cost", workers.run),
