@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench,dev]'
+	$(PY) -m pip install --quiet -e '.[test,bench,dev,plot]'
 	touch $(STAMP)
 
 proto: $(STAMP)
