@@ -17,19 +17,15 @@ Run as its own process: `python -m bench.limits_server --address H:P --redis-url
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
-import signal
 import sys
 from collections.abc import Sequence
 
 import grpc
-import uvloop
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.errors import StorageError
 
+from bench.grpc_host import run_on_uvloop, serve_servicer
 from ratelimit_sidecar import wire
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
@@ -79,34 +75,18 @@ def open_storage(redis_url: str) -> RedisStorage:
     return RedisStorage(f"async+{redis_url}", wrap_exceptions=True, implementation="redispy")
 
 
-async def serve(address: str, redis_url: str) -> int:
-    server = grpc.aio.server()
-    servicer = LimitsServicer(open_storage(redis_url), RateLimitItemPerSecond(LIMIT))
-    wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if server.add_insecure_port(address) == 0:
-        print(f"limits_server: cannot listen on {address}", file=sys.stderr)
-        return 1
-    await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop(1.0)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.limits_server")
     parser.add_argument("--address", required=True, help="host:port to listen on")
     parser.add_argument("--redis-url", required=True, help="redis://host:port/db")
     args = parser.parse_args(argv)
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(args.address, args.redis_url))
+    return run_on_uvloop(
+        serve_servicer(
+            "limits_server",
+            args.address,
+            LimitsServicer(open_storage(args.redis_url), RateLimitItemPerSecond(LIMIT)),
+        )
+    )
 
 
 if __name__ == "__main__":
