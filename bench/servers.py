@@ -4,42 +4,21 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench import cpu
 from bench.frames import RULES_YAML
+from tests.support.net import free_port, wait_grpc_serving
+
+__all__ = ["free_port", "wait_grpc_serving"]  # re-exported for the other sections
 
 STOP_TIMEOUT_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_grpc_serving(address: str, timeout_s: float = 20.0) -> None:
-    """Block until the gRPC health check at `address` answers SERVING."""
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while True:
-            try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(0.05)
+READY_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +80,7 @@ class ServerProcess:
 
     def wait_ready(self) -> None:
         try:
-            wait_grpc_serving(self.address)
+            wait_grpc_serving(self.address, READY_TIMEOUT_S)
         except grpc.RpcError:
             self.stop()
             tail = self.log_path.read_text()[-2000:]
