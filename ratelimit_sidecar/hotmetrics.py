@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+# The counts lists of one request's descriptors, in order; None where no limit applies. The
+# handler keeps it with the request it has compiled, so counting costs no lookup.
+Tally = tuple[list[int] | None, ...]
+
 # Indexes into a rule's counts, and the metric each one becomes.
 TOTAL, WITHIN, NEAR, OVER, SHADOW = range(5)
 DECISION_COUNTERS = (

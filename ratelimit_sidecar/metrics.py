@@ -22,6 +22,7 @@ from ratelimit_sidecar.hotmetrics import (
     WITHIN,
     DecisionCounts,
     LatencyHistogram,
+    Tally,
 )
 
 NS = "ratelimit_sidecar"
@@ -79,13 +80,19 @@ class Metrics:
 
     # -- DecisionObserver ---------------------------------------------------------------
 
-    def decided(self, domain: str, hits: Sequence[Hit], decision: Decision) -> None:
-        for hit, verdict in zip(hits, decision.verdicts, strict=True):
-            rule = hit.rule
-            if rule is None or verdict.limit is None:
+    def tally(self, domain: str, hits: Sequence[Hit]) -> Tally:
+        """Each hit's decision counters, looked up once per distinct request (see decided)."""
+        return tuple(
+            None
+            if hit.rule is None or hit.rule.limit is None
+            else self.decisions.counts(domain, _label(hit.rule, hit))
+            for hit in hits
+        )
+
+    def decided(self, tally: Tally, decision: Decision) -> None:
+        for counts, verdict in zip(tally, decision.verdicts, strict=True):
+            if counts is None:
                 continue
-            label = rule.id if not rule.detailed_metric else _label(rule, hit)
-            counts = self.decisions.counts(domain, label)
             counts[TOTAL] += 1
             if verdict.code is Code.OVER_LIMIT:
                 counts[OVER] += 1

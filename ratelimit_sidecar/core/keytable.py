@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import KeyId
@@ -19,13 +19,15 @@ class KeyTable:
     so flooding new values cannot unblock an abuser.
     """
 
-    __slots__ = ("_states", "evictions", "max_keys", "untracked")
+    __slots__ = ("_states", "evictions", "get", "max_keys", "untracked")
 
     def __init__(self, max_keys: int) -> None:
         if max_keys < 1:
             raise ValueError("max_keys must be at least 1")
         self.max_keys = max_keys
         self._states: dict[KeyId, KeyState] = {}
+        # The dict's own lookup, bound once: the request path calls it for every descriptor.
+        self.get: Callable[[KeyId], KeyState | None] = self._states.get
         self.evictions = 0
         self.untracked = 0
 
@@ -34,9 +36,6 @@ class KeyTable:
 
     def __iter__(self) -> Iterator[KeyState]:
         return iter(list(self._states.values()))
-
-    def get(self, key: KeyId) -> KeyState | None:
-        return self._states.get(key)
 
     def insert(self, state: KeyState, now_ms: int) -> list[KeyState] | None:
         """Track `state`; returns the evicted states (maybe empty), or None if there was no room."""

@@ -21,6 +21,7 @@ from ratelimit_sidecar.core.types import (
     Code,
     Decision,
     Hit,
+    KeyId,
     Push,
     SyncBatch,
     SyncResult,
@@ -34,6 +35,7 @@ UNLIMITED = Verdict(Code.OK, unlimited=True)
 DEFAULT_MAX_KEYS = 100_000
 NEAR_LIMIT_RATIO = 0.8
 KEYS_PER_STEP = 2000  # keys planned between two yields of end_span_steps
+MIN_SWEEP_MS = 1000  # without idle pushes, look at every key (to forget idle ones) this rarely
 
 
 class Limiter:
@@ -52,11 +54,20 @@ class Limiter:
         self._schedules: set[tuple[int, int]] = set()
         self._orphans: list[Push] = []  # unpushed hits of evicted keys
         self._plan: SyncPlan | None = None
+        # Keys with hits not yet handed to a plan. Without idle pushes, a span end only needs
+        # these; every key is looked at only by the periodic sweep that forgets idle ones.
+        self._dirty: dict[KeyId, KeyState] = {}
+        self._next_sweep = 0
 
     # -- request path -------------------------------------------------------------------
 
     def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         """Decide a request; counters move only if every descriptor admits it."""
+        if len(hits) == 1:
+            return self._hit_one(now_ms, hits[0])
+        return self._hit_all(now_ms, hits)
+
+    def _hit_all(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         checked = [self._check(now_ms, hit) for hit in hits]
         over = any(verdict.code is Code.OVER_LIMIT for verdict, _ in checked)
         if not over:
@@ -65,6 +76,37 @@ class Limiter:
                     self._admit(state, hit.hits, now_ms)
         verdicts = tuple(self._finish(verdict, state, now_ms) for verdict, state in checked)
         return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
+
+    def _hit_one(self, now_ms: int, hit: Hit) -> Decision:
+        """`hit` for the usual request: one descriptor whose counter is tracked and admits it.
+
+        Anything else (a new key, a block, a rejection, no rule) takes the general path, so
+        the rules live in one place; this path only skips the general path's bookkeeping.
+        """
+        state = self.keys.get(hit.key)
+        rule = hit.rule
+        if state is None or rule is None or state.limit is not rule.limit:
+            return self._hit_all(now_ms, (hit,))
+        limit = state.limit
+        if now_ms // limit.window_ms != state.window:
+            self.dropped_hits += state.roll(now_ms)
+        hits, rpu, nodes = hit.hits, limit.requests_per_unit, state.nodes
+        used = state.seen + (state.inflight + state.pending) * nodes
+        if now_ms < state.blocked_until or (hits > 0 and used + hits * nodes > rpu):
+            return self._hit_all(now_ms, (hit,))
+        if hits:  # as _admit
+            if not state.pending:
+                self._dirty[state.key] = state
+            state.pending += hits
+            state.local_cur = max(0, state.local_cur + hits)
+            state.last_hit = now_ms
+            used += hits * nodes
+        window_ms = limit.window_ms
+        reset = window_ms - now_ms % window_ms
+        left = max(0, int(rpu - used))
+        near = used >= NEAR_LIMIT_RATIO * rpu
+        verdict = Verdict(Code.OK, limit, False, left, reset, False, state.shadow, near)
+        return Decision(Code.OK, (verdict,))
 
     def _check(self, now_ms: int, hit: Hit) -> tuple[Verdict, KeyState | None]:
         rule = hit.rule
@@ -117,17 +159,20 @@ class Limiter:
         fresh = KeyState(hit.key, limit, now_ms, float(self.live_nodes), shadow, rule_id=rule_id)
         if state is not None:  # the rule changed under a reload: start over, keep its counts
             self._orphan(state)
-            self.keys.remove(hit.key)
+            self._forget(state)
         evicted = self.keys.insert(fresh, now_ms)
         if evicted is None:
             return None
         for victim in evicted:
             self._orphan(victim)
+            self._dirty.pop(victim.key, None)
         self._schedules.add((limit.window_ms, limit.spans))
         return fresh
 
     def _admit(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Count admitted hits; negative hits give quota back (pushed as a negative delta)."""
+        if not state.pending:
+            self._dirty[state.key] = state
         state.pending += hits
         state.local_cur = max(0, state.local_cur + hits)
         state.last_hit = now_ms
@@ -178,11 +223,24 @@ class Limiter:
         plan = self._plan = SyncPlan(now_ms)
         plan.add_orphans(self._orphans)
         self._orphans = []
-        for index, state in enumerate(self.keys):
+        for index, state in enumerate(self._due_candidates(now_ms, flush)):
             if flush or now_ms >= state.next_sync:
                 self._plan_key(plan, state, now_ms)
             if index % keys_per_step == keys_per_step - 1:
                 yield index + 1
+
+    def _due_candidates(self, now_ms: int, flush: bool) -> list[KeyState]:
+        """The keys a span end must look at: all of them when idle keys are pushed too, when
+        flushing, or when a sweep is due; else only those with hits since their last push."""
+        if self.push_idle or flush or now_ms >= self._next_sweep:
+            windows = (w for w, _ in self._schedules)
+            self._next_sweep = now_ms + max(MIN_SWEEP_MS, min(windows, default=MIN_SWEEP_MS))
+            return list(self.keys)
+        return list(self._dirty.values())
+
+    def _forget(self, state: KeyState) -> None:
+        self.keys.remove(state.key)
+        self._dirty.pop(state.key, None)
 
     def batch_in_flight(self) -> SyncBatch:
         if self._plan is None:
@@ -190,11 +248,12 @@ class Limiter:
         return self._plan.batch
 
     def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int) -> None:
+        self._dirty.pop(state.key, None)
         self.dropped_hits += state.roll(now_ms)
         limit = state.limit
         state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
         if state.idle(now_ms):
-            self.keys.remove(state.key)
+            self._forget(state)
             return
         if state.unsent:
             self._plan_unsent(plan, state)
@@ -231,6 +290,9 @@ class Limiter:
         self._plan = None
         if result is None:
             stats = plan.fail(now_ms, resend)
+            for state in plan.unsent_states():  # to be pushed again at their next span end
+                if self.keys.get(state.key) is state:
+                    self._dirty[state.key] = state
         else:
             if result.live_nodes > 0:
                 self.live_nodes = result.live_nodes

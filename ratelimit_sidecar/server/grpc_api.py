@@ -28,9 +28,7 @@ class RateLimitServicer:
         self.handler = handler
         self._observe = observe_seconds
 
-    async def ShouldRateLimit(
-        self, request: wire.RateLimitRequest, context: grpc.aio.ServicerContext
-    ) -> bytes:
+    async def ShouldRateLimit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         started = time.perf_counter()
         try:
             response = self.handler.decide(request)
@@ -46,14 +44,26 @@ class RateLimitServicer:
             raise
 
 
-def rate_limit_handler(servicer: RateLimitServicer) -> grpc.GenericRpcHandler:
-    """ShouldRateLimit with a pass-through response serializer: the handler already encodes."""
+def rate_limit_methods(servicer: RateLimitServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """ShouldRateLimit on wire bytes both ways: the handler parses a request only the first time
+    it sees those bytes (see service.compiled), and encodes its answer itself."""
     method = grpc.unary_unary_rpc_method_handler(
         servicer.ShouldRateLimit,
-        request_deserializer=wire.RateLimitRequest.FromString,
+        request_deserializer=None,  # the handler gets the request's wire bytes
         response_serializer=None,  # the response is already wire bytes
     )
-    return grpc.method_handlers_generic_handler(wire.SERVICE_NAME, {"ShouldRateLimit": method})
+    return {"ShouldRateLimit": method}
+
+
+def add_rate_limit_service(server: grpc.aio.Server, servicer: RateLimitServicer) -> None:
+    """Register ShouldRateLimit both ways grpc offers: as a generic handler (for lookups by
+    name) and as a registered method, which grpc's core matches itself, saving the per-call
+    generic-handler lookup in Python."""
+    methods = rate_limit_methods(servicer)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(wire.SERVICE_NAME, methods),)
+    )
+    server.add_registered_method_handlers(wire.SERVICE_NAME, methods)
 
 
 class BindError(RuntimeError):
@@ -69,7 +79,7 @@ def build_server(
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers((rate_limit_handler(servicer),))
+    add_rate_limit_service(server, servicer)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (wire.SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)

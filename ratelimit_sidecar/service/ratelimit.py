@@ -1,17 +1,26 @@
 """ShouldRateLimit semantics: validate, match descriptors to rules, ask the core, build the answer.
 
-Synchronous and free of I/O: the gRPC servicer calls `decide` on the event loop thread.
+Synchronous and free of I/O: the gRPC servicer calls `decide` on the event loop thread with the
+request's wire bytes; what the bytes mean is worked out once per distinct request
+(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
+
+from google.protobuf.message import DecodeError
 
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import Decision, Hit, Limiter
+from ratelimit_sidecar.service.compiled import (
+    DEFAULT_MAX_ENTRIES,
+    CompiledRequest,
+    RequestCache,
+)
 from ratelimit_sidecar.service.response import (
     ResponseEncoder,
     ResponseOptions,
@@ -20,6 +29,7 @@ from ratelimit_sidecar.service.response import (
 from ratelimit_sidecar.service.validation import (
     Bounds,
     Entries,
+    InvalidRequest,
     validate_entries,
     validate_request,
 )
@@ -30,9 +40,12 @@ _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 
 
 class DecisionObserver(Protocol):
-    """Hook for metrics, called after each decision."""
+    """Hook for metrics: `tally` once per distinct request, `decided` after each decision with
+    what `tally` returned for that request."""
 
-    def decided(self, domain: str, hits: Sequence[Hit], decision: Decision) -> None: ...
+    def tally(self, domain: str, hits: Sequence[Hit]) -> Any: ...
+
+    def decided(self, tally: Any, decision: Decision) -> None: ...
 
     def unknown_domain(self, domain: str) -> None: ...
 
@@ -49,6 +62,7 @@ class RateLimitHandler:
         bounds: Bounds | None = None,
         options: ResponseOptions | None = None,
         observer: DecisionObserver | None = None,
+        cache_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         self.rules = rules  # replaced whole on reload: one attribute store, no lock needed
         self.limiter = limiter
@@ -57,30 +71,49 @@ class RateLimitHandler:
         self._encoder = ResponseEncoder(options)
         self._observer = observer
         self._overrides: dict[tuple[Rule, int, int], Rule] = {}
+        self._compiled = RequestCache(cache_entries)
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
         self._overrides = {}
+        self._compiled.clear()
         self.rules = rules
 
-    def decide(self, request: RateLimitRequest) -> bytes:
-        """The encoded RateLimitResponse; raises InvalidRequest for an unanswerable request."""
+    def decide(self, raw: bytes) -> bytes:
+        """The encoded RateLimitResponse to an encoded RateLimitRequest.
+
+        Raises InvalidRequest for a request that cannot be answered (malformed, empty, too big).
+        """
+        compiled = self._compiled.get(raw)
+        if compiled is None:
+            compiled = self._compile(raw)
+        if not compiled.known:
+            if self._observer is not None:
+                self._observer.unknown_domain(compiled.domain)
+            return unmatched_response(len(compiled.hits))
+        decision = self.limiter.hit(self._clock_ms(), compiled.hits)
+        if self._observer is not None:
+            self._observer.decided(compiled.tally, decision)
+        return self._encoder.encode(decision)
+
+    def _compile(self, raw: bytes) -> CompiledRequest:
+        """Parse, validate and match a request not seen since the rules last changed."""
+        try:
+            request = RateLimitRequest.FromString(raw)
+        except DecodeError as exc:
+            raise InvalidRequest(f"malformed RateLimitRequest: {exc}") from None
         name, descriptors = request.domain, request.descriptors
         validate_request(name, len(descriptors), self._bounds)
         domain = self.rules.domain(name)
         default_hits = request.hits_addend or 1
         # One pass over each descriptor's entries: validate, match, and name the counter.
         hits = [self._hit(name, domain, i, d, default_hits) for i, d in enumerate(descriptors)]
-        if domain is None:
-            if self._observer is not None:
-                self._observer.unknown_domain(name)
-            return unmatched_response(len(hits))
-        if len(hits) > 1:
+        if len(hits) > 1 and domain is not None:
             hits = _apply_replaces(hits)
-        decision = self.limiter.hit(self._clock_ms(), hits)
-        if self._observer is not None:
-            self._observer.decided(name, hits, decision)
-        return self._encoder.encode(decision)
+        tally = None if self._observer is None else self._observer.tally(name, hits)
+        compiled = CompiledRequest(name, tuple(hits), domain is not None, tally)
+        self._compiled.put(raw, compiled)
+        return compiled
 
     def _hit(
         self,

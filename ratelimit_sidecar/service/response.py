@@ -25,6 +25,8 @@ OK, OVER_LIMIT = 1, 2  # RateLimitResponse.Code
 _OVERALL_CODE, _STATUS, _HEADER, _RAW_BODY = b"\x08", b"\x12", b"\x1a", b"\x2a"
 _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
 _OK_STATUS = b"\x08\x01"
+_OK_HEAD = _OVERALL_CODE + b"\x01" + _STATUS  # overall OK, then the one status's tag
+MAX_CACHED_RESETS = 65_536  # distinct `duration_until_reset` values kept encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +34,22 @@ class ResponseOptions:
     ietf_headers: bool = False  # add RateLimit-Policy / RateLimit (draft-ietf-httpapi)
 
 
+_SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
+
+
 def varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative int (unrolled for the common sizes)."""
     if value < 0x80:
-        return bytes((value,))
+        return _SMALL_VARINTS[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
+    if value < 0x800000000:  # up to 5 bytes: every uint32 (remaining counts, nanos)
+        low = (value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, (value >> 14) & 0x7F | 0x80)
+        if value < 0x10000000:
+            return bytes((*low, value >> 21))
+        return bytes((*low, (value >> 21) & 0x7F | 0x80, value >> 28))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -52,10 +67,15 @@ class ResponseEncoder:
 
     def __init__(self, options: ResponseOptions | None = None) -> None:
         self.options = options or ResponseOptions()
+        self._ietf = self.options.ietf_headers
         self._limits: dict[int, tuple[RateLimit, bytes]] = {}
+        self._resets: dict[int, bytes] = {}
 
     def encode(self, decision: Decision) -> bytes:
         over = decision.code is Code.OVER_LIMIT
+        if not over and len(decision.verdicts) == 1 and not self._ietf:
+            status = self._status(decision.verdicts[0])  # the usual answer, without the lists
+            return _OK_HEAD + varint(len(status)) + status
         parts = [_OVERALL_CODE, b"\x02" if over else b"\x01"]
         parts += [_field(_STATUS, self._status(v)) for v in decision.verdicts]
         headers = rejection_headers(decision) if over else []
@@ -74,8 +94,16 @@ class ResponseEncoder:
         if limit is None:
             return code + _REMAINING + varint(UNLIMITED_REMAINING) if verdict.unlimited else code
         remaining = _REMAINING + varint(verdict.remaining) if verdict.remaining else b""
-        reset = _field(_RESET, _duration(max(0, verdict.reset_ms)))
-        return code + self._current_limit(limit) + remaining + reset
+        return code + self._current_limit(limit) + remaining + self._reset(verdict.reset_ms)
+
+    def _reset(self, ms: int) -> bytes:
+        """The encoded `duration_until_reset` field; few distinct values, so kept once encoded."""
+        found = self._resets.get(ms)
+        if found is None:
+            if len(self._resets) >= MAX_CACHED_RESETS:
+                self._resets.clear()
+            found = self._resets[ms] = _field(_RESET, _duration(max(0, ms)))
+        return found
 
     def _current_limit(self, limit: RateLimit) -> bytes:
         cached = self._limits.get(id(limit))

@@ -38,7 +38,7 @@ def handler(tmp_path: Path, ietf: bool = False) -> RateLimitHandler:
 
 def decide(h: RateLimitHandler, message: wire.RateLimitRequest) -> wire.RateLimitResponse:
     """The handler answers wire bytes; parse them with the generated classes."""
-    return wire.RateLimitResponse.FromString(h.decide(message))
+    return wire.RateLimitResponse.FromString(h.decide(message.SerializeToString()))
 
 
 def codes(h: RateLimitHandler, *entries: list[tuple[str, str]], times: int) -> list[int]:

@@ -1,0 +1,68 @@
+"""The one-descriptor fast path of `Limiter.hit` must decide exactly as the general path does."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratelimit_sidecar.core import Decision, Hit, Limiter, PushResult, SyncResult
+from tests.unit.core.rules import hit, rule
+
+T0 = 1_700_000_040_000
+RULES = (rule(rpu=5, cooldown_ms=300), rule(rpu=1, key="x"), rule(rpu=40, spans=4, key="y"))
+
+
+class GeneralOnly(Limiter):
+    """A limiter whose every request takes the general (several-descriptor) path."""
+
+    def hit(self, now_ms: int, hits: list[Hit]) -> Decision:  # type: ignore[override]
+        return self._hit_all(now_ms, hits)
+
+
+def snapshot(limiter: Limiter) -> list[dict[str, object]]:
+    return [state.snapshot() for state in limiter.keys]
+
+
+# One step: advance the clock by `dt` ms, then either send a request (rule index, value, hits)
+# or end a span with the store confirming a global total of `seen` for every key.
+steps = st.lists(
+    st.tuples(
+        st.integers(0, 400),
+        st.one_of(
+            st.tuples(st.integers(0, 2), st.sampled_from("abc"), st.integers(-1, 3)),
+            st.tuples(st.just(-1), st.just(""), st.integers(0, 60)),
+        ),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps)
+def test_fast_path_matches_the_general_path(script: list[tuple[int, tuple[int, str, int]]]) -> None:
+    fast, general, now = Limiter(), GeneralOnly(), T0
+    for dt, (index, value, count) in script:
+        now += dt
+        if index < 0:
+            for limiter in (fast, general):
+                batch = limiter.end_span(now)
+                pushes = tuple(PushResult(count, 0) for _ in batch.pushes)
+                totals = tuple(count for _ in batch.total_reads)
+                limiter.apply_sync(now, batch, SyncResult(pushes=pushes, totals=totals))
+            continue
+        request = [hit(RULES[index], value, count)]
+        assert fast.hit(now, request) == general.hit(now, request)
+        assert snapshot(fast) == snapshot(general)
+    assert fast.dropped_hits == general.dropped_hits
+
+
+def test_fast_path_is_taken_for_a_tracked_key() -> None:
+    limiter, r = Limiter(), rule(rpu=3)
+    limiter.hit(T0, [hit(r)])  # first sight: the general path creates the key
+
+    def no_general_path(now_ms: int, hits: list[Hit]) -> Decision:
+        raise AssertionError("general path used for an admitted tracked key")
+
+    limiter._hit_all = no_general_path  # type: ignore[method-assign, assignment]
+    verdict = limiter.hit(T0 + 1, [hit(r)]).verdicts[0]
+    assert (verdict.remaining, verdict.reset_ms) == (1, 999)

@@ -1,0 +1,94 @@
+"""Requests are parsed and matched once per distinct bytes; the cache is bounded and never stale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.service.compiled import MAX_REQUEST_BYTES, CompiledRequest, RequestCache
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+from ratelimit_sidecar.service.validation import InvalidRequest
+from tests.support.grpc_client import request
+
+T0 = 1_700_000_040_000
+OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT
+
+
+def rules_file(tmp_path: Path, rpu: int) -> Path:
+    path = tmp_path / "d.yaml"
+    limit = f"{{unit: minute, requests_per_unit: {rpu}}}"
+    path.write_text(f"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {limit}\n")
+    return path
+
+
+def handler(tmp_path: Path, rpu: int = 2, entries: int = 100) -> RateLimitHandler:
+    rules = load_rules(rules_file(tmp_path, rpu))
+    return RateLimitHandler(rules, Limiter(), lambda: T0, cache_entries=entries)
+
+
+def raw(value: str, domain: str = "d") -> bytes:
+    return request(domain, [("user", value)]).SerializeToString()
+
+
+def code(h: RateLimitHandler, body: bytes) -> int:
+    return wire.RateLimitResponse.FromString(h.decide(body)).overall_code
+
+
+def test_repeated_bytes_reuse_the_compiled_request_but_counters_still_move(
+    tmp_path: Path,
+) -> None:
+    h = handler(tmp_path)
+    body = raw("a")
+    assert code(h, body) == OK
+    compiled = h._compiled.get(body)
+    assert compiled is not None
+    assert [code(h, body), code(h, body)] == [OK, OVER]
+    assert h._compiled.get(body) is compiled
+
+
+def test_swapping_rules_forgets_compiled_requests(tmp_path: Path) -> None:
+    h = handler(tmp_path, rpu=1)
+    body = raw("a")
+    assert [code(h, body), code(h, body)] == [OK, OVER]
+    h.swap_rules(load_rules(rules_file(tmp_path / "..", 100)))
+    assert h._compiled.get(body) is None
+    assert code(h, body) == OK  # matched against the new rule, a new counter
+
+
+def test_unknown_domain_is_cached_and_answers_every_descriptor(tmp_path: Path) -> None:
+    h = handler(tmp_path)
+    body = request("nope", [("user", "a")], [("user", "b")]).SerializeToString()
+    for _ in range(2):
+        reply = wire.RateLimitResponse.FromString(h.decide(body))
+        assert reply.overall_code == OK and len(reply.statuses) == 2
+    compiled = h._compiled.get(body)
+    assert compiled is not None and not compiled.known
+
+
+def test_malformed_bytes_are_an_invalid_request_and_not_cached(tmp_path: Path) -> None:
+    h = handler(tmp_path)
+    with pytest.raises(InvalidRequest, match="malformed RateLimitRequest"):
+        h.decide(b"\x0a\xff\xff")
+    assert len(h._compiled) == 0
+
+
+def test_a_flood_of_distinct_requests_stays_within_the_entry_bound(tmp_path: Path) -> None:
+    h = handler(tmp_path, rpu=1000, entries=50)
+    for i in range(500):
+        assert code(h, raw(f"v{i}")) == OK
+    assert 0 < len(h._compiled) <= 50
+    assert h._compiled.clears == 9  # emptied once per 50 new requests after the first 50
+
+
+def test_the_byte_bound_and_oversized_requests() -> None:
+    cache = RequestCache(max_entries=1000, max_bytes=100)
+    compiled = CompiledRequest("d", (), known=False)
+    for i in range(10):
+        cache.put(b"%02d" % i + b"x" * 38, compiled)  # 40 bytes each
+    assert len(cache) == 2 and cache.clears == 4
+    cache.put(b"y" * (MAX_REQUEST_BYTES + 1), compiled)
+    assert cache.get(b"y" * (MAX_REQUEST_BYTES + 1)) is None
