@@ -5,7 +5,8 @@ Runs the real limiter core and the real Redis store against a real server starte
   (target: 100k keys synced in at most 25 % of a 10 s span);
 * Redis commands per second at a request rate R and 2R over the same keys (target: equal
   within ±5 %): the sync cost follows the number of active keys, not the traffic;
-* memory per tracked key with tracemalloc (target: at most 1 KiB).
+* memory per tracked key with tracemalloc, counter state plus the handler's compiled request
+  (target: at most 1 KiB).
 """
 
 from __future__ import annotations
@@ -102,15 +103,38 @@ async def command_rate(store: Any, client: Any, rate: int, keys: int = 1000) -> 
 
 
 def memory_per_key(keys: int = 100_000) -> float:
+    """Bytes a tracked key costs the server: its counter state in the limiter plus the compiled
+    request the handler keeps for it (request bytes, matched rule, counter name, metric slot)."""
     from ratelimit_sidecar.core import Limiter
+    from ratelimit_sidecar.metrics import Metrics
+    from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+    from tests.support.grpc_client import request
 
-    rule, limiter = limit(**SPAN_10S), Limiter(max_keys=keys)
+    rules = _rules_for_memory()
+    now_ms = int(time.time() * 1000)
+    handler = RateLimitHandler(
+        rules, Limiter(max_keys=keys), lambda: now_ms, observer=Metrics(), cache_entries=keys
+    )
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    fill(limiter, rule, keys, int(time.time() * 1000))
+    for i in range(keys):
+        handler.decide(request("bench", [("client", f"user-{i:08d}")]).SerializeToString())
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
+    assert len(handler.limiter.keys) == keys
     return (after - before) / keys
+
+
+def _rules_for_memory() -> Any:
+    from ratelimit_sidecar.config.loader import load_rules
+
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        path = Path(tmp) / "bench.yaml"
+        path.write_text(
+            "domain: bench\ndescriptors:\n  - key: client\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 1000000000}\n"
+        )
+        return load_rules(path)
 
 
 async def measure(url: str, client: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 ERROR_KINDS = ("timeout", "connection", "other")
+MAX_SHARED_TALLIES = 10_000  # distinct label combinations kept for sharing
 
 
 def error_category(exception_name: str) -> str:
@@ -77,17 +78,28 @@ class Metrics:
         for kind in ERROR_KINDS:  # export zeros, so rate() and alerts work before a failure
             self.sync_errors.labels(kind)
         self._version = ""
+        self._tallies: dict[tuple[str, tuple[str | None, ...]], Tally] = {}
 
     # -- DecisionObserver ---------------------------------------------------------------
 
     def tally(self, domain: str, hits: Sequence[Hit]) -> Tally:
-        """Each hit's decision counters, looked up once per distinct request (see decided)."""
-        return tuple(
-            None
-            if hit.rule is None or hit.rule.limit is None
-            else self.decisions.counts(domain, _label(hit.rule, hit))
+        """Each hit's decision counters, looked up once per distinct request (see decided).
+
+        Requests that count against the same rules share one tally: it is kept with every
+        compiled request, so sharing it saves memory per tracked key.
+        """
+        labels = tuple(
+            None if hit.rule is None or hit.rule.limit is None else _label(hit.rule, hit)
             for hit in hits
         )
+        found = self._tallies.get((domain, labels))
+        if found is None:
+            if len(self._tallies) >= MAX_SHARED_TALLIES:
+                self._tallies.clear()
+            counts = self.decisions.counts
+            found = tuple(None if label is None else counts(domain, label) for label in labels)
+            self._tallies[(domain, labels)] = found
+        return found
 
     def decided(self, tally: Tally, decision: Decision) -> None:
         for counts, verdict in zip(tally, decision.verdicts, strict=True):

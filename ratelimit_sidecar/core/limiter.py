@@ -65,7 +65,16 @@ class Limiter:
         """Decide a request; counters move only if every descriptor admits it."""
         if len(hits) == 1:
             return self._hit_one(now_ms, hits[0])
-        return self._hit_all(now_ms, hits)
+        limited = [i for i, h in enumerate(hits) if h.rule is not None and h.rule.limit is not None]
+        if len(limited) != 1:
+            return self._hit_all(now_ms, hits)
+        # One counted descriptor among ones no limit applies to (Envoy's usual request): those
+        # are always OK, so the request's fate is that descriptor's alone.
+        only = limited[0]
+        decision = self._hit_one(now_ms, hits[only])
+        verdicts = [_unlimited_verdict(hit) for hit in hits]
+        verdicts[only] = decision.verdicts[0]
+        return Decision(decision.code, tuple(verdicts))
 
     def _hit_all(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         checked = [self._check(now_ms, hit) for hit in hits]
@@ -111,7 +120,7 @@ class Limiter:
     def _check(self, now_ms: int, hit: Hit) -> tuple[Verdict, KeyState | None]:
         rule = hit.rule
         if rule is None or rule.limit is None:
-            return (UNLIMITED if rule is not None and rule.unlimited else UNMATCHED), None
+            return _unlimited_verdict(hit), None
         shadow = rule.shadow_mode or self.shadow_mode
         limit = rule.limit
         if limit.requests_per_unit == 0:
@@ -233,8 +242,10 @@ class Limiter:
         """The keys a span end must look at: all of them when idle keys are pushed too, when
         flushing, or when a sweep is due; else only those with hits since their last push."""
         if self.push_idle or flush or now_ms >= self._next_sweep:
-            windows = (w for w, _ in self._schedules)
-            self._next_sweep = now_ms + max(MIN_SWEEP_MS, min(windows, default=MIN_SWEEP_MS))
+            # Once per shortest window: a key is forgettable after two idle windows, so none
+            # lingers past three, and a sweep's cost is spread over a window of requests.
+            window = min((w for w, _ in self._schedules), default=MIN_SWEEP_MS)
+            self._next_sweep = now_ms + max(MIN_SWEEP_MS, window)
             return list(self.keys)
         return list(self._dirty.values())
 
@@ -315,3 +326,8 @@ class Limiter:
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
         tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
         return tracked + sum(p.count for p in self._orphans)
+
+
+def _unlimited_verdict(hit: Hit) -> Verdict:
+    """The answer for a descriptor no limit applies to: unmatched, or an unlimited rule."""
+    return UNLIMITED if hit.rule is not None and hit.rule.unlimited else UNMATCHED

@@ -25,7 +25,9 @@ OK, OVER_LIMIT = 1, 2  # RateLimitResponse.Code
 _OVERALL_CODE, _STATUS, _HEADER, _RAW_BODY = b"\x08", b"\x12", b"\x1a", b"\x2a"
 _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
 _OK_STATUS = b"\x08\x01"
-_OK_HEAD = _OVERALL_CODE + b"\x01" + _STATUS  # overall OK, then the one status's tag
+_OK_CODE = _OVERALL_CODE + b"\x01"
+_OK_HEAD = _OK_CODE + _STATUS  # overall OK, then the one status's tag
+_UNMATCHED_FIELD = _STATUS + b"\x02" + _OK_STATUS
 MAX_CACHED_RESETS = 65_536  # distinct `duration_until_reset` values kept encoded
 
 
@@ -73,11 +75,14 @@ class ResponseEncoder:
 
     def encode(self, decision: Decision) -> bytes:
         over = decision.code is Code.OVER_LIMIT
-        if not over and len(decision.verdicts) == 1 and not self._ietf:
-            status = self._status(decision.verdicts[0])  # the usual answer, without the lists
-            return _OK_HEAD + varint(len(status)) + status
+        verdicts = decision.verdicts
+        if not over and not self._ietf:  # the usual answer: statuses only
+            if len(verdicts) == 1:
+                status = self._status(verdicts[0])
+                return _OK_HEAD + varint(len(status)) + status
+            return _OK_CODE + b"".join([self._status_field(v) for v in verdicts])
         parts = [_OVERALL_CODE, b"\x02" if over else b"\x01"]
-        parts += [_field(_STATUS, self._status(v)) for v in decision.verdicts]
+        parts += [self._status_field(v) for v in verdicts]
         headers = rejection_headers(decision) if over else []
         if self.options.ietf_headers:
             headers += ietf_headers(decision)
@@ -85,6 +90,12 @@ class ResponseEncoder:
         if over:
             parts.append(_field(_RAW_BODY, rejection_body(decision)))
         return b"".join(parts)
+
+    def _status_field(self, verdict: Verdict) -> bytes:
+        if verdict.limit is None and not verdict.unlimited and verdict.code is Code.OK:
+            return _UNMATCHED_FIELD  # no rule: the same bytes every time
+        status = self._status(verdict)
+        return _STATUS + varint(len(status)) + status
 
     def _status(self, verdict: Verdict) -> bytes:
         limit = verdict.limit
@@ -118,8 +129,7 @@ class ResponseEncoder:
 
 def unmatched_response(count: int) -> bytes:
     """OK for every descriptor: the domain has no rules (an unknown domain)."""
-    status = _field(_STATUS, _OK_STATUS)
-    return _OVERALL_CODE + b"\x01" + status * count
+    return _OK_CODE + _UNMATCHED_FIELD * count
 
 
 def _limit(limit: RateLimit) -> bytes:

@@ -1,15 +1,25 @@
-"""The one-descriptor fast path of `Limiter.hit` must decide exactly as the general path does."""
+"""The fast paths of `Limiter.hit` (one descriptor; one counted descriptor among descriptors no
+limit applies to) must decide exactly as the general path does."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ratelimit_sidecar.config.model import Rule
 from ratelimit_sidecar.core import Decision, Hit, Limiter, PushResult, SyncResult
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
 RULES = (rule(rpu=5, cooldown_ms=300), rule(rpu=1, key="x"), rule(rpu=40, spans=4, key="y"))
+UNLIMITED = Rule("d", (("u", ""),), None, unlimited=True)
+# Descriptors sent beside the counted one: none, unmatched, unlimited, or a second counted one.
+COMPANIONS: tuple[tuple[Hit, ...], ...] = (
+    (),
+    (hit(None, "n"),),
+    (hit(UNLIMITED, "u"), hit(None, "n")),
+    (hit(RULES[1], "b"),),
+)
 
 
 class GeneralOnly(Limiter):
@@ -29,8 +39,14 @@ steps = st.lists(
     st.tuples(
         st.integers(0, 400),
         st.one_of(
-            st.tuples(st.integers(0, 2), st.sampled_from("abc"), st.integers(-1, 3)),
-            st.tuples(st.just(-1), st.just(""), st.integers(0, 60)),
+            st.tuples(
+                st.integers(0, 2),
+                st.sampled_from("abc"),
+                st.integers(-1, 3),
+                st.integers(0, len(COMPANIONS) - 1),
+                st.booleans(),
+            ),
+            st.tuples(st.just(-1), st.just(""), st.integers(0, 60), st.just(0), st.just(False)),
         ),
     ),
     max_size=80,
@@ -39,18 +55,23 @@ steps = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(steps)
-def test_fast_path_matches_the_general_path(script: list[tuple[int, tuple[int, str, int]]]) -> None:
+def test_fast_paths_match_the_general_path(
+    script: list[tuple[int, tuple[int, str, int, int, bool]]],
+) -> None:
     fast, general, now = Limiter(), GeneralOnly(), T0
-    for dt, (index, value, count) in script:
+    for dt, (index, value, count, companions, first) in script:
         now += dt
         if index < 0:
             for limiter in (fast, general):
                 batch = limiter.end_span(now)
                 pushes = tuple(PushResult(count, 0) for _ in batch.pushes)
                 totals = tuple(count for _ in batch.total_reads)
-                limiter.apply_sync(now, batch, SyncResult(pushes=pushes, totals=totals))
+                nodes = 1 + count % 3  # new keys start from this estimate
+                result = SyncResult(pushes=pushes, totals=totals, live_nodes=nodes)
+                limiter.apply_sync(now, batch, result)
             continue
-        request = [hit(RULES[index], value, count)]
+        counted, others = hit(RULES[index], value, count), list(COMPANIONS[companions])
+        request = [counted, *others] if first else [*others, counted]
         assert fast.hit(now, request) == general.hit(now, request)
         assert snapshot(fast) == snapshot(general)
     assert fast.dropped_hits == general.dropped_hits
