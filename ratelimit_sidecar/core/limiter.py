@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
 from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.spans import span_end, span_index, window_end
 from ratelimit_sidecar.core.syncplan import SyncPlan
@@ -42,13 +42,15 @@ class Limiter:
     """Decisions and span bookkeeping for every key this node tracks."""
 
     def __init__(
-        self, max_keys: int = DEFAULT_MAX_KEYS, shadow_mode: bool = False, push_idle: bool = True
+        self, max_keys: int = DEFAULT_MAX_KEYS, shadow_mode: bool = False, shared_store: bool = True
     ) -> None:
         self.keys = KeyTable(max_keys)
         self.shadow_mode = shadow_mode
-        # Push keys with nothing to add too: with a shared store the answer brings other nodes'
-        # totals and block flags. A node that owns its store alone learns nothing from them.
-        self.push_idle = push_idle
+        # With a shared store every active key is pushed each span, even with nothing to add:
+        # the answer brings other nodes' totals and block flags. A store this node owns alone
+        # (local-only mode) would only echo the node's own counts, so they are applied here at
+        # each span end and nothing is pushed (see _fold).
+        self.shared_store = shared_store
         self.live_nodes = 1  # node-level estimate for keys without history
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self._schedules: set[tuple[int, int]] = set()
@@ -87,15 +89,21 @@ class Limiter:
         return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
 
     def _hit_one(self, now_ms: int, hit: Hit) -> Decision:
-        """`hit` for the usual request: one descriptor whose counter is tracked and admits it.
+        """`hit` for the usual request: one descriptor with a limit, which admits it.
 
-        Anything else (a new key, a block, a rejection, no rule) takes the general path, so
+        Anything else (a block, a rejection, no rule, a deny rule) takes the general path, so
         the rules live in one place; this path only skips the general path's bookkeeping.
         """
         state = self.keys.get(hit.key)
         rule = hit.rule
-        if state is None or rule is None or state.limit is not rule.limit:
+        if rule is None or rule.limit is None or rule.limit.requests_per_unit == 0:
             return self._hit_all(now_ms, (hit,))
+        if state is None or state.limit is not rule.limit:  # a new key (or a reloaded rule)
+            shadow = rule.shadow_mode or self.shadow_mode
+            state = self._state(hit, rule.limit, shadow, now_ms)
+            if state is None:  # table full of blocked keys: decided on this request alone
+                verdict = self._untracked(rule.limit, hit.hits, shadow, now_ms)
+                return Decision(verdict.code, (verdict,))
         limit = state.limit
         if now_ms // limit.window_ms != state.window:
             self.dropped_hits += state.roll(now_ms)
@@ -241,7 +249,7 @@ class Limiter:
     def _due_candidates(self, now_ms: int, flush: bool) -> list[KeyState]:
         """The keys a span end must look at: all of them when idle keys are pushed too, when
         flushing, or when a sweep is due; else only those with hits since their last push."""
-        if self.push_idle or flush or now_ms >= self._next_sweep:
+        if self.shared_store or flush or now_ms >= self._next_sweep:
             # Once per shortest window: a key is forgettable after two idle windows, so none
             # lingers past three, and a sweep's cost is spread over a window of requests.
             window = min((w for w, _ in self._schedules), default=MIN_SWEEP_MS)
@@ -259,6 +267,9 @@ class Limiter:
         return self._plan.batch
 
     def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int) -> None:
+        if not self.shared_store:
+            self._fold(state, now_ms)
+            return
         self._dirty.pop(state.key, None)
         self.dropped_hits += state.roll(now_ms)
         limit = state.limit
@@ -271,12 +282,32 @@ class Limiter:
         # Every active key is pushed each span, even with nothing to add: the answer carries
         # the window's global total and the block flag, and the store's work per span follows
         # the number of active keys, not the request rate.
-        if state.pending or self.push_idle:
-            plan.push(state, Push(state.key, state.window, state.pending, limit))
-            state.inflight, state.pending = state.pending, 0
+        plan.push(state, Push(state.key, state.window, state.pending, limit))
+        state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.estimate_window))
+
+    def _fold(self, state: KeyState, now_ms: int) -> None:
+        """A span end with a private store: do here what its answer would do, no round trip.
+
+        Its total is this node's own count, so the span's hits join `seen`, and a window over
+        the limit blocks for the cooldown (as a shared store's total and flag would). Counts of
+        a finished window need no push: nobody reads them again.
+        """
+        self._dirty.pop(state.key, None)
+        state.roll(now_ms)  # leftovers of a finished window go to `unsent`, dropped below
+        state.unsent = 0
+        limit = state.limit
+        state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
+        state.estimate_window = NO_WINDOW  # nodes stays 1: no other node writes this store
+        if state.pending:
+            state.seen += state.pending
+            state.pending = 0
+            if state.seen > limit.requests_per_unit:
+                state.block(now_ms + limit.cooldown)
+        elif state.idle(now_ms):
+            self._forget(state)
 
     def _plan_unsent(self, plan: SyncPlan, state: KeyState) -> None:
         if state.window - state.unsent_window > 1:

@@ -48,9 +48,9 @@ class Sidecar:
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        # Local-only (no store given): keys with nothing to add are not pushed to the memory store.
+        # Local-only (no store given): the limiter applies its own counts; nothing is pushed.
         self.limiter = Limiter(
-            settings.max_keys, settings.shadow_mode, push_idle=storage is not None
+            settings.max_keys, settings.shadow_mode, shared_store=storage is not None
         )
         self.storage: Storage = storage or MemoryStorage()
         self.handler = RateLimitHandler(

@@ -53,12 +53,13 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(steps)
+@settings(max_examples=200, deadline=None)
+@given(steps, st.sampled_from([2, 4, 100]))
 def test_fast_paths_match_the_general_path(
-    script: list[tuple[int, tuple[int, str, int, int, bool]]],
+    script: list[tuple[int, tuple[int, str, int, int, bool]]], max_keys: int
 ) -> None:
-    fast, general, now = Limiter(), GeneralOnly(), T0
+    # A small table also exercises eviction and the untracked decision of a full table.
+    fast, general, now = Limiter(max_keys), GeneralOnly(max_keys), T0
     for dt, (index, value, count, companions, first) in script:
         now += dt
         if index < 0:
@@ -75,6 +76,11 @@ def test_fast_paths_match_the_general_path(
         assert fast.hit(now, request) == general.hit(now, request)
         assert snapshot(fast) == snapshot(general)
     assert fast.dropped_hits == general.dropped_hits
+    assert (fast.keys.untracked, fast.keys.evictions) == (
+        general.keys.untracked,
+        general.keys.evictions,
+    )
+    assert fast.pending_hits() == general.pending_hits()
 
 
 def test_fast_path_is_taken_for_a_tracked_key() -> None:

@@ -223,11 +223,36 @@ def test_store_down_fallback_judges_each_span_once() -> None:
     assert limiter.pending_hits() == 20  # all kept for the store's return
 
 
-def test_idle_keys_are_pushed_only_to_a_shared_store() -> None:
+def test_idle_keys_are_pushed_to_a_shared_store() -> None:
     r = rule(rpu=100, spans=2)
-    for push_idle, expected in ((True, [0]), (False, [])):
-        limiter = Limiter(push_idle=push_idle)
-        limiter.hit(T0, [hit(r)])
-        limiter.apply_sync(T0 + 500, limiter.end_span(T0 + 500), None)  # the hit went out
-        batch = limiter.end_span(T0 + 1000)
-        assert [p.count for p in batch.pushes if p.window == T0 // 1000 + 1] == expected
+    limiter = Limiter()
+    limiter.hit(T0, [hit(r)])
+    limiter.apply_sync(T0 + 500, limiter.end_span(T0 + 500), None)  # the hit went out
+    batch = limiter.end_span(T0 + 1000)
+    assert [p.count for p in batch.pushes if p.window == T0 // 1000 + 1] == [0]
+
+
+def test_a_private_store_gets_no_pushes_the_counts_are_applied_locally() -> None:
+    r = rule(rpu=4, spans=2, cooldown_ms=700)
+    limiter = Limiter(shared_store=False)
+    for t in (T0, T0 + 1, T0 + 2):
+        assert limiter.hit(t, [hit(r)]).code is Code.OK
+    batch = limiter.end_span(T0 + 500)
+    assert not batch.pushes and not batch.total_reads
+    limiter.apply_sync(T0 + 500, batch, SyncResult())
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and (state.seen, state.pending) == (3, 0)
+    assert limiter.pending_hits() == 0
+    assert limiter.hit(T0 + 600, [hit(r)]).verdicts[0].remaining == 0
+    assert limiter.hit(T0 + 601, [hit(r)]).code is Code.OVER_LIMIT  # 5 > 4 in the window
+    limiter.apply_sync(T0 + 1000, limiter.end_span(T0 + 1000), SyncResult())
+    assert limiter.hit(T0 + 1002, [hit(r)]).code is Code.OVER_LIMIT  # cooldown from T0+601
+
+
+def test_a_private_store_forgets_idle_keys_at_a_sweep() -> None:
+    r = rule(rpu=4, spans=2)
+    limiter = Limiter(shared_store=False)
+    limiter.hit(T0, [hit(r)])
+    for t in range(T0 + 500, T0 + 4000, 500):
+        limiter.apply_sync(t, limiter.end_span(t), SyncResult())
+    assert len(limiter.keys) == 0
