@@ -277,13 +277,15 @@ class Limiter:
         if state.idle(now_ms):
             self._forget(state)
             return
-        if state.unsent:
-            self._plan_unsent(plan, state)
+        retried = self._plan_unsent(plan, state) if state.unsent else False
         # Every active key is pushed each span, even with nothing to add: the answer carries
         # the window's global total and the block flag, and the store's work per span follows
-        # the number of active keys, not the request rate.
-        plan.push(state, Push(state.key, state.window, state.pending, limit))
-        state.inflight, state.pending = state.pending, 0
+        # the number of active keys, not the request rate. A key whose last span's hits are
+        # being pushed for the window that just ended (they were counted after it closed)
+        # already gets its flag back from that push: one push per key and span either way.
+        if state.pending or not retried:
+            plan.push(state, Push(state.key, state.window, state.pending, limit))
+            state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.estimate_window))
@@ -309,13 +311,16 @@ class Limiter:
         elif state.idle(now_ms):
             self._forget(state)
 
-    def _plan_unsent(self, plan: SyncPlan, state: KeyState) -> None:
-        if state.window - state.unsent_window > 1:
-            self.dropped_hits += state.unsent
-        else:
+    def _plan_unsent(self, plan: SyncPlan, state: KeyState) -> bool:
+        """Push hits left from an earlier span (or count them dropped); True if pushed."""
+        pushed = state.window - state.unsent_window <= 1
+        if pushed:
             retry = Push(state.key, state.unsent_window, state.unsent, state.limit)
             plan.push(state, retry, fresh=False)
+        else:
+            self.dropped_hits += state.unsent
         state.unsent = 0
+        return pushed
 
     def apply_sync(
         self, now_ms: int, batch: SyncBatch, result: SyncResult | None, resend: bool = True

@@ -153,9 +153,27 @@ def test_store_failure_keeps_deltas_and_applies_the_fallback() -> None:
     assert limiter.hit(T0 + 600, [hit(r)]).code is Code.OVER_LIMIT
     assert limiter.pending_hits() == 6
     batch = limiter.end_span(T0 + 1000)  # the store is back: the unsent span goes out
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6), (T0 // 1000 + 1, 0)]
+    # ... as the key's one push of this span (its answer brings the block flag back too).
+    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     assert limiter.pending_hits() == 0
+
+
+def test_one_push_per_key_and_span_whatever_the_traffic() -> None:
+    """A window's last span is pushed after the window ends; a key with hits then must not add
+    a second (empty) push for the new window, or the store's work would follow the traffic."""
+    store, r = MemoryStorage(), rule(rpu=1000, spans=2)
+    for busy in (False, True):
+        limiter = Limiter()
+        for value in "abcd":
+            limiter.hit(T0 + 100, [hit(r, value)])
+        sync(limiter, store, T0 + 500)
+        if busy:  # hits in the window's last span for two keys
+            limiter.hit(T0 + 700, [hit(r, "a")])
+            limiter.hit(T0 + 700, [hit(r, "b")])
+        batch = limiter.end_span(T0 + 1000)
+        assert len(batch.pushes) == 4
+        limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
 
 
 def test_unsent_hits_older_than_a_window_are_dropped_and_counted() -> None:
@@ -227,7 +245,7 @@ def test_idle_keys_are_pushed_to_a_shared_store() -> None:
     r = rule(rpu=100, spans=2)
     limiter = Limiter()
     limiter.hit(T0, [hit(r)])
-    limiter.apply_sync(T0 + 500, limiter.end_span(T0 + 500), None)  # the hit went out
+    sync(limiter, MemoryStorage(), T0 + 500)  # the hit went out
     batch = limiter.end_span(T0 + 1000)
     assert [p.count for p in batch.pushes if p.window == T0 // 1000 + 1] == [0]
 
