@@ -35,7 +35,7 @@ UNLIMITED = Verdict(Code.OK, unlimited=True)
 DEFAULT_MAX_KEYS = 100_000
 NEAR_LIMIT_RATIO = 0.8
 KEYS_PER_STEP = 2000  # keys planned between two yields of end_span_steps
-MIN_SWEEP_MS = 1000  # without idle pushes, look at every key (to forget idle ones) this rarely
+MIN_SWEEP_MS = 1000  # with a private store, look at every key (to forget idle ones) this rarely
 
 
 class Limiter:
@@ -56,7 +56,7 @@ class Limiter:
         self._schedules: set[tuple[int, int]] = set()
         self._orphans: list[Push] = []  # unpushed hits of evicted keys
         self._plan: SyncPlan | None = None
-        # Keys with hits not yet handed to a plan. Without idle pushes, a span end only needs
+        # Keys with hits not yet handed to a plan. With a private store a span end only needs
         # these; every key is looked at only by the periodic sweep that forgets idle ones.
         self._dirty: dict[KeyId, KeyState] = {}
         self._next_sweep = 0
@@ -111,19 +111,9 @@ class Limiter:
         used = state.seen + (state.inflight + state.pending) * nodes
         if now_ms < state.blocked_until or (hits > 0 and used + hits * nodes > rpu):
             return self._hit_all(now_ms, (hit,))
-        if hits:  # as _admit
-            if not state.pending:
-                self._dirty[state.key] = state
-            state.pending += hits
-            state.local_cur = max(0, state.local_cur + hits)
-            state.last_hit = now_ms
-            used += hits * nodes
-        window_ms = limit.window_ms
-        reset = window_ms - now_ms % window_ms
-        left = max(0, int(rpu - used))
-        near = used >= NEAR_LIMIT_RATIO * rpu
-        verdict = Verdict(Code.OK, limit, False, left, reset, False, state.shadow, near)
-        return Decision(Code.OK, (verdict,))
+        if hits:
+            self._admit(state, hits, now_ms)
+        return Decision(Code.OK, (self._within(state, now_ms),))
 
     def _check(self, now_ms: int, hit: Hit) -> tuple[Verdict, KeyState | None]:
         rule = hit.rule
@@ -198,13 +188,17 @@ class Limiter:
         """Fill in what is left of an OK descriptor's window, after the request's own hits."""
         if state is None or verdict.code is Code.OVER_LIMIT or verdict.shadowed:
             return verdict
-        limit = state.limit
-        used = state.used()
-        left = max(0, int(limit.requests_per_unit - used))
-        reset = window_end(now_ms, limit.window_ms) - now_ms
-        near = used >= NEAR_LIMIT_RATIO * limit.requests_per_unit
+        return self._within(state, now_ms)
+
+    def _within(self, state: KeyState, now_ms: int) -> Verdict:
+        """OK, with what is left of the window after the request's own hits."""
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        used = state.seen + (state.inflight + state.pending) * state.nodes  # state.used()
+        reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
+        # Positional: this runs for every admitted request, and keywords cost more here.
+        near = used >= NEAR_LIMIT_RATIO * rpu
         return Verdict(
-            Code.OK, limit, remaining=left, reset_ms=reset, near_limit=near, shadow=state.shadow
+            Code.OK, limit, False, max(0, int(rpu - used)), reset, False, state.shadow, near
         )
 
     # -- sync path ----------------------------------------------------------------------
@@ -247,8 +241,8 @@ class Limiter:
                 yield index + 1
 
     def _due_candidates(self, now_ms: int, flush: bool) -> list[KeyState]:
-        """The keys a span end must look at: all of them when idle keys are pushed too, when
-        flushing, or when a sweep is due; else only those with hits since their last push."""
+        """The keys a span end must look at: all of them with a shared store (every active key
+        is pushed), when flushing, or when a sweep is due; else those with hits since."""
         if self.shared_store or flush or now_ms >= self._next_sweep:
             # Once per shortest window: a key is forgettable after two idle windows, so none
             # lingers past three, and a sweep's cost is spread over a window of requests.
@@ -337,9 +331,6 @@ class Limiter:
         self._plan = None
         if result is None:
             stats = plan.fail(now_ms, resend)
-            for state in plan.unsent_states():  # to be pushed again at their next span end
-                if self.keys.get(state.key) is state:
-                    self._dirty[state.key] = state
         else:
             if result.live_nodes > 0:
                 self.live_nodes = result.live_nodes

@@ -88,10 +88,6 @@ class SyncPlan:
                 dropped += push.count  # may have arrived: counted as unconfirmed, not resent
         return SyncStats(0, 0, dropped, blocked, failed=True)
 
-    def unsent_states(self) -> list[KeyState]:
-        """The keys this plan left with hits to push again (after `fail`)."""
-        return [state for state in self._push_states if state is not None and state.unsent]
-
     def _check_lengths(self, result: SyncResult) -> None:
         got = (len(result.pushes), len(result.flag_ms), len(result.totals))
         want = (len(self.batch.pushes), len(self.batch.flag_reads), len(self.batch.total_reads))

@@ -26,7 +26,6 @@ _OVERALL_CODE, _STATUS, _HEADER, _RAW_BODY = b"\x08", b"\x12", b"\x1a", b"\x2a"
 _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
 _OK_STATUS = b"\x08\x01"
 _OK_CODE = _OVERALL_CODE + b"\x01"
-_OK_HEAD = _OK_CODE + _STATUS  # overall OK, then the one status's tag
 _UNMATCHED_FIELD = _STATUS + b"\x02" + _OK_STATUS
 MAX_CACHED_RESETS = 65_536  # distinct `duration_until_reset` values kept encoded
 
@@ -77,9 +76,6 @@ class ResponseEncoder:
         over = decision.code is Code.OVER_LIMIT
         verdicts = decision.verdicts
         if not over and not self._ietf:  # the usual answer: statuses only
-            if len(verdicts) == 1:
-                status = self._status(verdicts[0])
-                return _OK_HEAD + varint(len(status)) + status
             return _OK_CODE + b"".join([self._status_field(v) for v in verdicts])
         parts = [_OVERALL_CODE, b"\x02" if over else b"\x01"]
         parts += [self._status_field(v) for v in verdicts]
@@ -94,8 +90,7 @@ class ResponseEncoder:
     def _status_field(self, verdict: Verdict) -> bytes:
         if verdict.limit is None and not verdict.unlimited and verdict.code is Code.OK:
             return _UNMATCHED_FIELD  # no rule: the same bytes every time
-        status = self._status(verdict)
-        return _STATUS + varint(len(status)) + status
+        return _field(_STATUS, self._status(verdict))
 
     def _status(self, verdict: Verdict) -> bytes:
         limit = verdict.limit
