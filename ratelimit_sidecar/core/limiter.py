@@ -21,7 +21,6 @@ from ratelimit_sidecar.core.types import (
     Code,
     Decision,
     Hit,
-    KeyId,
     Push,
     SyncBatch,
     SyncResult,
@@ -35,7 +34,11 @@ UNLIMITED = Verdict(Code.OK, unlimited=True)
 DEFAULT_MAX_KEYS = 100_000
 NEAR_LIMIT_RATIO = 0.8
 KEYS_PER_STEP = 2000  # keys planned between two yields of end_span_steps
-MIN_SWEEP_MS = 1000  # with a private store, look at every key (to forget idle ones) this rarely
+# With a private store a key costs only memory (bounded by max_keys), so it is kept through a
+# minute of silence (or two windows, if longer): a returning client finds its counter instead of
+# making a new one. A sweep every quarter of that forgets the idle ones.
+LOCAL_IDLE_MS = 60_000
+LOCAL_SWEEP_MS = LOCAL_IDLE_MS // 4
 
 
 class Limiter:
@@ -56,9 +59,8 @@ class Limiter:
         self._schedules: set[tuple[int, int]] = set()
         self._orphans: list[Push] = []  # unpushed hits of evicted keys
         self._plan: SyncPlan | None = None
-        # Keys with hits not yet handed to a plan. With a private store a span end only needs
-        # these; every key is looked at only by the periodic sweep that forgets idle ones.
-        self._dirty: dict[KeyId, KeyState] = {}
+        # With a private store a span end has no work per key (see _catch_up); every key is
+        # looked at only by a periodic sweep that forgets idle ones.
         self._next_sweep = 0
 
     # -- request path -------------------------------------------------------------------
@@ -104,9 +106,9 @@ class Limiter:
             if state is None:  # table full of blocked keys: decided on this request alone
                 verdict = self._untracked(rule.limit, hit.hits, shadow, now_ms)
                 return Decision(verdict.code, (verdict,))
+        if now_ms >= state.next_sync:
+            self._catch_up(state, now_ms)
         limit = state.limit
-        if now_ms // limit.window_ms != state.window:
-            self.dropped_hits += state.roll(now_ms)
         hits, rpu, nodes = hit.hits, limit.requests_per_unit, state.nodes
         used = state.seen + (state.inflight + state.pending) * nodes
         if now_ms < state.blocked_until or (hits > 0 and used + hits * nodes > rpu):
@@ -129,7 +131,8 @@ class Limiter:
         return self._judge(state, hit.hits, now_ms), state
 
     def _judge(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        self.dropped_hits += state.roll(now_ms)
+        if now_ms >= state.next_sync:
+            self._catch_up(state, now_ms)
         limit = state.limit
         if now_ms < state.blocked_until:
             return self._over(state, now_ms)
@@ -172,14 +175,25 @@ class Limiter:
             return None
         for victim in evicted:
             self._orphan(victim)
-            self._dirty.pop(victim.key, None)
         self._schedules.add((limit.window_ms, limit.spans))
         return fresh
 
+    def _catch_up(self, state: KeyState, now_ms: int) -> None:
+        """The key's span has ended since it was last looked at.
+
+        With a shared store the sync loop pushes that span; only the window may have moved on.
+        With a private store the span end did nothing for this key: its hits are applied now,
+        as of the span's end (see _fold), which spares span ends a visit to every busy key.
+        """
+        limit = state.limit
+        if not self.shared_store:
+            self._fold(state, state.next_sync)
+            state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
+        if now_ms // limit.window_ms != state.window:
+            self.dropped_hits += state.roll(now_ms)
+
     def _admit(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Count admitted hits; negative hits give quota back (pushed as a negative delta)."""
-        if not state.pending:
-            self._dirty[state.key] = state
         state.pending += hits
         state.local_cur = max(0, state.local_cur + hits)
         state.last_hit = now_ms
@@ -235,25 +249,25 @@ class Limiter:
         plan.add_orphans(self._orphans)
         self._orphans = []
         for index, state in enumerate(self._due_candidates(now_ms, flush)):
-            if flush or now_ms >= state.next_sync:
+            if not self.shared_store:
+                self._settle(state, now_ms, flush)
+            elif flush or now_ms >= state.next_sync:
                 self._plan_key(plan, state, now_ms)
             if index % keys_per_step == keys_per_step - 1:
                 yield index + 1
 
     def _due_candidates(self, now_ms: int, flush: bool) -> list[KeyState]:
         """The keys a span end must look at: all of them with a shared store (every active key
-        is pushed), when flushing, or when a sweep is due; else those with hits since."""
-        if self.shared_store or flush or now_ms >= self._next_sweep:
-            # Once per shortest window: a key is forgettable after two idle windows, so none
-            # lingers past three, and a sweep's cost is spread over a window of requests.
-            window = min((w for w, _ in self._schedules), default=MIN_SWEEP_MS)
-            self._next_sweep = now_ms + max(MIN_SWEEP_MS, window)
+        is pushed), when flushing, or when a private store's sweep is due; else none."""
+        if self.shared_store or flush:
             return list(self.keys)
-        return list(self._dirty.values())
+        if now_ms >= self._next_sweep:
+            self._next_sweep = now_ms + LOCAL_SWEEP_MS
+            return list(self.keys)
+        return []
 
     def _forget(self, state: KeyState) -> None:
         self.keys.remove(state.key)
-        self._dirty.pop(state.key, None)
 
     def batch_in_flight(self) -> SyncBatch:
         if self._plan is None:
@@ -261,10 +275,6 @@ class Limiter:
         return self._plan.batch
 
     def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int) -> None:
-        if not self.shared_store:
-            self._fold(state, now_ms)
-            return
-        self._dirty.pop(state.key, None)
         self.dropped_hits += state.roll(now_ms)
         limit = state.limit
         state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
@@ -284,26 +294,35 @@ class Limiter:
         if state.estimate_window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.estimate_window))
 
-    def _fold(self, state: KeyState, now_ms: int) -> None:
-        """A span end with a private store: do here what its answer would do, no round trip.
+    def _settle(self, state: KeyState, now_ms: int, flush: bool) -> None:
+        """A private store's sweep: forget an idle key; or, at shutdown, apply every count."""
+        if flush:
+            if now_ms >= state.next_sync:
+                self._catch_up(state, now_ms)
+            self._fold(state, now_ms)
+            return
+        if now_ms - state.last_hit < max(LOCAL_IDLE_MS, 2 * state.limit.window_ms):
+            return
+        if state.pending:  # its last span may still start a block
+            self._fold(state, state.next_sync)
+        if now_ms >= state.blocked_until:
+            self._forget(state)
+
+    def _fold(self, state: KeyState, end_ms: int) -> None:
+        """What a span end at `end_ms` does with a private store, without a round trip.
 
         Its total is this node's own count, so the span's hits join `seen`, and a window over
         the limit blocks for the cooldown (as a shared store's total and flag would). Counts of
         a finished window need no push: nobody reads them again.
         """
-        self._dirty.pop(state.key, None)
-        state.roll(now_ms)  # leftovers of a finished window go to `unsent`, dropped below
+        state.roll(end_ms)  # leftovers of a finished window go to `unsent`, dropped below
         state.unsent = 0
-        limit = state.limit
-        state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
         state.estimate_window = NO_WINDOW  # nodes stays 1: no other node writes this store
         if state.pending:
             state.seen += state.pending
             state.pending = 0
-            if state.seen > limit.requests_per_unit:
-                state.block(now_ms + limit.cooldown)
-        elif state.idle(now_ms):
-            self._forget(state)
+            if state.seen > state.limit.requests_per_unit:
+                state.block(end_ms + state.limit.cooldown)
 
     def _plan_unsent(self, plan: SyncPlan, state: KeyState) -> bool:
         """Push hits left from an earlier span (or count them dropped); True if pushed."""
@@ -339,6 +358,8 @@ class Limiter:
         return stats
 
     def _orphan(self, state: KeyState) -> None:
+        if not self.shared_store:
+            return  # nobody else reads a private store's counts
         for count, window in ((state.unsent, state.unsent_window), (state.pending, state.window)):
             if count:
                 self._orphans.append(Push(state.key, window, count, state.limit))
@@ -351,6 +372,8 @@ class Limiter:
 
     def pending_hits(self) -> int:
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
+        if not self.shared_store:
+            return 0  # a private store is this node's memory: nothing to push or confirm
         tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
         return tracked + sum(p.count for p in self._orphans)
 

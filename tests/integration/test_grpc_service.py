@@ -13,8 +13,10 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.core import SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.support.grpc_client import request
 from tests.support.rules import write_rules
 
@@ -154,11 +156,27 @@ async def test_health_and_reflection_are_served(channel: grpc.aio.Channel) -> No
     assert wire.SERVICE_NAME in names
 
 
-async def test_shutdown_flushes_every_admitted_hit(sidecar: Sidecar) -> None:
+async def test_shutdown_flushes_every_admitted_hit_to_a_shared_store(
+    tmp_path: Path, clock: Clock
+) -> None:
+    store = MemoryStorage()  # stands for a store other nodes read: every count must reach it
+    settings = Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0")
+    sidecar = Sidecar(settings, load_rules(write_rules(tmp_path)), store, clock_ms=clock)
+    await sidecar.startup()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as chan:
         stub = wire.RateLimitServiceStub(chan)
         for i in range(10):
             await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
     assert sidecar.limiter.pending_hits() == 10
     assert await sidecar.shutdown() == 0
+    assert sidecar.limiter.pending_hits() == 0
+    reads = [TotalRead(("gateway", "api_key", f"k{i}"), T0 // 60_000) for i in range(3)]
+    assert store.execute(SyncBatch(T0, total_reads=reads)).totals == (4, 3, 3)
+
+
+async def test_a_local_only_node_has_nothing_to_flush(
+    sidecar: Sidecar, stub: wire.RateLimitServiceStub
+) -> None:
+    for i in range(10):
+        await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
     assert sidecar.limiter.pending_hits() == 0

@@ -54,12 +54,13 @@ steps = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(steps, st.sampled_from([2, 4, 100]))
+@given(steps, st.sampled_from([2, 4, 100]), st.booleans())
 def test_fast_paths_match_the_general_path(
-    script: list[tuple[int, tuple[int, str, int, int, bool]]], max_keys: int
+    script: list[tuple[int, tuple[int, str, int, int, bool]]], max_keys: int, shared: bool
 ) -> None:
     # A small table also exercises eviction and the untracked decision of a full table.
-    fast, general, now = Limiter(max_keys), GeneralOnly(max_keys), T0
+    fast = Limiter(max_keys, shared_store=shared)
+    general, now = GeneralOnly(max_keys, shared_store=shared), T0
     for dt, (index, value, count, companions, first) in script:
         now += dt
         if index < 0:
@@ -67,7 +68,7 @@ def test_fast_paths_match_the_general_path(
                 batch = limiter.end_span(now)
                 pushes = tuple(PushResult(count, 0) for _ in batch.pushes)
                 totals = tuple(count for _ in batch.total_reads)
-                nodes = 1 + count % 3  # new keys start from this estimate
+                nodes = 1 + count % 3 if shared else 0  # new keys start from this estimate
                 result = SyncResult(pushes=pushes, totals=totals, live_nodes=nodes)
                 limiter.apply_sync(now, batch, result)
             continue

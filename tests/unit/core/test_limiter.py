@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import Rule, Unit
 from ratelimit_sidecar.core import Code, Limiter, PushResult, SyncResult
+from ratelimit_sidecar.core.limiter import LOCAL_IDLE_MS, LOCAL_SWEEP_MS
 from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
@@ -258,8 +259,6 @@ def test_a_private_store_gets_no_pushes_the_counts_are_applied_locally() -> None
     batch = limiter.end_span(T0 + 500)
     assert not batch.pushes and not batch.total_reads
     limiter.apply_sync(T0 + 500, batch, SyncResult())
-    state = limiter.keys.get(hit(r).key)
-    assert state is not None and (state.seen, state.pending) == (3, 0)
     assert limiter.pending_hits() == 0
     assert limiter.hit(T0 + 600, [hit(r)]).verdicts[0].remaining == 0
     assert limiter.hit(T0 + 601, [hit(r)]).code is Code.OVER_LIMIT  # 5 > 4 in the window
@@ -267,10 +266,34 @@ def test_a_private_store_gets_no_pushes_the_counts_are_applied_locally() -> None
     assert limiter.hit(T0 + 1002, [hit(r)]).code is Code.OVER_LIMIT  # cooldown from T0+601
 
 
-def test_a_private_store_forgets_idle_keys_at_a_sweep() -> None:
+def test_a_private_store_blocks_from_the_span_end_that_saw_the_window_over_max() -> None:
+    """Span ends do no work per key with a private store: a span's hits are applied when the
+    key is next used, as of that span's end, so the block starts where it would have."""
+    r = rule(rpu=4, spans=2, cooldown_ms=2000)
+    limiter = Limiter(shared_store=False, shadow_mode=True)  # shadow admits over the limit
+    for t in range(T0, T0 + 6):
+        assert limiter.hit(t, [hit(r)]).code is Code.OK
+    verdict = limiter.hit(T0 + 1700, [hit(r)]).verdicts[0]  # no end_span call in between
+    assert verdict.shadowed and verdict.reset_ms == T0 + 500 + 2000 - (T0 + 1700)
+
+
+def test_a_private_store_keeps_a_key_through_a_minute_of_silence_then_forgets_it() -> None:
     r = rule(rpu=4, spans=2)
     limiter = Limiter(shared_store=False)
     limiter.hit(T0, [hit(r)])
-    for t in range(T0 + 500, T0 + 4000, 500):
+    tracked = []
+    for t in range(T0 + 500, T0 + LOCAL_IDLE_MS + LOCAL_SWEEP_MS + 1, 500):
         limiter.apply_sync(t, limiter.end_span(t), SyncResult())
-    assert len(limiter.keys) == 0
+        tracked.append((t - T0, len(limiter.keys)))
+    assert all(n == 1 for t, n in tracked if t < LOCAL_IDLE_MS)
+    assert tracked[-1][1] == 0
+
+
+def test_a_private_store_keeps_a_blocked_key_past_its_idle_time() -> None:
+    r = rule(rpu=1, spans=2, cooldown_ms=2 * LOCAL_IDLE_MS)
+    limiter = Limiter(shared_store=False)
+    codes = [limiter.hit(T0 + i, [hit(r)]).code for i in range(2)]
+    assert codes == [Code.OK, Code.OVER_LIMIT]
+    for t in range(T0, T0 + LOCAL_IDLE_MS + 2 * LOCAL_SWEEP_MS, LOCAL_SWEEP_MS // 2):
+        limiter.apply_sync(t, limiter.end_span(t), SyncResult())
+    assert limiter.hit(T0 + LOCAL_IDLE_MS + 2 * LOCAL_SWEEP_MS, [hit(r)]).code is Code.OVER_LIMIT
