@@ -9,7 +9,8 @@
 // complete inside the measurement window (after `settleS`, for `durationS`) are counted and
 // their latencies (ms, float64 little-endian) written to `latencyFile`. Every response is
 // checked: HTTP 200, grpc-status 0, and a body whose first field is overall_code = OK (1).
-// Prints one JSON summary line on stdout.
+// Prints one JSON summary line on stdout, with `next_offset`: where a following run continues
+// the rotation, so that successive runs cover every frame.
 
 const http2 = require('node:http2');
 const fs = require('node:fs');
@@ -40,6 +41,7 @@ function loadFrames(file) {
 const frames = loadFrames(cfg.frames);
 const state = {
   next: (cfg.offset || 0) % frames.length,
+  sent: 0, // requests issued, counted or not: how far the rotation moved
   running: true,
   inFlight: 0,
   windowStart: Infinity,
@@ -73,6 +75,7 @@ function issue(session) {
   if (!state.running || session.closed || session.destroyed) return;
   const frame = frames[state.next];
   state.next = state.next + 1 === frames.length ? 0 : state.next + 1;
+  state.sent += 1;
   const start = performance.now();
   let httpStatus = 0;
   let grpcStatus;
@@ -142,6 +145,8 @@ async function main() {
     first_error: state.firstError,
     duration_s: cfg.durationS,
     distinct_frames: frames.length,
+    sent: state.sent,
+    next_offset: state.next,
   };
   process.stdout.write(`${JSON.stringify(summary)}\n`);
   for (const s of sessions) s.destroy();

@@ -61,6 +61,7 @@ class RawResult:
     errors: int = 0
     first_error: str = ""
     notes: list[str] = field(default_factory=list)
+    sent: int = 0  # requests issued in the whole run, settle time included (0: not known)
 
 
 class RunningLoad(Protocol):

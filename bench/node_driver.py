@@ -5,6 +5,9 @@ descriptor values; it checks every response (HTTP 200, grpc-status 0, overall_co
 writes per-request latencies for exact percentiles. The connections are split over
 `processes` Node processes (each starting at its own offset in the bodies), so that no single
 event loop's write batching paces the whole load.
+
+Successive runs against the same server continue the rotation where the last one stopped, so a
+section's runs together send every body, not the first few thousand again and again.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.frames import write_frames
@@ -23,9 +26,15 @@ SCRIPT = Path(__file__).with_name("grpc_load.js")
 
 
 class NodeRun:
-    def __init__(self, procs: list[subprocess.Popen[str]], latency_files: list[Path]) -> None:
+    def __init__(
+        self,
+        procs: list[subprocess.Popen[str]],
+        latency_files: list[Path],
+        advance: Callable[[int], None],
+    ) -> None:
         self._procs = procs
         self._latency_files = latency_files
+        self._advance = advance
 
     @property
     def pids(self) -> list[int]:
@@ -47,6 +56,8 @@ class NodeRun:
             result.latencies_ms.extend(latencies)
             result.errors += int(summary["errors"])
             result.first_error = result.first_error or str(summary["first_error"])
+            result.sent += int(summary["sent"])
+        self._advance(result.sent)
         return result
 
 
@@ -56,6 +67,7 @@ class NodeDriver:
     def __init__(self, processes: int = 1) -> None:
         self._binary = shutil.which("node")
         self.processes = processes
+        self._offsets: dict[tuple[str, str], int] = {}  # (workload, server) -> next body
 
     def unavailable(self) -> str | None:
         if self._binary is None:
@@ -78,6 +90,8 @@ class NodeDriver:
     ) -> NodeRun:
         assert self._binary is not None
         frames = self._frames_file(workload, workdir)
+        rotation, count = (workload.name, target.origin), len(workload.frames)
+        base = self._offsets.get(rotation, 0)
         procs, latency_files = [], []
         for index in range(self.processes):
             latency_file = workdir / f"node-latencies-{index}.bin"
@@ -86,7 +100,7 @@ class NodeDriver:
                 "url": target.origin,
                 "path": target.url.removeprefix(target.origin),
                 "frames": str(frames),
-                "offset": index * len(workload.frames) // self.processes,
+                "offset": (base + index * count // self.processes) % count,
                 "connections": shape.connections // self.processes,
                 "streams": shape.streams,
                 "settleS": shape.settle_s,
@@ -95,7 +109,10 @@ class NodeDriver:
             }
             procs.append(spawn([*argv_prefix, self._binary, str(SCRIPT), json.dumps(config)]))
             latency_files.append(latency_file)
-        return NodeRun(procs, latency_files)
+        return NodeRun(procs, latency_files, lambda sent: self._advance(rotation, sent, count))
+
+    def _advance(self, rotation: tuple[str, str], sent: int, count: int) -> None:
+        self._offsets[rotation] = (self._offsets.get(rotation, 0) + sent) % count
 
     def _frames_file(self, workload: Workload, workdir: Path) -> Path:
         path = workdir / f"frames-{workload.name}.bin"

@@ -103,13 +103,15 @@ def run_load(
 
 def warm_up(
     ctx: RunContext, server: ServerProcess, driver: Driver, workload: Workload, seconds: float
-) -> None:
-    """Unmeasured load so both servers are measured warm (caches, allocator, key table)."""
+) -> int:
+    """Unmeasured load so both servers are measured warm (caches, allocator, key table).
+
+    Returns the requests sent (0 if the driver does not say)."""
     brief = LoadShape(ctx.shape.connections, ctx.shape.streams, 0.0, seconds)
     target = Target("127.0.0.1", server.port)
     prefix = cpu.pinned([], ctx.pinning.client_cpu)
     run = driver.start(target, workload, brief, ctx.workdir, prefix)
-    run.finish(seconds + FINISH_GRACE_S)
+    return run.finish(seconds + FINISH_GRACE_S).sent
 
 
 def measure(
