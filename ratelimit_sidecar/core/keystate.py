@@ -20,6 +20,7 @@ class KeyState:
     __slots__ = (
         "blocked_until",
         "estimate_local",
+        "estimate_rejected",
         "estimate_window",
         "inflight",
         "key",
@@ -30,6 +31,7 @@ class KeyState:
         "next_sync",
         "nodes",
         "pending",
+        "rejected",
         "rule_id",
         "seen",
         "shadow",
@@ -60,12 +62,14 @@ class KeyState:
         self.unsent_window = NO_WINDOW
         self.local_cur = 0
         self.local_prev = 0
+        self.rejected = 0  # hits rejected on the estimate alone in `window` (offered, not admitted)
         self.seen = 0
         self.nodes = nodes
         self.blocked_until = 0
         self.last_hit = now_ms
         self.estimate_window = NO_WINDOW  # a finished window whose global total we still want
         self.estimate_local = 0  # what this node admitted in that window
+        self.estimate_rejected = 0  # ... and rejected on its estimate alone
 
     def used(self) -> float:
         """Best estimate of the fleet's count in the current window."""
@@ -78,8 +82,10 @@ class KeyState:
             return 0
         dropped = self.stash(self.pending, self.window, w)
         consecutive = w == self.window + 1
-        self.estimate_window = self.window if consecutive and self.local_cur else NO_WINDOW
-        self.estimate_local = self.local_cur
+        offered = self.local_cur + self.rejected
+        self.estimate_window = self.window if consecutive and offered else NO_WINDOW
+        self.estimate_local, self.estimate_rejected = self.local_cur, self.rejected
+        self.rejected = 0
         self.local_prev = self.local_cur if consecutive else 0
         self.local_cur = self.pending = self.inflight = self.seen = 0
         self.window = w

@@ -137,9 +137,27 @@ class Limiter:
         if now_ms < state.blocked_until:
             return self._over(state, now_ms)
         if hits > 0 and state.used() + hits * state.nodes > limit.requests_per_unit:
+            return self._estimate_over(state, hits, now_ms)
+        return Verdict(Code.OK, limit)  # remaining/reset filled in once admitted
+
+    def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
+        """Step 2: the fleet's estimated count would pass MAX with this request's hits.
+
+        Only a count known to be over (the store's total plus this node's own unpushed hits,
+        which no guess about other nodes inflates) starts the cooldown. An estimate over MAX
+        rejects this request alone: a noisy estimate must not block a key for a whole cooldown
+        under the limit (docs/ACCURACY.md, decision (d)). The next sync refreshes the estimate,
+        so that is when such a rejected client should retry.
+        """
+        limit = state.limit
+        if state.seen + state.inflight + state.pending + hits > limit.requests_per_unit:
             state.block(now_ms + limit.cooldown)
             return self._over(state, now_ms)
-        return Verdict(Code.OK, limit)  # remaining/reset filled in once admitted
+        state.rejected += hits  # offered here: keeps `nodes` honest (see _estimate_nodes)
+        shadow = state.shadow
+        code = Code.OK if shadow else Code.OVER_LIMIT
+        reset = span_end(now_ms, limit.window_ms, limit.spans) - now_ms
+        return Verdict(code, limit, reset_ms=reset, shadowed=shadow, shadow=shadow)
 
     def _over(self, state: KeyState, now_ms: int) -> Verdict:
         code = Code.OK if state.shadow else Code.OVER_LIMIT

@@ -125,7 +125,16 @@ def _fallback(state: KeyState, push: Push, now_ms: int) -> int:
 
 
 def _estimate_nodes(state: KeyState, window: int, total: int) -> None:
-    """nodes = global total / own share of a finished window (seed: Extension)."""
-    if window == state.estimate_window and state.estimate_local > 0 and total > 0:
-        state.nodes = max(1.0, total / state.estimate_local)
+    """nodes = the fleet's count / this node's count in a finished window (seed: Extension).
+
+    Counted as *offered*: the hits this node rejected on its estimate alone are added to
+    both sides. Admitted counts alone let a node's own rejections feed back: a node that
+    rejected part of its traffic admitted less than its share, so it over-estimated `nodes`,
+    which made it reject more (docs/ACCURACY.md, bug 2). Blocks from the store's total or the
+    shared flag hit every node alike, so they do not skew the ratio and are not added.
+    """
+    rejected = state.estimate_rejected
+    offered = state.estimate_local + rejected
+    if window == state.estimate_window and offered > 0 and total > 0:
+        state.nodes = max(1.0, (total + rejected) / offered)
     state.estimate_window = -1

@@ -108,6 +108,7 @@ class SyncResult:
     flag_ms: tuple[int, ...] = ()  # per FlagRead: remaining block, 0 if none
     totals: tuple[int, ...] = ()  # per TotalRead: the window's total, 0 if gone
     live_nodes: int = 0  # node-level estimate from heartbeats; 0 if unknown
+    store_time_ms: int = 0  # the store's clock when it answered (Redis TIME); 0 if unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,8 @@ from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.reload import RuleWatcher
-from ratelimit_sidecar.server.syncloop import SyncLoop, wall_clock_ms
+from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
+from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from ratelimit_sidecar.service.validation import Bounds
@@ -42,7 +43,7 @@ class Sidecar:
         rules: RuleSet,
         storage: Storage | None = None,
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = monotonic_wall_ms,
         metrics: Metrics | None = None,
         reuse_port: bool = False,
     ) -> None:
@@ -53,6 +54,10 @@ class Sidecar:
             settings.max_keys, settings.shadow_mode, shared_store=storage is not None
         )
         self.storage: Storage = storage or MemoryStorage()
+        # Spans follow the shared store's clock (Redis TIME); `clock_ms` is the local clock it
+        # corrects. Requests read it without I/O; the sync loop updates the offset.
+        self.clock = StoreClock(clock_ms)
+        clock_ms = self.clock.now_ms
         self.handler = RateLimitHandler(
             rules,
             self.limiter,
@@ -63,7 +68,12 @@ class Sidecar:
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
         )
         self.sync = SyncLoop(
-            self.limiter, self.storage, clock_ms, settings.sync_timeout_ms, self.metrics.synced
+            self.limiter,
+            self.storage,
+            clock_ms,
+            settings.sync_timeout_ms,
+            self.metrics.synced,
+            store_clock=self.clock,
         )
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from ratelimit_sidecar.core import Limiter, SyncBatch, SyncResult, SyncStats
+from ratelimit_sidecar.server.storeclock import StoreClock
 from ratelimit_sidecar.storage.base import Storage
 
 log = logging.getLogger("ratelimit_sidecar.sync")
@@ -35,10 +36,15 @@ class SyncLoop:
         clock_ms: Callable[[], int] = wall_clock_ms,
         timeout_ms: int = 250,
         on_sync: Callable[[SyncStats, float, str], None] | None = None,
+        *,
+        store_clock: StoreClock | None = None,
     ) -> None:
+        """With `store_clock`, spans follow the store's clock: its `now_ms` replaces
+        `clock_ms`, and every answer that reports the store's time corrects its offset."""
         self.limiter = limiter
         self.storage = storage
-        self._clock_ms = clock_ms
+        self._clock_ms = clock_ms if store_clock is None else store_clock.now_ms
+        self._store_clock = store_clock
         self._timeout_ms = timeout_ms
         self._on_sync = on_sync
         self._stop = asyncio.Event()
@@ -83,11 +89,15 @@ class SyncLoop:
 
     async def _call_store(self, batch: SyncBatch) -> tuple[SyncResult | None, bool]:
         """The store's answer, or None and whether the batch may be sent again."""
+        clock = self._store_clock
+        sent = clock.local_ms() if clock is not None else 0
         try:
             result = await asyncio.wait_for(self.storage.sync(batch), self._timeout_s())
         except Exception as exc:  # any store failure becomes the fallback, never a crash
             self._note_failure(exc)
             return None, not _maybe_delivered(exc)
+        if clock is not None and result.store_time_ms:
+            clock.observe(sent, clock.local_ms(), result.store_time_ms)
         if not self.store_up:
             log.info("store is back: %s", self.storage.description)
         self.store_up, self.last_error = True, ""

@@ -17,12 +17,14 @@ EWMA_ALPHA = 0.5
 
 
 class CheckVariant(Limiter):
-    """The core with a different estimate in request-path step 2 (block when it exceeds MAX).
+    """The core with a different estimate in request-path step 2.
 
-    With `cooldown` False an estimate over MAX rejects the request without starting a block:
-    only a total confirmed by the store (or its flag) starts the cooldown."""
+    With `cooldown` False (the core's way) an estimate over MAX is handed to the core's
+    `_estimate_over`: it starts a cooldown only if the known count is over, else it rejects
+    the request alone. With `cooldown` True any estimate over MAX blocks for the cooldown
+    (the core before decision (d))."""
 
-    cooldown = True
+    cooldown = False
 
     def estimate(self, state: KeyState, hits: int) -> float:
         raise NotImplementedError
@@ -35,9 +37,7 @@ class CheckVariant(Limiter):
             return self._over(state, now_ms)
         if hits > 0 and self.estimate(state, hits) > limit.requests_per_unit:
             if not self.cooldown:
-                code = Code.OK if state.shadow else Code.OVER_LIMIT
-                shadow = state.shadow
-                return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=shadow, shadow=shadow)
+                return self._estimate_over(state, hits, now_ms)
             state.block(now_ms + limit.cooldown)
             return self._over(state, now_ms)
         return Verdict(Code.OK, limit)
@@ -50,15 +50,36 @@ class SeenCheck(CheckVariant):
         return state.used() + hits * state.nodes
 
 
-class SoftSeenCheck(SeenCheck):
-    """The core's estimate, but an estimate over MAX only rejects: no cooldown from a guess."""
+class HardSeenCheck(SeenCheck):
+    """The core's estimate, and any estimate over MAX starts a full cooldown (as shipped
+    before decision (d))."""
 
-    cooldown = False
+    cooldown = True
+
+
+class AdmittedNodes(Limiter):
+    """`nodes` learnt from admitted counts only, as shipped before the fix of bug 2: the hits
+    a node rejected on its estimate are left out of the ratio."""
+
+    def apply_sync(
+        self, now_ms: int, batch: SyncBatch, result: SyncResult | None, resend: bool = True
+    ) -> SyncStats:
+        for read in batch.total_reads:
+            state = self.keys.get(read.key)
+            if state is not None:
+                state.estimate_rejected = 0
+        return super().apply_sync(now_ms, batch, result, resend)
+
+
+class HardAdmitted(HardSeenCheck, AdmittedNodes):
+    """The core as shipped before decision (d) and the fix of bug 2."""
 
 
 class PendingCheck(CheckVariant):
     """SPEC section 2 step 2 as written (the seed's new step, read per span):
-    (pending + hits) x nodes, without `seen`."""
+    (pending + hits) x nodes, without `seen`, and a cooldown when over."""
+
+    cooldown = True
 
     def estimate(self, state: KeyState, hits: int) -> float:
         return (state.pending + hits) * state.nodes
@@ -66,7 +87,9 @@ class PendingCheck(CheckVariant):
 
 class WindowCheck(CheckVariant):
     """The seed's new step read per window: REQUESTS is this node's count in the window,
-    (local + hits) x nodes."""
+    (local + hits) x nodes, and a cooldown when over."""
+
+    cooldown = True
 
     def estimate(self, state: KeyState, hits: int) -> float:
         return (state.local_cur + hits) * state.nodes
@@ -223,6 +246,7 @@ SYSTEMS: dict[str, System] = {
     s.name: s
     for s in (
         System("core", "the shipped core: seen + (inflight + pending) x nodes"),
+        System("old", "the core before (d) and bug 2: hard + admitted", HardAdmitted),
         System("local", "baseline: local-only limits, MAX/nodes per node, no sync", shared=False),
         System(
             "exact", "baseline: exact central counter, a global check per request", central=True
@@ -240,7 +264,8 @@ SYSTEMS: dict[str, System] = {
             raw_store_clock=True,
         ),
         System("ewma", f"variant (c): nodes smoothed, alpha {EWMA_ALPHA}", EwmaNodes),
-        System("soft", "variant (d): estimate over MAX rejects, no cooldown", SoftSeenCheck),
+        System("hard", "variant (d) undone: an estimate over MAX starts a cooldown", HardSeenCheck),
+        System("admitted", "bug 2 undone: nodes from admitted counts only", AdmittedNodes),
         System("freeze", "variant (e): keep nodes after a window with rejections", FreezeNodes),
         System("extrap", "variant (f): seen = max(total, seen + pushed x nodes)", ExtrapolatedSeen),
         System(
@@ -254,7 +279,7 @@ BASELINES = ("core", "local", "exact")
 
 
 def system_for(name: str) -> System:
-    """A named system, or variants combined with `+` (e.g. `soft+reread`)."""
+    """A named system, or variants combined with `+` (e.g. `hard+reread`)."""
     parts = name.split("+")
     unknown = [p for p in parts if p not in SYSTEMS]
     if unknown:
@@ -280,11 +305,13 @@ def system_for(name: str) -> System:
 
 VARIANTS = (
     "core",
+    "old",
+    "hard",
+    "admitted",
     "pending",
     "window",
     "redis-time",
     "ewma",
-    "soft",
     "freeze",
     "extrap",
     "reread",

@@ -60,6 +60,7 @@ CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough 
 DEFAULT_NODE_TTL_MS = 30_000
 T = TypeVar("T")
 HEARTBEAT_REPLIES = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
+TIME_SCRIPT = "return redis.call('TIME')"
 
 
 def client_defaults() -> dict[str, Any]:
@@ -128,6 +129,7 @@ class RedisStorage:
         keys = self.keys
         commands: list[tuple[Any, ...]] = [("PTTL", keys.flag(r.key)) for r in batch.flag_reads]
         commands += [("GET", keys.counter(r.key, r.window)) for r in batch.total_reads]
+        commands.append(self._time_command())
         if self._heartbeat_on:
             # Scores are the node's own clock (batch.now_ms), not Redis TIME: that would cost a
             # round trip, and NTP-level skew (ms) is noise against a TTL of tens of seconds.
@@ -140,6 +142,15 @@ class RedisStorage:
                 ("PEXPIRE", nodes, self.node_ttl_ms),
             ]
         return commands
+
+    def _time_command(self) -> tuple[Any, ...]:
+        """The store's clock, read after the pushes (the span clock, see server/storeclock.py).
+
+        A Cluster pipeline refuses keyless TIME, so there it runs in a one-line script routed
+        by the heartbeat key's slot; any primary's clock will do."""
+        if isinstance(self.client, RedisCluster):
+            return ("EVAL", TIME_SCRIPT, 1, self.keys.nodes())
+        return ("TIME",)
 
     def _chunks(self, pushes: Sequence[Push]) -> list[list[int]]:
         """Push indexes grouped into script calls; on Cluster a call may only touch one slot."""
@@ -209,7 +220,7 @@ class RedisStorage:
                 raise reply
         n_calls, n_flag = len(chunks), len(batch.flag_reads)
         n_total = len(batch.total_reads)
-        expected = n_calls + n_flag + n_total + (HEARTBEAT_REPLIES if self._heartbeat_on else 0)
+        expected = n_calls + n_flag + n_total + 1 + (HEARTBEAT_REPLIES if self._heartbeat_on else 0)
         if len(replies) != expected:
             raise RuntimeError(f"redis answered {len(replies)} replies for {expected} commands")
         pushes = _push_results(len(batch.pushes), chunks, replies[:n_calls])
@@ -218,8 +229,9 @@ class RedisStorage:
         flags = tuple(max(0, int(r)) for r in replies[n_calls : n_calls + n_flag])
         end = n_calls + n_flag + n_total
         totals = tuple(0 if r is None else int(r) for r in replies[n_calls + n_flag : end])
-        live = int(replies[end + 2]) if self._heartbeat_on else 0
-        return SyncResult(pushes, flags, totals, live)
+        seconds, micros = replies[end]
+        live = int(replies[end + 3]) if self._heartbeat_on else 0
+        return SyncResult(pushes, flags, totals, live, int(seconds) * 1000 + int(micros) // 1000)
 
 
 def _push_results(

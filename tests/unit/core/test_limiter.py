@@ -297,3 +297,48 @@ def test_a_private_store_keeps_a_blocked_key_past_its_idle_time() -> None:
     for t in range(T0, T0 + LOCAL_IDLE_MS + 2 * LOCAL_SWEEP_MS, LOCAL_SWEEP_MS // 2):
         limiter.apply_sync(t, limiter.end_span(t), SyncResult())
     assert limiter.hit(T0 + LOCAL_IDLE_MS + 2 * LOCAL_SWEEP_MS, [hit(r)]).code is Code.OVER_LIMIT
+
+
+def test_an_estimate_over_max_rejects_the_request_but_starts_no_cooldown() -> None:
+    limiter, r = Limiter(), rule(rpu=100, spans=2, cooldown_ms=5000)
+    limiter.live_nodes = 10  # a new key assumes 10 nodes: each hit stands for 10
+    assert [limiter.hit(T0 + i, [hit(r)]).code for i in range(10)] == [Code.OK] * 10
+    rejected = limiter.hit(T0 + 100, [hit(r)])
+    assert rejected.code is Code.OVER_LIMIT
+    assert rejected.verdicts[0].reset_ms == 400  # retry after the next sync, at T0 + 500
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.blocked_until == 0 and state.rejected == 1
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(total=10),)))
+    assert limiter.hit(T0 + 501, [hit(r)]).code is Code.OK  # the store says 10 of 100
+
+
+def test_a_known_count_over_max_starts_the_cooldown() -> None:
+    limiter, r = Limiter(), rule(rpu=10, spans=2, cooldown_ms=5000)
+    limiter.live_nodes = 2
+    for i in range(5):
+        limiter.hit(T0 + i, [hit(r)])
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(total=9),)))
+    assert limiter.hit(T0 + 501, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 1 x 2: an estimate
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.blocked_until == 0
+    state.nodes = 1.0
+    assert limiter.hit(T0 + 502, [hit(r)]).code is Code.OK  # 10: the limit
+    assert limiter.hit(T0 + 503, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 2 known: over
+    assert state.blocked_until == T0 + 503 + 5000
+
+
+def test_nodes_counts_the_hits_a_node_rejected_on_its_estimate_as_offered() -> None:
+    # bug 2: from admitted counts alone, a node that rejected part of its traffic looks like a
+    # smaller share of the fleet than it is, and over-estimates nodes, and rejects more.
+    limiter, r = Limiter(), rule(rpu=1000, spans=2)
+    limiter.live_nodes = 100
+    codes = [limiter.hit(T0 + i, [hit(r)]).code for i in range(15)]
+    assert codes == [Code.OK] * 10 + [Code.OVER_LIMIT] * 5  # 10 x 100 = 1000, then estimates
+    for now, total in ((T0 + 500, 10), (T0 + 1000, 0)):
+        limiter.apply_sync(now, limiter.end_span(now), SyncResult((_answer(total),)))
+    batch = limiter.end_span(T0 + 1500)
+    limiter.apply_sync(T0 + 1500, batch, SyncResult((_answer(0),), totals=(40,)))
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.nodes == (40 + 5) / (10 + 5)  # not 40 / 10

@@ -57,15 +57,15 @@ def test_decisions_are_normal_one_span_after_a_short_outage() -> None:
     assert [t for t, _ in got if t >= back + setup.params.span_ms] == []
 
 
-def test_decisions_are_normal_one_span_after_a_long_outage_once_counted() -> None:
-    """Two windows down at 30% of the limit, with the fallback counted once per hit.
+def test_decisions_are_normal_one_span_after_a_long_outage() -> None:
+    """Two windows down at 30% of the limit.
 
-    The shipped core fails this (docs/ACCURACY.md, bug 1): it re-adds the stashed hits to
-    `seen` at every failed span, blocks every node for a cooldown during the outage, and the
-    blocks outlive the outage. The `once` variant emulates the fix."""
+    The core before the fix of bug 1 (docs/ACCURACY.md) failed this: it re-added the stashed
+    hits to `seen` at every failed span, blocked every node for a cooldown during the outage,
+    and the blocks outlived the outage."""
     outage = (OUTAGE_AT * 10_000, (OUTAGE_AT + 2) * 10_000)
     got, setup = rejections(
-        "once", scenario="steady", load=0.3, windows=OUTAGE_AT + 6, outage=outage
+        "core", scenario="steady", load=0.3, windows=OUTAGE_AT + 6, outage=outage
     )
     back = setup.start_ms + outage[1]
     assert [t for t, _ in got if t >= back + setup.params.span_ms] == []
