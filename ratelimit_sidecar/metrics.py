@@ -13,7 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, SyncStats
+from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, SyncStats, Verdict
 from ratelimit_sidecar.hotmetrics import (
     NEAR,
     OVER,
@@ -113,6 +113,13 @@ class Metrics:
             else:
                 counts[WITHIN] += 1
                 counts[NEAR] += verdict.near_limit
+
+    def admitted(self, tally: Tally, index: int, verdict: Verdict) -> None:
+        counts = tally[index]
+        if counts is not None:
+            counts[TOTAL] += 1
+            counts[WITHIN] += 1
+            counts[NEAR] += verdict.near_limit
 
     def unknown_domain(self, domain: str) -> None:  # noqa: ARG002 - one counter, no raw labels
         self.unknown_domains.inc()

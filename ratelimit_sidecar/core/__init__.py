@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter
+from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter, unlimited_verdict
 from ratelimit_sidecar.core.types import (
     Code,
     Decision,
@@ -33,4 +33,5 @@ __all__ = [
     "SyncStats",
     "TotalRead",
     "Verdict",
+    "unlimited_verdict",
 ]

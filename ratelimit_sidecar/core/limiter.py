@@ -76,7 +76,7 @@ class Limiter:
         # are always OK, so the request's fate is that descriptor's alone.
         only = limited[0]
         decision = self._hit_one(now_ms, hits[only])
-        verdicts = [_unlimited_verdict(hit) for hit in hits]
+        verdicts = [unlimited_verdict(hit) for hit in hits]
         verdicts[only] = decision.verdicts[0]
         return Decision(decision.code, tuple(verdicts))
 
@@ -91,36 +91,37 @@ class Limiter:
         return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
 
     def _hit_one(self, now_ms: int, hit: Hit) -> Decision:
-        """`hit` for the usual request: one descriptor with a limit, which admits it.
+        verdict = self.admit(now_ms, hit)
+        if verdict is None:
+            return self._hit_all(now_ms, (hit,))
+        return Decision(Code.OK, (verdict,))
 
-        Anything else (a block, a rejection, no rule, a deny rule) takes the general path, so
-        the rules live in one place; this path only skips the general path's bookkeeping.
+    def admit(self, now_ms: int, hit: Hit) -> Verdict | None:
+        """The usual descriptor: a tracked key whose limit admits it. Counts it, returns OK.
+
+        Returns None, counting nothing, for anything else (a new key, a block, a rejection, no
+        limit): `hit` decides those, so the rules live in one place. A caller with a request
+        of one counted descriptor may try this first and fall back to `hit`.
         """
         state = self.keys.get(hit.key)
         rule = hit.rule
-        if rule is None or rule.limit is None or rule.limit.requests_per_unit == 0:
-            return self._hit_all(now_ms, (hit,))
-        if state is None or state.limit is not rule.limit:  # a new key (or a reloaded rule)
-            shadow = rule.shadow_mode or self.shadow_mode
-            state = self._state(hit, rule.limit, shadow, now_ms)
-            if state is None:  # table full of blocked keys: decided on this request alone
-                verdict = self._untracked(rule.limit, hit.hits, shadow, now_ms)
-                return Decision(verdict.code, (verdict,))
+        if state is None or rule is None or state.limit is not rule.limit:
+            return None
         if now_ms >= state.next_sync:
             self._catch_up(state, now_ms)
-        limit = state.limit
-        hits, rpu, nodes = hit.hits, limit.requests_per_unit, state.nodes
+        hits, nodes = hit.hits, state.nodes
         used = state.seen + (state.inflight + state.pending) * nodes
-        if now_ms < state.blocked_until or (hits > 0 and used + hits * nodes > rpu):
-            return self._hit_all(now_ms, (hit,))
+        over = hits > 0 and used + hits * nodes > state.limit.requests_per_unit
+        if over or now_ms < state.blocked_until:
+            return None
         if hits:
             self._admit(state, hits, now_ms)
-        return Decision(Code.OK, (self._within(state, now_ms),))
+        return self._within(state, now_ms)
 
     def _check(self, now_ms: int, hit: Hit) -> tuple[Verdict, KeyState | None]:
         rule = hit.rule
         if rule is None or rule.limit is None:
-            return _unlimited_verdict(hit), None
+            return unlimited_verdict(hit), None
         shadow = rule.shadow_mode or self.shadow_mode
         limit = rule.limit
         if limit.requests_per_unit == 0:
@@ -396,6 +397,6 @@ class Limiter:
         return tracked + sum(p.count for p in self._orphans)
 
 
-def _unlimited_verdict(hit: Hit) -> Verdict:
+def unlimited_verdict(hit: Hit) -> Verdict:
     """The answer for a descriptor no limit applies to: unmatched, or an unlimited rule."""
     return UNLIMITED if hit.rule is not None and hit.rule.unlimited else UNMATCHED

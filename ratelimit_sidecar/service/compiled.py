@@ -26,12 +26,17 @@ class CompiledRequest(NamedTuple):
     """A validated, matched request. `known` False: the domain has no rules (answer all OK).
 
     `tally` is whatever the decision observer asked to keep with the request (its counters).
+    `counted` is the index of the request's only descriptor with a limit, or -1 if it has none
+    or several; the encoded statuses of the descriptors before and after it never change.
     """
 
     domain: str
     hits: tuple[Hit, ...]
     known: bool
     tally: object = None
+    counted: int = -1
+    before: bytes = b""
+    after: bytes = b""
 
 
 class RequestCache:

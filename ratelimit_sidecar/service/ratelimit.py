@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
-from ratelimit_sidecar.core import Decision, Hit, Limiter
+from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
 from ratelimit_sidecar.service.compiled import (
     DEFAULT_MAX_ENTRIES,
     CompiledRequest,
@@ -41,11 +41,14 @@ _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 
 class DecisionObserver(Protocol):
     """Hook for metrics: `tally` once per distinct request, `decided` after each decision with
-    what `tally` returned for that request."""
+    what `tally` returned for that request; `admitted` instead when the request's one counted
+    descriptor (at `index`) was admitted and the others need no counting."""
 
     def tally(self, domain: str, hits: Sequence[Hit]) -> Any: ...
 
     def decided(self, tally: Any, decision: Decision) -> None: ...
+
+    def admitted(self, tally: Any, index: int, verdict: Verdict) -> None: ...
 
     def unknown_domain(self, domain: str) -> None: ...
 
@@ -87,11 +90,19 @@ class RateLimitHandler:
         compiled = self._compiled.get(raw)
         if compiled is None:
             compiled = self._compile(raw)
+        now = self._clock_ms()
+        counted = compiled.counted
+        if counted >= 0:  # the usual request: try the limiter's short path first
+            verdict = self.limiter.admit(now, compiled.hits[counted])
+            if verdict is not None:
+                if self._observer is not None:
+                    self._observer.admitted(compiled.tally, counted, verdict)
+                return self._encoder.admitted(compiled.before, verdict, compiled.after)
         if not compiled.known:
             if self._observer is not None:
                 self._observer.unknown_domain(compiled.domain)
             return unmatched_response(len(compiled.hits))
-        decision = self.limiter.hit(self._clock_ms(), compiled.hits)
+        decision = self.limiter.hit(now, compiled.hits)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
         return self._encoder.encode(decision)
@@ -112,8 +123,22 @@ class RateLimitHandler:
             hits = _apply_replaces(hits)
         tally = None if self._observer is None else self._observer.tally(name, hits)
         compiled = CompiledRequest(name, tuple(hits), domain is not None, tally)
+        if domain is not None and not self._encoder.options.ietf_headers:
+            compiled = self._with_counted(compiled)
         self._compiled.put(raw, compiled)
         return compiled
+
+    def _with_counted(self, compiled: CompiledRequest) -> CompiledRequest:
+        """Note the one descriptor with a limit, if there is exactly one, and encode the
+        statuses of the others (unmatched or unlimited: always the same answer)."""
+        hits = compiled.hits
+        limited = [i for i, h in enumerate(hits) if h.rule is not None and h.rule.limit is not None]
+        if len(limited) != 1:
+            return compiled
+        index = limited[0]
+        before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:index])
+        after = self._encoder.statuses(unlimited_verdict(h) for h in hits[index + 1 :])
+        return compiled._replace(counted=index, before=before, after=after)
 
     def _hit(
         self,

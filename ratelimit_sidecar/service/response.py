@@ -13,6 +13,7 @@ encoded once and reused. Tests parse the bytes with the generated classes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
@@ -75,8 +76,8 @@ class ResponseEncoder:
     def encode(self, decision: Decision) -> bytes:
         over = decision.code is Code.OVER_LIMIT
         verdicts = decision.verdicts
-        if not over and not self._ietf:  # the usual answer: statuses only
-            return _OK_CODE + b"".join([self._status_field(v) for v in verdicts])
+        if not over and not self._ietf:  # an OK answer: statuses only
+            return _OK_CODE + self.statuses(verdicts)
         parts = [_OVERALL_CODE, b"\x02" if over else b"\x01"]
         parts += [self._status_field(v) for v in verdicts]
         headers = rejection_headers(decision) if over else []
@@ -86,6 +87,25 @@ class ResponseEncoder:
         if over:
             parts.append(_field(_RAW_BODY, rejection_body(decision)))
         return b"".join(parts)
+
+    def admitted(self, before: bytes, verdict: Verdict, after: bytes) -> bytes:
+        """The usual answer in one step: OK, one counted descriptor admitted (`verdict`), and
+        the constant statuses of the descriptors no limit applies to, already encoded.
+
+        Only without IETF headers: those are computed from every status (see `encode`).
+        """
+        limit = verdict.limit
+        if verdict.shadow or limit is None:
+            return _OK_CODE + before + self._status_field(verdict) + after
+        status = _OK_STATUS + self._current_limit(limit)
+        if verdict.remaining:
+            status += _REMAINING + varint(verdict.remaining)
+        status += self._reset(verdict.reset_ms)
+        return _OK_CODE + before + _STATUS + varint(len(status)) + status + after
+
+    def statuses(self, verdicts: Iterable[Verdict]) -> bytes:
+        """Encoded DescriptorStatus fields, in order."""
+        return b"".join([self._status_field(v) for v in verdicts])
 
     def _status_field(self, verdict: Verdict) -> bytes:
         if verdict.limit is None and not verdict.unlimited and verdict.code is Code.OK:
