@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench import cpu, machine
+from bench import cpu, decide_cost, machine
 from bench.frames import frames_for, key_values
 from bench.h2load_driver import H2loadDriver
 from bench.loadgen import Driver, LoadShape, Workload
@@ -154,9 +154,10 @@ def run(options: Options) -> Outcome:
         for plan in all_plans:
             runner.run_plan(plan)
     judged = verdicts(runner.runs, {p.workload.name: p.primary for p in all_plans})
+    costs = decide_cost.measure()  # on the client CPU, after the load runs
     elapsed = time.monotonic() - started
     report = Report(
-        runner.runs, runner.skipped, judged, runner.ctx.shape, pinning, elapsed, machine_info
+        runner.runs, runner.skipped, judged, runner.ctx.shape, pinning, elapsed, machine_info, costs
     )
     print_report(report)
     path = write_results(options.results_dir / RESULTS_FILE, report)

@@ -10,6 +10,7 @@ from typing import Any
 
 from bench.cpu import Pinning
 from bench.cpuwatch import NOISE_LIMIT_PCT
+from bench.decide_cost import DecideCost, describe
 from bench.loadgen import LoadShape
 from bench.overhead_verdict import SATURATED_PCT, Runs, Verdict, pct, pooled
 from bench.report import fmt, table, write_json
@@ -35,6 +36,7 @@ class Report:
     pinning: Pinning
     elapsed_s: float
     machine: dict[str, Any]  # described before this process pinned itself
+    decide_costs: Sequence[DecideCost] = ()
 
 
 def notes_for(row: Measurement) -> list[str]:
@@ -126,6 +128,8 @@ def print_report(report: Report) -> None:
     for verdict in report.judged:
         role = "target" if verdict.primary else "cross-check"
         print(f"{verdict.workload} [{verdict.client}, {role}] {verdict.summary}")
+    for line in describe(report.decide_costs) if report.decide_costs else []:
+        print(line)
     print(f"section time: {report.elapsed_s:.0f}s")
 
 
@@ -165,5 +169,6 @@ def write_results(path: Path, report: Report) -> Path:
         "runs": [{"round": n + 1, **_row_json(r)} for n, r in report.runs],
         "skipped": [asdict(s) for s in report.skipped],
         "verdicts": [{**asdict(v), "decisive": v.decisive} for v in report.judged],
+        "decide_us_in_process": {c.case: c.us_per_decision for c in report.decide_costs},
     }
     return write_json(path.name, document, path.parent)

@@ -97,15 +97,18 @@ class Limiter:
         return Decision(Code.OK, (verdict,))
 
     def admit(self, now_ms: int, hit: Hit) -> Verdict | None:
-        """The usual descriptor: a tracked key whose limit admits it. Counts it, returns OK.
+        """The usual descriptor: a key whose limit admits it. Counts it, returns OK.
 
-        Returns None, counting nothing, for anything else (a new key, a block, a rejection, no
-        limit): `hit` decides those, so the rules live in one place. A caller with a request
-        of one counted descriptor may try this first and fall back to `hit`.
+        Returns None, counting nothing, for anything else (a block, a rejection, no limit, a
+        reloaded rule, a full key table): `hit` decides those, so the rules live in one place.
+        A caller with a request of one counted descriptor may try this first, then `hit`.
         """
         state = self.keys.get(hit.key)
-        rule = hit.rule
-        if state is None or rule is None or state.limit is not rule.limit:
+        if state is None:
+            state = self._first_sight(hit, now_ms)
+            if state is None:
+                return None
+        elif hit.rule is None or state.limit is not hit.rule.limit:
             return None
         if now_ms >= state.next_sync:
             self._catch_up(state, now_ms)
@@ -117,6 +120,16 @@ class Limiter:
         if hits:
             self._admit(state, hits, now_ms)
         return self._within(state, now_ms)
+
+    def _first_sight(self, hit: Hit, now_ms: int) -> KeyState | None:
+        """A new key for `admit`: only under a limit that admits something, and only while the
+        table has room (evicting, or deciding untracked, is the general path's business)."""
+        rule = hit.rule
+        if rule is None or rule.limit is None or rule.limit.requests_per_unit == 0:
+            return None
+        if len(self.keys) >= self.keys.max_keys:
+            return None
+        return self._state(hit, rule.limit, rule.shadow_mode or self.shadow_mode, now_ms)
 
     def _check(self, now_ms: int, hit: Hit) -> tuple[Verdict, KeyState | None]:
         rule = hit.rule

@@ -122,23 +122,16 @@ class RateLimitHandler:
         if len(hits) > 1 and domain is not None:
             hits = _apply_replaces(hits)
         tally = None if self._observer is None else self._observer.tally(name, hits)
-        compiled = CompiledRequest(name, tuple(hits), domain is not None, tally)
-        if domain is not None and not self._encoder.options.ietf_headers:
-            compiled = self._with_counted(compiled)
+        known = domain is not None
+        counted = _only_counted(hits) if known and not self._encoder.options.ietf_headers else -1
+        if counted < 0 or len(hits) == 1:
+            compiled = CompiledRequest(name, tuple(hits), known, tally, counted)
+        else:  # the others are unmatched or unlimited: always the same statuses
+            before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:counted])
+            after = self._encoder.statuses(unlimited_verdict(h) for h in hits[counted + 1 :])
+            compiled = CompiledRequest(name, tuple(hits), known, tally, counted, before, after)
         self._compiled.put(raw, compiled)
         return compiled
-
-    def _with_counted(self, compiled: CompiledRequest) -> CompiledRequest:
-        """Note the one descriptor with a limit, if there is exactly one, and encode the
-        statuses of the others (unmatched or unlimited: always the same answer)."""
-        hits = compiled.hits
-        limited = [i for i, h in enumerate(hits) if h.rule is not None and h.rule.limit is not None]
-        if len(limited) != 1:
-            return compiled
-        index = limited[0]
-        before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:index])
-        after = self._encoder.statuses(unlimited_verdict(h) for h in hits[index + 1 :])
-        return compiled._replace(counted=index, before=before, after=after)
 
     def _hit(
         self,
@@ -173,6 +166,17 @@ class RateLimitHandler:
             found = replace(rule, limit=limit, unlimited=False)
             self._overrides[cache_key] = found
         return found
+
+
+def _only_counted(hits: Sequence[Hit]) -> int:
+    """The index of the only descriptor a limit applies to; -1 if none or several do."""
+    found = -1
+    for index, hit in enumerate(hits):
+        if hit.rule is not None and hit.rule.limit is not None:
+            if found >= 0:
+                return -1
+            found = index
+    return found
 
 
 def _apply_replaces(hits: list[Hit]) -> list[Hit]:

@@ -84,13 +84,15 @@ def test_fast_paths_match_the_general_path(
     assert fast.pending_hits() == general.pending_hits()
 
 
-def test_fast_path_is_taken_for_a_tracked_key() -> None:
-    limiter, r = Limiter(), rule(rpu=3)
-    limiter.hit(T0, [hit(r)])  # first sight: the general path creates the key
+def test_fast_path_is_taken_for_a_tracked_key_and_a_new_one() -> None:
+    limiter, r = Limiter(max_keys=2), rule(rpu=3)
 
     def no_general_path(now_ms: int, hits: list[Hit]) -> Decision:
-        raise AssertionError("general path used for an admitted tracked key")
+        raise AssertionError("general path used for an admitted key")
 
     limiter._hit_all = no_general_path  # type: ignore[method-assign, assignment]
+    limiter.hit(T0, [hit(r)])  # first sight, with room in the table
     verdict = limiter.hit(T0 + 1, [hit(r)]).verdicts[0]
     assert (verdict.remaining, verdict.reset_ms) == (1, 999)
+    assert limiter.admit(T0 + 2, hit(r, "b")) is not None  # the table is now full
+    assert limiter.admit(T0 + 3, hit(r, "c")) is None  # evicting is the general path's job

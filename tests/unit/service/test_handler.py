@@ -9,6 +9,7 @@ import pytest
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.service.compiled import CompiledRequest
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from tests.support.grpc_client import request
@@ -26,6 +27,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, name: per-user}
   - key: vip
     rate_limit: {unlimited: true, replaces: [{name: per-user}]}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
 """
 
 
@@ -92,3 +98,36 @@ def test_ietf_headers_describe_the_tightest_limit(tmp_path: Path, over: bool) ->
     headers = {x.key: x.value for x in reply.response_headers_to_add}
     assert headers["ratelimit-policy"] == '"per-user";q=2;w=60'
     assert headers["ratelimit"] == f'"per-user";r={0 if over else 1};t=60'
+
+
+class GeneralPathHandler(RateLimitHandler):
+    """Every request decided by Limiter.hit and the general encoder (no short path)."""
+
+    def _compile(self, raw: bytes) -> CompiledRequest:
+        return super()._compile(raw)._replace(counted=-1)
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [[("user", "a")]],
+        [[("nothing", "x")], [("user", "a")]],
+        [[("user", "a")], [("free", "y")]],
+        [[("free", "y")], [("nothing", "x")], [("user", "a")], [("nothing", "z")]],
+        [[("nothing", "x")], [("trial", "t")]],
+        [[("user", "a")], [("user", "b")]],  # two counted: never the short path
+    ],
+)
+def test_the_short_path_answers_byte_for_byte_as_the_general_path(
+    tmp_path: Path, entries: list[list[tuple[str, str]]]
+) -> None:
+    (tmp_path / "d.yaml").write_text(RULES)
+    rules = load_rules(tmp_path / "d.yaml")
+    short = RateLimitHandler(rules, Limiter(), lambda: T0)
+    general = GeneralPathHandler(rules, Limiter(), lambda: T0)
+    raw = request("d", *entries).SerializeToString()
+    answers = [(short.decide(raw), general.decide(raw)) for _ in range(4)]  # OK, OK, OVER, OVER
+    assert all(a == b for a, b in answers)
+    assert {wire.RateLimitResponse.FromString(a).overall_code for a, _ in answers} == (
+        {OK} if ("trial", "t") in entries[-1] else {OK, OVER}
+    )
