@@ -1,8 +1,9 @@
 """What the decision metrics cost per request, timed in-process with `timeit`.
 
 Per request the servicer times the decision (two `perf_counter()` calls) and feeds
-`Metrics.decision_seconds.observe`; the handler calls `Metrics.decided` with the counters it
-looked up once for that request (`Metrics.tally`) and the decision. Each is timed against a plain
+`Metrics.decision_seconds.observe`; for the usual request (one counted descriptor, admitted)
+the handler calls `Metrics.admitted` with the counters it looked up once for that request
+(`Metrics.tally`) and the verdict. Each is timed against a plain
 no-op call, and `RateLimitHandler.decide` is timed
 with and without the Metrics observer (one descriptor, the bench rule, as in the load runs).
 """
@@ -26,7 +27,7 @@ from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 NOOP = "no-op call f(x) (baseline)"
 PERF_COUNTER = "time.perf_counter()"
 SERVICER = "perf_counter x2 + observe (servicer)"
-DECIDED = "Metrics.decided(1 descriptor)"
+DECIDED = "Metrics.admitted(1 descriptor)"
 PLAIN = "handler.decide, no observer"
 OBSERVED = "handler.decide, Metrics observer"
 NUMBER = 20_000
@@ -67,7 +68,7 @@ def measure() -> list[Cost]:
     domain = rules.domain(DOMAIN)
     assert domain is not None
     hits = [Hit(match(domain, [(KEY, "c0")]), (DOMAIN, KEY, "c0"), 1)]
-    decision = Limiter().hit(_clock_ms(), hits)
+    verdict = Limiter().hit(_clock_ms(), hits).verdicts[0]
     tally = metrics.tally(DOMAIN, hits)  # once per distinct request, kept with it
     message = request("c0").SerializeToString()  # decide() takes the request's wire bytes
     plain = RateLimitHandler(rules, Limiter(), _clock_ms)
@@ -82,7 +83,7 @@ def measure() -> list[Cost]:
         Cost(PERF_COUNTER, per_call_us(lambda: time.perf_counter())),  # noqa: PLW0108 - wrapped like the rest
         Cost("decision_seconds.observe(x)", per_call_us(lambda: observe(SAMPLE_SECONDS))),
         Cost(SERVICER, per_call_us(servicer_timing)),
-        Cost(DECIDED, per_call_us(lambda: metrics.decided(tally, decision))),
+        Cost(DECIDED, per_call_us(lambda: metrics.admitted(tally, 0, verdict))),
         Cost(PLAIN, per_call_us(lambda: plain.decide(message), DECIDE_NUMBER)),
         Cost(OBSERVED, per_call_us(lambda: observed.decide(message), DECIDE_NUMBER)),
     ]
@@ -92,7 +93,7 @@ def added_per_request(costs: list[Cost]) -> dict[str, float]:
     """µs the metrics add to one request.
 
     The servicer reads perf_counter() once per request even without metrics, so the histogram
-    adds one more read and observe(); the counters add one decided() call. decide() with and
+    adds one more read and observe(); the counters add one admitted() call. decide() with and
     without the observer is context.
     """
     us = {c.name: c.us_per_call for c in costs}

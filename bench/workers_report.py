@@ -181,7 +181,7 @@ def metrics_summary(report: Report) -> str:
     text = (
         f"metrics add {added['total_us']:.2f} µs per request: latency histogram "
         f"{added['latency_histogram_us']:.2f} µs (one more perf_counter + observe) + decision "
-        f"counters {added['decision_counters_us']:.2f} µs (decided, 1 descriptor)"
+        f"counters {added['decision_counters_us']:.2f} µs (admitted, 1 descriptor)"
     )
     one = report.rows.get(1)
     per_request = one.cpu_us_per_request if one is not None else None
