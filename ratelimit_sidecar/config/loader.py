@@ -38,8 +38,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 import yaml
-from yaml.constructor import SafeConstructor
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import Node, ScalarNode, SequenceNode
 
 from .errors import ConfigError, Problem
 from .model import (
@@ -54,6 +53,15 @@ from .model import (
     Unit,
     WildcardChild,
     wildcard_pattern,
+)
+from .yamlnodes import (
+    TAG,
+    NodeChecker,
+    integer,
+    is_null,
+    join_path,
+    line_of,
+    shown,
 )
 
 # Allowed keys per level, in the order error messages list them.
@@ -83,9 +91,6 @@ MAX_REQUESTS_PER_UNIT = 2**32 - 1  # the reference reads it into a uint32
 UNIT_NAMES = "second, minute, hour, day, week, month, year"
 _COOLDOWN = re.compile(r"([0-9]+)(ms|s|m|h)")
 _COOLDOWN_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-_TAG = "tag:yaml.org,2002:"
-# Used without state, for what yaml.v2 also understands: YAML 1.1 ints and bools, `<<` merges.
-_CONSTRUCTOR = SafeConstructor()
 
 
 def load_rules(path: str | Path) -> RuleSet:
@@ -167,26 +172,18 @@ class _Children:
         )
 
 
-class _FileLoader:
+class _FileLoader(NodeChecker):
     """Validates one file's node tree and builds its domain, recording every problem on the way.
 
     Helpers record a problem and return a harmless fallback instead of stopping, so one pass
     reports as much as possible; `load` returns None if this file added any problem.
     """
 
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.problems: list[Problem] = []
-
-    def add(self, where: Node | int, key: str, message: str) -> None:
-        line = where if isinstance(where, int) else _line(where)
-        self.problems.append(Problem(self.file, line, key, message))
-
     def load(self, data: bytes) -> Domain | None:
         try:
             root = yaml.compose(data, Loader=yaml.SafeLoader)
         except yaml.YAMLError as exc:
-            self._syntax_problem(exc)
+            self.syntax_problem(exc)
             return None
         if root is None:
             self.add(1, "domain", "required key is missing (the file is empty)")
@@ -198,77 +195,8 @@ class _FileLoader:
         children = self.children(fields.get("descriptors"), "descriptors", name or "", (), ())
         if name is None or self.problems:
             return None
-        source = Source(self.file, _line(fields["domain"]))
+        source = Source(self.file, line_of(fields["domain"]))
         return Domain(name, children.node(Rule(domain=name, path=(), source=source)), source)
-
-    def _syntax_problem(self, exc: yaml.YAMLError) -> None:
-        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-            message = f"invalid YAML: {exc.problem}"
-            if exc.context and exc.context_mark is not None:
-                message += f" ({exc.context} at line {exc.context_mark.line + 1})"
-            self.add(exc.problem_mark.line + 1, "yaml", message)
-        else:
-            self.add(1, "yaml", f"invalid YAML: {exc}")
-
-    def mapping(
-        self, node: Node, path: str, allowed: tuple[str, ...], what: str
-    ) -> dict[str, Node] | None:
-        """The mapping's values by key, after reporting non-string, unknown and repeated keys."""
-        if not isinstance(node, MappingNode):
-            self.add(node, path or "(root)", f"must be a mapping{what} (got {_shown(node)})")
-            return None
-        try:
-            _CONSTRUCTOR.flatten_mapping(node)
-        except yaml.YAMLError as exc:
-            self.add(node, path or "(root)", f"invalid merge key: {exc}")
-            return None
-        fields: dict[str, Node] = {}
-        first_line: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            if not (isinstance(key_node, ScalarNode) and key_node.tag == _TAG + "str"):
-                self.add(
-                    key_node, path or "(root)", f"keys must be strings (got {_shown(key_node)})"
-                )
-                continue
-            name, key = key_node.value, _join(path, key_node.value)
-            if name not in allowed:
-                self.add(key_node, key, f"unknown key (allowed here: {', '.join(allowed)})")
-            elif name in fields:
-                self.add(key_node, key, f"duplicate key (first at line {first_line[name]})")
-            else:
-                fields[name], first_line[name] = value_node, _line(key_node)
-        return fields
-
-    def text(self, node: Node, key: str) -> str:
-        """A scalar as yaml.v2 reads it into a Go string: its source text; null is ""."""
-        if isinstance(node, ScalarNode):
-            return "" if node.tag == _TAG + "null" else str(node.value)
-        self.add(node, key, f"must be a string (got {_shown(node)})")
-        return ""
-
-    def required_text(
-        self, fields: dict[str, Node], name: str, owner: Node, path: str
-    ) -> str | None:
-        key = _join(path, name)
-        node = fields.get(name)
-        if node is None:
-            self.add(owner, key, "required key is missing")
-            return None
-        text = self.text(node, key)
-        if not text:
-            if isinstance(node, ScalarNode):
-                self.add(node, key, "must not be empty")
-            return None
-        return text
-
-    def flag(self, fields: dict[str, Node], name: str, path: str) -> bool:
-        node = fields.get(name)
-        if node is None or _is_null(node):
-            return False
-        if isinstance(node, ScalarNode) and node.tag == _TAG + "bool":
-            return bool(_CONSTRUCTOR.construct_yaml_bool(node))
-        self.add(node, _join(path, name), f"must be true or false (got {_shown(node)})")
-        return False
 
     def children(
         self,
@@ -279,10 +207,10 @@ class _FileLoader:
         shared: tuple[int, ...],
     ) -> _Children:
         children = _Children()
-        if node is None or _is_null(node):
+        if node is None or is_null(node):
             return children
         if not isinstance(node, SequenceNode):
-            self.add(node, path, f"must be a list of descriptors (got {_shown(node)})")
+            self.add(node, path, f"must be a list of descriptors (got {shown(node)})")
             return children
         seen: dict[tuple[str, str], int] = {}
         for index, item in enumerate(node.value):
@@ -296,7 +224,7 @@ class _FileLoader:
                 line = seen[(key, value)]
                 self.add(item, item_path, f"duplicate descriptor {what} (first at line {line})")
                 continue
-            seen[(key, value)] = _line(item)
+            seen[(key, value)] = line_of(item)
             children.add(key, value, child)
         return children
 
@@ -313,16 +241,16 @@ class _FileLoader:
             return None
         key = self.required_text(fields, "key", node, path)
         value_node = fields.get("value")
-        value = "" if value_node is None else self.text(value_node, _join(path, "value"))
-        limit = self.rate_limit(fields.get("rate_limit"), _join(path, "rate_limit"))
+        value = "" if value_node is None else self.text(value_node, join_path(path, "value"))
+        limit = self.rate_limit(fields.get("rate_limit"), join_path(path, "rate_limit"))
         levels = (*parent, (key or "", value))
         if self.flag(fields, "share_threshold", path):
             if "*" not in value:
                 message = "only allowed on a wildcard value (one containing '*')"
-                self.add(fields["share_threshold"], _join(path, "share_threshold"), message)
+                self.add(fields["share_threshold"], join_path(path, "share_threshold"), message)
             shared = (*shared, len(levels) - 1)
         children = self.children(
-            fields.get("descriptors"), _join(path, "descriptors"), domain, levels, shared
+            fields.get("descriptors"), join_path(path, "descriptors"), domain, levels, shared
         )
         rule = Rule(
             domain=domain,
@@ -331,7 +259,7 @@ class _FileLoader:
             unlimited=limit.unlimited,
             shadow_mode=self.flag(fields, "shadow_mode", path),
             detailed_metric=self.flag(fields, "detailed_metric", path),
-            source=Source(self.file, _line(node)),
+            source=Source(self.file, line_of(node)),
             replaces=limit.replaces,
             value_to_metric=self.flag(fields, "value_to_metric", path),
             shared_levels=shared,
@@ -339,20 +267,20 @@ class _FileLoader:
         return None if key is None else (key, value, children.node(rule))
 
     def rate_limit(self, node: Node | None, path: str) -> _Limit:
-        if node is None or _is_null(node):
+        if node is None or is_null(node):
             return _NO_LIMIT
         fields = self.mapping(node, path, RATE_LIMIT_KEYS, "")
         if fields is None:
             return _NO_LIMIT
         before = len(self.problems)
-        name = self.text(fields["name"], _join(path, "name")) if "name" in fields else ""
-        replaces = self.replaces(fields.get("replaces"), _join(path, "replaces"), name)
+        name = self.text(fields["name"], join_path(path, "name")) if "name" in fields else ""
+        replaces = self.replaces(fields.get("replaces"), join_path(path, "replaces"), name)
         if self.flag(fields, "unlimited", path):
             # Counting settings on an allow-list entry mean the author expected a limit.
             for extra in ("unit", "requests_per_unit", "unit_multiplier", "spans", "cooldown"):
                 if extra in fields:
                     message = "must not be set when unlimited is true"
-                    self.add(fields[extra], _join(path, extra), message)
+                    self.add(fields[extra], join_path(path, extra), message)
             return _Limit(None, True, replaces)
         limit = RateLimit(
             requests_per_unit=self.count(
@@ -362,7 +290,7 @@ class _FileLoader:
             unit_multiplier=self.count(fields, "unit_multiplier", path, minimum=1),
             name=name,
             spans=self.count(fields, "spans", path, default=DEFAULT_SPANS, minimum=2),
-            cooldown_ms=self.cooldown(fields.get("cooldown"), _join(path, "cooldown")),
+            cooldown_ms=self.cooldown(fields.get("cooldown"), join_path(path, "cooldown")),
             replaces=replaces,
         )
         shortest = limit.spans * MIN_SPAN_MS
@@ -371,11 +299,11 @@ class _FileLoader:
                 f"window of {limit.window_ms} ms is shorter than {limit.spans} spans"
                 f" x {MIN_SPAN_MS} ms = {shortest} ms"
             )
-            self.add(fields.get("spans", node), _join(path, "spans"), message)
+            self.add(fields.get("spans", node), join_path(path, "spans"), message)
         return _Limit(limit, False, replaces)
 
     def unit(self, fields: dict[str, Node], owner: Node, path: str) -> Unit:
-        key = _join(path, "unit")
+        key = join_path(path, "unit")
         node = fields.get("unit")
         if node is None:
             self.add(owner, key, f"required key is missing (one of {UNIT_NAMES})")
@@ -386,27 +314,6 @@ class _FileLoader:
             self.add(node, key, f"invalid unit '{text}' (expected one of {UNIT_NAMES})")
         return unit
 
-    def count(
-        self,
-        fields: dict[str, Node],
-        name: str,
-        path: str,
-        *,
-        minimum: int,
-        maximum: int | None = None,
-        default: int | None = None,
-    ) -> int:
-        fallback = minimum if default is None else default
-        node = fields.get(name)
-        if node is None:
-            return fallback
-        value = _integer(node)
-        if value is None or value < minimum or (maximum is not None and value > maximum):
-            bounds = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
-            self.add(node, _join(path, name), f"must be an integer {bounds} (got {_shown(node)})")
-            return fallback
-        return value
-
     def cooldown(self, node: Node | None, key: str) -> int:
         if node is None:
             return 0  # the model's "one window"
@@ -414,17 +321,17 @@ class _FileLoader:
         if milliseconds is None or milliseconds <= 0:
             message = (
                 "must be a positive number of seconds or a duration like"
-                f" '500ms', '30s', '5m', '1h' (got {_shown(node)})"
+                f" '500ms', '30s', '5m', '1h' (got {shown(node)})"
             )
             self.add(node, key, message)
             return 0
         return milliseconds
 
     def replaces(self, node: Node | None, path: str, own_name: str) -> tuple[str, ...]:
-        if node is None or _is_null(node):
+        if node is None or is_null(node):
             return ()
         if not isinstance(node, SequenceNode):
-            self.add(node, path, f"must be a list of {{name: ...}} entries (got {_shown(node)})")
+            self.add(node, path, f"must be a list of {{name: ...}} entries (got {shown(node)})")
             return ()
         names: list[str] = []
         for index, item in enumerate(node.value):
@@ -435,45 +342,18 @@ class _FileLoader:
                 continue
             if name == own_name:
                 self.add(
-                    fields["name"], _join(item_path, "name"), "must not name its own rate limit"
+                    fields["name"], join_path(item_path, "name"), "must not name its own rate limit"
                 )
             names.append(name)
         return tuple(names)
 
 
-def _line(node: Node) -> int:
-    return int(node.start_mark.line) + 1
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _is_null(node: Node) -> bool:
-    return isinstance(node, ScalarNode) and node.tag == _TAG + "null"
-
-
-def _integer(node: Node) -> int | None:
-    if isinstance(node, ScalarNode) and node.tag == _TAG + "int":
-        return int(_CONSTRUCTOR.construct_yaml_int(node))
-    return None
-
-
 def _cooldown_ms(node: Node) -> int | None:
-    seconds = _integer(node)
+    seconds = integer(node)
     if seconds is not None:
         return seconds * 1000
-    if isinstance(node, ScalarNode) and node.tag == _TAG + "str":
+    if isinstance(node, ScalarNode) and node.tag == TAG + "str":
         found = _COOLDOWN.fullmatch(node.value)
         if found:
             return int(found[1]) * _COOLDOWN_MS[found[2]]
     return None
-
-
-def _shown(node: Node) -> str:
-    """How a bad value is quoted back in a message: scalars as written, containers by kind."""
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if isinstance(node, SequenceNode):
-        return "a list"
-    return "nothing" if _is_null(node) else repr(node.value)
