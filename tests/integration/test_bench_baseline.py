@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("limits")
 
-from bench.baseline import baseline_spec, first_answer
+from bench.baseline import baseline_spec
+from bench.baseline_outage import first_answer
 from bench.frames import frames_for
 from bench.servers import ServerProcess, free_port, start_server
 from tests.support.redis_servers import ServerProcess as RedisProcess
