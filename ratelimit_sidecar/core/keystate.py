@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
 NO_WINDOW = -1
+# A lenient ceiling is at least this many standard deviations of the noise in the estimate's
+# extrapolation of one span of this node's own hits (Poisson: sd = nodes x sqrt(hits/span)).
+NOISE_SIGMAS = 3.0
 
 
 class KeyState:
@@ -94,10 +99,11 @@ class KeyState:
 
         The window's pace so far (`seen` over the time since the window began) projects its
         total. Where that stays under MAX x (1 + 1/N), the bound the fleet accepts anyway, an
-        estimate may pass MAX by the projection's distance to that bound, at most MAX / N:
-        near the limit a noisy estimate then no longer refuses requests of a window that ends
-        under MAX, while a window on course to pass the bound keeps the strict check. The
-        first sync of a window (no pace yet) keeps the ceiling the previous window ended with.
+        estimate may pass MAX by the projection's distance to that bound, at most MAX / N,
+        widened to the estimate's own noise on a node with a small share (see `_noise`): near
+        the limit a noisy estimate then no longer refuses requests of a window that ends under
+        MAX, while a window on course to pass the bound keeps the strict check. The first sync
+        of a window (no pace yet) keeps the ceiling the previous window ended with.
         """
         limit = self.limit
         elapsed = sync_ms - self.window * limit.window_ms
@@ -105,9 +111,18 @@ class KeyState:
             return
         rpu = limit.requests_per_unit
         share = rpu / limit.spans
-        projected = self.seen * limit.window_ms / elapsed
-        self.ceiling = rpu + min(share, max(0.0, rpu + share - projected))
+        slack = min(share, max(0.0, rpu + share - self.seen * limit.window_ms / elapsed))
+        if slack > 0:
+            slack += max(0.0, self._noise(elapsed) - share)
+        self.ceiling = rpu + slack
         self.refresh_check()
+
+    def _noise(self, elapsed_ms: int) -> float:
+        """NOISE_SIGMAS standard deviations of one span of own hits, scaled by `nodes`."""
+        limit = self.limit
+        own = max(0, self.local_cur - self.pending)  # pushed so far in this window
+        per_span = own * limit.window_ms / (limit.spans * elapsed_ms)
+        return NOISE_SIGMAS * self.nodes * math.sqrt(per_span)
 
     def strict(self) -> None:
         """No leniency: the store did not answer, so the window's pace is unknown."""
