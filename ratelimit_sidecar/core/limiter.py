@@ -112,9 +112,12 @@ class Limiter:
             return None
         if now_ms >= state.next_sync:
             self._catch_up(state, now_ms)
-        hits, nodes = hit.hits, state.nodes
-        used = state.seen + (state.inflight + state.pending) * nodes
-        over = hits > 0 and used + hits * nodes > state.limit.requests_per_unit
+        hits, seen, unpushed = hit.hits, state.seen, state.inflight + state.pending
+        # KeyState.over, inlined: the estimate passes its ceiling, or the known count MAX.
+        over = hits > 0 and (
+            seen + (unpushed + hits) * state.check_nodes > state.ceiling
+            or seen + unpushed + hits > state.limit.requests_per_unit
+        )
         if over or now_ms < state.blocked_until:
             return None
         if hits:
@@ -150,7 +153,7 @@ class Limiter:
         limit = state.limit
         if now_ms < state.blocked_until:
             return self._over(state, now_ms)
-        if hits > 0 and state.used() + hits * state.nodes > limit.requests_per_unit:
+        if hits > 0 and state.over(hits):
             return self._estimate_over(state, hits, now_ms)
         return Verdict(Code.OK, limit)  # remaining/reset filled in once admitted
 

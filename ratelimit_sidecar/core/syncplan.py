@@ -63,6 +63,9 @@ class SyncPlan:
             self.batch.total_reads, self._total_states, result.totals, strict=True
         ):
             _estimate_nodes(state, read.window, total)
+        for push, state in zip(self.batch.pushes, self._push_states, strict=True):
+            if state is not None and push.window == state.window:
+                state.tune(self.batch.now_ms)  # after `seen` and `nodes` are both new
         hits = sum(p.count for p in self.batch.pushes)
         return SyncStats(len(self.batch.pushes), hits, 0, blocked)
 
@@ -80,6 +83,7 @@ class SyncPlan:
             if state is None:
                 dropped += push.count  # an evicted key's hits have nowhere to wait
                 continue
+            state.strict()
             if fresh:  # retried hits were judged in their own span: never count them twice
                 blocked += _fallback(state, push, now_ms)
             if resend:
@@ -136,5 +140,5 @@ def _estimate_nodes(state: KeyState, window: int, total: int) -> None:
     rejected = state.estimate_rejected
     offered = state.estimate_local + rejected
     if window == state.estimate_window and offered > 0 and total > 0:
-        state.nodes = max(1.0, (total + rejected) / offered)
+        state.set_nodes(max(1.0, (total + rejected) / offered))
     state.estimate_window = -1

@@ -268,4 +268,5 @@ class Engine:
         for state in node.limiter.keys:
             if self.system.oracle_nodes:
                 state.nodes = truth
+                state.refresh_check()
             self.recorder.nodes_sample(state.nodes, truth)

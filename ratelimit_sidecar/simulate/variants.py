@@ -10,32 +10,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ratelimit_sidecar.core import Code, Limiter, SyncBatch, SyncResult, SyncStats, Verdict
+from ratelimit_sidecar.core import Code, Hit, Limiter, SyncBatch, SyncResult, SyncStats, Verdict
 from ratelimit_sidecar.core.keystate import KeyState
 
 EWMA_ALPHA = 0.5
 
 
 class CheckVariant(Limiter):
-    """The core with a different estimate in request-path step 2.
+    """The core with a different request-path check.
 
-    With `cooldown` False (the core's way) an estimate over MAX is handed to the core's
-    `_estimate_over`: it starts a cooldown only if the known count is over, else it rejects
-    the request alone. With `cooldown` True any estimate over MAX blocks for the cooldown
-    (the core before decision (d))."""
+    Every decision goes through `_judge` (the core's fast path `admit` is switched off, so
+    it cannot admit what the variant would reject). With `cooldown` False (the core's way) a
+    rejection is handed to the core's `_estimate_over`: it starts a cooldown only if the known
+    count is over, else it rejects the request alone. With `cooldown` True any estimate over
+    its ceiling blocks for the cooldown (the core before decision (d))."""
 
     cooldown = False
 
     def estimate(self, state: KeyState, hits: int) -> float:
         raise NotImplementedError
 
+    def ceiling(self, state: KeyState) -> float:
+        return state.limit.requests_per_unit
+
+    def admit(self, now_ms: int, hit: Hit) -> Verdict | None:  # noqa: ARG002
+        return None
+
     def _judge(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        # Same steps as `Limiter._judge`; only the estimate differs.
+        # Same steps as `Limiter._judge`; only the check differs.
         self.dropped_hits += state.roll(now_ms)
         limit = state.limit
         if now_ms < state.blocked_until:
             return self._over(state, now_ms)
-        if hits > 0 and self.estimate(state, hits) > limit.requests_per_unit:
+        if hits > 0 and self.estimate(state, hits) > self.ceiling(state):
             if not self.cooldown:
                 return self._estimate_over(state, hits, now_ms)
             state.block(now_ms + limit.cooldown)
@@ -44,14 +51,29 @@ class CheckVariant(Limiter):
 
 
 class SeenCheck(CheckVariant):
-    """The core's check: seen + (inflight + pending + hits) x nodes."""
+    """The core's check, re-implemented: seen + (inflight + pending + hits) x check_nodes
+    over the span's ceiling, or the known count over MAX (always a cooldown then)."""
+
+    def estimate(self, state: KeyState, hits: int) -> float:
+        known = state.seen + state.inflight + state.pending + hits
+        if known > state.limit.requests_per_unit:
+            return float("inf")
+        return state.seen + (state.inflight + state.pending + hits) * state.check_nodes
+
+    def ceiling(self, state: KeyState) -> float:
+        return state.ceiling
+
+
+class StrictCheck(CheckVariant):
+    """The core before the lenient ceiling: seen + (inflight + pending + hits) x nodes over
+    MAX rejects, whatever the window's pace (decision (i) undone)."""
 
     def estimate(self, state: KeyState, hits: int) -> float:
         return state.used() + hits * state.nodes
 
 
-class HardSeenCheck(SeenCheck):
-    """The core's estimate, and any estimate over MAX starts a full cooldown (as shipped
+class HardSeenCheck(StrictCheck):
+    """The strict estimate, and any estimate over MAX starts a full cooldown (as shipped
     before decision (d))."""
 
     cooldown = True
@@ -115,6 +137,7 @@ class EwmaNodes(Limiter):
         for state, old in before.values():
             if state.nodes != old:
                 state.nodes = self.alpha * state.nodes + (1 - self.alpha) * old
+                state.refresh_check()
         return stats
 
 
@@ -141,6 +164,7 @@ class FreezeNodes(Limiter):
         stats = super().apply_sync(now_ms, batch, result, resend)
         for state, old in keep.values():
             state.nodes = old
+            state.refresh_check()
         self._rejected = {(k, w) for k, w in self._rejected if self._recent(k, w)}
         return stats
 
@@ -245,7 +269,8 @@ class System:
 SYSTEMS: dict[str, System] = {
     s.name: s
     for s in (
-        System("core", "the shipped core: seen + (inflight + pending) x nodes"),
+        System("core", "the shipped core: seen + (inflight + pending) x nodes, lenient ceiling"),
+        System("strict", "decision (i) undone: the estimate over MAX always rejects", StrictCheck),
         System("old", "the core before (d) and bug 2: hard + admitted", HardAdmitted),
         System("local", "baseline: local-only limits, MAX/nodes per node, no sync", shared=False),
         System(
@@ -305,6 +330,7 @@ def system_for(name: str) -> System:
 
 VARIANTS = (
     "core",
+    "strict",
     "old",
     "hard",
     "admitted",

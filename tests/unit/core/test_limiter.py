@@ -139,9 +139,11 @@ def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
     limiter.apply_sync(T0 + 1500, batch, SyncResult((_answer(0),), totals=(40,)))
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.nodes == 4.0
-    # with 4 nodes, this node's share of a 1000 limit is 250 per window
-    codes = [limiter.hit(T0 + 1600, [hit(r)]).code for _ in range(251)]
-    assert codes.count(Code.OK) == 250
+    # With 4 nodes each hit stands for 4. The store's total says this window is idle so far
+    # (far under its pace bound), so the estimate may pass MAX by MAX / N: 1500 / 4 hits.
+    assert state.ceiling == 1500
+    codes = [limiter.hit(T0 + 1600, [hit(r)]).code for _ in range(376)]
+    assert codes.count(Code.OK) == 375
 
 
 def test_store_failure_keeps_deltas_and_applies_the_fallback() -> None:
@@ -323,7 +325,7 @@ def test_a_known_count_over_max_starts_the_cooldown() -> None:
     assert limiter.hit(T0 + 501, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 1 x 2: an estimate
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.blocked_until == 0
-    state.nodes = 1.0
+    state.set_nodes(1.0)
     assert limiter.hit(T0 + 502, [hit(r)]).code is Code.OK  # 10: the limit
     assert limiter.hit(T0 + 503, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 2 known: over
     assert state.blocked_until == T0 + 503 + 5000

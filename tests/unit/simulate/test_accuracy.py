@@ -30,21 +30,44 @@ def test_a_skewed_balancer_at_half_the_limit_rejects_nothing(seed: int) -> None:
     assert rec.false_rejections == 0
 
 
-@pytest.mark.parametrize(
-    ("scenario", "load", "at_most"),
-    [("skewed_under", 0.9, 0.0025), ("steady", 0.8, 0.0005), ("near_limit", 0.95, 0.006)],
-)
-def test_close_to_the_limit_false_rejections_stay_rare(
-    scenario: str, load: float, at_most: float
+UNDER_LIMIT = [
+    ("skewed_under", 0.9),
+    ("near_limit", 0.95),
+    ("steady", 0.8),
+    ("skewed", 0.8),
+    ("latency", 0.8),
+    ("churn", 0.8),
+]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("scenario", "load"), UNDER_LIMIT)
+def test_close_to_the_limit_nothing_is_falsely_rejected(
+    scenario: str, load: float, seed: int
 ) -> None:
-    """Not zero: the request-path estimate extrapolates this node's unpushed hits to the
-    fleet, and Poisson noise x nodes sometimes passes MAX in a window that ends just under it.
-    Such a rejection refuses one request and starts no cooldown (docs/ACCURACY.md, (d)); the
-    core before that change (`old`) rejected 5 to 11 % of these requests."""
-    rec, _ = run("core", scenario=scenario, load=load, windows=60, seed=2)
-    old, _ = run("old", scenario=scenario, load=load, windows=60, seed=2)
-    assert rec.false_rejections <= at_most * rec.eligible
-    assert old.false_rejections > 10 * rec.false_rejections
+    """Issue #6: zero false rejections under the limit, up to 0.95 x MAX.
+
+    The estimate extrapolates this node's unpushed hits to the fleet; Poisson noise x nodes
+    passes MAX near the end of windows that end under it. A window whose pace keeps it under
+    MAX x (1 + 1/N) lets the estimate pass MAX by MAX / N, or by 3 sd of that noise
+    (docs/ACCURACY.md, decision (i))."""
+    rec, _ = run("core", scenario=scenario, load=load, windows=60, seed=seed)
+    assert rec.false_rejections == 0
+
+
+@pytest.mark.parametrize(("scenario", "load"), [("skewed_under", 0.9), ("near_limit", 0.95)])
+def test_the_strict_check_refuses_requests_on_the_same_traffic(scenario: str, load: float) -> None:
+    # What the lenient ceiling removes: the check before it refused requests near the limit.
+    strict = [run("strict", scenario=scenario, load=load, windows=60, seed=s)[0] for s in (1, 2, 3)]
+    assert sum(r.false_rejections for r in strict) > 0
+
+
+@pytest.mark.parametrize("seed", [6, 8, 11])
+def test_a_small_share_node_near_the_limit_rejects_nothing(seed: int) -> None:
+    # Seeds where the 10% node's estimate (x ~10) passed MAX + MAX / N in a window that ended
+    # under MAX: the lenient ceiling is widened to 3 sd of that node's extrapolation noise.
+    rec, _ = run("core", scenario="skewed_under", load=0.9, seed=seed)
+    assert rec.false_rejections == 0
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
