@@ -37,6 +37,7 @@ class Report:
     elapsed_s: float
     machine: dict[str, Any]  # described before this process pinned itself
     decide_costs: Sequence[DecideCost] = ()
+    untargeted: Sequence[str] = ()  # workloads shown for information, without a target
 
 
 def notes_for(row: Measurement) -> list[str]:
@@ -126,8 +127,12 @@ def print_report(report: Report) -> None:
     for skip in report.skipped:
         print(f"  not measured: {skip.workload} with {skip.client}: {skip.reason}")
     for verdict in report.judged:
-        role = "target" if verdict.primary else "cross-check"
-        print(f"{verdict.workload} [{verdict.client}, {role}] {verdict.summary}")
+        summary = verdict.summary
+        if verdict.workload in report.untargeted:
+            role, summary = "no target", summary.split(": ", 1)[-1]  # no PASS/FAIL word
+        else:
+            role = "target" if verdict.primary else "cross-check"
+        print(f"{verdict.workload} [{verdict.client}, {role}] {summary}")
     for line in describe(report.decide_costs) if report.decide_costs else []:
         print(line)
     print(f"section time: {report.elapsed_s:.0f}s")
