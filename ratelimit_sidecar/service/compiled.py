@@ -13,6 +13,7 @@ either bound is reached or the rules change: a flood of distinct requests costs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ratelimit_sidecar.core import Hit
@@ -27,7 +28,8 @@ class CompiledRequest(NamedTuple):
 
     `tally` is whatever the decision observer asked to keep with the request (its counters).
     `counted` is the index of the request's only descriptor with a limit, or -1 if it has none
-    or several; the encoded statuses of the descriptors before and after it never change.
+    or several; the encoded statuses of the descriptors before and after it never change, nor
+    does the start of its own when it is admitted (`head`: code and current limit).
     """
 
     domain: str
@@ -37,12 +39,13 @@ class CompiledRequest(NamedTuple):
     counted: int = -1
     before: bytes = b""
     after: bytes = b""
+    head: bytes = b""
 
 
 class RequestCache:
     """Raw request bytes → CompiledRequest, for the rules in force when it was filled."""
 
-    __slots__ = ("_bytes", "_entries", "clears", "max_bytes", "max_entries")
+    __slots__ = ("_bytes", "_entries", "clears", "get", "max_bytes", "max_entries")
 
     def __init__(
         self, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES
@@ -50,14 +53,14 @@ class RequestCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._entries: dict[bytes, CompiledRequest] = {}
+        # The dict's own lookup, bound once (every request calls it); `clear` empties the dict
+        # in place so that this stays valid.
+        self.get: Callable[[bytes], CompiledRequest | None] = self._entries.get
         self._bytes = 0
         self.clears = 0  # times a bound emptied the cache (a flood of distinct requests)
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def get(self, raw: bytes) -> CompiledRequest | None:
-        return self._entries.get(raw)
 
     def put(self, raw: bytes, compiled: CompiledRequest) -> None:
         size = len(raw)
@@ -71,5 +74,5 @@ class RequestCache:
 
     def clear(self) -> None:
         """Forget everything: the rules changed, or a bound was reached."""
-        self._entries = {}
+        self._entries.clear()
         self._bytes = 0

@@ -97,7 +97,9 @@ class RateLimitHandler:
             if verdict is not None:
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, counted, verdict)
-                return self._encoder.admitted(compiled.before, verdict, compiled.after)
+                return self._encoder.admitted(
+                    compiled.before, compiled.head, verdict, compiled.after
+                )
         if not compiled.known:
             if self._observer is not None:
                 self._observer.unknown_domain(compiled.domain)
@@ -123,13 +125,16 @@ class RateLimitHandler:
             hits = _apply_replaces(hits)
         tally = None if self._observer is None else self._observer.tally(name, hits)
         known = domain is not None
-        counted = _only_counted(hits) if known and not self._encoder.options.ietf_headers else -1
-        if counted < 0 or len(hits) == 1:
-            compiled = CompiledRequest(name, tuple(hits), known, tally, counted)
+        counted, limit = _only_counted(hits)
+        if limit is None or not known or self._encoder.options.ietf_headers:
+            compiled = CompiledRequest(name, tuple(hits), known, tally)
         else:  # the others are unmatched or unlimited: always the same statuses
             before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:counted])
             after = self._encoder.statuses(unlimited_verdict(h) for h in hits[counted + 1 :])
-            compiled = CompiledRequest(name, tuple(hits), known, tally, counted, before, after)
+            head = self._encoder.admitted_head(limit)
+            compiled = CompiledRequest(
+                name, tuple(hits), known, tally, counted, before, after, head
+            )
         self._compiled.put(raw, compiled)
         return compiled
 
@@ -168,14 +173,14 @@ class RateLimitHandler:
         return found
 
 
-def _only_counted(hits: Sequence[Hit]) -> int:
-    """The index of the only descriptor a limit applies to; -1 if none or several do."""
-    found = -1
+def _only_counted(hits: Sequence[Hit]) -> tuple[int, RateLimit | None]:
+    """The only descriptor a limit applies to, and its limit; (-1, None) if none or several."""
+    found: tuple[int, RateLimit | None] = (-1, None)
     for index, hit in enumerate(hits):
         if hit.rule is not None and hit.rule.limit is not None:
-            if found >= 0:
-                return -1
-            found = index
+            if found[1] is not None:
+                return -1, None
+            found = (index, hit.rule.limit)
     return found
 
 

@@ -88,18 +88,20 @@ class ResponseEncoder:
             parts.append(_field(_RAW_BODY, rejection_body(decision)))
         return b"".join(parts)
 
-    def admitted(self, before: bytes, verdict: Verdict, after: bytes) -> bytes:
-        """The usual answer in one step: OK, one counted descriptor admitted (`verdict`), and
-        the constant statuses of the descriptors no limit applies to, already encoded.
+    def admitted_head(self, limit: RateLimit) -> bytes:
+        """How an admitted descriptor's status under `limit` always starts: OK, current_limit."""
+        return _OK_STATUS + self._current_limit(limit)
+
+    def admitted(self, before: bytes, head: bytes, verdict: Verdict, after: bytes) -> bytes:
+        """The usual answer in one step: OK, one counted descriptor admitted (`verdict`, whose
+        status starts with `head`, see `admitted_head`), and the constant statuses of the
+        descriptors no limit applies to, already encoded.
 
         Only without IETF headers: those are computed from every status (see `encode`).
         """
-        limit = verdict.limit
-        if verdict.shadow or limit is None:
-            return _OK_CODE + before + self._status_field(verdict) + after
-        status = _OK_STATUS + self._current_limit(limit)
-        if verdict.remaining:
-            status += _REMAINING + varint(verdict.remaining)
+        if verdict.shadow:  # not enforced, so not reported (see _status)
+            return _OK_CODE + before + _UNMATCHED_FIELD + after
+        status = head + _REMAINING + varint(verdict.remaining) if verdict.remaining else head
         status += self._reset(verdict.reset_ms)
         return _OK_CODE + before + _STATUS + varint(len(status)) + status + after
 
