@@ -221,10 +221,14 @@ class Limiter:
         as of the span's end (see _fold), which spares span ends a visit to every busy key.
         """
         limit = state.limit
+        moved = now_ms // limit.window_ms != state.window
         if not self.shared_store:
-            self._fold(state, state.next_sync)
+            if moved and now_ms >= state.next_sync + limit.cooldown:
+                state.pending = state.unsent = 0  # a finished window; any block it set is over
+            else:
+                self._fold(state, state.next_sync)
             state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
-        if now_ms // limit.window_ms != state.window:
+        if moved:
             self.dropped_hits += state.roll(now_ms)
 
     def _admit(self, state: KeyState, hits: int, now_ms: int) -> None:
