@@ -91,12 +91,12 @@ class RateLimitHandler:
         if compiled is None:
             compiled = self._compile(raw)
         now = self._clock_ms()
-        counted = compiled.counted
-        if counted >= 0:  # the usual request: try the limiter's short path first
-            verdict = self.limiter.admit(now, compiled.hits[counted])
+        only = compiled.only
+        if only is not None:  # the usual request: try the limiter's short path first
+            verdict = self.limiter.admit(now, only)
             if verdict is not None:
                 if self._observer is not None:
-                    self._observer.admitted(compiled.tally, counted, verdict)
+                    self._observer.admitted(compiled.tally, compiled.counted, verdict)
                 return self._encoder.admitted(
                     compiled.before, compiled.head, verdict, compiled.after
                 )
@@ -133,7 +133,7 @@ class RateLimitHandler:
             after = self._encoder.statuses(unlimited_verdict(h) for h in hits[counted + 1 :])
             head = self._encoder.admitted_head(limit)
             compiled = CompiledRequest(
-                name, tuple(hits), known, tally, counted, before, after, head
+                name, tuple(hits), known, tally, counted, before, after, head, hits[counted]
             )
         self._compiled.put(raw, compiled)
         return compiled

@@ -104,7 +104,7 @@ class GeneralPathHandler(RateLimitHandler):
     """Every request decided by Limiter.hit and the general encoder (no short path)."""
 
     def _compile(self, raw: bytes) -> CompiledRequest:
-        return super()._compile(raw)._replace(counted=-1)
+        return super()._compile(raw)._replace(counted=-1, only=None)
 
 
 @pytest.mark.parametrize(
