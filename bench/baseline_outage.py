@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from bench import cpu, cpuwatch
 from bench.frames import unframe
-from bench.loadgen import Driver, Target, Workload
-from bench.rls_load import FINISH_GRACE_S, Measurement, RunContext
+from bench.loadgen import Driver, Workload
+from bench.rls_load import Measurement, RunContext, run_load
 from bench.servers import ServerProcess
 from ratelimit_sidecar import wire
 
@@ -54,37 +53,11 @@ def first_answer(address: str, frame: bytes) -> Answer:
         return Answer(wire.Code.Name(reply.overall_code), time.perf_counter() - started)
 
 
-def _sleep_until(moment: float) -> None:
-    time.sleep(max(0.0, moment - time.monotonic()))
-
-
 def outage_load(
     ctx: RunContext, server: ServerProcess, driver: Driver, workload: Workload
 ) -> Measurement:
-    """rls_load.run_load without its up-front OK probe, which a failing server cannot pass."""
-    shape, pinning = ctx.shape, ctx.pinning
-    target = Target("127.0.0.1", server.port)
-    started = time.monotonic()
-    run = driver.start(target, workload, shape, ctx.workdir, cpu.pinned([], pinning.client_cpu))
-    window = started + shape.settle_s
-    _sleep_until(window + 0.3)
-    first = cpuwatch.snapshot(server.pid, run.pids, pinning)
-    _sleep_until(window + shape.duration_s - 0.3)
-    last = cpuwatch.snapshot(server.pid, run.pids, pinning)
-    raw = run.finish(shape.settle_s + shape.duration_s + FINISH_GRACE_S)
-    return Measurement(
-        workload=workload.name,
-        client=driver.name,
-        server=server.spec.name,
-        requests=raw.requests,
-        duration_s=shape.duration_s,
-        errors=raw.errors,
-        first_error=raw.first_error,
-        latencies_ms=raw.latencies_ms,
-        cpu=cpuwatch.window(first, last, pinning),
-        probed=0,
-        notes=list(raw.notes),
-    )
+    """A load run without the up-front OK probe, which a failing server cannot pass."""
+    return run_load(ctx, server, driver, workload, probe_first=False)
 
 
 @dataclass(frozen=True, slots=True)
