@@ -69,16 +69,9 @@ class Limiter:
         """Decide a request; counters move only if every descriptor admits it."""
         if len(hits) == 1:
             return self._hit_one(now_ms, hits[0])
-        limited = [i for i, h in enumerate(hits) if h.rule is not None and h.rule.limit is not None]
-        if len(limited) != 1:
-            return self._hit_all(now_ms, hits)
-        # One counted descriptor among ones no limit applies to (Envoy's usual request): those
-        # are always OK, so the request's fate is that descriptor's alone.
-        only = limited[0]
-        decision = self._hit_one(now_ms, hits[only])
-        verdicts = [unlimited_verdict(hit) for hit in hits]
-        verdicts[only] = decision.verdicts[0]
-        return Decision(decision.code, tuple(verdicts))
+        # A request of one counted descriptor among others no limit applies to (Envoy's usual
+        # shape) reaches `admit` from the handler, which knows which one it is.
+        return self._hit_all(now_ms, hits)
 
     def _hit_all(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         checked = [self._check(now_ms, hit) for hit in hits]

@@ -1,5 +1,6 @@
-"""The fast paths of `Limiter.hit` (one descriptor; one counted descriptor among descriptors no
-limit applies to) must decide exactly as the general path does."""
+"""The short path of the limiter (`Limiter.admit`, taken by `hit` for one descriptor and by the
+handler for one counted descriptor among others) must decide exactly as the general path does;
+requests with companions check that `hit` answers them like the general path too."""
 
 from __future__ import annotations
 
