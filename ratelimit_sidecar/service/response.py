@@ -70,8 +70,8 @@ class ResponseEncoder:
     def __init__(self, options: ResponseOptions | None = None) -> None:
         self.options = options or ResponseOptions()
         self._ietf = self.options.ietf_headers
-        self._limits: dict[int, tuple[RateLimit, bytes]] = {}
-        self._heads: dict[int, tuple[RateLimit, bytes]] = {}
+        # Per limit: (the limit, its current_limit field, an admitted status's start).
+        self._limits: dict[int, tuple[RateLimit, bytes, bytes]] = {}
         self._resets: dict[int, bytes] = {}
 
     def encode(self, decision: Decision) -> bytes:
@@ -95,12 +95,7 @@ class ResponseEncoder:
         One bytes object per limit, shared by every request under it: a request then touches
         memory that its neighbours keep in the CPU's caches.
         """
-        found = self._heads.get(id(limit))
-        if found is None or found[0] is not limit:
-            if len(self._heads) > 4096:  # limits come from the config; bounded by reloads
-                self._heads.clear()
-            found = self._heads[id(limit)] = (limit, _OK_STATUS + self._current_limit(limit))
-        return found[1]
+        return self._encoded(limit)[2]
 
     def admitted(self, before: bytes, head: bytes, verdict: Verdict, after: bytes) -> bytes:
         """The usual answer in one step: OK, one counted descriptor admitted (`verdict`, whose
@@ -144,14 +139,17 @@ class ResponseEncoder:
         return found
 
     def _current_limit(self, limit: RateLimit) -> bytes:
+        return self._encoded(limit)[1]
+
+    def _encoded(self, limit: RateLimit) -> tuple[RateLimit, bytes, bytes]:
         cached = self._limits.get(id(limit))
         if cached is not None and cached[0] is limit:
-            return cached[1]
+            return cached
         if len(self._limits) > 4096:  # limits come from the config; bounded by reloads
             self._limits.clear()
-        encoded = _field(_CURRENT_LIMIT, _limit(limit))
-        self._limits[id(limit)] = (limit, encoded)
-        return encoded
+        current = _field(_CURRENT_LIMIT, _limit(limit))
+        cached = self._limits[id(limit)] = (limit, current, _OK_STATUS + current)
+        return cached
 
 
 def unmatched_response(count: int) -> bytes:
