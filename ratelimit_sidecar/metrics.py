@@ -179,7 +179,7 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             f"{NS}_untracked_decisions",
             "Decided without tracking (table full)",
-            value=limiter.keys.untracked,
+            value=limiter.untracked,
         )
         yield self._nodes()  # fmt: skip
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import KeyId
@@ -12,24 +14,26 @@ EVICTION_PROBES = 16
 
 
 class KeyTable:
-    """Keys in insertion order; when full, the oldest unblocked key makes room.
+    """Keys in insertion order; when full, an old key not hit in its current window makes room,
+    else the oldest unblocked one (see _find_victim).
 
     An evicted key's unpushed hits are returned to the caller so they still reach the store:
     eviction loses tracking precision, never counts. Blocked keys are never evicted for room,
     so flooding new values cannot unblock an abuser.
     """
 
-    __slots__ = ("_states", "evictions", "get", "max_keys", "untracked")
+    __slots__ = ("_states", "evictions", "get", "max_keys")
 
     def __init__(self, max_keys: int) -> None:
         if max_keys < 1:
             raise ValueError("max_keys must be at least 1")
         self.max_keys = max_keys
-        self._states: dict[KeyId, KeyState] = {}
+        # Ordered, so that finding the oldest keys costs the same after any number of
+        # evictions: a plain dict skips over every entry deleted before it when iterated.
+        self._states: OrderedDict[KeyId, KeyState] = OrderedDict()
         # The dict's own lookup, bound once: the request path calls it for every descriptor.
         self.get: Callable[[KeyId], KeyState | None] = self._states.get
         self.evictions = 0
-        self.untracked = 0
 
     def __len__(self) -> int:
         return len(self._states)
@@ -43,7 +47,6 @@ class KeyTable:
         if len(self._states) >= self.max_keys:
             victim = self._find_victim(now_ms)
             if victim is None:
-                self.untracked += 1
                 return None
             del self._states[victim.key]
             self.evictions += 1
@@ -55,12 +58,16 @@ class KeyTable:
         self._states.pop(key, None)
 
     def _find_victim(self, now_ms: int) -> KeyState | None:
-        for probes, state in enumerate(self._states.values()):
-            if probes >= EVICTION_PROBES:
-                break
-            if now_ms >= state.blocked_until:
+        """Among the EVICTION_PROBES oldest keys, the first one idle in its current window; the
+        busy and blocked ones looked at go to the back (a second chance, so a key in steady use
+        is not evicted just for being old). If all are busy, the oldest unblocked one."""
+        oldest = list(islice(self._states.values(), EVICTION_PROBES))
+        for state in oldest:
+            idle = now_ms - state.last_hit >= state.limit.window_ms
+            if idle and now_ms >= state.blocked_until:
                 return state
-        return None
+            self._states.move_to_end(state.key)
+        return next((s for s in oldest if now_ms >= s.blocked_until), None)
 
     def busiest(self, limit: int) -> list[KeyState]:
         """The keys with the most local hits in their current window, for /debug/keys."""

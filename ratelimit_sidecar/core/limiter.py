@@ -56,6 +56,7 @@ class Limiter:
         self.shared_store = shared_store
         self.live_nodes = 1  # node-level estimate for keys without history
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
+        self.untracked = 0  # decisions made without a counter: the table was full of blocks
         self._schedules: set[tuple[int, int]] = set()
         self._orphans: list[Push] = []  # unpushed hits of evicted keys
         self._plan: SyncPlan | None = None
@@ -118,12 +119,10 @@ class Limiter:
         return self._within(state, now_ms)
 
     def _first_sight(self, hit: Hit, now_ms: int) -> KeyState | None:
-        """A new key for `admit`: only under a limit that admits something, and only while the
-        table has room (evicting, or deciding untracked, is the general path's business)."""
+        """A new key for `admit`: only under a limit that admits something. None also when the
+        table is full of blocked keys: deciding untracked is the general path's business."""
         rule = hit.rule
         if rule is None or rule.limit is None or rule.limit.requests_per_unit == 0:
-            return None
-        if len(self.keys) >= self.keys.max_keys:
             return None
         return self._state(hit, rule.limit, rule.shadow_mode or self.shadow_mode, now_ms)
 
@@ -137,6 +136,7 @@ class Limiter:
             return self._deny(limit, hit.hits, shadow), None
         state = self._state(hit, limit, shadow, now_ms)
         if state is None:  # table full of blocked keys: decide on this request alone
+            self.untracked += 1
             return self._untracked(limit, hit.hits, shadow, now_ms), None
         return self._judge(state, hit.hits, now_ms), state
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.core import Decision, Hit, Limiter, PushResult, SyncResult
+from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, PushResult, SyncResult
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
@@ -78,8 +78,8 @@ def test_fast_paths_match_the_general_path(
         assert fast.hit(now, request) == general.hit(now, request)
         assert snapshot(fast) == snapshot(general)
     assert fast.dropped_hits == general.dropped_hits
-    assert (fast.keys.untracked, fast.keys.evictions) == (
-        general.keys.untracked,
+    assert (fast.untracked, fast.keys.evictions) == (
+        general.untracked,
         general.keys.evictions,
     )
     assert fast.pending_hits() == general.pending_hits()
@@ -96,4 +96,15 @@ def test_fast_path_is_taken_for_a_tracked_key_and_a_new_one() -> None:
     verdict = limiter.hit(T0 + 1, [hit(r)]).verdicts[0]
     assert (verdict.remaining, verdict.reset_ms) == (1, 999)
     assert limiter.admit(T0 + 2, hit(r, "b")) is not None  # the table is now full
-    assert limiter.admit(T0 + 3, hit(r, "c")) is None  # evicting is the general path's job
+    assert limiter.admit(T0 + 3, hit(r, "c")) is not None  # evicts the oldest for room
+    assert limiter.keys.evictions == 1
+
+
+def test_a_table_full_of_blocked_keys_leaves_a_new_key_to_the_general_path() -> None:
+    limiter, r = Limiter(max_keys=1), rule(rpu=1)
+    limiter.hit(T0, [hit(r, "a")])
+    assert limiter.hit(T0, [hit(r, "a")]).code is Code.OVER_LIMIT  # blocked: never evicted
+    assert limiter.admit(T0 + 1, hit(r, "b")) is None
+    assert limiter.untracked == 0  # counted where the untracked decision is made
+    assert limiter.hit(T0 + 1, [hit(r, "b")]).code is Code.OK
+    assert (limiter.untracked, len(limiter.keys)) == (1, 1)

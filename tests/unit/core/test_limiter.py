@@ -212,7 +212,7 @@ def test_blocked_keys_are_not_evicted_for_room() -> None:
         limiter.hit(T0, [hit(r, value)])
         limiter.hit(T0, [hit(r, value)])  # over: blocked
     assert limiter.hit(T0, [hit(r, "c")]).code is Code.OK  # decided untracked
-    assert limiter.keys.untracked == 1
+    assert limiter.untracked == 1
     assert limiter.hit(T0, [hit(r, "a")]).code is Code.OVER_LIMIT
 
 

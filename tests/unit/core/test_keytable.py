@@ -1,0 +1,64 @@
+"""Which key makes room when the table is full (fake clock, no limiter)."""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.keytable import EVICTION_PROBES, KeyTable
+
+T0 = 1_700_000_040_000
+LIMIT = RateLimit(10, Unit.SECOND)  # 1 s windows
+
+
+def state(name: str, last_hit: int, blocked_until: int = 0) -> KeyState:
+    found = KeyState(("d", "k", name), LIMIT, last_hit, 1.0, False)
+    found.blocked_until = blocked_until
+    return found
+
+
+def keys(table: KeyTable) -> list[str]:
+    return [s.key[2] for s in table]
+
+
+def test_an_old_key_hit_in_its_window_gets_a_second_chance() -> None:
+    table = KeyTable(3)
+    for name, last_hit in (("busy", T0 + 900), ("idle", T0), ("new", T0 + 950)):
+        table.insert(state(name, last_hit), T0)
+    evicted = table.insert(state("next", T0 + 1000), T0 + 1000)
+    assert evicted is not None
+    assert [s.key[2] for s in evicted] == ["idle"]
+    assert keys(table) == ["new", "busy", "next"]  # "busy" was looked at: moved back
+
+
+def test_when_every_probed_key_is_busy_the_oldest_unblocked_one_goes() -> None:
+    table = KeyTable(3)
+    table.insert(state("blocked", T0, blocked_until=T0 + 5000), T0)
+    table.insert(state("a", T0 + 10), T0)
+    table.insert(state("b", T0 + 20), T0)
+    evicted = table.insert(state("c", T0 + 30), T0 + 30)
+    assert evicted is not None
+    assert [s.key[2] for s in evicted] == ["a"]
+    assert keys(table) == ["blocked", "b", "c"]
+
+
+def test_blocked_keys_fill_the_probes_then_nothing_is_evicted() -> None:
+    table = KeyTable(EVICTION_PROBES)
+    for i in range(EVICTION_PROBES):
+        table.insert(state(f"b{i}", T0, blocked_until=T0 + 5000), T0)
+    assert table.insert(state("new", T0), T0 + 10) is None
+    assert len(table) == EVICTION_PROBES
+
+
+def test_eviction_keeps_finding_the_oldest_after_many_evictions() -> None:
+    """Each insertion into a full table evicts the oldest idle key, in insertion order, however
+    many were evicted before it (a plain dict would scan past every deleted entry)."""
+    table = KeyTable(100)
+    for i in range(100):
+        table.insert(state(f"k{i}", T0 + i), T0 + i)
+    for i in range(1000):
+        now = T0 + 10_000 + 1000 * i  # every key but the one inserted now is idle
+        evicted = table.insert(state(f"n{i}", now), now)
+        assert evicted is not None
+        assert evicted[0].key[2] == (f"k{i}" if i < 100 else f"n{i - 100}")
+    assert table.evictions == 1000
+    assert len(table) == 100
