@@ -76,7 +76,8 @@ class KeyState:
         self.nodes_prev = 0.0  # the estimate before the last one; 0 until there are two
         # The request check: an estimate over `ceiling`, computed with `check_nodes`, rejects
         # (see tune). Strict until a sync shows the window's pace: MAX and the plain estimate.
-        self.ceiling = float(limit.requests_per_unit)
+        # MAX itself, not a float copy: one object every key of the limit shares.
+        self.ceiling: float = limit.requests_per_unit
         self.check_nodes = nodes
         self.blocked_until = 0
         self.last_hit = now_ms
@@ -149,7 +150,7 @@ class KeyState:
         w = now_ms // self.limit.window_ms
         if w == self.window:
             return 0
-        dropped = self.stash(self.pending, self.window, w)
+        dropped = self.stash(self.pending, self.window, w) if self.pending > 0 else 0
         consecutive = w == self.window + 1
         offered = self.local_cur + self.rejected
         self.estimate_window = self.window if consecutive and offered else NO_WINDOW

@@ -10,7 +10,8 @@ milliseconds; nodes share windows by epoch ordinal) to every call:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
@@ -29,6 +30,9 @@ from ratelimit_sidecar.core.types import (
     Verdict,
 )
 
+# A Verdict from a tuple of all its fields, without the NamedTuple's own __new__ (a Python
+# function call): `admit` builds one for every admitted request.
+_verdict: Callable[[tuple[object, ...]], Verdict] = partial(tuple.__new__, Verdict)
 UNMATCHED = Verdict(Code.OK)
 UNLIMITED = Verdict(Code.OK, unlimited=True)
 DEFAULT_MAX_KEYS = 100_000
@@ -114,9 +118,18 @@ class Limiter:
         )
         if over or now_ms < state.blocked_until:
             return None
-        if hits:
-            self._admit(state, hits, now_ms)
-        return self._within(state, now_ms)
+        if hits:  # _admit, inlined: this runs for every admitted request
+            unpushed += hits
+            state.pending += hits
+            local = state.local_cur + hits
+            state.local_cur = local if local > 0 else 0
+            state.last_hit = now_ms
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        used = seen + unpushed * state.nodes  # _within, inlined
+        reset = limit.window_ms - now_ms % limit.window_ms
+        near = used >= NEAR_LIMIT_RATIO * rpu
+        remaining = int(rpu - used) if used < rpu else 0
+        return _verdict((Code.OK, limit, False, remaining, reset, False, state.shadow, near))
 
     def _first_sight(self, hit: Hit, now_ms: int) -> KeyState | None:
         """A new key for `admit`: only under a limit that admits something. None also when the
@@ -194,7 +207,8 @@ class Limiter:
             state.limit, state.shadow = limit, shadow
             return state
         rule_id = hit.rule.id if hit.rule is not None else ""
-        fresh = KeyState(hit.key, limit, now_ms, float(self.live_nodes), shadow, rule_id=rule_id)
+        # live_nodes as it is (an int): one object shared by every new key, not a float each
+        fresh = KeyState(hit.key, limit, now_ms, self.live_nodes, shadow, rule_id=rule_id)
         if state is not None:  # the rule changed under a reload: start over, keep its counts
             self._orphan(state)
             self._forget(state)
