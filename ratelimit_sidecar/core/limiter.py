@@ -31,7 +31,7 @@ from ratelimit_sidecar.core.types import (
 )
 
 # A Verdict from a tuple of all its fields, without the NamedTuple's own __new__ (a Python
-# function call): `admit` builds one for every admitted request.
+# function call): `_within` builds one for every admitted request.
 _verdict: Callable[[tuple[object, ...]], Verdict] = partial(tuple.__new__, Verdict)
 UNMATCHED = Verdict(Code.OK)
 UNLIMITED = Verdict(Code.OK, unlimited=True)
@@ -119,17 +119,11 @@ class Limiter:
         if over or now_ms < state.blocked_until:
             return None
         if hits:  # _admit, inlined: this runs for every admitted request
-            unpushed += hits
             state.pending += hits
             local = state.local_cur + hits
             state.local_cur = local if local > 0 else 0
             state.last_hit = now_ms
-        limit, rpu = state.limit, state.limit.requests_per_unit
-        used = seen + unpushed * state.nodes  # _within, inlined
-        reset = limit.window_ms - now_ms % limit.window_ms
-        near = used >= NEAR_LIMIT_RATIO * rpu
-        remaining = int(rpu - used) if used < rpu else 0
-        return _verdict((Code.OK, limit, False, remaining, reset, False, state.shadow, near))
+        return self._within(state, now_ms)
 
     def _first_sight(self, hit: Hit, now_ms: int) -> KeyState | None:
         """A new key for `admit`: only under a limit that admits something. None also when the
@@ -255,11 +249,10 @@ class Limiter:
         limit, rpu = state.limit, state.limit.requests_per_unit
         used = state.seen + (state.inflight + state.pending) * state.nodes  # state.used()
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
-        # Positional: this runs for every admitted request, and keywords cost more here.
         near = used >= NEAR_LIMIT_RATIO * rpu
-        return Verdict(
-            Code.OK, limit, False, max(0, int(rpu - used)), reset, False, state.shadow, near
-        )
+        remaining = int(rpu - used) if used < rpu else 0
+        # One tuple of every field: this runs for every admitted request.
+        return _verdict((Code.OK, limit, False, remaining, reset, False, state.shadow, near))
 
     # -- sync path ----------------------------------------------------------------------
 
