@@ -1,1 +1,1 @@
-"""Benchmarks: `python -m bench [section ...]` (`make bench`). See bench/__main__.py."""
+"""Benchmarks: `python -m bench [section ...]` (`make bench`); see bench/__main__.py."""

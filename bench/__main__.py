@@ -1,7 +1,7 @@
 """`python -m bench [section ...]` (what `make bench` runs): every section by default.
 
-A section is a module with a `run(Options) -> Outcome` function, registered in SECTIONS below;
-add later benchmarks (Redis sync costs, Envoy end to end, a `limits` baseline) the same way.
+A section is a module with `NAME` and `run(Options) -> Outcome`, listed in SECTIONS; each prints
+its tables and writes `bench/results/<section>.json`.
 """
 
 from __future__ import annotations
@@ -9,35 +9,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from bench import baseline, envoy_e2e, overhead, redis_sync, workers
-from bench.report import RESULTS_DIR
-from bench.section import Options, Outcome, Section
+from bench import decision, envoy, overhead, per_request_redis, redis_sync, workers
+from bench.report import Options, Outcome
 
-SECTIONS: dict[str, Section] = {
-    section.name: section
-    for section in (
-        Section(
-            overhead.NAME,
-            "issue #2: sidecar vs an empty grpc.aio handler, hot-10 and distinct-100k keys",
-            overhead.run,
-        ),
-        Section(
-            redis_sync.NAME,
-            "issue #3: Redis round trips, commands and sync time per span; memory per key",
-            redis_sync.run,
-        ),
-        Section(
-            baseline.NAME,
-            "issue #3: sidecar vs a per-request-Redis `limits` service; Redis hung and down",
-            baseline.run,
-        ),
-        Section(
-            envoy_e2e.NAME, "issue #4: wrk -> Envoy -> sidecar vs empty service", envoy_e2e.run
-        ),
-        Section(workers.NAME, "issue #5: --workers 1 vs 2; metrics cost", workers.run),
-    )
+SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
+    decision.NAME: ("in-process cost of one decision, and of the metrics on it", decision.run),
+    overhead.NAME: (
+        "sidecar vs an empty grpc.aio handler under load: hot-10, distinct-100k, fresh-300k",
+        overhead.run,
+    ),
+    redis_sync.NAME: (
+        "Redis round trips, commands and sync time per span; memory per key",
+        redis_sync.run,
+    ),
+    per_request_redis.NAME: (
+        "sidecar vs a service calling Redis per request (`limits`); Redis hung and down",
+        per_request_redis.run,
+    ),
+    envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
+    workers.NAME: ("sidecar --workers 1 vs 2 under load; metrics cost per request", workers.run),
 }
 
 
@@ -47,37 +39,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", help="list the sections and exit")
     parser.add_argument("--duration", type=float, help="seconds measured per run (override)")
     parser.add_argument("--rounds", type=int, help="alternating rounds per workload (override)")
-    parser.add_argument(
-        "--strict", action="store_true", help="exit 1 when a measured target is missed"
-    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     return parser
-
-
-def run_section(section: Section, options: Options) -> Outcome:
-    """Run one section; a section pins this process to its load CPU, so give the next one back
-    every CPU (else it would find a single usable CPU and measure unpinned)."""
-    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    try:
-        return section.run(options)
-    finally:
-        if cpus is not None:
-            os.sched_setaffinity(0, cpus)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list:
-        for section in SECTIONS.values():
-            print(f"{section.name:<12} {section.description}")
+        for name, (description, _) in SECTIONS.items():
+            print(f"{name:<18} {description}")
         return 0
-    unknown = [name for name in args.sections if name not in SECTIONS]
+    names = [name.replace("_", "-") for name in args.sections] or list(SECTIONS)
+    unknown = [name for name in names if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s): {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
-    options = Options(RESULTS_DIR, args.duration, args.rounds)
+    options = Options(duration_s=args.duration, rounds=args.rounds)
+    cpus = os.sched_getaffinity(0)
     missed = []
-    for name in args.sections or list(SECTIONS):
-        outcome = run_section(SECTIONS[name], options)
+    for name in names:
+        try:
+            outcome = SECTIONS[name][1](options)
+        finally:  # a section pins this process: give the next one every CPU back
+            os.sched_setaffinity(0, cpus)
         if outcome.met is False:
             missed.append(name)
     if missed:

@@ -1,204 +1,187 @@
-"""Issue #2, first benchmark: the sidecar against an empty grpc.aio handler.
+"""The sidecar against an empty grpc.aio handler on the same stack, each on one pinned core,
+driven by the same load generator at the same concurrency, in three workloads:
 
-Both servers answer ShouldRateLimit on one pinned core, driven by the same load generator with
-the same concurrency, in three workloads:
-
-* hot-10: 10 descriptor values. Primary client h2load (10 processes, one body and one
-  connection each); cross-checked by the Node http2 client cycling the same 10 bodies.
-* distinct-100k: 100,000 distinct values. h2load cannot vary its body, so the Node client
-  cycles 100,000 precomputed frames round-robin. The warm-up sends every value once and each
-  run continues the rotation where the last stopped: the steady state of 100,000 clients that
-  keep coming back, not the first request of each.
+* hot-10: 10 descriptor values. h2load (10 processes, one body and one connection each) decides;
+  the Node http2 client cycling the same 10 bodies cross-checks.
+* distinct-100k: 100,000 distinct values, cycled by the Node client (h2load cannot vary its
+  body). The warm-up sends every value once, and each run continues the rotation where the last
+  stopped: the steady state of 100,000 clients that keep coming back.
 * fresh-300k: 300,000 values, more than a section sends, so every request is one the sidecar
   has never seen (a flood of random values). No target: it shows what such a flood costs.
 
-Both servers of a workload run side by side, the one not being measured stopped (SIGSTOP), and
-are measured in alternating order over several short rounds (empty/sidecar, then
-sidecar/empty, ...), so drift in the machine's speed hits both alike.
-
-Target: the sidecar reaches at least 90% of the empty handler's RPS in hot-10 and distinct-100k.
+Target: the sidecar's RPS is at least 90 % of the empty handler's in hot-10 and distinct-100k,
+as the median over rounds of the ratio within a round. When a server was not CPU-bound its RPS
+understates what it can do, and the ratio of RPS per second of server CPU decides instead. A
+workload with other load on the server CPU is reported but not judged.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bench import cpu, decide_cost, machine
-from bench.frames import frames_for, key_values
-from bench.h2load_driver import H2loadDriver
-from bench.loadgen import Driver, LoadShape, Workload
-from bench.node_driver import NodeDriver
-from bench.overhead_report import Report, Skipped, print_report, write_results
-from bench.overhead_verdict import verdicts
-from bench.rls_load import Measurement, RunContext, measure, warm_up
-from bench.section import Options, Outcome
-from bench.servers import ServerProcess, empty_spec, free_port, sidecar_spec, start_server
+from bench.load import runs
+from bench.load.clients import Driver, H2load, LoadShape, Node
+from bench.load.cpu import choose_pinning
+from bench.load.runs import SATURATED_PCT, Bench, Run
+from bench.load.servers import ServerProcess, start_service, start_sidecar
+from bench.report import Options, Outcome, pct, write_results
+from bench.workload import Workload, hot_10, key_values, rules_dir, workload
 
 NAME = "overhead"
-RESULTS_FILE = "issue2.json"
 SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
-ROUNDS = 6  # short runs, many rounds: this VM's CPU speed drifts within seconds
+ROUNDS = 6  # short runs, many rounds: a VM's CPU speed drifts within seconds
 WARM_UP_S = 2.0
 WARM_UP_MAX_S = 60.0  # warm-up goes on until every body was sent once, at most this long
 WARM_UP_MARGIN = 1.1  # a further warm-up run lasts this much longer than the bodies left need
-MAX_KEYS = 200_000  # above the distinct-100k key count: measures decisions, not eviction
-RETRY_BUDGET_S = 60.0  # noisy runs are repeated only in the section's first minute
-SERVERS = ("empty", "sidecar")
-FRESH_BODIES = 300_000
+MAX_KEYS = 200_000  # above distinct-100k's key count: measures decisions, not eviction
+RETRY_BUDGET_S = 60.0
+TARGET_RATIO = 0.90
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     workload: Workload
     drivers: tuple[Driver, ...]
-    primary: str | None  # the client whose ratio decides PASS/FAIL; None: no target
+    judged: bool  # False: shown without a target
     warm_every_body: bool = True  # False: the runs must meet bodies the sidecar never saw
 
 
 def plans() -> list[Plan]:
-    h2load, node = H2loadDriver(), NodeDriver()
-    hot = Workload("hot-10", "10 hot descriptor values", frames_for(key_values(10)))
-    wide = Workload(
-        "distinct-100k",
-        "100,000 distinct values, each sent once in warm-up",
-        frames_for(key_values(100_000)),
-    )
-    # More bodies than a section sends: every request is one the sidecar has never seen (a
-    # flood of random values). No target: it shows what such a flood costs.
-    fresh = Workload(
-        "fresh-300k",
-        "300,000 values, none sent twice",
-        frames_for(f"n{v}" for v in key_values(FRESH_BODIES)),
-    )
+    h2load, node = H2load(), Node()
     return [
-        Plan(hot, (h2load, node), h2load.name),
-        Plan(wide, (node,), node.name),
-        Plan(fresh, (node,), None, warm_every_body=False),
+        Plan(hot_10(), (h2load, node), judged=True),
+        Plan(workload("distinct-100k", key_values(100_000)), (node,), judged=True),
+        Plan(workload("fresh-300k", key_values(300_000, "n")), (node,), False, False),
     ]
 
 
-def shape_for(options: Options) -> LoadShape:
-    if options.duration_s is None:
-        return SHAPE
-    return replace(SHAPE, duration_s=options.duration_s)
+def warm_up(bench: Bench, server: ServerProcess, driver: Driver, plan: Plan) -> None:
+    """At least WARM_UP_S; for `warm_every_body`, until every body was sent once, each further
+    run sized from the rate of the last, so that it ends when the bodies do."""
+    deadline, seconds, sent = time.monotonic() + WARM_UP_MAX_S, WARM_UP_S, 0
+    bodies = len(plan.workload.frames)
+    while True:
+        started = time.monotonic()
+        batch = runs.warm_up(bench, server, driver, plan.workload, seconds)
+        sent, now = sent + batch, time.monotonic()
+        if not plan.warm_every_body or batch <= 0 or sent >= bodies or now >= deadline:
+            break
+        rate = batch / (now - started)  # with the client's start-up: errs long
+        seconds = min(deadline - now, max(WARM_UP_S, WARM_UP_MARGIN * (bodies - sent) / rate))
+    if plan.warm_every_body and 0 < sent < bodies:
+        print(f"  warm-up of {server.name} sent {sent:,} of {bodies:,}")
 
 
-class Runner:
-    """Per workload: both servers, each warmed up, then `rounds` alternating rounds per client."""
+def measure_plan(bench: Bench, plan: Plan, drivers: Sequence[Driver], rounds: int) -> list[Run]:
+    """Both servers, each warmed up, then `rounds` alternating rounds per driver."""
+    rules = rules_dir(bench.workdir)
+    servers: list[ServerProcess] = []
+    try:
+        for kind in ("empty", "sidecar"):
+            if kind == "empty":
+                servers.append(start_service(bench.workdir, bench.pinning, kind))
+            else:
+                max_keys = ("--max-keys", str(MAX_KEYS))
+                servers.append(start_sidecar(bench.workdir, bench.pinning, rules, *max_keys))
+            warm_up(bench, servers[-1], drivers[0], plan)
+            servers[-1].pause()
+        return runs.alternate(bench, servers, drivers, plan.workload, rounds)
+    finally:
+        for server in servers:
+            server.stop()
 
-    def __init__(self, ctx: RunContext, rounds: int) -> None:
-        self.ctx = ctx
-        self.rounds = rounds
-        self.deadline = time.monotonic() + RETRY_BUDGET_S
-        self.runs: list[tuple[int, Measurement]] = []  # (round, run)
-        self.skipped: list[Skipped] = []
 
-    def run_plan(self, plan: Plan) -> None:
-        usable = [d for d in plan.drivers if self._usable(plan, d)]
-        if not usable:
-            return
-        servers: dict[str, ServerProcess] = {}
-        try:
-            for kind in SERVERS:
-                servers[kind] = self._start(kind)
-                self._warm_up(servers[kind], usable[0], plan.workload, plan.warm_every_body)
-                servers[kind].pause()
-            for round_no in range(self.rounds):
-                order = SERVERS if round_no % 2 == 0 else SERVERS[::-1]
-                for driver in usable:
-                    for kind in order:
-                        self._measure(round_no, servers[kind], driver, plan.workload)
-        finally:
-            for server in servers.values():
-                server.stop()
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    workload: str
+    client: str
+    passed: bool | None  # None: not judged (no target, cross-check, invalid or noisy)
+    ratio: float | None  # the deciding median over rounds of sidecar / empty
+    summary: str
 
-    def _warm_up(
-        self, server: ServerProcess, driver: Driver, workload: Workload, every_body: bool
-    ) -> None:
-        """At least WARM_UP_S; with `every_body`, until every body was sent once (if the driver
-        counts), each further run sized from the rate of the last, so that the warm-up ends
-        when the bodies do rather than on its time limit."""
-        deadline = time.monotonic() + WARM_UP_MAX_S
-        seconds, sent = WARM_UP_S, 0
-        while True:
-            started = time.monotonic()
-            batch = warm_up(self.ctx, server, driver, workload, seconds)
-            sent += batch
-            left, now = len(workload.frames) - sent, time.monotonic()
-            if not every_body or batch <= 0 or left <= 0 or now >= deadline:
-                break
-            rate = batch / (now - started)  # with the client's start-up: errs long
-            seconds = min(deadline - now, max(WARM_UP_S, WARM_UP_MARGIN * left / rate))
-        if every_body and 0 < sent < len(workload.frames):
-            print(f"  warm-up of {server.spec.name} sent {sent:,} of {len(workload.frames):,}")
 
-    def _usable(self, plan: Plan, driver: Driver) -> bool:
+def judge(measured: Sequence[Run], plan: Plan, client: str) -> Verdict:
+    name = plan.workload.name
+    found = {r.server: r for r in runs.rows(measured) if (r.workload, r.client) == (name, client)}
+    empty, sidecar = found.get("empty"), found.get("sidecar")
+    head = f"{name} [{client}]"
+    if empty is None or sidecar is None or not empty.rps:
+        return Verdict(name, client, None, None, f"{head}: NOT MEASURED")
+    mine = [r for r in measured if r.workload == name]
+    rps = runs.ratios(mine, "sidecar", "empty", client)
+    per_cpu = runs.ratios(mine, "sidecar", "empty", client, lambda r: r.per_cpu_second)
+    saturated = min(empty.cpu.server_pct, sidecar.cpu.server_pct) >= SATURATED_PCT
+    ratio = runs.median(rps if saturated else per_cpu)
+    passed = ratio is not None and ratio >= TARGET_RATIO
+    word, noisy = ("PASS" if passed else "FAIL"), empty.cpu.noisy or sidecar.cpu.noisy
+    primary = plan.judged and client == plan.drivers[0].name
+    if noisy:
+        word = f"INCONCLUSIVE (other load on the server CPU; would be {word})"
+    elif not primary:
+        word = f"{'cross-check' if plan.judged else 'no target'}, would be {word}"
+    if empty.errors or sidecar.errors:
+        primary, word = False, "INVALID: failed requests (see notes)"
+    basis = "RPS" if saturated else "RPS per server CPU-second: a server was not CPU-bound"
+    text = (
+        f"{head}: {word}: sidecar/empty = {pct(ratio)} ({basis}; median of {len(rps)} rounds;"
+        f" target {TARGET_RATIO:.0%}); pooled RPS {sidecar.rps:,.0f} / {empty.rps:,.0f}"
+        f" = {pct(sidecar.rps / empty.rps)}"
+    )
+    if rps:
+        text += f"; RPS ratio per round {min(rps):.1%} .. {max(rps):.1%}"
+    return Verdict(name, client, passed if primary and not noisy else None, ratio, text)
+
+
+def usable(plan: Plan, shape: LoadShape, skipped: list[str]) -> list[Driver]:
+    found = []
+    for driver in plan.drivers:
         reason = driver.unavailable()
-        if reason is None and not driver.supports(plan.workload, self.ctx.shape):
-            reason = f"cannot drive {len(plan.workload.frames)} distinct bodies"
-        if reason is not None:
-            self.skipped.append(Skipped(plan.workload.name, driver.name, reason))
-        return reason is None
-
-    def _start(self, kind: str) -> ServerProcess:
-        address = f"127.0.0.1:{free_port()}"
-        if kind == "empty":
-            spec = empty_spec(address)
+        if reason is None and not driver.supports(plan.workload, shape):
+            reason = f"cannot drive {len(plan.workload.frames):,} distinct bodies"
+        if reason is None:
+            found.append(driver)
         else:
-            spec = sidecar_spec(address, self.ctx.workdir, MAX_KEYS)
-        return start_server(spec, self.ctx.pinning.server_cpu, self.ctx.workdir)
-
-    def _measure(
-        self, round_no: int, server: ServerProcess, driver: Driver, workload: Workload
-    ) -> None:
-        label = (
-            f"  round {round_no + 1}  {workload.name:<14} {driver.name:<11} {server.spec.name:<8}"
-        )
-        print(label, end="", flush=True)
-        server.resume()
-        try:
-            result = measure(self.ctx, server, driver, workload, self.deadline)
-        finally:
-            server.pause()
-        extra = f"  (attempts: {result.attempts})" if result.attempts > 1 else ""
-        print(f" {result.rps:7,.0f} req/s  server CPU {result.cpu.server_pct:3.0f}%{extra}")
-        self.runs.append((round_no, result))
+            skipped.append(f"{plan.workload.name} with {driver.name}: {reason}")
+    return found
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
-    pinning = cpu.choose_pinning()
-    machine_info = machine.describe()
-    cpu.pin_self(pinning.client_cpu)
+    started, pinning = time.monotonic(), choose_pinning()
+    pinning.pin_self()
+    rounds = options.rounds or ROUNDS
+    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
     print(f"[{NAME}] sidecar vs empty grpc.aio handler; pinning: {pinning.describe()}")
+    measured: list[Run] = []
+    skipped: list[str] = []
     all_plans = plans()
     with tempfile.TemporaryDirectory(prefix="rls-bench-") as tmp:
-        runner = Runner(
-            RunContext(shape_for(options), pinning, Path(tmp)), options.rounds or ROUNDS
-        )
+        bench = Bench(shape, pinning, Path(tmp), time.monotonic() + RETRY_BUDGET_S)
         for plan in all_plans:
-            runner.run_plan(plan)
-    targets = {p.workload.name: p.primary for p in all_plans if p.primary is not None}
-    judged = verdicts(runner.runs, targets)
-    costs = decide_cost.measure()  # on the client CPU, after the load runs
-    elapsed = time.monotonic() - started
-    untargeted = [p.workload.name for p in all_plans if p.primary is None]
-    report = Report(
-        runner.runs,
-        runner.skipped,
-        judged,
-        runner.ctx.shape,
-        pinning,
-        elapsed,
-        machine_info,
-        costs,
-        untargeted,
+            if drivers := usable(plan, shape, skipped):
+                measured += measure_plan(bench, plan, drivers, rounds)
+    verdicts = [judge(measured, plan, d.name) for plan in all_plans for d in plan.drivers]
+    ratio = {(v.workload, v.client): pct(v.ratio) for v in verdicts}
+
+    def vs_empty(row: Run) -> str:
+        return ratio.get((row.workload, row.client), "") if row.server == "sidecar" else ""
+
+    print(
+        f"\nShouldRateLimit, {shape.connections} connections x {shape.streams} streams; "
+        f"{rounds} rounds of {shape.duration_s:g} s per row (after {shape.settle_s:g} s settle)"
     )
-    print_report(report)
-    path = write_results(options.results_dir / RESULTS_FILE, report)
-    print(f"results: {path}")
-    measured = [v.passed for v in judged if v.passed is not None]
-    return Outcome(all(measured) if measured else None, path)
+    print(runs.render(bench, measured, [("vs empty", vs_empty)], LEGEND))
+    print("\n".join([f"  not measured: {s}" for s in skipped] + [v.summary for v in verdicts]))
+    print(f"section time: {time.monotonic() - started:.0f} s")
+    judged = [v.passed for v in verdicts if v.passed is not None]
+    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document["verdicts"] = [asdict(v) for v in verdicts]
+    return Outcome(all(judged) if judged else None, write_results(options, NAME, document))
+
+
+LEGEND = """\
+vs empty = median over rounds of sidecar / empty in the same round: RPS, or RPS per second of
+server CPU when a server was not CPU-bound (its RPS then understates what it can do)."""

@@ -1,187 +1,180 @@
-"""Issue #3: what the sync costs Redis, and what a tracked key costs memory.
+"""What the background sync costs Redis, and what a tracked key costs memory.
 
-Runs the real limiter core and the real Redis store against a real server started here:
-* per span, at 1k / 10k / 100k active keys: round trips, Redis commands, sync duration
-  (target: 100k keys synced in at most 25 % of a 10 s span);
-* Redis commands per second at a request rate R and 2R over the same keys (target: equal
+The real limiter and sync loop against a real Redis started here:
+* one span at 1k / 10k / 100k active keys: round trips, Redis commands, sync time (target:
+  100k keys synced in at most 25 % of a 10 s span, in one round trip);
+* Redis commands per second at R and 2R requests per second over the same keys (target: equal
   within ±5 %): the sync cost follows the number of active keys, not the traffic;
-* memory per tracked key with tracemalloc, counter state plus the handler's compiled request
-  (target: at most 1 KiB).
+* memory per tracked key with tracemalloc, counter state plus the compiled request the handler
+  keeps for it (target: at most 1 KiB).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from bench.section import Options, Outcome
+import redis
+
+from bench.report import Options, Outcome, table, write_results
+from bench.workload import handler, limiter, request
 from harness.redis_servers import ServerGroup
+from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
+from ratelimit_sidecar.core import Hit, Limiter
+from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.server.syncloop import SyncLoop
+from ratelimit_sidecar.storage.redis_store import RedisStorage, open_redis
 
 NAME = "redis-sync"
 KEY_COUNTS = (1_000, 10_000, 100_000)
-SPAN_10S = {"window_s": 60, "spans": 6}  # a one-minute rule: 10 s spans
+RATES = (500, 1_000)  # requests per second over RATE_KEYS keys
+RATE_KEYS = 1_000
+MEMORY_KEYS = 100_000
+SPAN_S = 10  # a one-minute rule in six spans
+MAX_SPAN_SHARE, MAX_RATE_CHANGE, MAX_BYTES_PER_KEY = 0.25, 0.05, 1024
 
 
-def limit(window_s: int, spans: int) -> Any:
-    from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
-
+def rule(window_s: int, spans: int) -> Rule:
     rate = RateLimit(10**9, Unit.SECOND, unit_multiplier=window_s, spans=spans)
     return Rule("bench", (("client", ""),), rate)
 
 
-def fill(limiter: Any, rule: Any, keys: int, now_ms: int, hits_per_key: int = 1) -> None:
-    from ratelimit_sidecar.core import Hit
-
-    for i in range(keys):
-        limiter.hit(now_ms, [Hit(rule, ("bench", "client", f"user-{i:08d}"), hits_per_key)])
+def users(count: int) -> list[str]:
+    return [f"user-{i:08d}" for i in range(count)]
 
 
-def commands(client: Any) -> int:
+def hit_all(limits: Limiter, counted: Rule, values: list[str], now_ms: int) -> None:
+    for value in values:
+        limits.hit(now_ms, [Hit(counted, ("bench", "client", value), 1)])
+
+
+def commands(client: redis.Redis) -> int:
     return int(client.info("stats")["total_commands_processed"])
 
 
-async def one_span(store: Any, client: Any, keys: int) -> dict[str, float]:
-    """Sync `keys` active keys once; what it cost."""
-    from ratelimit_sidecar.core import Limiter
-
-    rule, limiter = limit(**SPAN_10S), Limiter(max_keys=keys + 1)
-    now = int(time.time() * 1000) // 60_000 * 60_000  # both spans inside one window
-    fill(limiter, rule, keys, now)
-    batch = limiter.end_span(now + 10_000)  # the keys' first span: they are new
-    limiter.apply_sync(now + 10_000, batch, await store.sync(batch))
-    fill(limiter, rule, keys, now + 10_000)  # measured: a span of keys that stay active
-    before_cmd, before_rt = commands(client), store.round_trips
-    started = time.perf_counter()
-    batch = limiter.end_span(now + 20_000)
-    result = await store.sync(batch)
-    limiter.apply_sync(now + 20_000, batch, result)
+async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[str, float]:
+    """What syncing `keys` keys that stay active costs, in their second span."""
+    now = [int(time.time() * 1000) // 60_000 * 60_000]  # both spans inside one window
+    limits, counted, values = limiter(keys + 1, shared_store=True), rule(60, 6), users(keys)
+    sync = SyncLoop(limits, store, lambda: now[0], timeout_ms=10_000)
+    hit_all(limits, counted, values, now[0])
+    now[0] += SPAN_S * 1000
+    await sync.sync_once()  # the keys' first span: they are new
+    hit_all(limits, counted, values, now[0])
+    now[0] += SPAN_S * 1000
+    before, round_trips, started = commands(client), store.round_trips, time.perf_counter()
+    await sync.sync_once()
     seconds = time.perf_counter() - started
     return {
         "keys": keys,
-        "round_trips": store.round_trips - before_rt,
-        "redis_commands": commands(client) - before_cmd - 1,  # minus the INFO itself
+        "round_trips": store.round_trips - round_trips,
+        "redis_commands": commands(client) - before - 1,  # minus the INFO itself
         "sync_s": seconds,
-        "share_of_10s_span": seconds / 10.0,
+        "share_of_span": seconds / SPAN_S,
     }
 
 
-async def command_rate(store: Any, client: Any, rate: int, keys: int = 1000) -> float:
-    """Redis commands per second while `rate` requests/s hit `keys` keys (500 ms spans)."""
-    from ratelimit_sidecar.core import Hit, Limiter
-    from ratelimit_sidecar.server.syncloop import SyncLoop
-
-    rule, limiter = limit(window_s=2, spans=4), Limiter()
-    loop = SyncLoop(limiter, store, timeout_ms=1000)
-    runner = asyncio.create_task(loop.run())
-    fill(limiter, rule, keys, int(time.time() * 1000))
+async def command_rate(store: RedisStorage, client: redis.Redis, rate: int) -> float:
+    """Redis commands per second while `rate` requests/s hit RATE_KEYS keys (500 ms spans)."""
+    limits, counted, values = (
+        limiter(RATE_KEYS + 1, shared_store=True),
+        rule(2, 4),
+        users(RATE_KEYS),
+    )
+    sync = SyncLoop(limits, store, timeout_ms=1000)
+    running = asyncio.create_task(sync.run())
+    hit_all(limits, counted, values, int(time.time() * 1000))
     await asyncio.sleep(1.0)  # every key active before measuring
-    # Measure from the middle of a span for a whole number of spans (8 x 500 ms): every run
-    # then holds exactly 8 span ends. An unaligned window holds 8 or 9, a 12 % difference
-    # that is the phase of the clock, not the cost of the traffic.
+    # From the middle of a span for a whole number of spans (8 x 500 ms): every run holds
+    # exactly 8 span ends. An unaligned window holds 8 or 9, a 12 % difference that is the
+    # phase of the clock, not the cost of the traffic.
     await asyncio.sleep((250 - time.time() * 1000 % 500) % 500 / 1000)
     before, started, sent = commands(client), time.perf_counter(), 0
     while (elapsed := time.perf_counter() - started) < 4.0:
         due = int(rate * elapsed) - sent
-        now = int(time.time() * 1000)
-        for i in range(due):
-            limiter.hit(now, [Hit(rule, ("bench", "client", f"user-{(sent + i) % keys:08d}"), 1)])
+        picked = [values[(sent + i) % RATE_KEYS] for i in range(due)]
+        hit_all(limits, counted, picked, int(time.time() * 1000))
         sent += due
         await asyncio.sleep(0.005)
     per_second = (commands(client) - before - 1) / (time.perf_counter() - started)
-    loop.stop()
-    await runner
+    sync.stop()
+    await running
     return per_second
 
 
-def memory_per_key(keys: int = 100_000) -> float:
+def memory_per_key() -> float:
     """Bytes a tracked key costs the server: its counter state in the limiter plus the compiled
     request the handler keeps for it (request bytes, matched rule, counter name, metric slot)."""
-    from harness.grpc_client import request
-    from ratelimit_sidecar.core import Limiter
-    from ratelimit_sidecar.metrics import Metrics
-    from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-
-    rules = _rules_for_memory()
     now_ms = int(time.time() * 1000)
-    handler = RateLimitHandler(
-        rules, Limiter(max_keys=keys), lambda: now_ms, observer=Metrics(), cache_entries=keys
-    )
+    decide = handler(MEMORY_KEYS, lambda: now_ms, metrics=Metrics()).decide
+    bodies = [request(v).SerializeToString() for v in users(MEMORY_KEYS)]
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    for i in range(keys):
-        handler.decide(request("bench", [("client", f"user-{i:08d}")]).SerializeToString())
+    for body in bodies:
+        decide(body)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    assert len(handler.limiter.keys) == keys
-    return (after - before) / keys
+    return (after - before) / MEMORY_KEYS
 
 
-def _rules_for_memory() -> Any:
-    from ratelimit_sidecar.config.loader import load_rules
-
-    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-        path = Path(tmp) / "bench.yaml"
-        path.write_text(
-            "domain: bench\ndescriptors:\n  - key: client\n"
-            "    rate_limit: {unit: minute, requests_per_unit: 1000000000}\n"
-        )
-        return load_rules(path)
-
-
-async def measure(url: str, client: Any) -> dict[str, Any]:
-    from ratelimit_sidecar.storage.redis_store import open_redis
-
+async def measure(url: str, client: redis.Redis) -> dict[str, Any]:
     store = open_redis(url + "?socket_timeout=10", "rls:", "bench")
     try:
         await one_span(store, client, 10)  # connects and loads the script: not a span's cost
         spans = [await one_span(store, client, keys) for keys in KEY_COUNTS]
-        rates = {rate: await command_rate(store, client, rate) for rate in (500, 1000)}
+        rates = {rate: await command_rate(store, client, rate) for rate in RATES}
     finally:
         await store.close()
     return {"spans": spans, "commands_per_s": rates}
 
 
 def report(data: dict[str, Any]) -> tuple[str, bool]:
-    lines = ["active keys  round trips/span  Redis commands/span  sync time  share of a 10 s span"]
-    for row in data["spans"]:
-        lines.append(
-            f"{row['keys']:>11,}  {row['round_trips']:>16}  {row['redis_commands']:>19,}"
-            f"  {row['sync_s'] * 1000:>7.0f} ms  {row['share_of_10s_span']:>19.1%}"
-        )
-    low, high = data["commands_per_s"][500], data["commands_per_s"][1000]
-    change = high / low - 1
-    lines.append(
-        f"Redis commands/s over 1,000 keys: {low:,.0f} at 500 req/s, {high:,.0f} at 1,000 req/s"
-        f" ({change:+.1%}; target ±5 %)"
-    )
-    lines.append(f"memory per tracked key: {data['bytes_per_key']:,.0f} bytes (target ≤ 1,024)")
-    big = data["spans"][-1]
+    header = ("active keys", "round trips/span", "Redis commands/span", "sync ms", "span share")
+    rows = [
+        [
+            f"{span['keys']:,}",
+            str(span["round_trips"]),
+            f"{span['redis_commands']:,}",
+            f"{span['sync_s'] * 1000:.0f}",
+            f"{span['share_of_span']:.1%}",
+        ]
+        for span in data["spans"]
+    ]
+    low, high = (data["commands_per_s"][rate] for rate in RATES)
+    change, biggest = high / low - 1, data["spans"][-1]
+    lines = [
+        table(header, rows),
+        f"span share = sync time / {SPAN_S} s; target: {biggest['keys']:,} keys in one round"
+        f" trip and at most {MAX_SPAN_SHARE:.0%} of a span",
+        f"Redis commands/s over {RATE_KEYS:,} keys: {low:,.0f} at {RATES[0]:,} req/s, "
+        f"{high:,.0f} at {RATES[1]:,} req/s ({change:+.1%}; target ±{MAX_RATE_CHANGE:.0%})",
+        f"memory per tracked key: {data['bytes_per_key']:,.0f} bytes"
+        f" (target ≤ {MAX_BYTES_PER_KEY:,})",
+    ]
     met = (
-        big["share_of_10s_span"] <= 0.25
-        and abs(change) <= 0.05
-        and data["bytes_per_key"] <= 1024
-        and all(row["round_trips"] == 1 for row in data["spans"])
+        biggest["share_of_span"] <= MAX_SPAN_SHARE
+        and abs(change) <= MAX_RATE_CHANGE
+        and data["bytes_per_key"] <= MAX_BYTES_PER_KEY
+        and all(s["round_trips"] == 1 for s in data["spans"])
     )
     return "\n".join(lines), met
 
 
 def run(options: Options) -> Outcome:
-    with tempfile.TemporaryDirectory(prefix="bench-redis-") as tmp:
-        group = ServerGroup(Path(tmp))  # the same real server the tests start
+    print(f"[{NAME}] what the sync costs Redis; memory per tracked key")
+    with tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp:
+        group = ServerGroup(Path(tmp))
         try:
             server = group.standalone()
-            data = asyncio.run(measure(server.url, server.client()))
+            with server.client() as client:
+                data = asyncio.run(measure(server.url, client))
         finally:
             group.stop_all()
     data["bytes_per_key"] = memory_per_key()
     text, met = report(data)
-    print(f"\n== {NAME}: Redis cost of the sync (issue #3) ==\n{text}\n")
-    options.results_dir.mkdir(parents=True, exist_ok=True)
-    out = options.results_dir / "issue3-redis-sync.json"
-    out.write_text(json.dumps({**data, "table": text, "met": met}, indent=2, default=str))
-    return Outcome(met, out)
+    print(f"\n{text}")
+    return Outcome(met, write_results(options, NAME, {**data, "report": text, "met": met}))

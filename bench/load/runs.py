@@ -1,0 +1,322 @@
+"""Measuring servers under load, the one way every load section does it.
+
+A timed run: the load generator's correctness check, then load, with CPU use sampled inside the
+measured window (clear of its start and end). A run with other work on the server CPU is
+repeated once while the section's retry time lasts, and the least disturbed attempt is kept.
+Servers run side by side, the ones not measured stopped (SIGSTOP), in rounds whose order
+alternates (A B, then B A, ...), so drift in the machine's speed hits all of them alike; a
+comparison is the median over rounds of the ratio of two servers measured in the same round.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.load import cpu
+from bench.load.clients import Driver, Latency, LoadShape, summarize
+from bench.report import fmt, table
+from bench.workload import Workload
+
+SAMPLE_MARGIN_S = 0.3
+MAX_ATTEMPTS = 2
+FINISH_GRACE_S = 30.0
+SATURATED_PCT = 95.0  # servers at least this busy are CPU-bound: their RPS is their capacity
+LOADGEN_BUSY_PCT = 90.0
+CLIENT_SHARED_PCT = 20.0
+
+
+class Server(Protocol):
+    name: str
+    address: str
+
+    def roles(self) -> dict[str, list[int]]: ...
+
+    def counters(self) -> dict[str, int]: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    """What every run of a section shares."""
+
+    shape: LoadShape
+    pinning: cpu.Pinning
+    workdir: Path
+    retry_until: float  # time.monotonic(): noisy runs are repeated only before this
+
+    def load(self, seconds: float) -> Bench:
+        """The same, with `seconds` measured and no settle time."""
+        shape = LoadShape(self.shape.connections, self.shape.streams, 0.0, seconds)
+        return Bench(shape, self.pinning, self.workdir, self.retry_until)
+
+
+@dataclass(slots=True)
+class Run:
+    """One timed run, or (`runs` > 1) several runs of one server, client and workload pooled."""
+
+    workload: str
+    client: str
+    server: str
+    round_no: int
+    requests: int
+    duration_s: float
+    errors: int
+    first_error: str
+    latencies_ms: list[float] = field(repr=False)
+    latency: Latency
+    cpu: cpu.CpuWindow
+    counters: dict[str, int]  # the server's counters: after the run minus before
+    notes: list[str] = field(default_factory=list)
+    attempts: int = 1
+    runs: int = 1
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def per_cpu_second(self) -> float | None:
+        """RPS per second of server CPU: a capacity estimate, less sensitive to interference."""
+        share = self.cpu.server_pct / 100
+        return self.rps / share if share > 0 else None
+
+    def cpu_us(self, pct: float | None = None) -> float | None:
+        """Server CPU time per request (or that of `pct`, one role's share), in µs."""
+        used = self.cpu.server_pct if pct is None else pct
+        return used / 100 / self.rps * 1e6 if self.rps > 0 else None
+
+
+def _sleep_until(moment: float) -> None:
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
+def timed_run(
+    bench: Bench, server: Server, driver: Driver, workload: Workload, *, check: bool = True
+) -> Run:
+    """One run; `check` False skips the correctness check (a failing server cannot pass it)."""
+    if check:
+        driver.check(server.address, workload)
+    shape, before = bench.shape, server.counters()
+    prefix = bench.pinning.taskset([], bench.pinning.client_cpus)
+    window_start = time.monotonic() + shape.settle_s
+    load = driver.start(server.address, workload, shape, bench.workdir, prefix)
+    try:
+        _sleep_until(window_start + SAMPLE_MARGIN_S)
+        first = cpu.snapshot(bench.pinning, server.roles(), load.pids)
+        _sleep_until(window_start + shape.duration_s - SAMPLE_MARGIN_S)
+        last = cpu.snapshot(bench.pinning, server.roles(), load.pids)
+    finally:
+        raw = load.finish(shape.settle_s + shape.duration_s + FINISH_GRACE_S)
+    after = server.counters()
+    return Run(
+        workload=workload.name,
+        client=driver.name,
+        server=server.name,
+        round_no=0,
+        requests=raw.requests,
+        duration_s=raw.duration_s or shape.duration_s,
+        errors=raw.errors,
+        first_error=raw.first_error,
+        latencies_ms=raw.latencies_ms,
+        latency=raw.latency or summarize(raw.latencies_ms),
+        cpu=cpu.window(first, last, bench.pinning),
+        counters={name: after[name] - before.get(name, 0) for name in after},
+    )
+
+
+def measure(bench: Bench, server: Server, driver: Driver, workload: Workload, round_no: int) -> Run:
+    """Up to MAX_ATTEMPTS runs while they are noisy and retry time is left; the least noisy."""
+    best: Run | None = None
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        own = [pid for pids in server.roles().values() for pid in pids] + [os.getpid()]
+        quiet = cpu.wait_for_quiet(bench.pinning, own)
+        run = timed_run(bench, server, driver, workload)
+        if not quiet:
+            run.notes.append("machine busy before the run")
+        if best is None or run.cpu.other_on_server_cpu_pct < best.cpu.other_on_server_cpu_pct:
+            best = run
+        best.round_no, best.attempts = round_no, attempt
+        if not run.cpu.noisy or time.monotonic() > bench.retry_until:
+            return best
+    assert best is not None
+    return best
+
+
+def warm_up(
+    bench: Bench, server: Server, driver: Driver, workload: Workload, seconds: float
+) -> int:
+    """Unmeasured load (caches, allocator, key table); the requests sent, 0 if not known."""
+    prefix = bench.pinning.taskset([], bench.pinning.client_cpus)
+    load = driver.start(server.address, workload, bench.load(seconds).shape, bench.workdir, prefix)
+    return load.finish(seconds + FINISH_GRACE_S).sent
+
+
+def alternate(
+    bench: Bench,
+    servers: Sequence[Server],
+    drivers: Sequence[Driver],
+    workload: Workload,
+    rounds: int,
+) -> list[Run]:
+    """`rounds` rounds; in each, every driver against every server, in alternating order."""
+    runs = []
+    for round_no in range(rounds):
+        for driver in drivers:
+            for server in servers if round_no % 2 == 0 else servers[::-1]:
+                label = f"{workload.name:<14} {driver.name:<11} {server.name:<9}"
+                print(f"  round {round_no + 1}  {label}", end="", flush=True)
+                server.resume()
+                try:
+                    run = measure(bench, server, driver, workload, round_no)
+                finally:
+                    server.pause()
+                tries = f"  (attempts: {run.attempts})" if run.attempts > 1 else ""
+                print(
+                    f" {run.rps:7,.0f} req/s  p99 {run.latency.p99_ms:6.2f} ms  "
+                    f"server CPU {run.cpu.server_pct:3.0f}%{tries}",
+                    flush=True,
+                )
+                runs.append(run)
+    return runs
+
+
+def pool(runs: Sequence[Run]) -> Run:
+    """Requests and CPU over every run; latency percentiles over every request, or (a client
+    that reports percentiles only) the median of the runs' percentiles."""
+    first, errors = runs[0], [r.first_error for r in runs if r.first_error]
+    latencies = [x for r in runs for x in r.latencies_ms]
+    latency = summarize(latencies)
+    if len(latencies) < sum(r.requests for r in runs):  # percentiles only
+        p50 = statistics.median(r.latency.p50_ms for r in runs)
+        p99 = statistics.median(r.latency.p99_ms for r in runs)
+        latency = Latency(p50, p99, max(r.latency.max_ms for r in runs))
+    return Run(
+        workload=first.workload,
+        client=first.client,
+        server=first.server,
+        round_no=-1,
+        requests=sum(r.requests for r in runs),
+        duration_s=sum(r.duration_s for r in runs),
+        errors=sum(r.errors for r in runs),
+        first_error=errors[0] if errors else "",
+        latencies_ms=latencies,
+        latency=latency,
+        cpu=cpu.pooled([r.cpu for r in runs]),
+        counters={k: sum(r.counters.get(k, 0) for r in runs) for k in first.counters},
+        notes=sorted({n for r in runs for n in r.notes}),
+        attempts=sum(r.attempts for r in runs),
+        runs=len(runs),
+    )
+
+
+def rows(runs: Sequence[Run]) -> list[Run]:
+    """One pooled row per (workload, client, server), in the order first measured."""
+    groups: dict[tuple[str, str, str], list[Run]] = {}
+    for run in runs:
+        groups.setdefault((run.workload, run.client, run.server), []).append(run)
+    return [pool(group) for group in groups.values()]
+
+
+def ratios(
+    runs: Sequence[Run],
+    server: str,
+    baseline: str,
+    client: str,
+    value: Callable[[Run], float | None] = lambda r: r.rps,
+) -> tuple[float, ...]:
+    """`server`'s value over `baseline`'s, per round and workload in which `client` measured
+    both."""
+    by_round: dict[tuple[int, str], dict[str, Run]] = {}
+    for run in runs:
+        if run.client == client:
+            by_round.setdefault((run.round_no, run.workload), {})[run.server] = run
+    pairs = [(r.get(server), r.get(baseline)) for r in by_round.values()]
+    found = [(value(s), value(b)) for s, b in pairs if s is not None and b is not None]
+    return tuple(s / b for s, b in found if s is not None and b)
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+HEADER: tuple[str, ...] = ("workload", "client", "server", "RPS", "p50 ms", "p99 ms")
+HEADER += ("server CPU %", "client CPU %", "other CPU % s/c", "CPU µs/req", "errors")
+
+
+def cells(row: Run) -> list[str]:
+    other = f"{fmt(row.cpu.other_on_server_cpu_pct)}/{fmt(row.cpu.other_on_client_cpu_pct)}"
+    return [
+        row.workload,
+        row.client,
+        row.server,
+        fmt(row.rps),
+        fmt(row.latency.p50_ms, 2),
+        fmt(row.latency.p99_ms, 2),
+        fmt(row.cpu.server_pct),
+        fmt(row.cpu.client_pct),
+        other,
+        fmt(row.cpu_us()),
+        str(row.errors),
+    ]
+
+
+LEGEND = """\
+RPS and CPU pool every round; latency percentiles pool every request (wrk: medians of the
+rounds' percentiles); CPU % of one core; CPU µs/req = server CPU time per request; other CPU %
+s/c = work by anything else on the server's / the load generators' CPU (unpinned: anywhere)."""
+
+
+def notes(bench: Bench, row: Run) -> list[str]:
+    found, load = list(row.notes), row.cpu
+    if row.errors:
+        found.append(f"{row.errors} failed requests, first: {row.first_error}")
+    if load.noisy:
+        found.append(f"other load on the server CPU: {load.other_on_server_cpu_pct:.0f}%")
+    elif bench.pinning.pinned and load.server_pct < SATURATED_PCT:
+        found.append(f"server used {load.server_pct:.0f}% of its core: not saturated")
+    if load.client_pct >= LOADGEN_BUSY_PCT:
+        found.append(f"load generator at {load.client_pct:.0f}% CPU: may be the limit")
+    if (load.other_on_client_cpu_pct or 0.0) >= CLIENT_SHARED_PCT:
+        found.append(f"the load generators' CPU ran {load.other_on_client_cpu_pct:.0f}% other work")
+    return [f"{row.workload}/{row.client}/{row.server}: {note}" for note in found]
+
+
+Column = tuple[str, Callable[[Run], str]]  # a section's extra column: header, cell of a row
+
+
+def render(
+    bench: Bench, measured: Sequence[Run], extra: Sequence[Column] = (), legend: str = ""
+) -> str:
+    """The pooled rows as a table with the section's extra columns, the legend, the notes."""
+    pooled = rows(measured)
+    header = (*HEADER, *(name for name, _ in extra))
+    body = [cells(row) + [cell(row) for _, cell in extra] for row in pooled]
+    lines = [table(header, body), LEGEND + (f"\n{legend}" if legend else "")]
+    return "\n".join(lines + [f"  note: {n}" for row in pooled for n in notes(bench, row)])
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    fields = {k: v for k, v in asdict(run).items() if k != "latencies_ms"}
+    return {**fields, "rps": run.rps, "cpu_us_per_request": run.cpu_us(), "noisy": run.cpu.noisy}
+
+
+def document(bench: Bench, runs: Sequence[Run], rounds: int) -> Mapping[str, Any]:
+    """The load part of a section's results: the setup, the pooled rows and every run."""
+    return {
+        "pinning": bench.pinning.describe(),
+        "shape": asdict(bench.shape),
+        "rounds": rounds,
+        "rows": [run_json(row) for row in rows(runs)],
+        "runs": [run_json(run) for run in runs],
+    }

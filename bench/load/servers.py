@@ -1,0 +1,97 @@
+"""The servers under load: the sidecar CLI and the comparison services of bench/services.py, each
+a subprocess on the server CPUs, stopped (SIGSTOP) while another server is measured."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import grpc
+
+from bench.load.cpu import Pinning
+from harness.net import free_port, wait_grpc_serving
+from harness.process import launch, pause, python_module, resume, stop_process
+from harness.sidecar import serve_args
+
+READY_TIMEOUT_S = 30.0
+
+
+def local_address() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+class ServerProcess:
+    """`python -m MODULE …` under `taskset`, output in `<name>.log`, leading its own process
+    group, so that signals reach any worker process it forks."""
+
+    def __init__(
+        self, name: str, module_args: list[str], address: str, workdir: Path, pinning: Pinning
+    ) -> None:
+        self.name, self.address = name, address
+        self.log = workdir / f"{name}.log"
+        argv = pinning.taskset(python_module(*module_args), pinning.server_cpus)
+        env = {**os.environ, "GRPC_VERBOSITY": "NONE"}
+        self.proc = launch(argv, self.log, env=env, new_session=True)
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.proc.pid, *children(self.proc.pid)]
+
+    def roles(self) -> dict[str, list[int]]:
+        return {"server": self.pids}
+
+    def counters(self) -> dict[str, int]:
+        """Counters read before and after each run (none here)."""
+        return {}
+
+    def wait_ready(self) -> None:
+        """Until its gRPC health service says SERVING; else stopped and RuntimeError."""
+        try:
+            wait_grpc_serving(self.address, READY_TIMEOUT_S)
+        except (grpc.RpcError, TimeoutError):
+            self.stop()
+            tail = self.log.read_text()[-2000:]
+            raise RuntimeError(f"{self.name} did not start:\n{tail}") from None
+
+    def pause(self) -> None:
+        pause(self.proc, group=True)
+
+    def resume(self) -> None:
+        resume(self.proc, group=True)
+
+    def stop(self) -> None:
+        stop_process(self.proc, group=True)
+
+
+def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:
+    """`serve` for the rules directory, local-only unless `extra` adds a store."""
+    metrics = local_address()
+    return [
+        "ratelimit_sidecar",
+        *serve_args(rules, address, metrics, "--log-level", "warning", *extra),
+    ]
+
+
+def start_sidecar(workdir: Path, pinning: Pinning, rules: Path, *extra: str) -> ServerProcess:
+    address = local_address()
+    server = ServerProcess(
+        "sidecar", sidecar_args(address, rules, *extra), address, workdir, pinning
+    )
+    server.wait_ready()
+    return server
+
+
+def start_service(workdir: Path, pinning: Pinning, kind: str, *extra: str) -> ServerProcess:
+    """One of bench/services.py's services, named after its kind."""
+    address = local_address()
+    args = ["bench.services", kind, "--address", address, *extra]
+    server = ServerProcess(kind, args, address, workdir, pinning)
+    server.wait_ready()
+    return server

@@ -1,0 +1,270 @@
+"""The sidecar against the design it replaces: a service that calls Redis on every request.
+
+The baseline (`python -m bench.services limits`) makes one `limits` async-Redis call per
+descriptor per request, on the sidecar's own grpc.aio + uvloop stack, as the reference Go
+service does. The sidecar decides from memory and syncs to the same Redis in the background.
+Both run on the server CPU; Redis gets the load generators' CPU (in production it runs on
+another host: the baseline's core is its own). An empty handler runs alongside as the reference:
+its RPS over the baseline's is the most any server on this stack could reach.
+
+1. Redis up: hot-10 with h2load (decides) and the Node client (checks every gRPC status), in
+   alternating rounds. Target: sidecar RPS at least 2x the baseline's (median of the rounds'
+   ratios) and a lower p99.
+2. Redis hung (SIGSTOP: connections open, nothing answers), then down (SIGKILL): per server one
+   request on the idle server (its status and time), then a short Node run counting OK answers
+   and gRPC errors (h2load cannot see gRPC statuses). Target: the sidecar keeps answering OK
+   while the baseline errors or stalls.
+3. Redis restarted: one request per server shows whether each recovers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import grpc
+
+from bench.load import runs
+from bench.load.clients import Driver, H2load, LoadShape, Node
+from bench.load.cpu import Pinning, choose_pinning
+from bench.load.runs import Bench, Run
+from bench.load.servers import ServerProcess, start_service, start_sidecar
+from bench.report import Options, Outcome, fmt, table, write_results
+from bench.workload import Workload, hot_10, rules_dir, unframe
+from harness.redis_servers import ServerGroup
+from harness.redis_servers import ServerProcess as Redis
+from ratelimit_sidecar import wire
+
+NAME = "per-request-redis"
+SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
+ROUNDS = 3
+WARM_UP_S = 1.5
+OUTAGE_S = 2.0  # each server's load run while Redis is hung or down
+RETRY_BUDGET_S = 30.0
+MAX_KEYS = 10_000
+TARGET_RATIO = 2.0
+STALL_S = 1.0  # a single answer slower than this is a stall, even if it is an error
+ANSWER_TIMEOUT_S = 10.0  # a single request's deadline: above redis-py's 5 s socket timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    redis: str  # "hung", "down" or "restarted"
+    server: str
+    code: str  # the single request's gRPC status, or its overall_code when OK
+    seconds: float
+    detail: str
+    load: Run | None  # None: no load run (restarted, or no Node client)
+
+    @property
+    def answering(self) -> bool:
+        """Answered OK throughout: the single request and every request of the load run."""
+        load = self.load
+        return self.code == "OK" and (load is None or (load.requests > 0 and not load.errors))
+
+    def state(self) -> str:
+        """ "answers OK", "stalls" (slow or no answers) or "errors" (fast ones), and why."""
+        if self.answering:
+            return "answers OK"
+        load, why = self.load, []
+        silent = load is not None and load.requests + load.errors == 0
+        if load is not None:
+            window = f"in the {load.duration_s:g} s run"
+            why.append(
+                "no answer " + window
+                if silent
+                else f"{load.errors:,} errors, {load.requests:,} OK {window}"
+            )
+        if self.code != "OK":
+            why.append(f"a single request: {self.code} in {self.seconds:.2f} s")
+        kind = "stalls" if silent or self.seconds >= STALL_S else "errors"
+        return f"{kind}: {'; '.join(why)}"
+
+
+def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
+    """One request on a connected, otherwise idle server: (status, seconds, error detail)."""
+    with grpc.insecure_channel(address) as channel:
+        grpc.channel_ready_future(channel).result(timeout=5.0)  # connecting is not timed
+        call = channel.unary_unary(
+            wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
+        )
+        started = time.perf_counter()
+        try:
+            reply = call(unframe(frame), timeout=ANSWER_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            return exc.code().name, time.perf_counter() - started, exc.details() or ""
+        return wire.Code.Name(reply.overall_code), time.perf_counter() - started, ""
+
+
+def pin(redis: Redis, pinning: Pinning) -> None:
+    """Every thread of Redis on the load generators' CPU."""
+    if pinning.pinned and redis.proc is not None:
+        cpus = ",".join(str(c) for c in sorted(pinning.client_cpus))
+        subprocess.run(
+            ["taskset", "-a", "-p", "-c", cpus, str(redis.proc.pid)],
+            check=True,
+            capture_output=True,
+        )
+
+
+def outage(
+    bench: Bench, redis: str, servers: Sequence[ServerProcess], node: Driver | None, work: Workload
+) -> list[Outage]:
+    """Each server in turn: one request, then (with a driver) a short load run, unchecked."""
+    found = []
+    for server in servers:
+        server.resume()
+        try:
+            code, seconds, detail = first_answer(server.address, work.frames[0])
+            load = None if node is None else runs.timed_run(bench, server, node, work, check=False)
+        finally:
+            server.pause()
+        found.append(Outage(redis, server.name, code, seconds, detail, load))
+        print(f"  Redis {redis:<9} {server.name:<8}  {found[-1].state()}")
+    return found
+
+
+def measure(
+    bench: Bench, redis: Redis, drivers: list[Driver], rounds: int, outage_s: float
+) -> tuple[list[Run], list[Outage]]:
+    """Redis up, hung, down, restarted; every server started here is stopped."""
+    work, servers = hot_10(), []
+    node = next((d for d in drivers if isinstance(d, Node)), None)
+    try:
+        servers.append(
+            start_service(bench.workdir, bench.pinning, "limits", "--redis-url", redis.url)
+        )
+        extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
+        servers.append(
+            start_sidecar(bench.workdir, bench.pinning, rules_dir(bench.workdir), *extra)
+        )
+        servers.append(start_service(bench.workdir, bench.pinning, "empty"))
+        for server in servers:
+            runs.warm_up(bench, server, drivers[0], work, WARM_UP_S)
+            server.pause()
+        measured = runs.alternate(bench, servers, drivers, work, rounds)
+        sidecar_first = [servers[1], servers[0]]
+        quick = bench.load(outage_s)
+        redis.pause()
+        try:
+            outages = outage(quick, "hung", sidecar_first, node, work)
+        finally:
+            redis.resume()
+        redis.kill()
+        outages += outage(quick, "down", sidecar_first, node, work)
+        redis.start()
+        pin(redis, bench.pinning)
+        outages += outage(quick, "restarted", sidecar_first, None, work)
+        return measured, outages
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def judge(measured: Sequence[Run], client: str, primary: bool) -> tuple[bool | None, str]:
+    """Sidecar RPS at least TARGET_RATIO x the baseline's (median over rounds), lower p99."""
+    found = {r.server: r for r in runs.rows(measured) if r.client == client}
+    sidecar, limits = found.get("sidecar"), found.get("limits")
+    if sidecar is None or limits is None:
+        return None, f"{client}: NOT MEASURED"
+    ratio = runs.median(runs.ratios(measured, "sidecar", "limits", client))
+    ceiling = runs.median(runs.ratios(measured, "empty", "limits", client))
+    p99 = (sidecar.latency.p99_ms, limits.latency.p99_ms)
+    passed = ratio is not None and ratio >= TARGET_RATIO and p99[0] < p99[1]
+    passed = passed and not sidecar.errors and not limits.errors
+    text = (
+        f"{client}: {'PASS' if passed else 'FAIL'}{'' if primary else ' (cross-check)'}: "
+        f"sidecar/limits RPS = {fmt(ratio, 2)}x (median of rounds; target >= {TARGET_RATIO:g}x)"
+        f"; p99 {p99[0]:.2f} vs {p99[1]:.2f} ms (target: lower); the empty handler reaches "
+        f"{fmt(ceiling, 2)}x (this stack's ceiling)"
+    )
+    return (passed if primary else None), text
+
+
+def judge_outage(outages: Sequence[Outage], redis: str) -> tuple[bool | None, str]:
+    found = {o.server: o for o in outages if o.redis == redis}
+    sidecar, limits = found.get("sidecar"), found.get("limits")
+    if sidecar is None or limits is None:
+        return None, f"Redis {redis}: NOT MEASURED"
+    passed = sidecar.answering and not limits.answering
+    word = "PASS" if passed else "FAIL"
+    return passed, f"Redis {redis}: {word}: sidecar {sidecar.state()}; limits {limits.state()}"
+
+
+def outage_json(o: Outage) -> dict[str, object]:
+    load = None if o.load is None else runs.run_json(o.load)
+    return {
+        "redis": o.redis,
+        "server": o.server,
+        "code": o.code,
+        "seconds": o.seconds,
+        "detail": o.detail,
+        "load": load,
+        "state": o.state(),
+    }
+
+
+def outage_table(outages: Sequence[Outage]) -> str:
+    header = ("Redis", "server", "first request", "OK/s", "errors/s", "p99 ms")
+    rows = []
+    for o in outages:
+        load = o.load
+        rate = (
+            [fmt(load.rps), fmt(load.errors / load.duration_s), fmt(load.latency.p99_ms, 2)]
+            if load
+            else ["-"] * 3
+        )
+        rows.append([o.redis, o.server, f"{o.code} in {o.seconds * 1000:,.1f} ms", *rate])
+    return table(header, rows)
+
+
+LEGEND = """\
+vs limits = median over rounds of RPS / the `limits` service's RPS in the same round; empty =
+an empty handler on the same stack: no server on it can beat its RPS. Redis runs on the load
+generators' CPU. Redis hung = SIGSTOP, down = SIGKILL: first request = one request on the idle
+server; OK/s, errors/s and p99 from a Node run (every gRPC status checked) during the outage."""
+
+
+def run(options: Options) -> Outcome:
+    started, pinning = time.monotonic(), choose_pinning()
+    pinning.pin_self()  # Redis, started from here, inherits the load generators' CPU
+    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
+    rounds = options.rounds or ROUNDS
+    print(f"[{NAME}] sidecar vs a per-request-Redis `limits` service; {pinning.describe()}")
+    drivers: list[Driver] = [H2load(), Node()]
+    skipped = [f"{d.name}: {d.unavailable()}" for d in drivers if d.unavailable()]
+    drivers = [d for d in drivers if not d.unavailable() and d.supports(hot_10(), shape)]
+    measured: list[Run] = []
+    outages: list[Outage] = []
+    with tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp:
+        bench = Bench(shape, pinning, Path(tmp), time.monotonic() + RETRY_BUDGET_S)
+        group = ServerGroup(Path(tmp) / "redis")
+        try:
+            redis = group.standalone()
+            pin(redis, pinning)
+            if drivers:
+                outage_s = options.duration_s or OUTAGE_S
+                measured, outages = measure(bench, redis, drivers, rounds, outage_s)
+        finally:
+            group.stop_all()
+    verdicts = [judge(measured, d.name, i == 0) for i, d in enumerate(drivers)]
+    verdicts += [judge_outage(outages, redis) for redis in ("hung", "down")]
+
+    def vs_limits(row: Run) -> str:
+        found = runs.ratios(measured, row.server, "limits", row.client)
+        return "" if row.server == "limits" else fmt(runs.median(found), 2) + "x"
+
+    print(f"\nhot-10, {shape.connections} connections x {shape.streams} streams, Redis up:")
+    print(runs.render(bench, measured, [("vs limits", vs_limits)]))
+    print(f"\n{outage_table(outages)}\n{LEGEND}")
+    print("\n".join([f"  not measured: {s}" for s in skipped] + [text for _, text in verdicts]))
+    print(f"section time: {time.monotonic() - started:.0f} s")
+    judged = [passed for passed, _ in verdicts if passed is not None]
+    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document["outages"] = [outage_json(o) for o in outages]
+    document["verdicts"] = [text for _, text in verdicts]
+    return Outcome(all(judged) if judged else None, write_results(options, NAME, document))

@@ -1,0 +1,147 @@
+"""The services the sidecar is compared with, each on the sidecar's own stack (grpc.aio server,
+generated servicer, uvloop, gRPC health service). Run one as its own process:
+
+    python -m bench.services empty|empty-4|limits --address 127.0.0.1:PORT [--redis-url URL]
+
+* empty: ShouldRateLimit answers one prebuilt OK status, whatever the request: the least any
+  service on this stack can do.
+* empty-4: one prebuilt OK status per descriptor, like the sidecar's answer. Envoy turns every
+  status into x-ratelimit headers, so behind Envoy this does the sidecar's share of Envoy's work.
+* limits: the design the sidecar replaces, a rate limit service asking Redis on every request:
+  per descriptor one call of the `limits` library's async Redis storage (redis-py), the fixed
+  window's INCRBY+EXPIRE. A Redis error answers UNAVAILABLE. redis-py's defaults are kept on
+  purpose (5 s socket timeouts, retries with backoff): the benchmark reports how such a service
+  behaves when Redis goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import grpc
+import uvloop
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from limits import RateLimitItemPerSecond
+from limits.aio.storage import RedisStorage
+from limits.errors import StorageError
+
+from ratelimit_sidecar import wire
+
+LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
+PREBUILT = 16  # empty-4 builds its answers for 1..16 descriptors once
+
+
+def ok_status() -> wire.DescriptorStatus:
+    """An OK status with a limit, remaining count and reset: the sidecar's usual answer size."""
+    limit = wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND)
+    status = wire.DescriptorStatus(
+        code=wire.Code.OK, current_limit=limit, limit_remaining=LIMIT - 1
+    )
+    status.duration_until_reset.FromMilliseconds(500)
+    return status
+
+
+def answer(count: int) -> wire.RateLimitResponse:
+    return wire.RateLimitResponse(overall_code=wire.Code.OK, statuses=[ok_status()] * count)
+
+
+class Empty(wire.RateLimitServiceServicer):
+    def __init__(self, per_descriptor: bool) -> None:
+        self.per_descriptor = per_descriptor
+        self.answers = [answer(n) for n in range(PREBUILT + 1)]
+
+    async def ShouldRateLimit(  # the gRPC method name
+        self,
+        request: wire.RateLimitRequest,
+        context: grpc.aio.ServicerContext,  # noqa: ARG002 - the servicer signature
+    ) -> wire.RateLimitResponse:
+        count = len(request.descriptors) if self.per_descriptor else 1
+        return self.answers[count] if count <= PREBUILT else answer(count)
+
+
+class Limits(wire.RateLimitServiceServicer):
+    """One `limits` Redis call per descriptor per request; a Redis error is UNAVAILABLE."""
+
+    def __init__(self, redis_url: str) -> None:
+        # wrap_exceptions: redis-py's errors arrive as limits' StorageError
+        self.storage = RedisStorage(
+            f"async+{redis_url}", wrap_exceptions=True, implementation="redispy"
+        )
+        self.item = RateLimitItemPerSecond(LIMIT)
+
+    async def ShouldRateLimit(  # the gRPC method name
+        self, request: wire.RateLimitRequest, context: grpc.aio.ServicerContext
+    ) -> wire.RateLimitResponse:
+        try:
+            counts = [await self._incr(request.domain, d) for d in request.descriptors]
+        except StorageError as exc:
+            error = exc.storage_error
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"redis: {type(error).__name__}: {error}"
+            )
+        limit = wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND)
+        statuses = [
+            wire.DescriptorStatus(
+                code=wire.Code.OK if n <= LIMIT else wire.Code.OVER_LIMIT,
+                current_limit=limit,
+                limit_remaining=max(0, LIMIT - n),
+            )
+            for n in counts
+        ]
+        over = any(n > LIMIT for n in counts)
+        return wire.RateLimitResponse(
+            overall_code=wire.Code.OVER_LIMIT if over else wire.Code.OK, statuses=statuses
+        )
+
+    async def _incr(self, domain: str, descriptor: wire.RateLimitDescriptor) -> int:
+        """The descriptor's fixed-window count after this hit (`limits`' hit, kept as a count
+        to answer `limit_remaining`, as the reference Go service does)."""
+        key = self.item.key_for(domain, *(f"{e.key}={e.value}" for e in descriptor.entries))
+        return int(await self.storage.incr(key, self.item.get_expiry()))
+
+
+async def serve(address: str, servicer: wire.RateLimitServiceServicer) -> int:
+    """Until SIGTERM or SIGINT."""
+    server = grpc.aio.server()
+    wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if server.add_insecure_port(address) == 0:
+        print(f"cannot listen on {address}", file=sys.stderr)
+        return 1
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(1.0)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.services")
+    parser.add_argument("kind", choices=("empty", "empty-4", "limits"))
+    parser.add_argument("--address", required=True, help="host:port to listen on")
+    parser.add_argument("--redis-url", help="redis://host:port/db (limits only)")
+    args = parser.parse_args(argv)
+    if args.kind == "limits" and not args.redis_url:
+        parser.error("limits needs --redis-url")
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+    async def run() -> int:  # the servicer's Redis client must be made on the running loop
+        limits = args.kind == "limits"
+        servicer = Limits(args.redis_url) if limits else Empty(args.kind == "empty-4")
+        return await serve(args.address, servicer)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""What the benchmarks send: the bench rule, ShouldRateLimit request bodies, and the limiter and
+handler that the in-process measurements decide with."""
+
+from __future__ import annotations
+
+import struct
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.config.model import RuleSet
+from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+
+DOMAIN = "bench"
+KEY = "client"
+# Every workload hits this rule: value-less `client`, a limit far above any reachable rate.
+RULES_YAML = f"""\
+domain: {DOMAIN}
+descriptors:
+  - key: {KEY}
+    rate_limit: {{unit: second, requests_per_unit: 1000000000}}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Request bodies (gRPC frames) that a load generator sends round-robin."""
+
+    name: str
+    frames: Sequence[bytes]
+
+
+def request(value: str, domain: str = DOMAIN, key: str = KEY) -> wire.RateLimitRequest:
+    """One descriptor `key=value`, as Envoy would send it."""
+    message = wire.RateLimitRequest(domain=domain)
+    message.descriptors.add().entries.add(key=key, value=value)
+    return message
+
+
+def key_values(count: int, prefix: str = "c") -> list[str]:
+    width = len(str(count - 1))
+    return [f"{prefix}{i:0{width}d}" for i in range(count)]
+
+
+def grpc_frame(message: bytes) -> bytes:
+    """gRPC message framing: compressed flag 0, 4-byte big-endian length, the message."""
+    return struct.pack(">BI", 0, len(message)) + message
+
+
+def unframe(frame: bytes) -> bytes:
+    flag, length = struct.unpack(">BI", frame[:5])
+    if flag != 0 or length != len(frame) - 5:
+        raise ValueError("not one uncompressed gRPC frame")
+    return frame[5:]
+
+
+def workload(name: str, values: Iterable[str]) -> Workload:
+    return Workload(name, [grpc_frame(request(v).SerializeToString()) for v in values])
+
+
+def hot_10() -> Workload:
+    return workload("hot-10", key_values(10))
+
+
+def rules_dir(workdir: Path, text: str = RULES_YAML, domain: str = DOMAIN) -> Path:
+    """A rules directory holding one file, for `serve --config`."""
+    directory = workdir / f"rules-{domain}"
+    directory.mkdir(exist_ok=True)
+    (directory / f"{domain}.yaml").write_text(text)
+    return directory
+
+
+def bench_rules(text: str = RULES_YAML) -> RuleSet:
+    with tempfile.TemporaryDirectory(prefix="rls-bench-rules-") as tmp:
+        return load_rules(rules_dir(Path(tmp), text))
+
+
+def limiter(max_keys: int, shared_store: bool = False) -> Limiter:
+    """The one place the benchmarks build a limiter: local-only, as `serve` without Redis,
+    unless the measurement syncs it to a store."""
+    return Limiter(max_keys=max_keys, shared_store=shared_store)
+
+
+def handler(
+    max_keys: int,
+    clock_ms: Callable[[], int],
+    *,
+    metrics: Metrics | None = None,
+    rules: RuleSet | None = None,
+    cache_entries: int | None = None,
+) -> RateLimitHandler:
+    """The server's request handler (the bench rule unless `rules`); by default it caches as
+    many compiled requests as the limiter tracks keys."""
+    return RateLimitHandler(
+        rules or bench_rules(),
+        limiter(max_keys),
+        clock_ms,
+        observer=metrics,
+        cache_entries=cache_entries or max_keys,
+    )
