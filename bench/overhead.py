@@ -17,18 +17,15 @@ workload with other load on the server CPU is reported but not judged.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from bench.load import runs
-from bench.load.clients import Driver, H2load, LoadShape, Node
-from bench.load.cpu import choose_pinning
+from bench.load.clients import Client, H2load, LoadShape, Node
 from bench.load.runs import SATURATED_PCT, Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, pct, write_results
+from bench.report import Options, Outcome, conclude, pct
 from bench.workload import Workload, hot_10, key_values, rules_dir, workload
 
 NAME = "overhead"
@@ -45,7 +42,7 @@ TARGET_RATIO = 0.90
 @dataclass(frozen=True, slots=True)
 class Plan:
     workload: Workload
-    drivers: tuple[Driver, ...]
+    clients: tuple[Client, ...]
     judged: bool  # False: shown without a target
     warm_every_body: bool = True  # False: the runs must meet bodies the sidecar never saw
 
@@ -59,14 +56,14 @@ def plans() -> list[Plan]:
     ]
 
 
-def warm_up(bench: Bench, server: ServerProcess, driver: Driver, plan: Plan) -> None:
+def warm_up(bench: Bench, server: ServerProcess, client: Client, plan: Plan) -> None:
     """At least WARM_UP_S; for `warm_every_body`, until every body was sent once, each further
     run sized from the rate of the last, so that it ends when the bodies do."""
     deadline, seconds, sent = time.monotonic() + WARM_UP_MAX_S, WARM_UP_S, 0
     bodies = len(plan.workload.frames)
     while True:
         started = time.monotonic()
-        batch = runs.warm_up(bench, server, driver, plan.workload, seconds)
+        batch = runs.warm_up(bench, server, client, plan.workload, seconds)
         sent, now = sent + batch, time.monotonic()
         if not plan.warm_every_body or batch <= 0 or sent >= bodies or now >= deadline:
             break
@@ -76,8 +73,8 @@ def warm_up(bench: Bench, server: ServerProcess, driver: Driver, plan: Plan) -> 
         print(f"  warm-up of {server.name} sent {sent:,} of {bodies:,}")
 
 
-def measure_plan(bench: Bench, plan: Plan, drivers: Sequence[Driver], rounds: int) -> list[Run]:
-    """Both servers, each warmed up, then `rounds` alternating rounds per driver."""
+def measure_plan(bench: Bench, plan: Plan, clients: Sequence[Client], rounds: int) -> list[Run]:
+    """Both servers, each warmed up, then `rounds` alternating rounds per client."""
     rules = rules_dir(bench.workdir)
     servers: list[ServerProcess] = []
     try:
@@ -87,9 +84,9 @@ def measure_plan(bench: Bench, plan: Plan, drivers: Sequence[Driver], rounds: in
             else:
                 max_keys = ("--max-keys", str(MAX_KEYS))
                 servers.append(start_sidecar(bench.workdir, bench.pinning, rules, *max_keys))
-            warm_up(bench, servers[-1], drivers[0], plan)
+            warm_up(bench, servers[-1], clients[0], plan)
             servers[-1].pause()
-        return runs.alternate(bench, servers, drivers, plan.workload, rounds)
+        return runs.alternate(bench, servers, clients, plan.workload, rounds)
     finally:
         for server in servers:
             server.stop()
@@ -118,7 +115,7 @@ def judge(measured: Sequence[Run], plan: Plan, client: str) -> Verdict:
     ratio = runs.median(rps if saturated else per_cpu)
     passed = ratio is not None and ratio >= TARGET_RATIO
     word, noisy = ("PASS" if passed else "FAIL"), empty.cpu.noisy or sidecar.cpu.noisy
-    primary = plan.judged and client == plan.drivers[0].name
+    primary = plan.judged and client == plan.clients[0].name
     if noisy:
         word = f"INCONCLUSIVE (other load on the server CPU; would be {word})"
     elif not primary:
@@ -136,50 +133,27 @@ def judge(measured: Sequence[Run], plan: Plan, client: str) -> Verdict:
     return Verdict(name, client, passed if primary and not noisy else None, ratio, text)
 
 
-def usable(plan: Plan, shape: LoadShape, skipped: list[str]) -> list[Driver]:
-    found = []
-    for driver in plan.drivers:
-        reason = driver.unavailable()
-        if reason is None and not driver.supports(plan.workload, shape):
-            reason = f"cannot drive {len(plan.workload.frames):,} distinct bodies"
-        if reason is None:
-            found.append(driver)
-        else:
-            skipped.append(f"{plan.workload.name} with {driver.name}: {reason}")
-    return found
-
-
 def run(options: Options) -> Outcome:
-    started, pinning = time.monotonic(), choose_pinning()
-    pinning.pin_self()
+    started, all_plans, skipped = time.monotonic(), plans(), list[str]()
     rounds = options.rounds or ROUNDS
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    print(f"[{NAME}] sidecar vs empty grpc.aio handler; pinning: {pinning.describe()}")
+    print(f"[{NAME}] sidecar vs an empty grpc.aio handler under load")
     measured: list[Run] = []
-    skipped: list[str] = []
-    all_plans = plans()
-    with tempfile.TemporaryDirectory(prefix="rls-bench-") as tmp:
-        bench = Bench(shape, pinning, Path(tmp), time.monotonic() + RETRY_BUDGET_S)
+    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
+    with runs.session(shape, RETRY_BUDGET_S) as bench:
         for plan in all_plans:
-            if drivers := usable(plan, shape, skipped):
-                measured += measure_plan(bench, plan, drivers, rounds)
-    verdicts = [judge(measured, plan, d.name) for plan in all_plans for d in plan.drivers]
+            if clients := runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
+                measured += measure_plan(bench, plan, clients, rounds)
+    verdicts = [judge(measured, plan, c.name) for plan in all_plans for c in plan.clients]
     ratio = {(v.workload, v.client): pct(v.ratio) for v in verdicts}
 
     def vs_empty(row: Run) -> str:
         return ratio.get((row.workload, row.client), "") if row.server == "sidecar" else ""
 
-    print(
-        f"\nShouldRateLimit, {shape.connections} connections x {shape.streams} streams; "
-        f"{rounds} rounds of {shape.duration_s:g} s per row (after {shape.settle_s:g} s settle)"
-    )
-    print(runs.render(bench, measured, [("vs empty", vs_empty)], LEGEND))
-    print("\n".join([f"  not measured: {s}" for s in skipped] + [v.summary for v in verdicts]))
-    print(f"section time: {time.monotonic() - started:.0f} s")
-    judged = [v.passed for v in verdicts if v.passed is not None]
+    lines = runs.render(bench, measured, rounds, [("vs empty", vs_empty)], LEGEND)
+    lines += [f"  not measured: {s}" for s in skipped] + [v.summary for v in verdicts]
     document = {**runs.document(bench, measured, rounds), "skipped": skipped}
     document["verdicts"] = [asdict(v) for v in verdicts]
-    return Outcome(all(judged) if judged else None, write_results(options, NAME, document))
+    return conclude(options, NAME, started, lines, document, verdicts=[v.passed for v in verdicts])
 
 
 LEGEND = """\

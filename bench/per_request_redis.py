@@ -20,20 +20,18 @@ its RPS over the baseline's is the most any server on this stack could reach.
 from __future__ import annotations
 
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 
 import grpc
 
 from bench.load import runs
-from bench.load.clients import Driver, H2load, LoadShape, Node
-from bench.load.cpu import Pinning, choose_pinning
+from bench.load.clients import Client, H2load, LoadShape, Node
+from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, fmt, table, write_results
+from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import Workload, hot_10, rules_dir, unframe
 from harness.redis_servers import ServerGroup
 from harness.redis_servers import ServerProcess as Redis
@@ -60,6 +58,10 @@ class Outage:
     detail: str
     load: Run | None  # None: no load run (restarted, or no Node client)
 
+    def first(self) -> str:
+        took = f"{self.seconds * 1000:.1f} ms" if self.seconds < 1 else f"{self.seconds:.1f} s"
+        return f"{self.code} in {took}"
+
     @property
     def answering(self) -> bool:
         """Answered OK throughout: the single request and every request of the load run."""
@@ -80,7 +82,7 @@ class Outage:
                 else f"{load.errors:,} errors, {load.requests:,} OK {window}"
             )
         if self.code != "OK":
-            why.append(f"a single request: {self.code} in {self.seconds:.2f} s")
+            why.append(f"a single request: {self.first()}")
         kind = "stalls" if silent or self.seconds >= STALL_S else "errors"
         return f"{kind}: {'; '.join(why)}"
 
@@ -112,9 +114,9 @@ def pin(redis: Redis, pinning: Pinning) -> None:
 
 
 def outage(
-    bench: Bench, redis: str, servers: Sequence[ServerProcess], node: Driver | None, work: Workload
+    bench: Bench, redis: str, servers: Sequence[ServerProcess], node: Client | None, work: Workload
 ) -> list[Outage]:
-    """Each server in turn: one request, then (with a driver) a short load run, unchecked."""
+    """Each server in turn: one request, then (with a client) a short load run, unchecked."""
     found = []
     for server in servers:
         server.resume()
@@ -129,11 +131,11 @@ def outage(
 
 
 def measure(
-    bench: Bench, redis: Redis, drivers: list[Driver], rounds: int, outage_s: float
+    bench: Bench, redis: Redis, clients: list[Client], rounds: int, outage_s: float
 ) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
     work, servers = hot_10(), []
-    node = next((d for d in drivers if isinstance(d, Node)), None)
+    node = next((d for d in clients if isinstance(d, Node)), None)
     try:
         servers.append(
             start_service(bench.workdir, bench.pinning, "limits", "--redis-url", redis.url)
@@ -144,9 +146,9 @@ def measure(
         )
         servers.append(start_service(bench.workdir, bench.pinning, "empty"))
         for server in servers:
-            runs.warm_up(bench, server, drivers[0], work, WARM_UP_S)
+            runs.warm_up(bench, server, clients[0], work, WARM_UP_S)
             server.pause()
-        measured = runs.alternate(bench, servers, drivers, work, rounds)
+        measured = runs.alternate(bench, servers, clients, work, rounds)
         sidecar_first = [servers[1], servers[0]]
         quick = bench.load(outage_s)
         redis.pause()
@@ -197,15 +199,7 @@ def judge_outage(outages: Sequence[Outage], redis: str) -> tuple[bool | None, st
 
 def outage_json(o: Outage) -> dict[str, object]:
     load = None if o.load is None else runs.run_json(o.load)
-    return {
-        "redis": o.redis,
-        "server": o.server,
-        "code": o.code,
-        "seconds": o.seconds,
-        "detail": o.detail,
-        "load": load,
-        "state": o.state(),
-    }
+    return {**asdict(replace(o, load=None)), "load": load, "state": o.state()}
 
 
 def outage_table(outages: Sequence[Outage]) -> str:
@@ -218,7 +212,7 @@ def outage_table(outages: Sequence[Outage]) -> str:
             if load
             else ["-"] * 3
         )
-        rows.append([o.redis, o.server, f"{o.code} in {o.seconds * 1000:,.1f} ms", *rate])
+        rows.append([o.redis, o.server, o.first(), *rate])
     return table(header, rows)
 
 
@@ -230,41 +224,33 @@ server; OK/s, errors/s and p99 from a Node run (every gRPC status checked) durin
 
 
 def run(options: Options) -> Outcome:
-    started, pinning = time.monotonic(), choose_pinning()
-    pinning.pin_self()  # Redis, started from here, inherits the load generators' CPU
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    rounds = options.rounds or ROUNDS
-    print(f"[{NAME}] sidecar vs a per-request-Redis `limits` service; {pinning.describe()}")
-    drivers: list[Driver] = [H2load(), Node()]
-    skipped = [f"{d.name}: {d.unavailable()}" for d in drivers if d.unavailable()]
-    drivers = [d for d in drivers if not d.unavailable() and d.supports(hot_10(), shape)]
+    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
+    print(f"[{NAME}] sidecar vs a per-request-Redis `limits` service; Redis up, hung, down")
+    clients = runs.usable([H2load(), Node()], skipped)
     measured: list[Run] = []
     outages: list[Outage] = []
-    with tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp:
-        bench = Bench(shape, pinning, Path(tmp), time.monotonic() + RETRY_BUDGET_S)
-        group = ServerGroup(Path(tmp) / "redis")
+    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
+    with runs.session(shape, RETRY_BUDGET_S) as bench:
+        group = ServerGroup(bench.workdir / "redis")  # Redis inherits the load generators' CPU
         try:
             redis = group.standalone()
-            pin(redis, pinning)
-            if drivers:
+            pin(redis, bench.pinning)
+            if clients:
                 outage_s = options.duration_s or OUTAGE_S
-                measured, outages = measure(bench, redis, drivers, rounds, outage_s)
+                measured, outages = measure(bench, redis, clients, rounds, outage_s)
         finally:
             group.stop_all()
-    verdicts = [judge(measured, d.name, i == 0) for i, d in enumerate(drivers)]
+    verdicts = [judge(measured, c.name, i == 0) for i, c in enumerate(clients)]
     verdicts += [judge_outage(outages, redis) for redis in ("hung", "down")]
 
     def vs_limits(row: Run) -> str:
         found = runs.ratios(measured, row.server, "limits", row.client)
         return "" if row.server == "limits" else fmt(runs.median(found), 2) + "x"
 
-    print(f"\nhot-10, {shape.connections} connections x {shape.streams} streams, Redis up:")
-    print(runs.render(bench, measured, [("vs limits", vs_limits)]))
-    print(f"\n{outage_table(outages)}\n{LEGEND}")
-    print("\n".join([f"  not measured: {s}" for s in skipped] + [text for _, text in verdicts]))
-    print(f"section time: {time.monotonic() - started:.0f} s")
-    judged = [passed for passed, _ in verdicts if passed is not None]
+    lines = runs.render(bench, measured, rounds, [("vs limits", vs_limits)])
+    lines += ["", outage_table(outages), LEGEND, *(f"  not measured: {s}" for s in skipped)]
+    lines += [text for _, text in verdicts]
     document = {**runs.document(bench, measured, rounds), "skipped": skipped}
     document["outages"] = [outage_json(o) for o in outages]
-    document["verdicts"] = [text for _, text in verdicts]
-    return Outcome(all(judged) if judged else None, write_results(options, NAME, document))
+    verdict = [passed for passed, _ in verdicts]
+    return conclude(options, NAME, started, lines, document, verdicts=verdict)

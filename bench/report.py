@@ -45,13 +45,14 @@ def pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; the first three left-aligned, numbers right-aligned."""
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 3) -> str:
+    """Columns padded to their widest cell; the first `left` left-aligned, the rest (numbers)
+    right-aligned."""
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
         pairs = enumerate(zip(cells, widths, strict=True))
-        parts = [c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in pairs]
+        parts = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in pairs]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
@@ -97,6 +98,24 @@ def _clean(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_clean(v) for v in value]
     return value
+
+
+def conclude(
+    options: Options,
+    section: str,
+    started: float,
+    lines: Sequence[str],
+    document: dict[str, Any],
+    *,
+    verdicts: Sequence[bool | None] = (),
+) -> Outcome:
+    """Print the section's report and time, write its results; the target is met when every
+    judged verdict (not None) passed."""
+    text = "\n".join(lines)
+    print(f"{text}\nsection time: {time.monotonic() - started:.0f} s")
+    judged = [v for v in verdicts if v is not None]
+    path = write_results(options, section, {**document, "report": text})
+    return Outcome(all(judged) if judged else None, path)
 
 
 def write_results(options: Options, section: str, document: dict[str, Any]) -> Path:

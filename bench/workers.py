@@ -15,19 +15,19 @@ set against the CPU time per request of 1 worker under load. No target: reported
 from __future__ import annotations
 
 import socket
-import tempfile
 import time
 import urllib.request
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from bench import decision
 from bench.load import runs
-from bench.load.clients import H2load, LoadShape
-from bench.load.cpu import Pinning, choose_pinning
+from bench.load.clients import Client, H2load, LoadShape
+from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import READY_TIMEOUT_S, ServerProcess, local_address, sidecar_args
-from bench.report import Options, Outcome, write_results
+from bench.report import Options, Outcome, conclude
 from bench.workload import hot_10, rules_dir
 from harness.net import free_port, http_ok
 from harness.process import NotReady, wait_ready
@@ -108,16 +108,16 @@ def split(row: Run) -> str:
     return "/".join(f"{n / total:.0%}" for n in row.counters.values()) if total else "-"
 
 
-def measure(bench: Bench, h2load: H2load, rounds: int) -> list[Run]:
+def measure(bench: Bench, clients: list[Client], rounds: int) -> list[Run]:
     fleets: list[Fleet] = []
     rules, work = rules_dir(bench.workdir), hot_10()
     try:
         for count in WORKER_COUNTS:
             fleets.append(Fleet(count, rules, bench.workdir, bench.pinning))
             fleets[-1].wait_ready()
-            runs.warm_up(bench, fleets[-1], h2load, work, WARM_UP_S)
+            runs.warm_up(bench, fleets[-1], clients[0], work, WARM_UP_S)
             fleets[-1].pause()
-        return runs.alternate(bench, fleets, [h2load], work, rounds)
+        return runs.alternate(bench, fleets, clients, work, rounds)
     finally:
         for fleet in fleets:
             fleet.stop()
@@ -144,21 +144,16 @@ on the machine; split = decisions per worker (each worker's /metrics)."""
 
 
 def run(options: Options) -> Outcome:
-    started, pinning = time.monotonic(), choose_pinning(pin=False)
-    shape = LoadShape(20, 4, 0.5, options.duration_s or SHAPE.duration_s)
-    rounds, h2load = options.rounds or ROUNDS, H2load()
+    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
     print(f"[{NAME}] sidecar --workers 1 vs 2, unpinned; metrics cost per request")
     costs = decision.metrics_costs()
     measured: list[Run] = []
-    skipped = h2load.unavailable()
-    with tempfile.TemporaryDirectory(prefix="rls-bench-workers-") as tmp:
-        bench = Bench(shape, pinning, Path(tmp), time.monotonic() + RETRY_BUDGET_S)
-        if skipped is None:
-            measured = measure(bench, h2load, rounds)
-    print(f"\nhot-10, h2load {shape.connections}x{shape.streams}; {rounds} rounds, unpinned")
-    print(runs.render(bench, measured, [("split", split)], LEGEND))
-    print("\n".join(([f"  not measured: {skipped}"] if skipped else []) + summary(measured, costs)))
-    print(f"section time: {time.monotonic() - started:.0f} s")
+    clients = runs.usable([H2load()], skipped)
+    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
+    with runs.session(shape, RETRY_BUDGET_S, pin=False) as bench:
+        measured = measure(bench, clients, rounds) if clients else []
+    lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND)
+    lines += [f"  not measured: {s}" for s in skipped] + summary(measured, costs)
     document = {**runs.document(bench, measured, rounds), "skipped": skipped}
-    document |= {"metrics_us": costs, "summary": summary(measured, costs)}
-    return Outcome(None, write_results(options, NAME, document))
+    document["metrics_us"] = costs
+    return conclude(options, NAME, started, lines, document)

@@ -12,10 +12,9 @@ import subprocess
 import time
 import urllib.request
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import grpc
 
@@ -69,61 +68,22 @@ class RawResult:
         self.first_error = self.first_error or reason
 
 
-class RunningLoad(Protocol):
-    @property
-    def pids(self) -> list[int]: ...
-
-    def finish(self, timeout_s: float) -> RawResult: ...
-
-
-class Driver(Protocol):
-    """A load generator: `check` sends a few requests as the load would and raises if one is
-    not answered OK; `start` begins a run, its processes prefixed with `prefix` (taskset)."""
-
-    name: str
-
-    def unavailable(self) -> str | None: ...
-
-    def supports(self, workload: Workload, shape: LoadShape, /) -> bool: ...
-
-    def check(self, address: str, workload: Workload, /) -> int: ...
-
-    def start(
-        self,
-        address: str,
-        workload: Workload,
-        shape: LoadShape,
-        workdir: Path,
-        prefix: list[str],
-        /,
-    ) -> RunningLoad: ...
+Output = tuple[str, str, str]  # a process's stdout, stderr, and why it failed ("" if it did not)
 
 
 @dataclass(slots=True)
-class Processes:
-    """Load generator processes, waited for together; their outputs are the caller's to read."""
+class Load:
+    """A started run: the load generator's processes, and how to read what they left."""
 
     procs: list[subprocess.Popen[str]]
-
-    @classmethod
-    def spawn(cls, argvs: Iterable[Sequence[str]]) -> Processes:
-        pipe = subprocess.PIPE
-        return cls(
-            [
-                subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe, text=True
-                )
-                for argv in argvs
-            ]
-        )
+    read: Callable[[list[Output]], RawResult]
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def wait(self, timeout_s: float) -> list[tuple[str, str, str]]:
-        """(stdout, stderr, failure) per process; failure is "" unless it was killed at the
-        deadline or exited non-zero."""
+    def finish(self, timeout_s: float) -> RawResult:
+        """Wait for every process (killing any still running at the deadline), then read."""
         deadline, done = time.monotonic() + timeout_s, []
         for proc in self.procs:
             failure = ""
@@ -136,46 +96,82 @@ class Processes:
             if not failure and proc.returncode != 0:
                 failure = f"exit {proc.returncode}: {(err or out).strip()[-300:]}"
             done.append((out, err, failure))
-        return done
+        return self.read(done)
 
 
-def grpc_check(address: str, workload: Workload) -> int:
-    """Send up to PROBE_SAMPLES of the exact bodies (spread evenly) with a real gRPC client:
-    each must get gRPC OK with overall_code OK. h2load counts HTTP 200 as success even when the
-    gRPC status in the trailers is an error, so every timed run is preceded by this."""
-    frames = workload.frames
-    step = max(1.0, (len(frames) - 1) / (PROBE_SAMPLES - 1))
-    sample = [frames[round(i * step)] for i in range(min(len(frames), PROBE_SAMPLES))]
-    with grpc.insecure_channel(address) as channel:
-        call = channel.unary_unary(
-            wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
-        )
-        for frame in sample:
-            reply = call(unframe(frame), timeout=5.0)
-            if reply.overall_code != wire.Code.OK:
-                code = wire.Code.Name(reply.overall_code)
-                raise RuntimeError(f"{address}: overall_code {code}, expected OK")
-    return len(sample)
+def spawn(argvs: Iterable[list[str]], read: Callable[[list[Output]], RawResult]) -> Load:
+    pipe, devnull = subprocess.PIPE, subprocess.DEVNULL
+    procs = [subprocess.Popen(a, stdin=devnull, stdout=pipe, stderr=pipe, text=True) for a in argvs]
+    return Load(procs, read)
+
+
+class Client:
+    """A load generator: `check` sends a few requests as the load would and raises if one is
+    not answered OK; `start` begins a run, its command lines prefixed with `prefix` (taskset)."""
+
+    name = binary = package = ""
+
+    def unavailable(self) -> str | None:
+        if shutil.which(self.binary):
+            return None
+        return f"{self.binary} not installed (package {self.package}; see bench/ensure-tools.sh)"
+
+    def check(self, address: str, workload: Workload) -> None:
+        """Up to PROBE_SAMPLES of the exact bodies (spread evenly) through a real gRPC client:
+        each must get gRPC OK with overall_code OK (h2load counts HTTP 200 as a success even
+        when the gRPC status in the trailers is an error)."""
+        frames = workload.frames
+        step = max(1.0, (len(frames) - 1) / (PROBE_SAMPLES - 1))
+        sample = [frames[round(i * step)] for i in range(min(len(frames), PROBE_SAMPLES))]
+        with grpc.insecure_channel(address) as channel:
+            call = channel.unary_unary(
+                wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
+            )
+            for frame in sample:
+                code = call(unframe(frame), timeout=5.0).overall_code
+                if code != wire.Code.OK:
+                    raise RuntimeError(f"{address}: {wire.Code.Name(code)}, expected OK")
+
+    def start(
+        self, address: str, workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
+    ) -> Load:
+        raise NotImplementedError
 
 
 _H2LOAD_COUNTS = re.compile(r"requests: .* (\d+) failed, (\d+) errored, (\d+) timeout")
 
 
-@dataclass(slots=True)
-class H2loadRun:
+class H2load(Client):
     """h2load sends one fixed body per process: a workload of N bodies runs N processes side by
-    side, and their per-request logs (`--log-file`) are merged for exact percentiles."""
+    side, each with connections/N connections, and their per-request logs are merged."""
 
-    processes: Processes
-    logs: list[Path]
+    name, binary, package = "h2load", "h2load", "nghttp2-client"
 
-    @property
-    def pids(self) -> list[int]:
-        return self.processes.pids
+    def start(
+        self, address: str, workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
+    ) -> Load:
+        per_body, rest = divmod(shape.connections, len(workload.frames))
+        if rest or not per_body:
+            raise ValueError(f"h2load cannot spread {shape.connections} connections evenly")
+        argvs, logs = [], []
+        for index, frame in enumerate(workload.frames):
+            body, log = workdir / f"h2load-body-{index}.bin", workdir / f"h2load-{index}.log"
+            body.write_bytes(frame)
+            log.unlink(missing_ok=True)
+            argv = [*prefix, "h2load", "-t", "1", "-c", str(per_body), "-m", str(shape.streams)]
+            argv += ["-D", f"{round(shape.duration_s * 1000)}ms"]
+            if shape.settle_s > 0:
+                argv += ["--warm-up-time", f"{round(shape.settle_s * 1000)}ms"]
+            argv += ["-d", str(body), "--log-file", str(log)]
+            argv += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+            argvs.append([*argv, f"http://{address}{wire.METHOD_PATH}"])
+            logs.append(log)
+        return spawn(argvs, lambda done: self.read(logs, done))
 
-    def finish(self, timeout_s: float) -> RawResult:
+    @staticmethod
+    def read(logs: list[Path], done: list[Output]) -> RawResult:
         result = RawResult()
-        for log, (out, _, failure) in zip(self.logs, self.processes.wait(timeout_s), strict=True):
+        for log, (out, _, failure) in zip(logs, done, strict=True):
             counts = _H2LOAD_COUNTS.search(out)
             if failure or counts is None:
                 result.fail(1, f"h2load {failure or 'printed no counts'}")
@@ -192,89 +188,20 @@ class H2loadRun:
         return result
 
 
-class H2load:
-    name = "h2load"
-
-    def unavailable(self) -> str | None:
-        return None if shutil.which("h2load") else "h2load not installed (nghttp2-client)"
-
-    def supports(self, workload: Workload, shape: LoadShape) -> bool:
-        return shape.connections % len(workload.frames) == 0
-
-    def check(self, address: str, workload: Workload) -> int:
-        return grpc_check(address, workload)
-
-    def start(
-        self, address: str, workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
-    ) -> H2loadRun:
-        per_body = str(shape.connections // len(workload.frames))
-        argvs, logs = [], []
-        for index, frame in enumerate(workload.frames):
-            body, log = workdir / f"h2load-body-{index}.bin", workdir / f"h2load-{index}.log"
-            body.write_bytes(frame)
-            log.unlink(missing_ok=True)
-            argv = [*prefix, "h2load", "-t", "1", "-c", per_body, "-m", str(shape.streams)]
-            argv += ["-D", f"{round(shape.duration_s * 1000)}ms"]
-            if shape.settle_s > 0:
-                argv += ["--warm-up-time", f"{round(shape.settle_s * 1000)}ms"]
-            argv += ["-d", str(body), "--log-file", str(log)]
-            argv += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-            argvs.append([*argv, f"http://{address}{wire.METHOD_PATH}"])
-            logs.append(log)
-        return H2loadRun(Processes.spawn(argvs), logs)
-
-
-@dataclass(slots=True)
-class NodeRun:
-    processes: Processes
-    latency_files: list[Path]
-    driver: Node
-    rotation: tuple[str, str]
-
-    @property
-    def pids(self) -> list[int]:
-        return self.processes.pids
-
-    def finish(self, timeout_s: float) -> RawResult:
-        result = RawResult()
-        done = self.processes.wait(timeout_s)
-        for path, (out, err, failure) in zip(self.latency_files, done, strict=True):
-            if failure or not out.strip():
-                result.fail(1, f"node {failure or 'printed nothing'}: {err[-300:]}")
-                continue
-            summary = json.loads(out.strip().splitlines()[-1])
-            latencies = array("d", path.read_bytes()).tolist()  # float64 ms, little-endian
-            result.latencies_ms.extend(latencies)
-            result.fail(int(summary["errors"]), str(summary["first_error"]))
-            result.sent += int(summary["sent"])
-        result.requests = len(result.latencies_ms)
-        self.driver.offsets[self.rotation] = self.driver.offsets.get(self.rotation, 0) + result.sent
-        return result
-
-
-class Node:
+class Node(Client):
     """bench/grpc_load.js: cycles through all of a workload's bodies (so it can send 100,000
     distinct values) and checks every response (HTTP 200, grpc-status 0, overall_code OK).
     Successive runs against one server continue the rotation where the last one stopped, so
     together they send every body rather than the first few thousand again and again."""
 
-    name = "node-http2"
+    name, binary, package = "node-http2", "node", "nodejs"
 
     def __init__(self) -> None:
         self.offsets: dict[tuple[str, str], int] = {}  # (workload, server) -> bodies sent
 
-    def unavailable(self) -> str | None:
-        return None if shutil.which("node") else "node not installed (nodejs)"
-
-    def supports(self, _workload: Workload, _shape: LoadShape) -> bool:
-        return True
-
-    def check(self, address: str, workload: Workload) -> int:
-        return grpc_check(address, workload)
-
     def start(
         self, address: str, workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
-    ) -> NodeRun:
+    ) -> Load:
         frames = workdir / f"frames-{workload.name}.bin"
         if not frames.exists():
             frames.write_bytes(b"".join(workload.frames))  # self-delimiting frames
@@ -292,8 +219,20 @@ class Node:
             "durationS": shape.duration_s,
             "latencyFile": str(latency_file),
         }
-        argv = [*prefix, "node", str(NODE_SCRIPT), json.dumps(config)]
-        return NodeRun(Processes.spawn([argv]), [latency_file], self, rotation)
+
+        def read(done: list[Output]) -> RawResult:
+            (out, err, failure), result = done[0], RawResult()
+            if failure or not out.strip():
+                result.fail(1, f"node {failure or 'printed nothing'}: {err[-300:]}")
+                return result
+            summary = json.loads(out.strip().splitlines()[-1])
+            result.latencies_ms = array("d", latency_file.read_bytes()).tolist()  # float64 ms
+            result.requests, result.sent = len(result.latencies_ms), int(summary["sent"])
+            result.fail(int(summary["errors"]), str(summary["first_error"]))
+            self.offsets[rotation] = self.offsets.get(rotation, 0) + result.sent
+            return result
+
+        return spawn([[*prefix, "node", str(NODE_SCRIPT), json.dumps(config)]], read)
 
 
 WRK_DONE_LUA = """\
@@ -308,59 +247,50 @@ end
 """
 
 
-@dataclass(slots=True)
-class WrkRun:
-    processes: Processes
+class Wrk(Client):
+    """wrk over HTTP/1.1, one request in flight per connection, whole seconds only; a `done()`
+    Lua hook prints its counts and percentiles in one machine-readable line."""
 
-    @property
-    def pids(self) -> list[int]:
-        return self.processes.pids
-
-    def finish(self, timeout_s: float) -> RawResult:
-        out, _, failure = self.processes.wait(timeout_s)[0]
-        found = re.search(r"^WRK_RESULT (.*)$", out, re.MULTILINE)
-        if failure or found is None:
-            return RawResult(errors=1, first_error=f"wrk {failure or 'printed no WRK_RESULT'}")
-        values = {k: int(v) for k, v in (item.split("=") for item in found.group(1).split())}
-        result = RawResult(values["requests"], duration_s=values["duration_us"] / 1e6)
-        result.latency = Latency(*(values[k] / 1000 for k in ("p50_us", "p99_us", "max_us")))
-        if values["non_2xx"]:
-            result.fail(values["non_2xx"], f"{values['non_2xx']} non-2xx responses")
-        if values["socket_errors"]:
-            result.fail(values["socket_errors"], f"{values['socket_errors']} socket errors")
-        return result
-
-
-class Wrk:
-    """wrk over HTTP/1.1, one request in flight per connection, whole seconds only (a `done()`
-    Lua hook prints its counts and percentiles in one machine-readable line)."""
-
-    name = "wrk"
+    name, binary, package = "wrk", "wrk", "wrk"
 
     def __init__(self, headers: dict[str, str]) -> None:
         self.headers = headers
 
-    def unavailable(self) -> str | None:
-        return None if shutil.which("wrk") else "wrk not installed (wrk)"
-
-    def supports(self, _workload: Workload, shape: LoadShape) -> bool:
-        return shape.settle_s == 0 and shape.duration_s == int(shape.duration_s)
-
-    def check(self, address: str, _workload: Workload) -> int:
+    def check(self, address: str, workload: Workload) -> None:  # noqa: ARG002
         """One request: 200 with x-ratelimit headers, so the rate limit service answered."""
         request = urllib.request.Request(f"http://{address}/", headers=self.headers)
         with urllib.request.urlopen(request, timeout=5) as reply:
             if reply.status != 200 or reply.headers.get("x-ratelimit-limit") is None:
                 raise RuntimeError(f"{address}: {reply.status}, headers {dict(reply.headers)}")
-        return 1
 
     def start(
-        self, address: str, _workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
-    ) -> WrkRun:
+        self,
+        address: str,
+        workload: Workload,  # noqa: ARG002 - wrk sends one request
+        shape: LoadShape,
+        workdir: Path,
+        prefix: list[str],
+    ) -> Load:
+        if shape.settle_s or shape.duration_s != int(shape.duration_s):
+            raise ValueError("wrk runs whole seconds, without settle time")
         script = workdir / "wrk-done.lua"
         script.write_text(WRK_DONE_LUA)
         argv = [*prefix, "wrk", "-t", "1", "-c", str(shape.connections)]
         argv += ["-d", f"{int(shape.duration_s)}s", "--latency", "-s", str(script)]
         for name, value in self.headers.items():
             argv += ["-H", f"{name}: {value}"]
-        return WrkRun(Processes.spawn([[*argv, f"http://{address}/"]]))
+        return spawn([[*argv, f"http://{address}/"]], self.read)
+
+    @staticmethod
+    def read(done: list[Output]) -> RawResult:
+        out, _, failure = done[0]
+        found = re.search(r"^WRK_RESULT (.*)$", out, re.MULTILINE)
+        if failure or found is None:
+            return RawResult(errors=1, first_error=f"wrk {failure or 'printed no WRK_RESULT'}")
+        values = {k: int(v) for k, v in (item.split("=") for item in found.group(1).split())}
+        result = RawResult(values["requests"], duration_s=values["duration_us"] / 1e6)
+        result.latency = Latency(*(values[k] / 1000 for k in ("p50_us", "p99_us", "max_us")))
+        for name in ("non_2xx", "socket_errors"):
+            if values[name]:
+                result.fail(values[name], f"{values[name]} {name.replace('_', ' ')}")
+        return result

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from bench.load import cpu
-from bench.load.clients import Driver, Latency, LoadShape, summarize
+from bench.load.clients import Client, Latency, LoadShape, summarize
 from bench.report import fmt, table
 from bench.workload import Workload
 
@@ -97,20 +99,38 @@ class Run:
         return used / 100 / self.rps * 1e6 if self.rps > 0 else None
 
 
+@contextmanager
+def session(shape: LoadShape, retry_s: float, *, pin: bool = True) -> Iterator[Bench]:
+    """A section's Bench, with a scratch directory for its runs; pinned, this process moves to
+    the load generators' CPU (and so does every process it starts, Redis included)."""
+    pinning = cpu.choose_pinning(pin)
+    pinning.pin_self()
+    with tempfile.TemporaryDirectory(prefix="rls-bench-") as tmp:
+        yield Bench(shape, pinning, Path(tmp), time.monotonic() + retry_s)
+
+
+def usable(clients: Sequence[Client], skipped: list[str], label: str = "") -> list[Client]:
+    """The clients installed here; why each other one is not, added to `skipped`."""
+    found = [client for client in clients if client.unavailable() is None]
+    missing = [client for client in clients if client not in found]
+    skipped += [f"{label}{client.name}: {client.unavailable()}" for client in missing]
+    return found
+
+
 def _sleep_until(moment: float) -> None:
     time.sleep(max(0.0, moment - time.monotonic()))
 
 
 def timed_run(
-    bench: Bench, server: Server, driver: Driver, workload: Workload, *, check: bool = True
+    bench: Bench, server: Server, client: Client, workload: Workload, *, check: bool = True
 ) -> Run:
     """One run; `check` False skips the correctness check (a failing server cannot pass it)."""
     if check:
-        driver.check(server.address, workload)
+        client.check(server.address, workload)
     shape, before = bench.shape, server.counters()
     prefix = bench.pinning.taskset([], bench.pinning.client_cpus)
     window_start = time.monotonic() + shape.settle_s
-    load = driver.start(server.address, workload, shape, bench.workdir, prefix)
+    load = client.start(server.address, workload, shape, bench.workdir, prefix)
     try:
         _sleep_until(window_start + SAMPLE_MARGIN_S)
         first = cpu.snapshot(bench.pinning, server.roles(), load.pids)
@@ -121,7 +141,7 @@ def timed_run(
     after = server.counters()
     return Run(
         workload=workload.name,
-        client=driver.name,
+        client=client.name,
         server=server.name,
         round_no=0,
         requests=raw.requests,
@@ -135,13 +155,13 @@ def timed_run(
     )
 
 
-def measure(bench: Bench, server: Server, driver: Driver, workload: Workload, round_no: int) -> Run:
+def measure(bench: Bench, server: Server, client: Client, workload: Workload, round_no: int) -> Run:
     """Up to MAX_ATTEMPTS runs while they are noisy and retry time is left; the least noisy."""
     best: Run | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
         own = [pid for pids in server.roles().values() for pid in pids] + [os.getpid()]
         quiet = cpu.wait_for_quiet(bench.pinning, own)
-        run = timed_run(bench, server, driver, workload)
+        run = timed_run(bench, server, client, workload)
         if not quiet:
             run.notes.append("machine busy before the run")
         if best is None or run.cpu.other_on_server_cpu_pct < best.cpu.other_on_server_cpu_pct:
@@ -154,31 +174,31 @@ def measure(bench: Bench, server: Server, driver: Driver, workload: Workload, ro
 
 
 def warm_up(
-    bench: Bench, server: Server, driver: Driver, workload: Workload, seconds: float
+    bench: Bench, server: Server, client: Client, workload: Workload, seconds: float
 ) -> int:
     """Unmeasured load (caches, allocator, key table); the requests sent, 0 if not known."""
     prefix = bench.pinning.taskset([], bench.pinning.client_cpus)
-    load = driver.start(server.address, workload, bench.load(seconds).shape, bench.workdir, prefix)
+    load = client.start(server.address, workload, bench.load(seconds).shape, bench.workdir, prefix)
     return load.finish(seconds + FINISH_GRACE_S).sent
 
 
 def alternate(
     bench: Bench,
     servers: Sequence[Server],
-    drivers: Sequence[Driver],
+    clients: Sequence[Client],
     workload: Workload,
     rounds: int,
 ) -> list[Run]:
-    """`rounds` rounds; in each, every driver against every server, in alternating order."""
+    """`rounds` rounds; in each, every client against every server, in alternating order."""
     runs = []
     for round_no in range(rounds):
-        for driver in drivers:
+        for client in clients:
             for server in servers if round_no % 2 == 0 else servers[::-1]:
-                label = f"{workload.name:<14} {driver.name:<11} {server.name:<9}"
+                label = f"{workload.name:<14} {client.name:<11} {server.name:<9}"
                 print(f"  round {round_no + 1}  {label}", end="", flush=True)
                 server.resume()
                 try:
-                    run = measure(bench, server, driver, workload, round_no)
+                    run = measure(bench, server, client, workload, round_no)
                 finally:
                     server.pause()
                 tries = f"  (attempts: {run.attempts})" if run.attempts > 1 else ""
@@ -296,14 +316,25 @@ Column = tuple[str, Callable[[Run], str]]  # a section's extra column: header, c
 
 
 def render(
-    bench: Bench, measured: Sequence[Run], extra: Sequence[Column] = (), legend: str = ""
-) -> str:
-    """The pooled rows as a table with the section's extra columns, the legend, the notes."""
-    pooled = rows(measured)
+    bench: Bench,
+    measured: Sequence[Run],
+    rounds: int,
+    extra: Sequence[Column] = (),
+    legend: str = "",
+) -> list[str]:
+    """The load, then the pooled rows as a table with the section's extra columns, the legend,
+    and the notes."""
+    shape, pooled = bench.shape, rows(measured)
     header = (*HEADER, *(name for name, _ in extra))
     body = [cells(row) + [cell(row) for _, cell in extra] for row in pooled]
-    lines = [table(header, body), LEGEND + (f"\n{legend}" if legend else "")]
-    return "\n".join(lines + [f"  note: {n}" for row in pooled for n in notes(bench, row)])
+    settle = f" (after {shape.settle_s:g} s settle)" if shape.settle_s else ""
+    lines = [
+        f"\n{shape.connections} connections x {shape.streams} in flight; {rounds} rounds of "
+        f"{shape.duration_s:g} s per row{settle}; pinning: {bench.pinning.describe()}",
+        table(header, body),
+        LEGEND + (f"\n{legend}" if legend else ""),
+    ]
+    return lines + [f"  note: {n}" for row in pooled for n in notes(bench, row)]
 
 
 def run_json(run: Run) -> dict[str, Any]:
