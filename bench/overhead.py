@@ -75,17 +75,15 @@ def warm_up(bench: Bench, server: ServerProcess, client: Client, plan: Plan) -> 
 
 def measure_plan(bench: Bench, plan: Plan, clients: Sequence[Client], rounds: int) -> list[Run]:
     """Both servers, each warmed up, then `rounds` alternating rounds per client."""
-    rules = rules_dir(bench.workdir)
-    servers: list[ServerProcess] = []
+    max_keys = ("--max-keys", str(MAX_KEYS))
+    servers = [start_service(bench.workdir, bench.pinning, "empty")]
     try:
-        for kind in ("empty", "sidecar"):
-            if kind == "empty":
-                servers.append(start_service(bench.workdir, bench.pinning, kind))
-            else:
-                max_keys = ("--max-keys", str(MAX_KEYS))
-                servers.append(start_sidecar(bench.workdir, bench.pinning, rules, *max_keys))
-            warm_up(bench, servers[-1], clients[0], plan)
-            servers[-1].pause()
+        servers.append(
+            start_sidecar(bench.workdir, bench.pinning, rules_dir(bench.workdir), *max_keys)
+        )
+        for server in servers:
+            warm_up(bench, server, clients[0], plan)
+            server.pause()
         return runs.alternate(bench, servers, clients, plan.workload, rounds)
     finally:
         for server in servers:

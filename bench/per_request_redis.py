@@ -134,17 +134,13 @@ def measure(
     bench: Bench, redis: Redis, clients: list[Client], rounds: int, outage_s: float
 ) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
-    work, servers = hot_10(), []
-    node = next((d for d in clients if isinstance(d, Node)), None)
+    work, at = hot_10(), (bench.workdir, bench.pinning)
+    node = next((c for c in clients if isinstance(c, Node)), None)
+    servers = [start_service(*at, "limits", "--redis-url", redis.url)]
     try:
-        servers.append(
-            start_service(bench.workdir, bench.pinning, "limits", "--redis-url", redis.url)
-        )
         extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
-        servers.append(
-            start_sidecar(bench.workdir, bench.pinning, rules_dir(bench.workdir), *extra)
-        )
-        servers.append(start_service(bench.workdir, bench.pinning, "empty"))
+        servers.append(start_sidecar(*at, rules_dir(bench.workdir), *extra))
+        servers.append(start_service(*at, "empty"))
         for server in servers:
             runs.warm_up(bench, server, clients[0], work, WARM_UP_S)
             server.pause()

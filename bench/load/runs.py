@@ -34,6 +34,9 @@ CLIENT_SHARED_PCT = 20.0
 
 
 class Server(Protocol):
+    """A server under load: its processes by role (for the CPU accounting), counters read
+    before and after each run, and SIGSTOP / SIGCONT for its turn."""
+
     name: str
     address: str
 
@@ -44,8 +47,6 @@ class Server(Protocol):
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
