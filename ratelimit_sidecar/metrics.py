@@ -30,15 +30,8 @@ LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
-ERROR_KINDS = ("timeout", "connection", "other")
+ERROR_KINDS = ("timeout", "connection", "refused", "other")  # = StoreError.kind values
 MAX_SHARED_TALLIES = 10_000  # distinct label combinations kept for sharing
-
-
-def error_category(exception_name: str) -> str:
-    """A bounded label for a sync failure, from the exception's class name."""
-    if "Timeout" in exception_name:
-        return "timeout"
-    return "connection" if "Connection" in exception_name else "other"
 
 
 class Metrics:
@@ -132,7 +125,7 @@ class Metrics:
         self.keys_pushed.inc(stats.pushed_keys)
         self.dropped_hits.inc(stats.dropped_hits)
         if stats.failed:
-            self.sync_errors.labels(error_category(error_kind)).inc()
+            self.sync_errors.labels(error_kind if error_kind in ERROR_KINDS else "other").inc()
 
     def config_loaded(self, ok: bool, version: str = "") -> None:
         self.config_loads.labels("success" if ok else "failure").inc()

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from ratelimit_sidecar.config.model import Rule, RuleSet
 from ratelimit_sidecar.core import Limiter
 from ratelimit_sidecar.server.http_api import Reply, Route, json_reply, text_reply
-from ratelimit_sidecar.server.syncloop import SyncLoop
 
 DEFAULT_KEYS = 20
 MAX_KEYS_SHOWN = 1000
+
+
+class StoreStatus(Protocol):
+    """What readiness reports of the store: the sync loop's view (always up when local-only)."""
+
+    store_up: bool
+    last_error: str
 
 
 def rule_view(rule: Rule) -> dict[str, object]:
@@ -43,7 +50,7 @@ class Endpoints:
     """Builds the routes from live objects; every view reads, none writes."""
 
     def __init__(
-        self, get_rules: Callable[[], RuleSet], limiter: Limiter, sync: SyncLoop, mode: str
+        self, get_rules: Callable[[], RuleSet], limiter: Limiter, sync: StoreStatus, mode: str
     ) -> None:
         self._get_rules = get_rules
         self._limiter = limiter

@@ -52,7 +52,8 @@ async def serve(settings: Settings, rules: RuleSet, reuse_port: bool = False) ->
     try:
         await sidecar.serve()
     except BindError as exc:
-        await sidecar.storage.close()
+        if storage is not None:
+            await storage.close()
         return fail(str(exc))
     return 0
 

@@ -127,8 +127,9 @@ class RedisStorage:
     def _commands(self, batch: SyncBatch) -> list[tuple[Any, ...]]:
         """The reads and the heartbeat, in the order `_parse` reads their replies back."""
         keys = self.keys
-        commands: list[tuple[Any, ...]] = [("PTTL", keys.flag(r.key)) for r in batch.flag_reads]
-        commands += [("GET", keys.counter(r.key, r.window)) for r in batch.total_reads]
+        commands: list[tuple[Any, ...]] = [
+            ("GET", keys.counter(r.key, r.window)) for r in batch.total_reads
+        ]
         commands.append(self._time_command())
         if self._heartbeat_on:
             # Scores are the node's own clock (batch.now_ms), not Redis TIME: that would cost a
@@ -218,20 +219,17 @@ class RedisStorage:
         for reply in replies:
             if isinstance(reply, BaseException):
                 raise reply
-        n_calls, n_flag = len(chunks), len(batch.flag_reads)
+        n_calls, n_flag = len(chunks), 0
         n_total = len(batch.total_reads)
         expected = n_calls + n_flag + n_total + 1 + (HEARTBEAT_REPLIES if self._heartbeat_on else 0)
         if len(replies) != expected:
             raise RuntimeError(f"redis answered {len(replies)} replies for {expected} commands")
         pushes = _push_results(len(batch.pushes), chunks, replies[:n_calls])
-        # PTTL -2 (no flag) and -1 (a flag without TTL, never written by us) both mean "not
-        # blocked": a stray key must not block a descriptor forever.
-        flags = tuple(max(0, int(r)) for r in replies[n_calls : n_calls + n_flag])
         end = n_calls + n_flag + n_total
         totals = tuple(0 if r is None else int(r) for r in replies[n_calls + n_flag : end])
         seconds, micros = replies[end]
         live = int(replies[end + 3]) if self._heartbeat_on else 0
-        return SyncResult(pushes, flags, totals, live, int(seconds) * 1000 + int(micros) // 1000)
+        return SyncResult(pushes, totals, live, int(seconds) * 1000 + int(micros) // 1000)
 
 
 def _push_results(

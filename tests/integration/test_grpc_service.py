@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import SyncBatch, TotalRead
+from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.memory import MemoryStorage
@@ -167,16 +167,20 @@ async def test_shutdown_flushes_every_admitted_hit_to_a_shared_store(
         stub = wire.RateLimitServiceStub(chan)
         for i in range(10):
             await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
-    assert sidecar.limiter.pending_hits() == 10
+    limiter = sidecar.limiter
+    assert isinstance(limiter, FleetLimiter)
+    assert limiter.pending_hits() == 10
     assert await sidecar.shutdown() == 0
-    assert sidecar.limiter.pending_hits() == 0
+    assert limiter.pending_hits() == 0
     reads = [TotalRead(("gateway", "api_key", f"k{i}"), T0 // 60_000) for i in range(3)]
     assert store.execute(SyncBatch(T0, total_reads=reads)).totals == (4, 3, 3)
 
 
-async def test_a_local_only_node_has_nothing_to_flush(
+async def test_a_local_only_node_counts_in_memory_and_has_nothing_to_flush(
     sidecar: Sidecar, stub: wire.RateLimitServiceStub
 ) -> None:
     for i in range(10):
         await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
-    assert sidecar.limiter.pending_hits() == 0
+    assert isinstance(sidecar.limiter, LocalLimiter) and sidecar.storage is None
+    assert sorted(s.local_cur for s in sidecar.limiter.keys) == [3, 3, 4]
+    assert await sidecar.sync.flush() == 0

@@ -8,7 +8,7 @@ import pytest
 
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.service.compiled import CompiledRequest
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
@@ -39,7 +39,7 @@ def handler(tmp_path: Path, ietf: bool = False) -> RateLimitHandler:
     path = tmp_path / "d.yaml"
     path.write_text(RULES)
     options = ResponseOptions(ietf_headers=ietf)
-    return RateLimitHandler(load_rules(path), Limiter(), lambda: T0, options=options)
+    return RateLimitHandler(load_rules(path), FleetLimiter(), lambda: T0, options=options)
 
 
 def decide(h: RateLimitHandler, message: wire.RateLimitRequest) -> wire.RateLimitResponse:
@@ -104,7 +104,7 @@ class GeneralPathHandler(RateLimitHandler):
     """Every request decided by Limiter.hit and the general encoder (no short path)."""
 
     def _compile(self, raw: bytes) -> CompiledRequest:
-        return super()._compile(raw)._replace(counted=-1, only=None)
+        return super()._compile(raw)._replace(counted=-1, only=())
 
 
 @pytest.mark.parametrize(
@@ -123,8 +123,8 @@ def test_the_short_path_answers_byte_for_byte_as_the_general_path(
 ) -> None:
     (tmp_path / "d.yaml").write_text(RULES)
     rules = load_rules(tmp_path / "d.yaml")
-    short = RateLimitHandler(rules, Limiter(), lambda: T0)
-    general = GeneralPathHandler(rules, Limiter(), lambda: T0)
+    short = RateLimitHandler(rules, FleetLimiter(), lambda: T0)
+    general = GeneralPathHandler(rules, FleetLimiter(), lambda: T0)
     raw = request("d", *entries).SerializeToString()
     answers = [(short.decide(raw), general.decide(raw)) for _ in range(4)]  # OK, OK, OVER, OVER
     assert all(a == b for a, b in answers)
