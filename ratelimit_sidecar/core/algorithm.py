@@ -35,6 +35,16 @@ class Algorithm(Protocol):
         """The answer when no counter can be kept (the key table is full of blocked keys)."""
         ...
 
+    # -- eviction ----------------------------------------------------------------------------
+
+    def window_count(self, state: KeyState) -> int:
+        """The key's count in its current window, as far as this node knows it."""
+        ...
+
+    def resume(self, state: KeyState, count: int) -> None:
+        """A key back in the window it was evicted from, where it had counted `count`."""
+        ...
+
     # -- a span end --------------------------------------------------------------------------
 
     def close_span(self, state: KeyState, end_ms: int) -> None:

@@ -91,6 +91,8 @@ class FixedWindow:
         return _refused(state, state.blocked_until - now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
+        if hits < 0:  # quota given back: never more than the window holds
+            hits = max(hits, -self.window_count(state))
         state.pending += hits
         state.local_cur = max(0, state.local_cur + hits)
         state.last_hit = now_ms
@@ -98,7 +100,7 @@ class FixedWindow:
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
         used = state.seen + (state.inflight + state.pending) * state.nodes
-        remaining = int(rpu - used) if used < rpu else 0
+        remaining = min(rpu, int(rpu - used)) if used < rpu else 0
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
         near = used >= NEAR_LIMIT_RATIO * rpu
         return Verdict(
@@ -114,8 +116,17 @@ class FixedWindow:
         """Decided on this request alone: admitted if it fits in an empty window."""
         if hits <= limit.requests_per_unit:
             reset = window_end(now_ms, limit.window_ms) - now_ms
-            return Verdict(Code.OK, limit, remaining=limit.requests_per_unit - hits, reset_ms=reset)
+            remaining = min(limit.requests_per_unit, limit.requests_per_unit - hits)
+            return Verdict(Code.OK, limit, remaining=remaining, reset_ms=reset)
         return deny_verdict(limit, hits, shadow)
+
+    # -- eviction ----------------------------------------------------------------------------
+
+    def window_count(self, state: KeyState) -> int:
+        return state.seen + state.inflight + state.pending
+
+    def resume(self, state: KeyState, count: int) -> None:
+        state.seen = count  # counted as if the store had said so: the next sync may add more
 
     # -- a span end --------------------------------------------------------------------------
 

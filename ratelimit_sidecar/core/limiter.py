@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.algorithm import Algorithm
+from ratelimit_sidecar.core.evicted import EvictedCounts
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import KeyTable
@@ -43,6 +44,7 @@ class Limiter(ABC):
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
         self._schedules: set[tuple[int, int]] = set()  # (window_ms, spans) of tracked rules
+        self._evicted_counts = EvictedCounts()
 
     def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         """Decide a request; counters move only if every descriptor admits it."""
@@ -98,9 +100,20 @@ class Limiter(ABC):
         if evicted is None:
             return None
         for victim in evicted:
+            self._remember(victim, now_ms)
             self._evicted(victim)
+        count = self._evicted_counts.estimate(fresh.key, limit.window_ms, fresh.window)
+        if count:
+            self.algorithm.resume(fresh, count)
         self._schedules.add((limit.window_ms, limit.spans))
         return fresh
+
+    def _remember(self, victim: KeyState, now_ms: int) -> None:
+        """An evicted key's count, so that coming back cannot reset it (core/evicted.py)."""
+        window_ms = victim.limit.window_ms
+        if victim.window == now_ms // window_ms:  # counts of an ended window no longer matter
+            count = self.algorithm.window_count(victim)
+            self._evicted_counts.record(victim.key, window_ms, victim.window, count)
 
     # -- what subclasses decide ---------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from ratelimit_sidecar.service.validation import (
 from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest
 
 MAX_OVERRIDES = 1024
+MAX_HITS = 2**32 - 1
 _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 
 
@@ -223,4 +224,5 @@ def _hits(descriptor: RateLimitDescriptor, default: int) -> int:
     `is_negative_hits` gives quota back: the hits are subtracted from the counter.
     """
     hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
+    hits = min(hits, MAX_HITS)  # more than any limit admits: the protocol's uint32 range
     return -hits if descriptor.is_negative_hits else hits
