@@ -46,8 +46,7 @@ class EvictedCounts:
             return
         count = min(count, CELL_MAX)
         for row, cell in zip(rows, _cells(key), strict=True):
-            if row[cell] < count:
-                row[cell] = count
+            row[cell] = max(row[cell], count)
 
     def estimate(self, key: KeyId, window_ms: int, window: int) -> int:
         """At least what `key` had counted in `window` before it was evicted; 0 if nothing."""
