@@ -20,7 +20,7 @@ proto: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy ratelimit_sidecar bench
+	$(VENV)/bin/mypy ratelimit_sidecar harness bench
 
 test: $(STAMP)
 	$(PY) -m pytest tests
@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 run: $(STAMP)
-	$(PY) envoy/demo.py
+	$(PY) -m harness.demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

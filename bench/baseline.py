@@ -21,13 +21,11 @@ load generators' CPU (in production it is on another host: the baseline's core i
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 from typing import Protocol
 
 from bench import cpu, machine
@@ -47,8 +45,8 @@ from bench.servers import (
     sidecar_spec,
     start_server,
 )
+from harness.redis_servers import ServerGroup
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "baseline"
 RESULTS_FILE = "issue3-baseline.json"
 SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
@@ -62,7 +60,7 @@ OUTAGE_ORDER = ("sidecar", "baseline")
 
 
 class RedisServer(Protocol):
-    """What this section uses of tests/support/redis_servers.py's ServerProcess."""
+    """What this section uses of harness.redis_servers.ServerProcess."""
 
     proc: subprocess.Popen[bytes] | None
 
@@ -76,13 +74,6 @@ class RedisServer(Protocol):
     def resume(self) -> None: ...
 
     def kill(self) -> None: ...
-
-
-def _redis_servers() -> ModuleType:
-    sys.path.insert(0, str(ROOT))
-    from tests.support import redis_servers  # the same real server the tests start
-
-    return redis_servers
 
 
 def pin_redis(redis: RedisServer, cpu_id: int | None) -> None:
@@ -208,7 +199,7 @@ def shape_for(options: Options) -> LoadShape:
 def measure_with_redis(options: Options, pinning: cpu.Pinning, workdir: Path) -> Bench:
     """Start Redis and both servers, measure everything, stop every process started here."""
     workload, drivers, node, _ = plan()
-    group = _redis_servers().ServerGroup(workdir / "redis")
+    group = ServerGroup(workdir / "redis")  # the same real server the tests start
     try:
         redis: RedisServer = group.standalone()
         pin_redis(redis, pinning.client_cpu)

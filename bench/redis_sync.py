@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -21,18 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.section import Options, Outcome
+from harness.redis_servers import ServerGroup
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "redis-sync"
 KEY_COUNTS = (1_000, 10_000, 100_000)
 SPAN_10S = {"window_s": 60, "spans": 6}  # a one-minute rule: 10 s spans
-
-
-def _imports() -> Any:
-    sys.path.insert(0, str(ROOT))
-    from tests.support import redis_servers  # the same real server the tests start
-
-    return redis_servers
 
 
 def limit(window_s: int, spans: int) -> Any:
@@ -109,10 +101,10 @@ async def command_rate(store: Any, client: Any, rate: int, keys: int = 1000) -> 
 def memory_per_key(keys: int = 100_000) -> float:
     """Bytes a tracked key costs the server: its counter state in the limiter plus the compiled
     request the handler keeps for it (request bytes, matched rule, counter name, metric slot)."""
+    from harness.grpc_client import request
     from ratelimit_sidecar.core import Limiter
     from ratelimit_sidecar.metrics import Metrics
     from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-    from tests.support.grpc_client import request
 
     rules = _rules_for_memory()
     now_ms = int(time.time() * 1000)
@@ -179,9 +171,8 @@ def report(data: dict[str, Any]) -> tuple[str, bool]:
 
 
 def run(options: Options) -> Outcome:
-    servers = _imports()
     with tempfile.TemporaryDirectory(prefix="bench-redis-") as tmp:
-        group = servers.ServerGroup(Path(tmp))
+        group = ServerGroup(Path(tmp))  # the same real server the tests start
         try:
             server = group.standalone()
             data = asyncio.run(measure(server.url, server.client()))

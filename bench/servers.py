@@ -13,7 +13,7 @@ import grpc
 
 from bench import cpu
 from bench.frames import RULES_YAML
-from tests.support.net import free_port, wait_grpc_serving
+from harness.net import free_port, wait_grpc_serving
 
 __all__ = ["free_port", "wait_grpc_serving"]  # re-exported for the other sections
 

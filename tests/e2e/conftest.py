@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.envoy import EnvoyProcess
-from tests.support.procs import SidecarProcess
-from tests.support.redis_servers import ServerGroup
+from harness.envoy import EnvoyProcess
+from harness.redis_servers import ServerGroup
+from harness.sidecar import SidecarProcess
 
 RULES = Path(__file__).parent / "rules"
 

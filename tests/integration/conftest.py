@@ -1,7 +1,7 @@
-"""Real Redis/Valkey servers for the integration tests (process code: tests/support).
+"""Real Redis/Valkey servers for the integration tests (process code: harness/redis_servers.py).
 
 Servers start on first use, on free loopback ports, and are all stopped at session end, even
-when tests fail (the session fixture's finally, plus an atexit hook in the support module).
+when tests fail (the session fixture's finally, plus an atexit hook in harness.redis_servers).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.redis_servers import Cluster, Sentinel, ServerGroup, ServerProcess
-from tests.support.tls_proxy import TlsProxy, make_cert
+from harness.redis_servers import Cluster, Sentinel, ServerGroup, ServerProcess
+from harness.tls_proxy import TlsProxy, make_cert
 
 ACL_USER, ACL_PASSWORD = "rls-test", "s3cret:p@ss/word"
 

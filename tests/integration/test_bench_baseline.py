@@ -17,7 +17,7 @@ from bench.baseline import baseline_spec
 from bench.baseline_outage import first_answer
 from bench.frames import frames_for
 from bench.servers import ServerProcess, free_port, start_server
-from tests.support.redis_servers import ServerProcess as RedisProcess
+from harness.redis_servers import ServerProcess as RedisProcess
 
 pytestmark = pytest.mark.integration
 

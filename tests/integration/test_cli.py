@@ -9,10 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from harness.grpc_client import request
+from harness.rules import write_rules
+from harness.sidecar import SidecarProcess, run_cli
 from ratelimit_sidecar import wire
-from tests.support.grpc_client import request
-from tests.support.procs import SidecarProcess, run_cli
-from tests.support.rules import write_rules
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -85,7 +85,7 @@ def test_check_accepts_the_spec_example_and_rejects_a_broken_file(tmp_path: Path
 def test_no_redis_password_in_logs_or_endpoints(tmp_path: Path) -> None:
     import urllib.request
 
-    from tests.support.net import free_port
+    from harness.net import free_port
 
     url = f"redis://app:s3cretpw@127.0.0.1:{free_port()}/0"  # nothing listens: fail open
     sidecar = SidecarProcess(write_rules(tmp_path), "--redis-url", url).wait_ready()

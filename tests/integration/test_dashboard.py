@@ -10,12 +10,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from harness.grpc_client import request
+from harness.rules import write_rules
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
-from tests.support.grpc_client import request
-from tests.support.rules import write_rules
 
 DASHBOARD = Path(__file__).parents[2] / "envoy" / "monitoring" / "grafana-dashboard.json"
 METRIC = re.compile(r"\bratelimit_sidecar_[a-z_]+")

@@ -11,14 +11,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from harness.grpc_client import request
+from harness.rules import write_rules
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.memory import MemoryStorage
-from tests.support.grpc_client import request
-from tests.support.rules import write_rules
 
 T0 = 1_700_000_040_000  # a minute boundary
 OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT

@@ -11,12 +11,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from harness.grpc_client import request
+from harness.rules import write_rules
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
-from tests.support.grpc_client import request
-from tests.support.rules import write_rules
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.load import ERROR, Answer, drive
+from harness.redis_servers import ServerGroup, ServerProcess
+from harness.rules import write_rules
+from harness.sidecar import SidecarProcess
 from ratelimit_sidecar import wire
-from tests.support.load import ERROR, Answer, drive
-from tests.support.procs import SidecarProcess
-from tests.support.redis_servers import ServerGroup, ServerProcess
-from tests.support.rules import write_rules
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

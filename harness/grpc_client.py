@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import grpc
 from google.protobuf.wrappers_pb2 import UInt64Value
 
 from ratelimit_sidecar import wire
@@ -26,3 +28,8 @@ def request(
         if own is not None:
             descriptor.hits_addend.CopyFrom(UInt64Value(value=own))
     return message
+
+
+def rls_stub(channel: grpc.Channel) -> Any:
+    """A RateLimitService client on `channel` (the generated stub class has no type hints)."""
+    return wire.RateLimitServiceStub(channel)  # type: ignore[no-untyped-call]

@@ -1,4 +1,5 @@
-"""`make run`: two Envoy gateways, each with its own sidecar, sharing limits through one Redis.
+"""`make run` (`python -m harness.demo`): two Envoy gateways, each with its own sidecar, sharing
+limits through one Redis.
 
 Everything listens on 127.0.0.1 on free ports; Ctrl-C (or SIGTERM) stops it all.
 """
@@ -11,13 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.envoy import EnvoyProcess
+from harness.redis_servers import ServerGroup
+from harness.sidecar import SidecarProcess
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.support.envoy import EnvoyProcess
-from tests.support.procs import SidecarProcess
-from tests.support.redis_servers import ServerGroup
-
 RULES = ROOT / "envoy" / "rules"
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
+from harness.grpc_client import request, rls_stub
 from ratelimit_sidecar import wire
-from tests.support.grpc_client import request
 
 ERROR = -1
 
@@ -22,6 +23,13 @@ class Answer:
     latency_s: float
 
 
+@dataclass(frozen=True)
+class _Node:
+    index: int
+    address: str
+    rate: float  # requests per second
+
+
 def drive(
     addresses: list[str],
     rates: list[float],
@@ -30,46 +38,36 @@ def drive(
     domain: str = "gateway",
 ) -> list[Answer]:
     """Send `rates[i]` requests per second to `addresses[i]` for `seconds`; bounded by both."""
-    answers: list[Answer] = []
-    lock = threading.Lock()
+    message = request(domain, entries)
     deadline = time.time() + seconds
+    nodes = [_Node(i, a, r) for i, (a, r) in enumerate(zip(addresses, rates, strict=True))]
+    per_node: list[list[Answer]] = [[] for _ in nodes]
     threads = [
-        threading.Thread(
-            target=_node_load, args=(i, a, r, deadline, entries, domain, answers, lock)
-        )
-        for i, (a, r) in enumerate(zip(addresses, rates, strict=True))
+        threading.Thread(target=_node_load, args=(node, deadline, message, per_node[node.index]))
+        for node in nodes
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=seconds + 30)
-    return sorted(answers, key=lambda a: a.at)
+    return sorted((a for answers in per_node for a in answers), key=lambda a: a.at)
 
 
 def _node_load(
-    node: int,
-    address: str,
-    rate: float,
-    deadline: float,
-    entries: list[tuple[str, str]],
-    domain: str,
-    out: list[Answer],
-    lock: threading.Lock,
+    node: _Node, deadline: float, message: wire.RateLimitRequest, out: list[Answer]
 ) -> None:
-    message = request(domain, entries)
-    interval, mine = 1.0 / rate, []
-    with grpc.insecure_channel(address) as channel:
-        stub = wire.RateLimitServiceStub(channel)
+    """Paced calls to one node until `deadline`; its answers appended to `out`."""
+    interval = 1.0 / node.rate
+    with grpc.insecure_channel(node.address) as channel:
+        stub = rls_stub(channel)
         next_at = time.time()
         while next_at < deadline:
             time.sleep(max(0.0, next_at - time.time()))
-            mine.append(_call(stub, message, node))
+            out.append(_call(stub, message, node.index))
             next_at += interval
-    with lock:
-        out.extend(mine)
 
 
-def _call(stub: wire.RateLimitServiceStub, message: wire.RateLimitRequest, node: int) -> Answer:
+def _call(stub: Any, message: wire.RateLimitRequest, node: int) -> Answer:
     sent, started = time.time(), time.perf_counter()
     try:
         code = stub.ShouldRateLimit(message, timeout=2).overall_code

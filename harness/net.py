@@ -1,0 +1,52 @@
+"""Loopback ports and probes that tell whether a server answers."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import urllib.request
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def free_port() -> int:
+    """A port the kernel reports free on 127.0.0.1."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel reports free on 127.0.0.1, all distinct (sockets held until all picked)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    """True if a GET of `url` answers with a status below 400."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return True
+    except OSError:  # refused, timed out, or an HTTPError status
+        return False
+
+
+def wait_grpc_serving(address: str, timeout_s: float = 15.0) -> None:
+    """Block until the gRPC health check at `address` answers SERVING."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{address} answered but not SERVING after {timeout_s:g} s")
+            time.sleep(0.05)
