@@ -12,7 +12,7 @@ from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-from tests.support.grpc_client import request
+from harness.grpc_client import request
 
 T0 = 1_700_000_040_000
 UINT32 = 2**32 - 1
