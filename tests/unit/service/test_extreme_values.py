@@ -8,11 +8,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.grpc_client import request
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-from harness.grpc_client import request
 
 T0 = 1_700_000_040_000
 UINT32 = 2**32 - 1
