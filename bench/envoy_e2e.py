@@ -39,12 +39,12 @@ from bench.envoy_stack import (
     Stack,
     empty_per_descriptor_spec,
     envoy_available,
-    envoy_binary,
     sidecar_spec,
 )
 from bench.section import Options, Outcome
 from bench.servers import ServerSpec, empty_spec, free_port
 from bench.wrk_driver import Wrk, WrkRun, whole_seconds
+from harness.envoy import envoy_binary
 
 NAME = "envoy"
 RESULTS_FILE = "issue4-envoy.json"

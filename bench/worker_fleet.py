@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from bench import cpu
 from bench.servers import free_port, wait_grpc_serving
+from harness import process
 
 STOP_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 30.0
@@ -75,11 +75,7 @@ class Fleet:
         argv += ["--metrics-address", f"127.0.0.1:{self.metrics_port}"]
         argv += ["--max-keys", str(max_keys), "--log-level", "warning"]
         env = {**os.environ, "GRPC_VERBOSITY": "NONE"}
-        with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                start_new_session=True,
-            )  # fmt: skip
+        self.proc = process.launch(argv, self.log_path, env=env, new_session=True)
         self._workers: list[int] = []
 
     @property
@@ -158,14 +154,9 @@ class Fleet:
     def stop(self) -> None:
         """SIGTERM (the supervisor forwards it); the whole session killed if that hangs."""
         self.resume()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._kill_group()
-            self.proc.wait()
-        if any(_alive(pid) for pid in self._workers):
+        process.stop_process(self.proc, timeout_s=STOP_TIMEOUT_S)
+        killed = self.proc.returncode == -signal.SIGKILL
+        if killed or any(_alive(pid) for pid in self._workers):
             self._kill_group()
 
     def _kill_group(self) -> None:
