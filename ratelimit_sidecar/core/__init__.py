@@ -6,7 +6,6 @@ from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter, unlimited_
 from ratelimit_sidecar.core.types import (
     Code,
     Decision,
-    FlagRead,
     Hit,
     KeyId,
     Push,
@@ -22,7 +21,6 @@ __all__ = [
     "DEFAULT_MAX_KEYS",
     "Code",
     "Decision",
-    "FlagRead",
     "Hit",
     "KeyId",
     "Limiter",

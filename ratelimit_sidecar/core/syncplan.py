@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import (
-    FlagRead,
     Push,
     SyncBatch,
     SyncResult,
@@ -20,13 +19,12 @@ class SyncPlan:
     lookups, and a key evicted meanwhile is updated harmlessly instead of recreated.
     """
 
-    __slots__ = ("_flag_states", "_fresh", "_push_states", "_total_states", "batch")
+    __slots__ = ("_fresh", "_push_states", "_total_states", "batch")
 
     def __init__(self, now_ms: int) -> None:
         self.batch = SyncBatch(now_ms)
         self._push_states: list[KeyState | None] = []
         self._fresh: list[bool] = []  # the push carries this span's hits (not a retry)
-        self._flag_states: list[KeyState] = []
         self._total_states: list[KeyState] = []
 
     def push(self, state: KeyState | None, push: Push, fresh: bool = True) -> None:
@@ -37,10 +35,6 @@ class SyncPlan:
     def add_orphans(self, pushes: list[Push]) -> None:
         for push in pushes:
             self.push(None, push)
-
-    def read_flag(self, state: KeyState, read: FlagRead) -> None:
-        self.batch.flag_reads.append(read)
-        self._flag_states.append(state)
 
     def read_total(self, state: KeyState, read: TotalRead) -> None:
         self.batch.total_reads.append(read)
@@ -56,9 +50,6 @@ class SyncPlan:
                 blocked += 1
             if state is not None and answer.block_ms > 0:
                 state.block(now_ms + answer.block_ms)
-        for state, block_ms in zip(self._flag_states, result.flag_ms, strict=True):
-            if block_ms > 0:
-                state.block(now_ms + block_ms)
         for read, state, total in zip(
             self.batch.total_reads, self._total_states, result.totals, strict=True
         ):
@@ -93,8 +84,8 @@ class SyncPlan:
         return SyncStats(0, 0, dropped, blocked, failed=True)
 
     def _check_lengths(self, result: SyncResult) -> None:
-        got = (len(result.pushes), len(result.flag_ms), len(result.totals))
-        want = (len(self.batch.pushes), len(self.batch.flag_reads), len(self.batch.total_reads))
+        got = (len(result.pushes), len(result.totals))
+        want = (len(self.batch.pushes), len(self.batch.total_reads))
         if got != want:
             raise ValueError(f"sync result has {got} answers for {want} requests")
 
