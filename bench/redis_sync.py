@@ -134,7 +134,7 @@ def _rules_for_memory() -> Any:
 
 
 async def measure(url: str, client: Any) -> dict[str, Any]:
-    from ratelimit_sidecar.storage.redis_store import open_redis
+    from ratelimit_sidecar.storage.redis_urls import open_redis
 
     store = open_redis(url + "?socket_timeout=10", "rls:", "bench")
     try:

@@ -62,6 +62,6 @@ def open_storage(settings: Settings) -> Storage | None:
     """The Redis store for `--redis-url`, or None (local-only) without one."""
     if settings.local_only:
         return None
-    from ratelimit_sidecar.storage.redis_store import open_redis
+    from ratelimit_sidecar.storage.redis_urls import open_redis
 
     return open_redis(settings.redis_url or "", settings.redis_prefix, settings.node_id)
