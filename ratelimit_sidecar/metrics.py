@@ -70,7 +70,7 @@ class Metrics:
         )
         self.value_label_overflow = Counter(
             f"{NS}_value_label_overflow",
-            "Requests counted under the rule id: the rule had its most value_to_metric labels",
+            "Distinct requests counted under the rule id: value_to_metric labels were used up",
             ("rule",),
             registry=r,
         )
