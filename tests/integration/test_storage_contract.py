@@ -21,6 +21,7 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.crc import key_slot
 
+from harness.net import free_ports
 from ratelimit_sidecar.config.model import RateLimit, Unit
 from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, SyncResult, TotalRead
 from ratelimit_sidecar.storage.base import Storage
@@ -30,7 +31,6 @@ from ratelimit_sidecar.storage.memory import MemoryStorage
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
 from tests.integration.conftest import ACL_PASSWORD, ACL_USER
-from tests.support.redis_servers import free_ports
 
 pytestmark = pytest.mark.integration
 
