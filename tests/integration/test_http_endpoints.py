@@ -11,9 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness.grpc_client import request
+from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
-from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
@@ -41,7 +40,7 @@ def fetch(sidecar: Sidecar, path: str) -> tuple[int, str]:
 
 async def traffic(sidecar: Sidecar, count: int) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as channel:
-        stub = wire.RateLimitServiceStub(channel)
+        stub = rls_stub(channel)
         for _ in range(count):
             await stub.ShouldRateLimit(request("gateway", [("client", "m")]))
 

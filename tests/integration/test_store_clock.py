@@ -31,6 +31,7 @@ def redis_time_ms(admin: Any) -> int:
 async def test_every_sync_reports_the_stores_clock(
     request: pytest.FixtureRequest, backend: str
 ) -> None:
+    admin: Any
     if backend == "cluster":
         cluster: Cluster = request.getfixturevalue("redis_cluster")
         url, admin = cluster.url, cluster.client()

@@ -39,7 +39,7 @@ def encode(key: str, hits: int, negative: bool, override: int | None) -> bytes:
     message.descriptors[0].is_negative_hits = negative
     if override is not None:
         message.descriptors[0].limit.requests_per_unit = override
-        message.descriptors[0].limit.unit = wire.Unit.SECOND
+        message.descriptors[0].limit.unit = wire.RateLimitUnit.SECOND
     return message.SerializeToString()
 
 

@@ -75,7 +75,7 @@ def test_request_override_replaces_the_configured_numbers(tmp_path: Path) -> Non
     h = handler(tmp_path)
     message = request("d", [("user", "o")])
     message.descriptors[0].limit.requests_per_unit = 5
-    message.descriptors[0].limit.unit = wire.RateLimitUnit.Value("HOUR")
+    message.descriptors[0].limit.unit = wire.RateLimitUnit.HOUR
     replies = [decide(h, message) for _ in range(6)]
     assert [r.overall_code for r in replies] == [OK] * 5 + [OVER]
     assert replies[0].statuses[0].current_limit.unit == wire.Unit.HOUR

@@ -39,7 +39,7 @@ def test_a_store_slower_than_the_timeout_counts_hits_the_nodes_never_hear_of() -
     failures = 0
     apply = eng._apply
 
-    def spy(node):  # type: ignore[no-untyped-def]
+    def spy(node):
         nonlocal failures
         failures += node.answer is None and bool(node.batch and node.batch.pushes)
         apply(node)
@@ -57,11 +57,11 @@ def test_latency_delays_the_answer_and_requests_in_between_see_the_old_state() -
     timeline: list[tuple[int, str]] = []
     sync, apply = eng._sync, eng._apply
 
-    def on_sync(node):  # type: ignore[no-untyped-def]
+    def on_sync(node):
         timeline.append((eng.now, "send"))
         sync(node)
 
-    def on_apply(node):  # type: ignore[no-untyped-def]
+    def on_apply(node):
         timeline.append((eng.now, "apply"))
         assert node.limiter._plan is not None  # still in flight until now
         apply(node)

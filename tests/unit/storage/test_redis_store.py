@@ -25,7 +25,8 @@ Answer = Callable[[list[tuple[Any, ...]]], list[Any]]
 
 class ScriptedPipeline:
     def __init__(self, answer: Answer, sent: list[list[tuple[Any, ...]]]) -> None:
-        self.answer, self.sent, self.commands = answer, sent, []
+        self.answer, self.sent = answer, sent
+        self.commands: list[tuple[Any, ...]] = []
 
     async def __aenter__(self) -> ScriptedPipeline:
         return self

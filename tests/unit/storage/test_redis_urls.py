@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from redis.asyncio import Redis
 
 from ratelimit_sidecar.storage.redis_urls import hostport, open_redis, parse_hostport
 
@@ -47,4 +48,5 @@ def test_errors_quote_the_url_without_its_passwords(url: str) -> None:
 def test_a_good_url_opens_lazily_and_describes_itself() -> None:
     store = open_redis("redis://u:pw-secret@127.0.0.1:1/3?socket_timeout=2", "t:", "n")
     assert store.description == "redis://127.0.0.1:1/3"
+    assert isinstance(store.client, Redis)
     assert store.client.connection_pool.connection_kwargs["socket_timeout"] == 2.0
