@@ -15,7 +15,9 @@ from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
+from ratelimit_sidecar.server.endpoints import value_digest
 from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.storage.keys import digest
 
 
 @pytest.fixture
@@ -73,9 +75,27 @@ async def test_debug_views(sidecar: Sidecar) -> None:
     assert "gateway.api_key.path_/v1/orders" in ids
     keys = json.loads((await _fetch(sidecar, "/debug/keys?limit=5"))[1])
     assert keys["tracked"] == 1
-    assert keys["keys"][0]["key"] == ["gateway", "client", "m"]
+    assert keys["keys"][0]["key"] == ["gateway", "client", value_digest("m")]
+    assert keys["keys"][0]["digest"] == digest(("gateway", "client", "m"))
     assert keys["keys"][0]["local"] == 2
     assert (await _fetch(sidecar, "/debug/keys?limit=x"))[0] == 400
+
+
+async def test_debug_keys_show_raw_values_only_when_asked(tmp_path: Path) -> None:
+    settings = Settings(
+        config_path=str(tmp_path),
+        grpc_address="127.0.0.1:0",
+        metrics_address="127.0.0.1:0",
+        debug_show_values=True,
+    )
+    server = Sidecar(settings, load_rules(write_rules(tmp_path)))
+    await server.startup()
+    try:
+        await traffic(server, 1)
+        keys = json.loads((await _fetch(server, "/debug/keys"))[1])
+    finally:
+        await server.shutdown()
+    assert keys["keys"][0]["key"] == ["gateway", "client", "m"]
 
 
 async def _fetch(sidecar: Sidecar, path: str) -> tuple[int, str]:
