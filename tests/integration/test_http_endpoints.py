@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from harness.rules import write_rules
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.server.endpoints import value_digest
+from ratelimit_sidecar.server.http_api import HttpApi, text_reply
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.keys import digest
 
@@ -102,3 +104,25 @@ async def _fetch(sidecar: Sidecar, path: str) -> tuple[int, str]:
     import asyncio
 
     return await asyncio.to_thread(fetch, sidecar, path)
+
+
+async def test_slow_clients_are_cut_off_and_cannot_pile_up() -> None:
+    api = HttpApi({"/healthz": lambda _q: text_reply("ok\n")}, timeout_s=0.3, max_connections=4)
+    await api.start("127.0.0.1:0")
+    clients = []
+    try:
+        clients = [await asyncio.open_connection("127.0.0.1", api.port) for _ in range(5)]
+        extra_reader = clients[-1][0]
+        assert await asyncio.wait_for(extra_reader.read(), 1) == b""  # over the cap: closed
+        for reader, _ in clients[:-1]:  # sent nothing: a 400 and closed after the timeout
+            answer = await asyncio.wait_for(reader.read(), 2)
+            assert answer.startswith(b"HTTP/1.1 400")
+        reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+        clients.append((reader, writer))
+        writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(), 2)).endswith(b"ok\n")
+    finally:
+        for _, writer in clients:
+            writer.close()
+            await writer.wait_closed()
+        await api.stop()
