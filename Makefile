@@ -20,7 +20,7 @@ proto: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy ratelimit_sidecar harness bench
+	$(VENV)/bin/mypy ratelimit_sidecar harness bench tests
 
 test: $(STAMP)
 	$(PY) -m pytest tests

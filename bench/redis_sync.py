@@ -21,13 +21,14 @@ from typing import Any
 import redis
 
 from bench.report import Options, Outcome, table, write_results
-from bench.workload import handler, limiter, request
+from bench.workload import fleet_limiter, handler, request
 from harness.redis_servers import ServerGroup
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Hit, Limiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.syncloop import SyncLoop
-from ratelimit_sidecar.storage.redis_store import RedisStorage, open_redis
+from ratelimit_sidecar.storage.redis_store import RedisStorage
+from ratelimit_sidecar.storage.redis_urls import open_redis
 
 NAME = "redis-sync"
 KEY_COUNTS = (1_000, 10_000, 100_000)
@@ -59,7 +60,7 @@ def commands(client: redis.Redis) -> int:
 async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[str, float]:
     """What syncing `keys` keys that stay active costs, in their second span."""
     now = [int(time.time() * 1000) // 60_000 * 60_000]  # both spans inside one window
-    limits, counted, values = limiter(keys + 1, shared_store=True), rule(60, 6), users(keys)
+    limits, counted, values = fleet_limiter(keys + 1), rule(60, 6), users(keys)
     sync = SyncLoop(limits, store, lambda: now[0], timeout_ms=10_000)
     hit_all(limits, counted, values, now[0])
     now[0] += SPAN_S * 1000
@@ -81,7 +82,7 @@ async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[
 async def command_rate(store: RedisStorage, client: redis.Redis, rate: int) -> float:
     """Redis commands per second while `rate` requests/s hit RATE_KEYS keys (500 ms spans)."""
     limits, counted, values = (
-        limiter(RATE_KEYS + 1, shared_store=True),
+        fleet_limiter(RATE_KEYS + 1),
         rule(2, 4),
         users(RATE_KEYS),
     )

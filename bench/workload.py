@@ -12,7 +12,7 @@ from pathlib import Path
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 
@@ -80,10 +80,14 @@ def bench_rules(text: str = RULES_YAML) -> RuleSet:
         return load_rules(rules_dir(Path(tmp), text))
 
 
-def limiter(max_keys: int, shared_store: bool = False) -> Limiter:
-    """The one place the benchmarks build a limiter: local-only, as `serve` without Redis,
-    unless the measurement syncs it to a store."""
-    return Limiter(max_keys=max_keys, shared_store=shared_store)
+def limiter(max_keys: int) -> LocalLimiter:
+    """A local-only limiter, as `serve` runs without Redis."""
+    return LocalLimiter(max_keys)
+
+
+def fleet_limiter(max_keys: int) -> FleetLimiter:
+    """A limiter whose counts a sync loop pushes to a shared store."""
+    return FleetLimiter(max_keys)
 
 
 def handler(

@@ -7,12 +7,19 @@ import logging
 import re
 import sys
 
-_SECRET = re.compile(r"(?<=://)([^:@/\s]*):([^@/\s]+)@")
+# A URL's user-info password: everything between `user:` and the authority's last `@`.
+_USERINFO_PASSWORD = re.compile(r"(?<=://)([^:@/\s]*):[^/\s]*@")
+# A query option named `password` or `*_password` (sentinel_password=, ssl_password=...).
+_QUERY_PASSWORD = re.compile(r"([?&][^=&\s]*password=)[^&#\s]*", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    """Hide the password of any URL in `text` (`redis://user:***@host`)."""
-    return _SECRET.sub(lambda m: f"{m.group(1)}:***@", text)
+    """`text` with the passwords of the URLs in it hidden: `redis://user:***@host/0?password=***`.
+
+    Used on every log line and on the URL quoted by errors; the user name stays readable.
+    """
+    text = _USERINFO_PASSWORD.sub(r"\1:***@", text)
+    return _QUERY_PASSWORD.sub(r"\1***", text)
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,7 +1,7 @@
 """Prometheus metrics of one sidecar, on an injectable registry (tests pass their own).
 
 Decision metrics are labelled by domain and rule id (bounded by the config), never by raw
-descriptor values unless the rule has `detailed_metric`.
+descriptor values unless the rule has `detailed_metric` or `value_to_metric` (metriclabels.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ratelimit_sidecar.config.model import Rule
 from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, SyncStats, Verdict
 from ratelimit_sidecar.hotmetrics import (
     NEAR,
@@ -24,21 +23,15 @@ from ratelimit_sidecar.hotmetrics import (
     LatencyHistogram,
     Tally,
 )
+from ratelimit_sidecar.metriclabels import RuleLabels
 
 NS = "ratelimit_sidecar"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
-ERROR_KINDS = ("timeout", "connection", "other")
+ERROR_KINDS = ("timeout", "connection", "refused", "other")  # = StoreError.kind values
 MAX_SHARED_TALLIES = 10_000  # distinct label combinations kept for sharing
-
-
-def error_category(exception_name: str) -> str:
-    """A bounded label for a sync failure, from the exception's class name."""
-    if "Timeout" in exception_name:
-        return "timeout"
-    return "connection" if "Connection" in exception_name else "other"
 
 
 class Metrics:
@@ -75,6 +68,13 @@ class Metrics:
         self.config_version = Gauge(
             f"{NS}_config_version_info", "Loaded rules version", ("version",), registry=r
         )
+        self.value_label_overflow = Counter(
+            f"{NS}_value_label_overflow",
+            "Distinct requests counted under the rule id: value_to_metric labels were used up",
+            ("rule",),
+            registry=r,
+        )
+        self._labels = RuleLabels(lambda rule_id: self.value_label_overflow.labels(rule_id).inc())
         for kind in ERROR_KINDS:  # export zeros, so rate() and alerts work before a failure
             self.sync_errors.labels(kind)
         self._version = ""
@@ -88,8 +88,9 @@ class Metrics:
         Requests that count against the same rules share one tally: it is kept with every
         compiled request, so sharing it saves memory per tracked key.
         """
+        label = self._labels.label
         labels = tuple(
-            None if hit.rule is None or hit.rule.limit is None else _label(hit.rule, hit)
+            None if hit.rule is None or hit.rule.limit is None else label(hit.rule, hit.key)
             for hit in hits
         )
         found = self._tallies.get((domain, labels))
@@ -132,7 +133,7 @@ class Metrics:
         self.keys_pushed.inc(stats.pushed_keys)
         self.dropped_hits.inc(stats.dropped_hits)
         if stats.failed:
-            self.sync_errors.labels(error_category(error_kind)).inc()
+            self.sync_errors.labels(error_kind if error_kind in ERROR_KINDS else "other").inc()
 
     def config_loaded(self, ok: bool, version: str = "") -> None:
         self.config_loads.labels("success" if ok else "failure").inc()
@@ -149,13 +150,6 @@ class Metrics:
     ) -> None:
         """Register gauges computed at scrape time from the limiter's state."""
         self.registry.register(StateCollector(limiter, store_up, now_ms))
-
-
-def _label(rule: Rule, hit: Hit) -> str:
-    """The rule id; with `detailed_metric`, the descriptor's own values too (opt-in cardinality)."""
-    if not rule.detailed_metric:
-        return rule.id
-    return rule.id + "|" + ".".join(hit.key[1:])
 
 
 class StateCollector(Collector):

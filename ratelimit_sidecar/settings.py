@@ -1,41 +1,145 @@
-"""The one settings object of a sidecar process, filled from flags and environment variables."""
+"""The one settings object of a sidecar process, and the only place its defaults live.
+
+Every field is an option: its command line flag is the field name with dashes (`--max-keys`),
+its environment variable is `RLS_` + the upper-case name (`RLS_MAX_KEYS`), and its help text is
+the field's `help` metadata. Booleans are switches. The CLI builds its parser from `OPTIONS`,
+and the `--workers` supervisor hands its children their settings through `environment`.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, NamedTuple, get_args, get_type_hints
 
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 
 ENV_PREFIX = "RLS_"
+REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
 
 def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _help(text: str, **more: str) -> dict[str, str]:
+    """Field metadata: `help`, and optionally `flag` (a name other than the field's) and
+    `default_text` (how to show a default computed at start-up)."""
+    return {"help": text, **more}
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    config_path: str
-    redis_url: str | None = None
-    grpc_address: str = "127.0.0.1:8081"
-    metrics_address: str = "127.0.0.1:9090"
-    node_id: str = field(default_factory=default_node_id)
-    workers: int = 1
-    shadow_mode: bool = False
-    log_format: str = "text"
-    log_level: str = "info"
-    ietf_headers: bool = False
-    max_keys: int = DEFAULT_MAX_KEYS
-    max_descriptors: int = 64
-    max_entries: int = 16
-    max_value_bytes: int = 1024
-    redis_prefix: str = "rls:"
-    sync_timeout_ms: int = 250
-    shutdown_grace_s: float = 5.0
-    reload_poll_s: float = 0.5
+    config_path: str = field(
+        metadata=_help("rule YAML file or directory (envoyproxy/ratelimit format)", flag="config")
+    )
+    redis_url: str | None = field(
+        default=None,
+        metadata=_help("redis:// rediss:// unix:// URL; omit for a single local node"),
+    )
+    grpc_address: str = field(
+        default="127.0.0.1:8081", metadata=_help("host:port for ShouldRateLimit")
+    )
+    metrics_address: str = field(
+        default="127.0.0.1:9090", metadata=_help("host:port for /metrics, /healthz, /readyz")
+    )
+    node_id: str = field(
+        default_factory=default_node_id,
+        metadata=_help("this node's id", default_text="hostname-pid"),
+    )
+    workers: int = field(
+        default=1, metadata=_help("processes sharing the gRPC port (SO_REUSEPORT)")
+    )
+    shadow_mode: bool = field(
+        default=False, metadata=_help("count and report, never answer OVER_LIMIT")
+    )
+    log_format: str = field(default="text", metadata=_help("text or json"))
+    log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
+    ietf_headers: bool = field(
+        default=False, metadata=_help("add RateLimit-Policy / RateLimit response headers")
+    )
+    debug_show_values: bool = field(
+        default=False,
+        metadata=_help("/debug/keys shows raw descriptor values (API keys?), not digests"),
+    )
+    max_keys: int = field(default=DEFAULT_MAX_KEYS, metadata=_help("bound on tracked keys"))
+    max_descriptors: int = field(default=64, metadata=_help("descriptors allowed per request"))
+    max_entries: int = field(default=16, metadata=_help("entries allowed per descriptor"))
+    max_value_bytes: int = field(
+        default=1024, metadata=_help("bytes allowed per descriptor key or value")
+    )
+    redis_prefix: str = field(default="rls:", metadata=_help("prefix of every Redis key"))
+    sync_timeout_ms: int = field(
+        default=250, metadata=_help("Redis timeout per sync (capped at half a span)")
+    )
+    shutdown_grace_s: float = field(
+        default=5.0, metadata=_help("seconds in-flight requests get to finish on shutdown")
+    )
+    reload_poll_s: float = field(
+        default=0.5, metadata=_help("seconds between checks of the rule files for changes")
+    )
 
     @property
     def local_only(self) -> bool:
         return not self.redis_url
+
+
+class Option(NamedTuple):
+    """One settings field as the command line and the environment see it."""
+
+    name: str  # the Settings field
+    flag: str  # --max-keys
+    env: str  # RLS_MAX_KEYS
+    kind: type  # bool, int, float or str
+    help: str
+    default_text: str  # "" when the field has no default (required)
+
+    def parse(self, text: str) -> Any:
+        """The value an environment variable's text stands for."""
+        return text.lower() in TRUE_WORDS if self.kind is bool else self.kind(text)
+
+    def text(self, value: object) -> str:
+        """The environment text that `parse` reads back as `value`."""
+        if value is None:
+            return ""
+        return ("true" if value else "false") if self.kind is bool else str(value)
+
+
+def _options() -> tuple[Option, ...]:
+    hints = get_type_hints(Settings)
+    found = []
+    for spec in fields(Settings):
+        name = spec.metadata.get("flag", spec.name)
+        kinds = [kind for kind in get_args(hints[spec.name]) if kind is not type(None)]
+        # Shown in --help; nothing for a switch (off) or an optional value (unset).
+        default = "" if spec.default in (MISSING, None, False) else str(spec.default)
+        found.append(
+            Option(
+                name=spec.name,
+                flag="--" + name.replace("_", "-"),
+                env=ENV_PREFIX + name.upper(),
+                kind=kinds[0] if kinds else hints[spec.name],
+                help=spec.metadata["help"],
+                default_text=spec.metadata.get("default_text", default),
+            )
+        )
+    return tuple(found)
+
+
+OPTIONS = _options()
+
+
+def settings_from(values: Mapping[str, Any]) -> Settings:
+    """Settings from option values by field name; None or "" leaves the field's default."""
+    return Settings(**{name: value for name, value in values.items() if value not in (None, "")})
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    """Every setting as its environment variable, for a child process to read back.
+
+    By environment rather than argv, so the Redis URL's password never shows in `ps`.
+    """
+    return {option.env: option.text(getattr(settings, option.name)) for option in OPTIONS}

@@ -150,6 +150,14 @@ class _Limit(NamedTuple):
 _NO_LIMIT = _Limit(None, False, ())
 
 
+class _Ancestry(NamedTuple):
+    """What a descriptor inherits from the levels above it."""
+
+    path: tuple[tuple[str, str], ...] = ()  # (key, value) per level, from the root
+    shared: tuple[int, ...] = ()  # levels marked share_threshold
+    valued: tuple[int, ...] = ()  # levels marked value_to_metric, not share_threshold
+
+
 @dataclass(slots=True)
 class _Children:
     """The children of one node while they are collected, in file order."""
@@ -192,7 +200,7 @@ class _FileLoader(NodeChecker):
         if fields is None:
             return None
         name = self.required_text(fields, "domain", root, "")
-        children = self.children(fields.get("descriptors"), "descriptors", name or "", (), ())
+        children = self.children(fields.get("descriptors"), "descriptors", name or "", _Ancestry())
         if name is None or self.problems:
             return None
         source = Source(self.file, line_of(fields["domain"]))
@@ -203,8 +211,7 @@ class _FileLoader(NodeChecker):
         node: Node | None,
         path: str,
         domain: str,
-        parent: tuple[tuple[str, str], ...],
-        shared: tuple[int, ...],
+        parent: _Ancestry,
     ) -> _Children:
         children = _Children()
         if node is None or is_null(node):
@@ -215,7 +222,7 @@ class _FileLoader(NodeChecker):
         seen: dict[tuple[str, str], int] = {}
         for index, item in enumerate(node.value):
             item_path = f"{path}[{index}]"
-            parsed = self.descriptor(item, item_path, domain, parent, shared)
+            parsed = self.descriptor(item, item_path, domain, parent)
             if parsed is None:
                 continue
             key, value, child = parsed
@@ -233,8 +240,7 @@ class _FileLoader(NodeChecker):
         node: Node,
         path: str,
         domain: str,
-        parent: tuple[tuple[str, str], ...],
-        shared: tuple[int, ...],
+        parent: _Ancestry,
     ) -> tuple[str, str, DescriptorNode] | None:
         fields = self.mapping(node, path, DESCRIPTOR_KEYS, " with at least 'key'")
         if fields is None:
@@ -243,28 +249,46 @@ class _FileLoader(NodeChecker):
         value_node = fields.get("value")
         value = "" if value_node is None else self.text(value_node, join_path(path, "value"))
         limit = self.rate_limit(fields.get("rate_limit"), join_path(path, "rate_limit"))
-        levels = (*parent, (key or "", value))
-        if self.flag(fields, "share_threshold", path):
-            if "*" not in value:
-                message = "only allowed on a wildcard value (one containing '*')"
-                self.add(fields["share_threshold"], join_path(path, "share_threshold"), message)
-            shared = (*shared, len(levels) - 1)
+        value_to_metric = self.flag(fields, "value_to_metric", path)
+        here = self.ancestry(fields, path, parent, (key or "", value), value_to_metric)
         children = self.children(
-            fields.get("descriptors"), join_path(path, "descriptors"), domain, levels, shared
+            fields.get("descriptors"), join_path(path, "descriptors"), domain, here
         )
         rule = Rule(
             domain=domain,
-            path=levels,
+            path=here.path,
             limit=limit.limit,
             unlimited=limit.unlimited,
             shadow_mode=self.flag(fields, "shadow_mode", path),
             detailed_metric=self.flag(fields, "detailed_metric", path),
             source=Source(self.file, line_of(node)),
             replaces=limit.replaces,
-            value_to_metric=self.flag(fields, "value_to_metric", path),
-            shared_levels=shared,
+            value_to_metric=value_to_metric,
+            shared_levels=here.shared,
+            valued_levels=here.valued,
         )
         return None if key is None else (key, value, children.node(rule))
+
+    def ancestry(
+        self,
+        fields: dict[str, Node],
+        path: str,
+        parent: _Ancestry,
+        entry: tuple[str, str],
+        value_to_metric: bool,
+    ) -> _Ancestry:
+        """The parent's ancestry with this level added; `share_threshold` beats `value_to_metric`
+        (the reference names a shared level by its pattern, as all its values count together)."""
+        level = len(parent.path)
+        here = parent._replace(path=(*parent.path, entry))
+        if self.flag(fields, "share_threshold", path):
+            if "*" not in entry[1]:
+                message = "only allowed on a wildcard value (one containing '*')"
+                self.add(fields["share_threshold"], join_path(path, "share_threshold"), message)
+            return here._replace(shared=(*here.shared, level))
+        if value_to_metric:
+            return here._replace(valued=(*here.valued, level))
+        return here
 
     def rate_limit(self, node: Node | None, path: str) -> _Limit:
         if node is None or is_null(node):

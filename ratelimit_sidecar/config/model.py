@@ -102,10 +102,13 @@ class Rule:
     # Names this node's `rate_limit` replaces. Kept here (not only in `limit.replaces`) because
     # the reference lets an `unlimited` rule, whose `limit` is None, replace other limits too.
     replaces: tuple[str, ...] = ()
-    value_to_metric: bool = False  # reference `value_to_metric`: metrics name the request value
+    value_to_metric: bool = False  # this node's own `value_to_metric` flag
     # Indexes into `path` of wildcard levels marked `share_threshold` in the reference: every value
     # matching that wildcard shares one counter, named by the pattern instead of the request value.
     shared_levels: tuple[int, ...] = ()
+    # Indexes into `path` of the levels (this node's or its ancestors') marked `value_to_metric`
+    # and not `share_threshold`: the metric label shows the request's value there.
+    valued_levels: tuple[int, ...] = ()
     # Stable name for metrics and debug output, `domain.key_value.key2`; derived once because
     # metrics label every decision with it.
     id: str = field(init=False, repr=False)
@@ -113,11 +116,6 @@ class Rule:
     def __post_init__(self) -> None:
         parts = [f"{k}_{v}" if v else k for k, v in self.path]
         object.__setattr__(self, "id", ".".join([self.domain, *parts]))
-
-    @property
-    def fingerprint(self) -> tuple[object, ...]:
-        """What must stay equal across a reload for counters to be kept."""
-        return (self.domain, self.path, self.limit, self.unlimited, self.shadow_mode)
 
 
 @dataclass(frozen=True, slots=True)

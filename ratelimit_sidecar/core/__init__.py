@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter, unlimited_verdict
+from ratelimit_sidecar.core.algorithm import Algorithm
+from ratelimit_sidecar.core.fixed_window import FixedWindow
+from ratelimit_sidecar.core.fleet import FleetLimiter
+from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter
+from ratelimit_sidecar.core.local import LocalLimiter
+from ratelimit_sidecar.core.schedule import SyncSchedule
 from ratelimit_sidecar.core.types import (
     Code,
     Decision,
-    FlagRead,
     Hit,
     KeyId,
     Push,
@@ -17,19 +21,24 @@ from ratelimit_sidecar.core.types import (
     TotalRead,
     Verdict,
 )
+from ratelimit_sidecar.core.verdicts import unlimited_verdict
 
 __all__ = [
     "DEFAULT_MAX_KEYS",
+    "Algorithm",
     "Code",
     "Decision",
-    "FlagRead",
+    "FixedWindow",
+    "FleetLimiter",
     "Hit",
     "KeyId",
     "Limiter",
+    "LocalLimiter",
     "Push",
     "PushResult",
     "SyncBatch",
     "SyncResult",
+    "SyncSchedule",
     "SyncStats",
     "TotalRead",
     "Verdict",

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import math
-
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
 NO_WINDOW = -1
-# A lenient ceiling is at least this many standard deviations of the noise in the estimate's
-# extrapolation of one span of this node's own hits (Poisson: sd = nodes x sqrt(hits/span)).
-NOISE_SIGMAS = 3.0
 
 
 class KeyState:
-    """Counts for one key. Mutated only by the limiter, on one thread.
+    """Counts for one key. Mutated only by the limiter and its algorithm, on one thread.
 
-    `pending` are hits admitted in the current span of `window` and not yet handed to the
-    store; `inflight` is what the running sync is pushing for `window`; `unsent` is what an
-    earlier push could not deliver (or a window roll left behind), for `unsent_window`.
+    Span bookkeeping: `pending` are hits admitted in the current span of `window` and not yet
+    handed to the store; `inflight` is what the running sync is pushing for `window`; `unsent`
+    is what an earlier push could not deliver (or a window roll left behind), for
+    `unsent_window`. The other fields belong to the decision rule (core/fixed_window.py).
     """
 
     __slots__ = (
@@ -34,7 +30,6 @@ class KeyState:
         "last_hit",
         "limit",
         "local_cur",
-        "local_prev",
         "next_sync",
         "nodes",
         "nodes_prev",
@@ -68,82 +63,20 @@ class KeyState:
         self.inflight = 0
         self.unsent = 0
         self.unsent_window = NO_WINDOW
-        self.local_cur = 0
-        self.local_prev = 0
+        self.last_hit = now_ms
+        self.blocked_until = 0
+        self.local_cur = 0  # what this node admitted in `window`
         self.rejected = 0  # hits rejected on the estimate alone in `window` (offered, not admitted)
-        self.seen = 0
+        self.seen = 0  # the store's total for `window`, at the last sync
         self.nodes = nodes
         self.nodes_prev = 0.0  # the estimate before the last one; 0 until there are two
-        # The request check: an estimate over `ceiling`, computed with `check_nodes`, rejects
-        # (see tune). Strict until a sync shows the window's pace: MAX and the plain estimate.
+        # The request check: an estimate over `ceiling`, computed with `check_nodes`, rejects.
         # MAX itself, not a float copy: one object every key of the limit shares.
         self.ceiling: float = limit.requests_per_unit
         self.check_nodes = nodes
-        self.blocked_until = 0
-        self.last_hit = now_ms
         self.estimate_window = NO_WINDOW  # a finished window whose global total we still want
         self.estimate_local = 0  # what this node admitted in that window
         self.estimate_rejected = 0  # ... and rejected on its estimate alone
-
-    def used(self) -> float:
-        """Best estimate of the fleet's count in the current window."""
-        return self.seen + (self.inflight + self.pending) * self.nodes
-
-    def set_nodes(self, nodes: float) -> None:
-        """A new estimate from a finished window (the first replaces the node-level guess)."""
-        self.nodes_prev = self.nodes if self.nodes_prev else nodes
-        self.nodes = nodes
-        self.refresh_check()
-
-    def tune(self, sync_ms: int) -> None:
-        """After a sync: how far an estimate may pass MAX before it rejects, for one span.
-
-        The window's pace so far (`seen` over the time since the window began) projects its
-        total. Where that stays under MAX x (1 + 1/N), the bound the fleet accepts anyway, an
-        estimate may pass MAX by the projection's distance to that bound, at most MAX / N,
-        widened to the estimate's own noise on a node with a small share (see `_noise`): near
-        the limit a noisy estimate then no longer refuses requests of a window that ends under
-        MAX, while a window on course to pass the bound keeps the strict check. The first sync
-        of a window (no pace yet) keeps the ceiling the previous window ended with.
-        """
-        limit = self.limit
-        elapsed = sync_ms - self.window * limit.window_ms
-        if 2 * elapsed * limit.spans < limit.window_ms:
-            return
-        rpu = limit.requests_per_unit
-        share = rpu / limit.spans
-        slack = min(share, max(0.0, rpu + share - self.seen * limit.window_ms / elapsed))
-        if slack > 0:
-            slack += max(0.0, self._noise(elapsed) - share)
-        self.ceiling = rpu + slack
-        self.refresh_check()
-
-    def _noise(self, elapsed_ms: int) -> float:
-        """NOISE_SIGMAS standard deviations of one span of own hits, scaled by `nodes`."""
-        limit = self.limit
-        own = max(0, self.local_cur - self.pending)  # pushed so far in this window
-        per_span = own * limit.window_ms / (limit.spans * elapsed_ms)
-        return NOISE_SIGMAS * self.nodes * math.sqrt(per_span)
-
-    def strict(self) -> None:
-        """No leniency: the store did not answer, so the window's pace is unknown."""
-        self.ceiling = float(self.limit.requests_per_unit)
-        self.refresh_check()
-
-    def refresh_check(self) -> None:
-        """A lenient ceiling uses the lower of the last two `nodes` estimates: one window's
-        share is noisy (a node blocked earlier than the others in it looks smaller)."""
-        lenient = self.ceiling > self.limit.requests_per_unit
-        prev = self.nodes_prev or self.nodes
-        self.check_nodes = min(self.nodes, prev) if lenient else self.nodes
-
-    def over(self, hits: int) -> bool:
-        """The request check: this request's hits would pass the estimate's ceiling, or the
-        count known for sure (the store's total plus this node's unpushed hits) passes MAX.
-        `Limiter.admit` inlines the same expression."""
-        unpushed = self.seen + self.inflight + self.pending + hits
-        estimate = self.seen + (self.inflight + self.pending + hits) * self.check_nodes
-        return estimate > self.ceiling or unpushed > self.limit.requests_per_unit
 
     def roll(self, now_ms: int) -> int:
         """Move to the window holding `now_ms`; returns hits dropped by the move."""
@@ -156,7 +89,6 @@ class KeyState:
         self.estimate_window = self.window if consecutive and offered else NO_WINDOW
         self.estimate_local, self.estimate_rejected = self.local_cur, self.rejected
         self.rejected = 0
-        self.local_prev = self.local_cur if consecutive else 0
         self.local_cur = self.pending = self.inflight = self.seen = 0
         self.window = w
         return dropped

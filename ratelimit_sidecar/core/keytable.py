@@ -15,11 +15,11 @@ EVICTION_PROBES = 16
 
 class KeyTable:
     """Keys in insertion order; when full, an old key not hit in its current window makes room,
-    else the oldest unblocked one (see _find_victim).
+    else the busy one with the smallest count (see _find_victim).
 
-    An evicted key's unpushed hits are returned to the caller so they still reach the store:
-    eviction loses tracking precision, never counts. Blocked keys are never evicted for room,
-    so flooding new values cannot unblock an abuser.
+    Evicted keys are returned to the caller, which keeps what they counted: eviction loses
+    tracking precision, never counts. Blocked keys are never evicted for room, so flooding new
+    values cannot unblock an abuser.
     """
 
     __slots__ = ("_states", "evictions", "get", "max_keys")
@@ -60,14 +60,16 @@ class KeyTable:
     def _find_victim(self, now_ms: int) -> KeyState | None:
         """Among the EVICTION_PROBES oldest keys, the first one idle in its current window; the
         busy and blocked ones looked at go to the back (a second chance, so a key in steady use
-        is not evicted just for being old). If all are busy, the oldest unblocked one."""
+        is not evicted just for being old). If all are busy, the unblocked one that counted
+        least in its window: the cheapest to remember (see core/evicted.py)."""
         oldest = list(islice(self._states.values(), EVICTION_PROBES))
         for state in oldest:
             idle = now_ms - state.last_hit >= state.limit.window_ms
             if idle and now_ms >= state.blocked_until:
                 return state
             self._states.move_to_end(state.key)
-        return next((s for s in oldest if now_ms >= s.blocked_until), None)
+        unblocked = [s for s in oldest if now_ms >= s.blocked_until]
+        return min(unblocked, key=lambda s: s.local_cur, default=None)
 
     def busiest(self, limit: int) -> list[KeyState]:
         """The keys with the most local hits in their current window, for /debug/keys."""

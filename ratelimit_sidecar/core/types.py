@@ -67,13 +67,6 @@ class Push(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class FlagRead:
-    """Read the remaining time of a key's shared block flag."""
-
-    key: KeyId
-
-
-@dataclass(frozen=True, slots=True)
 class TotalRead:
     """Read a finished window's global total, for the nodes estimate."""
 
@@ -90,11 +83,10 @@ class SyncBatch:
 
     now_ms: int
     pushes: list[Push] = field(default_factory=list)
-    flag_reads: list[FlagRead] = field(default_factory=list)
     total_reads: list[TotalRead] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.pushes or self.flag_reads or self.total_reads)
+        return bool(self.pushes or self.total_reads)
 
 
 class PushResult(NamedTuple):
@@ -105,7 +97,6 @@ class PushResult(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     pushes: tuple[PushResult, ...] = ()
-    flag_ms: tuple[int, ...] = ()  # per FlagRead: remaining block, 0 if none
     totals: tuple[int, ...] = ()  # per TotalRead: the window's total, 0 if gone
     live_nodes: int = 0  # node-level estimate from heartbeats; 0 if unknown
     store_time_ms: int = 0  # the store's clock when it answered (Redis TIME); 0 if unknown

@@ -13,20 +13,20 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.reload import RuleWatcher
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
+from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from ratelimit_sidecar.service.validation import Bounds
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.base import Storage
-from ratelimit_sidecar.storage.memory import MemoryStorage
 
 log = logging.getLogger("ratelimit_sidecar.server")
 
@@ -49,15 +49,25 @@ class Sidecar:
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        # Local-only (no store given): the limiter applies its own counts; nothing is pushed.
-        self.limiter = Limiter(
-            settings.max_keys, settings.shadow_mode, shared_store=storage is not None
-        )
-        self.storage: Storage = storage or MemoryStorage()
         # Spans follow the shared store's clock (Redis TIME); `clock_ms` is the local clock it
         # corrects. Requests read it without I/O; the sync loop updates the offset.
         self.clock = StoreClock(clock_ms)
         clock_ms = self.clock.now_ms
+        self.storage = storage
+        self.limiter: Limiter
+        self.sync: SyncLoop | SweepLoop
+        if storage is None:  # local-only: counts stay in memory, nothing to sync
+            local = LocalLimiter(settings.max_keys, settings.shadow_mode)
+            self.limiter, self.sync = local, SweepLoop(local, clock_ms)
+        else:
+            fleet = FleetLimiter(settings.max_keys, settings.shadow_mode)
+            timeout = settings.sync_timeout_ms
+            self.limiter, self.sync = (
+                fleet,
+                SyncLoop(
+                    fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
+                ),
+            )
         self.handler = RateLimitHandler(
             rules,
             self.limiter,
@@ -67,18 +77,16 @@ class Sidecar:
             observer=self.metrics,
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
         )
-        self.sync = SyncLoop(
-            self.limiter,
-            self.storage,
-            clock_ms,
-            settings.sync_timeout_ms,
-            self.metrics.synced,
-            store_clock=self.clock,
-        )
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
-        mode = "local-only" if settings.local_only else self.storage.description
-        endpoints = Endpoints(lambda: self.handler.rules, self.limiter, self.sync, mode)
+        mode = "local-only" if storage is None else storage.description
+        endpoints = Endpoints(
+            lambda: self.handler.rules,
+            self.limiter,
+            self.sync,
+            mode,
+            show_values=settings.debug_show_values,
+        )
         self.http = HttpApi(endpoints.routes(self._scrape))
         self.watcher = RuleWatcher(
             settings.config_path,
@@ -123,7 +131,8 @@ class Sidecar:
 
     def _log_startup(self) -> None:
         s = self.settings
-        mode = "local-only (single node, no Redis)" if s.local_only else self.storage.description
+        store = self.storage
+        mode = "local-only (single node, no Redis)" if store is None else store.description
         domains = self.handler.rules.domains.values()
         rules = sum(len(d.rules()) for d in domains)
         host = s.grpc_address.rsplit(":", 1)[0]
@@ -161,7 +170,8 @@ class Sidecar:
         for task in self._tasks:
             await task
         lost = await self.sync.flush()
-        await self.storage.close()
+        if self.storage is not None:
+            await self.storage.close()
         await self.http.stop()
         log.info("stopped")
         return lost

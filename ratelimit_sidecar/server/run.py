@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.loader import load_rules
@@ -12,12 +15,11 @@ from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.logs import setup_logging
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.server.grpc_api import BindError
-from ratelimit_sidecar.settings import ENV_PREFIX, Settings
+from ratelimit_sidecar.server.workers import run_workers
+from ratelimit_sidecar.settings import REUSE_PORT_ENV, Settings
 from ratelimit_sidecar.storage.base import Storage
 
 log = logging.getLogger("ratelimit_sidecar.server")
-
-REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
 
 
 def fail(message: str) -> int:
@@ -34,13 +36,21 @@ def run_serve(settings: Settings) -> int:
     except OSError as exc:
         return fail(f"cannot read configuration {settings.config_path}: {exc.strerror}")
     if settings.workers > 1:
-        from ratelimit_sidecar.server.workers import run_workers
-
         return run_workers(settings)
-    from ratelimit_sidecar.cli import run_async
-
     reuse_port = os.environ.get(REUSE_PORT_ENV) == "1"
     return run_async(lambda: serve(settings, rules, reuse_port))
+
+
+def run_async(factory: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run on uvloop when it is installed, else on the default asyncio loop."""
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(factory())
 
 
 async def serve(settings: Settings, rules: RuleSet, reuse_port: bool = False) -> int:
@@ -52,7 +62,8 @@ async def serve(settings: Settings, rules: RuleSet, reuse_port: bool = False) ->
     try:
         await sidecar.serve()
     except BindError as exc:
-        await sidecar.storage.close()
+        if storage is not None:
+            await storage.close()
         return fail(str(exc))
     return 0
 
@@ -61,6 +72,6 @@ def open_storage(settings: Settings) -> Storage | None:
     """The Redis store for `--redis-url`, or None (local-only) without one."""
     if settings.local_only:
         return None
-    from ratelimit_sidecar.storage.redis_store import open_redis
+    from ratelimit_sidecar.storage.redis_urls import open_redis
 
     return open_redis(settings.redis_url or "", settings.redis_prefix, settings.node_id)

@@ -7,15 +7,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from ratelimit_sidecar.core import Limiter, SyncBatch, SyncResult, SyncStats
+from ratelimit_sidecar.core import FleetLimiter, SyncBatch, SyncResult, SyncSchedule, SyncStats
+from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS, FLUSH_ATTEMPTS, POLL_MS
 from ratelimit_sidecar.server.storeclock import StoreClock
 from ratelimit_sidecar.storage.base import Storage
+from ratelimit_sidecar.storage.errors import StoreError, StoreTimeout
 
 log = logging.getLogger("ratelimit_sidecar.sync")
-
-MAX_SLEEP_MS = 250  # look again at least this often: a newly active rule may have short spans
-HEARTBEAT_MS = 1000  # sync at least this often, so the store's heartbeat stays fresh
-FLUSH_ATTEMPTS = 3
 
 
 def wall_clock_ms() -> int:
@@ -23,7 +21,8 @@ def wall_clock_ms() -> int:
 
 
 class SyncLoop:
-    """Wakes at the next span end of any tracked rule and syncs the keys whose span ended.
+    """Runs the core's `SyncSchedule` on the event loop: wakes at the next span end of any
+    tracked rule (or heartbeat) and syncs the keys whose span ended.
 
     The store call has a short timeout (at most half the shortest span), so a slow store turns
     into the core's fallback rather than into late decisions; requests never wait on it.
@@ -31,10 +30,10 @@ class SyncLoop:
 
     def __init__(
         self,
-        limiter: Limiter,
+        limiter: FleetLimiter,
         storage: Storage,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        timeout_ms: int = 250,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
         on_sync: Callable[[SyncStats, float, str], None] | None = None,
         *,
         store_clock: StoreClock | None = None,
@@ -45,29 +44,28 @@ class SyncLoop:
         self.storage = storage
         self._clock_ms = clock_ms if store_clock is None else store_clock.now_ms
         self._store_clock = store_clock
-        self._timeout_ms = timeout_ms
+        self._schedule = SyncSchedule(self._clock_ms(), timeout_ms)
         self._on_sync = on_sync
         self._stop = asyncio.Event()
         self.store_up = True
-        self.last_error = ""
+        self.last_error = ""  # the kind of the last failure ("timeout", "connection", ...)
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
-        due = self._clock_ms()
+        schedule = self._schedule
         while not self._stop.is_set():
             now = self._clock_ms()
-            span_end = self.limiter.next_span_end(now)
-            due = min(due, span_end) if span_end is not None else due
-            if await self._sleep_until(min(due, now + MAX_SLEEP_MS)):
+            due = schedule.next_sync(self.limiter.next_span_end(now))
+            if await self._sleep_until(min(due, now + POLL_MS)):
                 return
-            if self._clock_ms() >= due:
+            if self._clock_ms() >= schedule.due_ms:
                 await self.sync_once()
-                due = self._clock_ms() + HEARTBEAT_MS
+                schedule.synced(self._clock_ms())
 
     async def _sleep_until(self, wake_ms: int) -> bool:
-        """Sleep until the wall clock reaches `wake_ms`; True if asked to stop meanwhile."""
+        """Sleep until the clock reaches `wake_ms`; True if asked to stop meanwhile."""
         while (delay := wake_ms - self._clock_ms()) > 0:
             try:
                 await asyncio.wait_for(self._stop.wait(), delay / 1000)
@@ -91,11 +89,16 @@ class SyncLoop:
         """The store's answer, or None and whether the batch may be sent again."""
         clock = self._store_clock
         sent = clock.local_ms() if clock is not None else 0
+        timeout_ms = self._schedule.store_timeout_ms(self.limiter.shortest_span_ms())
         try:
-            result = await asyncio.wait_for(self.storage.sync(batch), self._timeout_s())
-        except Exception as exc:  # any store failure becomes the fallback, never a crash
-            self._note_failure(exc)
-            return None, not _maybe_delivered(exc)
+            result = await asyncio.wait_for(self.storage.sync(batch), timeout_ms / 1000)
+        except TimeoutError as exc:  # our own deadline: the store may still apply it
+            return self._failed(StoreTimeout(f"no answer in {timeout_ms} ms"), exc)
+        except StoreError as exc:
+            return self._failed(exc, exc)
+        except Exception as exc:  # a storage bug: still the fallback, never a dead loop
+            log.exception("unexpected error from %s", self.storage.description)
+            return self._failed(StoreError(str(exc)), exc)
         if clock is not None and result.store_time_ms:
             clock.observe(sent, clock.local_ms(), result.store_time_ms)
         if not self.store_up:
@@ -103,16 +106,14 @@ class SyncLoop:
         self.store_up, self.last_error = True, ""
         return result, True
 
-    def _note_failure(self, exc: BaseException) -> None:
-        kind = type(exc).__name__
+    def _failed(self, error: StoreError, cause: BaseException) -> tuple[None, bool]:
+        """Any store failure becomes the fallback, never a crash."""
         if self.store_up:
-            log.warning("store sync failed (%s: %s); deciding from local thresholds", kind, exc)
-        self.store_up, self.last_error = False, kind
-
-    def _timeout_s(self) -> float:
-        span = self.limiter.shortest_span_ms()
-        timeout = self._timeout_ms if span is None else min(self._timeout_ms, span // 2)
-        return max(timeout, 10) / 1000
+            log.warning(
+                "store sync failed (%s: %s); deciding from local thresholds", error.kind, cause
+            )
+        self.store_up, self.last_error = False, error.kind
+        return None, not error.may_have_applied
 
     async def flush(self) -> int:
         """Push everything admitted so far; returns the hits that could not be pushed."""
@@ -123,8 +124,3 @@ class SyncLoop:
         left = self.limiter.pending_hits()
         log.error("shutdown: %d admitted hits could not be pushed to the store", left)
         return left
-
-
-def _maybe_delivered(exc: BaseException) -> bool:
-    """A timeout may hide a pipeline the store did apply; resending it would double count."""
-    return isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__

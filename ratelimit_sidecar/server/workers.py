@@ -16,13 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from types import FrameType
 
-from ratelimit_sidecar.server.run import REUSE_PORT_ENV
-from ratelimit_sidecar.settings import ENV_PREFIX, Settings
+from ratelimit_sidecar.settings import REUSE_PORT_ENV, Settings, environment
 
 log = logging.getLogger("ratelimit_sidecar.workers")
 POLL_S = 0.2
+WORKER_COMMAND = (sys.executable, "-m", "ratelimit_sidecar", "serve")
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -30,39 +31,30 @@ def split_address(address: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def worker_command(settings: Settings, index: int) -> list[str]:
+def worker_settings(settings: Settings, index: int) -> Settings:
+    """The parent's settings, as one node of its own with its own metrics port."""
     host, port = split_address(settings.metrics_address)
-    args = [
-        sys.executable, "-m", "ratelimit_sidecar", "serve",
-        "--config", settings.config_path,
-        "--grpc-address", settings.grpc_address,
-        "--metrics-address", f"{host}:{port + index if port else 0}",
-        "--node-id", f"{settings.node_id}-w{index}",
-        "--workers", "1",
-        "--log-format", settings.log_format, "--log-level", settings.log_level,
-        "--max-keys", str(settings.max_keys),
-        "--redis-prefix", settings.redis_prefix,
-        "--sync-timeout-ms", str(settings.sync_timeout_ms),
-    ]  # fmt: skip
-    args += ["--shadow-mode"] if settings.shadow_mode else []
-    args += ["--ietf-headers"] if settings.ietf_headers else []
-    return args
+    return replace(
+        settings,
+        node_id=f"{settings.node_id}-w{index}",
+        metrics_address=f"{host}:{port + index if port else 0}",
+        workers=1,
+    )
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    env = {**os.environ, REUSE_PORT_ENV: "1"}
-    if settings.redis_url:  # by environment, so the password never shows in `ps`
-        env[ENV_PREFIX + "REDIS_URL"] = settings.redis_url
-    return env
+    """Every setting travels by environment, not argv: the Redis password never shows in `ps`."""
+    return {**os.environ, **environment(settings), REUSE_PORT_ENV: "1"}
 
 
 def run_workers(settings: Settings) -> int:
     if split_address(settings.grpc_address)[1] == 0:
         print("ratelimit-sidecar: error: --workers needs a fixed gRPC port", file=sys.stderr)
         return 1
-    env = worker_env(settings)
     children = [
-        subprocess.Popen(worker_command(settings, i), env=env, stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            WORKER_COMMAND, env=worker_env(worker_settings(settings, i)), stdin=subprocess.DEVNULL
+        )
         for i in range(settings.workers)
     ]
     stopping = _forward_signals(children)

@@ -28,9 +28,9 @@ class CompiledRequest(NamedTuple):
 
     `tally` is whatever the decision observer asked to keep with the request (its counters).
     `counted` is the index of the request's only descriptor with a limit, or -1 if it has none
-    or several, and `only` that descriptor; the encoded statuses of the descriptors before and
-    after it never change, nor does the start of its own when it is admitted (`head`: code and
-    current limit).
+    or several, and `only` that descriptor alone (what the limiter needs to decide); the
+    encoded statuses of the descriptors before and after it never change, nor does the start of
+    its own when it is admitted (`head`: code and current limit).
     """
 
     domain: str
@@ -41,7 +41,7 @@ class CompiledRequest(NamedTuple):
     before: bytes = b""
     after: bytes = b""
     head: bytes = b""
-    only: Hit | None = None
+    only: tuple[Hit, ...] = ()
 
 
 class RequestCache:

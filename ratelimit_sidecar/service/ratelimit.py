@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
-from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
+from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict, unlimited_verdict
 from ratelimit_sidecar.service.compiled import (
     DEFAULT_MAX_ENTRIES,
     CompiledRequest,
@@ -36,6 +36,7 @@ from ratelimit_sidecar.service.validation import (
 from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest
 
 MAX_OVERRIDES = 1024
+MAX_HITS = 2**32 - 1
 _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 
 
@@ -90,21 +91,23 @@ class RateLimitHandler:
         compiled = self._compiled.get(raw)
         if compiled is None:
             compiled = self._compile(raw)
+        if not compiled.known:
+            if self._observer is not None:
+                self._observer.unknown_domain(compiled.domain)
+            return unmatched_response(len(compiled.hits))
         now = self._clock_ms()
-        only = compiled.only
-        if only is not None:  # the usual request: try the limiter's short path first
-            verdict = self.limiter.admit(now, only)
-            if verdict is not None:
+        if not compiled.only:
+            decision = self.limiter.hit(now, compiled.hits)
+        else:  # one counted descriptor; the others' answers never change
+            decision = self.limiter.hit(now, compiled.only)
+            verdict = decision.verdicts[0]
+            if verdict.code is Code.OK:  # the usual answer, encoded in one step
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, compiled.counted, verdict)
                 return self._encoder.admitted(
                     compiled.before, compiled.head, verdict, compiled.after
                 )
-        if not compiled.known:
-            if self._observer is not None:
-                self._observer.unknown_domain(compiled.domain)
-            return unmatched_response(len(compiled.hits))
-        decision = self.limiter.hit(now, compiled.hits)
+            decision = Decision(decision.code, _with_constants(compiled, verdict))
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
         return self._encoder.encode(decision)
@@ -133,7 +136,7 @@ class RateLimitHandler:
             after = self._encoder.statuses(unlimited_verdict(h) for h in hits[counted + 1 :])
             head = self._encoder.admitted_head(limit)
             compiled = CompiledRequest(
-                name, tuple(hits), known, tally, counted, before, after, head, hits[counted]
+                name, tuple(hits), known, tally, counted, before, after, head, (hits[counted],)
             )
         self._compiled.put(raw, compiled)
         return compiled
@@ -171,6 +174,13 @@ class RateLimitHandler:
             found = replace(rule, limit=limit, unlimited=False)
             self._overrides[cache_key] = found
         return found
+
+
+def _with_constants(compiled: CompiledRequest, verdict: Verdict) -> tuple[Verdict, ...]:
+    """Every descriptor's verdict: `verdict` for the counted one, constants for the others."""
+    hits, counted = compiled.hits, compiled.counted
+    before = [unlimited_verdict(h) for h in hits[:counted]]
+    return (*before, verdict, *[unlimited_verdict(h) for h in hits[counted + 1 :]])
 
 
 def _only_counted(hits: Sequence[Hit]) -> tuple[int, RateLimit | None]:
@@ -214,4 +224,5 @@ def _hits(descriptor: RateLimitDescriptor, default: int) -> int:
     `is_negative_hits` gives quota back: the hits are subtracted from the counter.
     """
     hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
+    hits = min(hits, MAX_HITS)  # more than any limit admits: the protocol's uint32 range
     return -hits if descriptor.is_negative_hits else hits

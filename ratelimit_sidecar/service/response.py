@@ -20,7 +20,6 @@ from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core import Code, Decision, Verdict
 
 UNLIMITED_REMAINING = 2**32 - 1
-OK, OVER_LIMIT = 1, 2  # RateLimitResponse.Code
 
 # Field tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
 _OVERALL_CODE, _STATUS, _HEADER, _RAW_BODY = b"\x08", b"\x12", b"\x1a", b"\x2a"

@@ -98,7 +98,7 @@ def _systems(args: argparse.Namespace) -> list[str]:
 def _listing() -> str:
     lines = ["scenarios:"]
     lines += [f"  {name:13s} {d.about}" for name, d in SCENARIOS.items()]
-    lines += ["systems (combine variants with +, e.g. hard+reread):"]
+    lines += ["systems (combine variants with +, e.g. admitted+redis-time):"]
     lines += [f"  {name:13s} {s.about}" for name, s in SYSTEMS.items()]
     return "\n".join(lines)
 

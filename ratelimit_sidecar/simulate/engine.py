@@ -1,15 +1,14 @@
 """The discrete-event loop: virtual nodes running the real core against one shared store.
 
 Time is integer milliseconds of a true clock, which is also the store's clock. Each node has
-its own `Limiter` and sees `true + offset`. A node's sync follows `server/syncloop.py` step
-for step: sync at start, then wake at the next span end or one heartbeat after the last sync,
-whichever is first; `end_span`, call the store with the loop's timeout, `apply_sync` with the
-answer (or None, and whether the pushes may be resent), compute the next wake. The loop also
-polls every 250 ms for a rule that just became active; here that is an exact re-plan when a
-node's first key appears. A round trip
-of L ms reaches the store at +L/2 and is answered at +L; requests in between see the state
-from before the answer. Past the timeout the node falls back while the store still applies
-the INCRBY, exactly as a real timed-out Redis call does.
+its own limiter and sees `true + offset`. A node syncs on the core's `SyncSchedule`, as the
+server's sync loop does: `end_span`, call the store with the schedule's timeout, `apply_sync`
+with the answer (or None, and whether the pushes may be resent), then wake at the schedule's
+next sync. The server's loop polls for a rule that just became active; here that is an exact
+re-plan when a node's first key appears. A round trip of L ms reaches the store at +L/2 and is
+answered at +L; requests in between see the state from before the answer. Past the timeout the
+node falls back while the store still applies the INCRBY, exactly as a real timed-out Redis
+call does. Local-only nodes (the `local` baseline) have no store and no sync at all.
 """
 
 from __future__ import annotations
@@ -18,25 +17,30 @@ import heapq
 from dataclasses import dataclass, field
 from random import Random
 
-from ratelimit_sidecar.core import Code, Hit, Limiter, SyncBatch, SyncResult, TotalRead
+from ratelimit_sidecar.core import (
+    Code,
+    FleetLimiter,
+    Hit,
+    Limiter,
+    LocalLimiter,
+    SyncBatch,
+    SyncResult,
+    SyncSchedule,
+)
+from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
 from ratelimit_sidecar.simulate.metrics import Recorder
 from ratelimit_sidecar.simulate.params import build_rule
 from ratelimit_sidecar.simulate.scenarios import Setup
 from ratelimit_sidecar.simulate.traffic import Traffic
 from ratelimit_sidecar.simulate.variants import ExactCounter, System
+from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
 from ratelimit_sidecar.storage.memory import MemoryStorage
 
-HEARTBEAT_MS = 1000  # = server.syncloop.HEARTBEAT_MS (a test keeps them equal)
-FLUSH_ATTEMPTS = 3  # = server.syncloop.FLUSH_ATTEMPTS
 # Real timers wake a millisecond or two late; the jitter also shuffles which node pushes
 # first at a shared span boundary, as in a real fleet (a fixed order would bias `seen`).
 WAKE_JITTER_MS = 3
-BOOT, LEAVE, SYNC, EXEC, APPLY, REREAD = range(6)
+BOOT, LEAVE, SYNC, EXEC, APPLY = range(5)
 KEY = ("sim", "client", "c1")
-
-
-class StoreDown(ConnectionError):
-    pass
 
 
 class FlakyStore:
@@ -48,7 +52,7 @@ class FlakyStore:
     def execute(self, batch: SyncBatch, node_id: str) -> SyncResult:
         now = self.engine.now
         if any(a <= now < b for a, b in self.outages):
-            raise StoreDown("store unreachable")
+            raise StoreUnavailable("store unreachable")
         return self.store.execute(batch, node_id)
 
 
@@ -56,10 +60,11 @@ class FlakyStore:
 class SimNode:
     index: int
     limiter: Limiter
+    fleet: FleetLimiter | None  # the same limiter, when it syncs with the shared store
     offset: int
-    store: FlakyStore | MemoryStorage
     latency_ms: int
     hits: list[Hit]
+    schedule: SyncSchedule
     serving: bool = True
     leaving: bool = False
     flushes: int = 0
@@ -68,7 +73,6 @@ class SimNode:
     answer: SyncResult | None = None
     timed_out: bool = False
     dropped: int = 0  # the limiter's dropped_hits already recorded
-    due: int = 0  # node clock: the next heartbeat sync
     tracking: bool = False  # has a key, hence span ends to wake for
     name: str = field(init=False)
 
@@ -152,8 +156,6 @@ class Engine:
             self._exec(node, payload)
         elif kind == APPLY and payload is node.batch:
             self._apply(node)
-        elif kind == REREAD:
-            self._reread(node)
 
     def _boot(self, index: int) -> None:
         setup, system = self.setup, self.system
@@ -162,17 +164,23 @@ class Engine:
         offset = 0 if system.store_clock else setup.offsets[index]
         if system.store_clock and system.raw_store_clock:  # read at the store, used on receipt
             offset = -(setup.latency_ms // 2)
-        store: FlakyStore | MemoryStorage = self.shared if system.shared else MemoryStorage()
-        latency = setup.latency_ms if system.shared else 0  # a local store is in-process
         hits = [Hit(self.rule, KEY, 1)]
-        node = SimNode(index, system.limiter(), offset, store, latency, hits)
+        schedule = SyncSchedule(self.now + offset, setup.params.timeout_ms)
+        if not system.shared:  # local-only: decisions from memory, nothing to sync
+            node = SimNode(index, LocalLimiter(), None, offset, 0, hits, schedule)
+            self.nodes[index] = node
+            return
+        fleet = FleetLimiter(algorithm=system.algorithm)
+        node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
-        self._wake(node, self.now)  # SyncLoop.run syncs at once, then every heartbeat
+        self._wake(node, self.now)  # the schedule's first sync is at once
 
     def _leave(self, node: SimNode) -> None:
         """SIGTERM: stop serving, then flush every pending hit (after any sync in flight)."""
         node.serving, node.leaving = False, True
-        if node.batch is None:
+        if node.fleet is None:
+            del self.nodes[node.index]  # nothing to flush
+        elif node.batch is None:
             self._wake(node, self.now)
 
     def _wake(self, node: SimNode, t: int) -> None:
@@ -180,93 +188,77 @@ class Engine:
         self._at(t, SYNC, node.index, node.token)
 
     def _sync(self, node: SimNode) -> None:
-        batch = node.limiter.end_span(self.now + node.offset, flush=node.leaving)
+        fleet = _fleet(node)
+        batch = fleet.end_span(self.now + node.offset, flush=node.leaving)
         node.batch, node.answer = batch, None
         latency = node.latency_ms
         if latency == 0:
             self._exec(node, batch)
             self._apply(node)
             return
-        timeout = self._timeout_ms(node)
+        timeout = node.schedule.store_timeout_ms(fleet.shortest_span_ms())
         node.timed_out = latency > timeout
         self._at(self.now + latency // 2, EXEC, node.index, batch)
         self._at(self.now + min(latency, timeout), APPLY, node.index, batch)
 
-    def _timeout_ms(self, node: SimNode) -> int:
-        """SyncLoop._timeout_s: the configured timeout, capped at half the shortest span."""
-        span = node.limiter.shortest_span_ms()
-        timeout = self.setup.params.timeout_ms
-        return max(timeout if span is None else min(timeout, span // 2), 10)
-
     def _exec(self, node: SimNode, batch: SyncBatch) -> None:
         """The store applies the batch whether or not the node is still waiting for it."""
         try:
-            answer: SyncResult | None = node.store.execute(batch, node.name)
-        except StoreDown:
+            answer: SyncResult | None = self.shared.execute(batch, node.name)
+        except StoreError:
             answer = None
         if batch is node.batch and not node.timed_out:
             node.answer = answer
 
     def _apply(self, node: SimNode) -> None:
-        batch, answer = node.batch, node.answer
+        fleet, batch, answer = _fleet(node), node.batch, node.answer
         assert batch is not None
         node.batch = node.answer = None
-        # As SyncLoop: a refused call surely did not arrive (resend); a timed-out one may have.
+        # As the sync loop: a refused call surely did not arrive (resend); a timed-out one may.
         resend = not node.timed_out
-        node.limiter.apply_sync(self.now + node.offset, batch, answer, resend)
-        self.recorder.dropped_hits += node.limiter.dropped_hits - node.dropped
-        node.dropped = node.limiter.dropped_hits
-        if answer is not None and node.serving and self.system.shared:
+        fleet.apply_sync(self.now + node.offset, batch, answer, resend)
+        self.recorder.dropped_hits += fleet.dropped_hits - node.dropped
+        node.dropped = fleet.dropped_hits
+        if answer is not None and node.serving:
             self._sample_nodes(node)
-            if self.system.reread and batch.pushes:
-                self._at(self.now + self.setup.params.span_ms // 4, REREAD, node.index)
         if node.leaving:
             self._after_flush(node)
             return
         now = self.now + node.offset
-        node.due = now + HEARTBEAT_MS
+        node.schedule.synced(now)
         self._plan_wake(node, now)
 
     def _plan_wake(self, node: SimNode, now: int) -> None:
         span_end = node.limiter.next_span_end(now)
         node.tracking = span_end is not None
-        wake = node.due if span_end is None else min(node.due, span_end)
+        wake = node.schedule.next_sync(span_end)
         self._wake(node, wake - node.offset + self.jitter.randrange(WAKE_JITTER_MS))
 
     def _first_key(self, node: SimNode) -> None:
-        """The loop's 250 ms poll notices a newly active rule; re-plan the wake-up."""
-        if node.batch is None and node.limiter.next_span_end(self.now + node.offset) is not None:
+        """The sync loop's poll notices a newly active rule; re-plan the wake-up."""
+        if node.fleet is None:
+            node.tracking = True  # a local node has no wake-up to plan
+        elif node.batch is None and node.limiter.next_span_end(self.now + node.offset) is not None:
             self._plan_wake(node, self.now + node.offset)
 
     def _after_flush(self, node: SimNode) -> None:
+        fleet = _fleet(node)
         node.flushes += 1
-        if node.limiter.pending_hits() == 0 or node.flushes >= FLUSH_ATTEMPTS:
-            self.recorder.dropped_hits += node.limiter.pending_hits()
+        if fleet.pending_hits() == 0 or node.flushes >= FLUSH_ATTEMPTS:
+            self.recorder.dropped_hits += fleet.pending_hits()
             del self.nodes[node.index]
         else:
             self._wake(node, self.now)
-
-    def _reread(self, node: SimNode) -> None:
-        """Variant (g): a late GET of the current window, once every node's push has landed.
-
-        Emulates a core hook the core does not have (a second, read-only round trip per span);
-        the read is answered at once, which flatters it by one store latency."""
-        state = node.limiter.keys.get(KEY)
-        if state is None:
-            return
-        window = state.window
-        batch = SyncBatch(self.now + node.offset, total_reads=[TotalRead(KEY, window)])
-        try:
-            total = self.shared.execute(batch, "").totals[0]
-        except StoreDown:
-            return
-        if state.window == window:
-            state.seen = max(state.seen, total)
 
     def _sample_nodes(self, node: SimNode) -> None:
         truth = self.setup.membership.inverse_share(node.index, self.now)
         for state in node.limiter.keys:
             if self.system.oracle_nodes:
-                state.nodes = truth
-                state.refresh_check()
+                self.system.algorithm.set_nodes(state, truth)
             self.recorder.nodes_sample(state.nodes, truth)
+
+
+def _fleet(node: SimNode) -> FleetLimiter:
+    """The limiter of a node that syncs (local nodes schedule no sync events)."""
+    assert node.fleet is not None
+    return node.fleet

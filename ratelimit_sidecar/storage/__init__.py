@@ -1,8 +1,21 @@
-"""Where span deltas go: the store protocol and its backends (memory, Redis)."""
+"""Where span deltas go: the store protocol, its failures and its backends (memory, Redis)."""
 
 from __future__ import annotations
 
 from ratelimit_sidecar.storage.base import Storage
+from ratelimit_sidecar.storage.errors import (
+    StoreError,
+    StoreRefused,
+    StoreTimeout,
+    StoreUnavailable,
+)
 from ratelimit_sidecar.storage.memory import MemoryStorage
 
-__all__ = ["MemoryStorage", "Storage"]
+__all__ = [
+    "MemoryStorage",
+    "Storage",
+    "StoreError",
+    "StoreRefused",
+    "StoreTimeout",
+    "StoreUnavailable",
+]

@@ -11,9 +11,13 @@ class Storage(Protocol):
     """A shared counter store.
 
     `sync` applies a batch of INCRBYs (setting the shared block flag when a total crosses its
-    limit), reads block flags and finished-window totals, refreshes this node's heartbeat, and
-    answers with a `SyncResult` whose lists line up with the batch. It raises on any failure;
-    the caller turns that into the core's fallback.
+    limit, and answering each counter's total and remaining block), reads finished-window
+    totals, refreshes this node's heartbeat, and answers with a `SyncResult` whose lists line
+    up with the batch. A failed sync raises a `StoreError` (storage/errors.py): `StoreTimeout`
+    (no answer in time; the batch may have been applied), `StoreUnavailable` (no connection)
+    or `StoreRefused` (an error reply, or a reply that does not parse). Its `may_have_applied`
+    tells the caller whether resending the counts could count them twice; the caller turns
+    any failure into the core's fallback.
     """
 
     @property

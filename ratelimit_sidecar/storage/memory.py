@@ -45,10 +45,9 @@ class MemoryStorage:
         if self.round_trips % PURGE_EVERY == 0:
             self._purge(now)
         pushes = tuple(self._push(p.key, p.window, p.count, p.limit, now) for p in batch.pushes)
-        flags = tuple(self._flag_ms(r.key, now) for r in batch.flag_reads)
         totals = tuple(self._total(r.key, r.window, now) for r in batch.total_reads)
         store_time = now if self._clock is not None else 0  # without a clock of its own: none
-        return SyncResult(pushes, flags, totals, self._heartbeat(node_id, now), store_time)
+        return SyncResult(pushes, totals, self._heartbeat(node_id, now), store_time)
 
     def _push(self, key: KeyId, window: int, count: int, limit: RateLimit, now: int) -> PushResult:
         value = self._total(key, window, now) + count

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness.grpc_client import request
+from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess, run_cli
 from ratelimit_sidecar import wire
@@ -20,7 +20,7 @@ def test_serve_answers_and_stops_gracefully(tmp_path: Path, sig: int) -> None:
     sidecar = SidecarProcess(write_rules(tmp_path), "--node-id", "cli-test").wait_ready()
     try:
         with grpc.insecure_channel(sidecar.address) as channel:
-            stub = wire.RateLimitServiceStub(channel)
+            stub = rls_stub(channel)
             codes = [
                 stub.ShouldRateLimit(request("gateway", [("client", "x")]), timeout=5).overall_code
                 for _ in range(4)
@@ -39,7 +39,7 @@ def test_environment_variables_configure_serve(tmp_path: Path) -> None:
     ).wait_ready()
     try:
         with grpc.insecure_channel(sidecar.address) as channel:
-            stub = wire.RateLimitServiceStub(channel)
+            stub = rls_stub(channel)
             reply = stub.ShouldRateLimit(request("gateway", [("blocked", "x")]), timeout=5)
     finally:
         sidecar.stop()
@@ -91,7 +91,7 @@ def test_no_redis_password_in_logs_or_endpoints(tmp_path: Path) -> None:
     sidecar = SidecarProcess(write_rules(tmp_path), "--redis-url", url).wait_ready()
     try:
         with grpc.insecure_channel(sidecar.address) as channel:
-            stub = wire.RateLimitServiceStub(channel)
+            stub = rls_stub(channel)
             reply = stub.ShouldRateLimit(request("gateway", [("client", "x")]), timeout=5)
         ready_url = f"http://127.0.0.1:{sidecar.metrics_port}/readyz"
         with urllib.request.urlopen(ready_url, timeout=5) as answer:

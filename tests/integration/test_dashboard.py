@@ -10,9 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness.grpc_client import request
+from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
-from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
@@ -34,10 +33,10 @@ async def exported(tmp_path: Path) -> AsyncIterator[set[str]]:
     sidecar = Sidecar(settings, load_rules(write_rules(tmp_path)))
     await sidecar.startup()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as channel:
-        stub = wire.RateLimitServiceStub(channel)
+        stub = rls_stub(channel)
         for _ in range(5):  # so labelled series exist
             await stub.ShouldRateLimit(request("gateway", [("client", "d")]))
-    names = set()
+    names: set[str] = set()
     for family in sidecar.metrics.registry.collect():
         names.update(sample.name for sample in family.samples)
     yield names

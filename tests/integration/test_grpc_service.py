@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from harness.grpc_client import request
+from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import SyncBatch, TotalRead
+from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.memory import MemoryStorage
@@ -54,11 +55,11 @@ async def channel(sidecar: Sidecar) -> AsyncIterator[grpc.aio.Channel]:
 
 
 @pytest.fixture
-def stub(channel: grpc.aio.Channel) -> wire.RateLimitServiceStub:
-    return wire.RateLimitServiceStub(channel)
+def stub(channel: grpc.aio.Channel) -> Any:
+    return rls_stub(channel)
 
 
-async def test_statuses_come_back_in_request_order(stub: wire.RateLimitServiceStub) -> None:
+async def test_statuses_come_back_in_request_order(stub: Any) -> None:
     reply = await stub.ShouldRateLimit(
         request(
             "gateway",
@@ -80,9 +81,7 @@ async def test_statuses_come_back_in_request_order(stub: wire.RateLimitServiceSt
     assert per_key.duration_until_reset.seconds == 60  # T0 is a minute boundary
 
 
-async def test_over_limit_carries_retry_after_and_a_json_body(
-    stub: wire.RateLimitServiceStub, clock: Clock
-) -> None:
+async def test_over_limit_carries_retry_after_and_a_json_body(stub: Any, clock: Clock) -> None:
     replies = [await stub.ShouldRateLimit(request("gateway", [("client", "c")])) for _ in range(4)]
     assert [r.overall_code for r in replies] == [OK, OK, OK, OVER]
     over = replies[-1]
@@ -101,7 +100,7 @@ async def test_over_limit_carries_retry_after_and_a_json_body(
     assert (await stub.ShouldRateLimit(request("gateway", [("client", "c")]))).overall_code == OK
 
 
-async def test_hits_addend_rules(stub: wire.RateLimitServiceStub) -> None:
+async def test_hits_addend_rules(stub: Any) -> None:
     zero = await stub.ShouldRateLimit(request("gateway", [("client", "a")], hits_addend=0))
     assert zero.statuses[0].limit_remaining == 2  # request-level 0 counts as 1
     check = request("gateway", [("client", "a")], hits_addend=2, descriptor_hits=[0])
@@ -110,7 +109,7 @@ async def test_hits_addend_rules(stub: wire.RateLimitServiceStub) -> None:
     assert two.statuses[0].limit_remaining == 0
 
 
-async def test_deny_list_and_shadow_mode(stub: wire.RateLimitServiceStub) -> None:
+async def test_deny_list_and_shadow_mode(stub: Any) -> None:
     denied = await stub.ShouldRateLimit(request("gateway", [("blocked", "x")]))
     assert denied.overall_code == OVER
     shadow = await stub.ShouldRateLimit(request("gateway", [("remote_address", "10.9.1.2")]))
@@ -119,7 +118,7 @@ async def test_deny_list_and_shadow_mode(stub: wire.RateLimitServiceStub) -> Non
     assert not shadow.statuses[0].HasField("current_limit")
 
 
-async def test_unknown_domain_is_ok(stub: wire.RateLimitServiceStub) -> None:
+async def test_unknown_domain_is_ok(stub: Any) -> None:
     reply = await stub.ShouldRateLimit(request("nope", [("a", "b")], [("c", "d")]))
     assert reply.overall_code == OK and len(reply.statuses) == 2
 
@@ -135,7 +134,7 @@ async def test_unknown_domain_is_ok(stub: wire.RateLimitServiceStub) -> None:
     ],
 )
 async def test_bad_input_gets_invalid_argument(
-    stub: wire.RateLimitServiceStub, message: wire.RateLimitRequest, reason: str
+    stub: Any, message: wire.RateLimitRequest, reason: str
 ) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.ShouldRateLimit(message)
@@ -164,19 +163,23 @@ async def test_shutdown_flushes_every_admitted_hit_to_a_shared_store(
     sidecar = Sidecar(settings, load_rules(write_rules(tmp_path)), store, clock_ms=clock)
     await sidecar.startup()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as chan:
-        stub = wire.RateLimitServiceStub(chan)
+        stub = rls_stub(chan)
         for i in range(10):
             await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
-    assert sidecar.limiter.pending_hits() == 10
+    limiter = sidecar.limiter
+    assert isinstance(limiter, FleetLimiter)
+    assert limiter.pending_hits() == 10
     assert await sidecar.shutdown() == 0
-    assert sidecar.limiter.pending_hits() == 0
+    assert limiter.pending_hits() == 0
     reads = [TotalRead(("gateway", "api_key", f"k{i}"), T0 // 60_000) for i in range(3)]
     assert store.execute(SyncBatch(T0, total_reads=reads)).totals == (4, 3, 3)
 
 
-async def test_a_local_only_node_has_nothing_to_flush(
-    sidecar: Sidecar, stub: wire.RateLimitServiceStub
+async def test_a_local_only_node_counts_in_memory_and_has_nothing_to_flush(
+    sidecar: Sidecar, stub: Any
 ) -> None:
     for i in range(10):
         await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
-    assert sidecar.limiter.pending_hits() == 0
+    assert isinstance(sidecar.limiter, LocalLimiter) and sidecar.storage is None
+    assert sorted(s.local_cur for s in sidecar.limiter.keys) == [3, 3, 4]
+    assert await sidecar.sync.flush() == 0

@@ -90,10 +90,10 @@ def test_over_limit_load_is_held_near_the_global_limit(fleet: list[SidecarProces
     # Every node blocks; where a window's true count crossed MAX, within one span of it. (A
     # fleet whose nodes estimate blocks before the true crossing is also correct.)
     assert {a.node for a in answers if a.code == wire.Code.OVER_LIMIT} == {0, 1, 2}
-    for window in per_window(answers).values():
-        crossing = _crossing_time(window)
+    for items in per_window(answers).values():
+        crossing = _crossing_time(items)
         if crossing is not None and crossing + BLOCK_DEADLINE_S < answers[-1].at:
-            _assert_every_node_blocks_within_a_span(answers, window[0].at, crossing)
+            _assert_every_node_blocks_within_a_span(answers, items[0].at, crossing)
     # ... and it is not over-blocking: with a cooldown of one window, a block that starts
     # mid-window covers half the next, so at least half the limit passes per window on average.
     admitted = sum(a.code == wire.Code.OK for a in answers)

@@ -10,8 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from harness.grpc_client import request, rls_stub
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
@@ -36,9 +35,7 @@ async def running(tmp_path: Path) -> AsyncIterator[tuple[Sidecar, Path]]:
 
 async def remaining(sidecar: Sidecar, value: str = "v") -> int:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as channel:
-        reply = await wire.RateLimitServiceStub(channel).ShouldRateLimit(
-            request("r", [("k", value)])
-        )
+        reply = await rls_stub(channel).ShouldRateLimit(request("r", [("k", value)]))
     return int(reply.statuses[0].limit_remaining)
 
 
@@ -102,7 +99,7 @@ async def _counted(sidecar: Sidecar) -> bool:
 async def _load(sidecar: Sidecar, count: int) -> int:
     answered = 0
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as channel:
-        stub = wire.RateLimitServiceStub(channel)
+        stub = rls_stub(channel)
         for i in range(count):
             await stub.ShouldRateLimit(request("r", [("k", f"load{i % 7}")]))
             answered += 1

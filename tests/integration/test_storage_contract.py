@@ -21,12 +21,15 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.crc import key_slot
 
+from harness.net import free_ports
 from ratelimit_sidecar.config.model import RateLimit, Unit
-from ratelimit_sidecar.core.types import FlagRead, KeyId, Push, SyncBatch, SyncResult, TotalRead
+from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, SyncResult, TotalRead
 from ratelimit_sidecar.storage.base import Storage
+from ratelimit_sidecar.storage.errors import StoreRefused, StoreTimeout, StoreUnavailable
 from ratelimit_sidecar.storage.keys import KeySchema
 from ratelimit_sidecar.storage.memory import MemoryStorage
-from ratelimit_sidecar.storage.redis_store import RedisStorage, open_redis
+from ratelimit_sidecar.storage.redis_store import RedisStorage
+from ratelimit_sidecar.storage.redis_urls import open_redis
 from tests.integration.conftest import ACL_PASSWORD, ACL_USER
 
 pytestmark = pytest.mark.integration
@@ -149,13 +152,9 @@ def now_ms() -> int:
 
 
 async def sync(
-    store: Storage,
-    pushes: list[Push] | None = None,
-    flags: Sequence[KeyId] = (),
-    totals: Sequence[tuple[KeyId, int]] = (),
+    store: Storage, pushes: list[Push] | None = None, totals: Sequence[tuple[KeyId, int]] = ()
 ) -> SyncResult:
-    batch = SyncBatch(now_ms(), pushes or [], [FlagRead(k) for k in flags])
-    batch.total_reads = [TotalRead(k, w) for k, w in totals]
+    batch = SyncBatch(now_ms(), pushes or [], [TotalRead(k, w) for k, w in totals])
     return await store.sync(batch)
 
 
@@ -192,18 +191,18 @@ async def test_crossing_the_limit_sets_the_shared_flag_for_the_cooldown(backend:
     under = await sync(a, [push(key, 10)])
     crossed = await sync(b, [push(key, 1)])
     again = await sync(b, [push(key, 1)])
-    seen = await sync(a, flags=[key, other])
+    seen = await sync(a, [push(key, 0), push(other, 0)])  # a zero push only reads
     assert under.pushes[0].block_ms == 0  # 10 is the limit itself: not over
     assert 4_500 < crossed.pushes[0].block_ms <= 5_000
     # NX: a later push over the limit reads the running cooldown, does not restart it.
     assert again.pushes[0].block_ms <= crossed.pushes[0].block_ms
-    assert 4_500 < seen.flag_ms[0] <= crossed.pushes[0].block_ms
-    assert seen.flag_ms[1] == 0
+    assert 4_500 < seen.pushes[0].block_ms <= crossed.pushes[0].block_ms
+    assert [(p.total, p.block_ms) for p in seen.pushes][1:] == [(0, 0)]
 
 
-async def test_absent_flag_reads_zero(backend: Backend) -> None:
-    result = await sync(backend.store(), flags=[("d", "k", "never")])
-    assert result.flag_ms == (0,)
+async def test_a_zero_push_reads_an_unknown_counter_as_zero(backend: Backend) -> None:
+    result = await sync(backend.store(), [push(("d", "k", "never"), 0)])
+    assert [(p.total, p.block_ms) for p in result.pushes] == [(0, 0)]
 
 
 async def test_total_reads_return_window_totals_or_zero(backend: Backend) -> None:
@@ -225,22 +224,23 @@ async def test_a_mixed_batch_of_2500_keys_lines_up(backend: Backend) -> None:
     keys = [("d", "user", f"u{i}") for i in range(2500)]
     counts = [i % 13 + 1 for i in range(2500)]  # over the limit (10) for i % 13 >= 10
     pushed = await sync(store, [push(k, c) for k, c in zip(keys, counts, strict=True)])
-    flags, totals = keys[::-1], [(k, W) for k in keys[::3]]
-    read = await sync(store, flags=flags, totals=totals)
+    totals = [(k, W) for k in keys[::3]]
+    read = await sync(store, [push(k, 0) for k in keys[::-1]], totals=totals)
     assert [p.total for p in pushed.pushes] == counts
     assert [p.block_ms > 0 for p in pushed.pushes] == [c > 10 for c in counts]
-    assert [ms > 0 for ms in read.flag_ms] == [c > 10 for c in counts[::-1]]
+    assert [p.total for p in read.pushes] == counts[::-1]
+    assert [p.block_ms > 0 for p in read.pushes] == [c > 10 for c in counts[::-1]]
     assert list(read.totals) == counts[::3]
 
 
 async def test_hostile_descriptor_values_never_collide(backend: Backend) -> None:
     store = backend.store()
     pushed = await sync(store, [push(k, i + 1) for i, k in enumerate(NASTY)])
-    read = await sync(store, flags=NASTY, totals=[(k, W) for k in NASTY])
+    read = await sync(store, [push(k, 0) for k in NASTY], totals=[(k, W) for k in NASTY])
     assert [p.total for p in pushed.pushes] == list(range(1, len(NASTY) + 1))
     assert list(read.totals) == list(range(1, len(NASTY) + 1))
     over = [i for i in range(len(NASTY)) if i + 1 > LIMIT.requests_per_unit]
-    assert [i for i, ms in enumerate(read.flag_ms) if ms > 0] == over
+    assert [i for i, p in enumerate(read.pushes) if p.block_ms > 0] == over
 
 
 # --- Redis only ---------------------------------------------------------------------------------
@@ -313,7 +313,7 @@ async def test_one_round_trip_per_sync_on_standalone(redis_server: Any) -> None:
             await sync(store, [push(k, 1) for k in keys])  # connects and caches the script
             before, trips = server_stats(admin), store.round_trips
             for _ in range(4):
-                await sync(store, [push(k, 1) for k in keys], flags=keys, totals=[(keys[0], W)])
+                await sync(store, [push(k, 1) for k in keys], totals=[(keys[0], W)])
             after = server_stats(admin)
     finally:
         await store.close()
@@ -352,9 +352,11 @@ async def test_a_stalled_server_fails_fast_and_the_store_recovers(own_redis_serv
         own_redis_server.pause()
         try:
             started = time.monotonic()
-            with pytest.raises(redis.TimeoutError):
+            with pytest.raises(StoreTimeout) as failure:
                 await sync(store, [push(key, 1)])
             elapsed = time.monotonic() - started
+            assert failure.value.may_have_applied
+            assert isinstance(failure.value.__cause__, redis.TimeoutError)
             # What the sync loop does: its own, shorter timeout cancels the pipeline mid-read.
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(sync(store, [push(key, 1)]), 0.05)
@@ -368,22 +370,54 @@ async def test_a_stalled_server_fails_fast_and_the_store_recovers(own_redis_serv
         await store.close()
 
 
-async def test_a_restarted_server_is_used_again_by_the_same_store(own_redis_server: Any) -> None:
+@pytest.mark.parametrize("stop", ["kill", "stop"])  # SIGKILL, or a graceful SIGTERM
+async def test_a_restarted_server_is_used_again_by_the_same_store(
+    own_redis_server: Any, stop: str
+) -> None:
     store = open_redis(f"{own_redis_server.url}?{FAST}", "t:", "node-a")
     key = ("d", "k", "restart")
     try:
         assert (await sync(store, [push(key, 5)])).pushes[0].total == 5
-        own_redis_server.kill()
+        getattr(own_redis_server, stop)()
         started = time.monotonic()
-        with pytest.raises(redis.ConnectionError):
+        with pytest.raises(StoreUnavailable) as failure:
             await sync(store, [push(key, 1)])
         assert time.monotonic() - started < 1.0
+        assert not failure.value.may_have_applied
+        assert isinstance(failure.value.__cause__, redis.ConnectionError)
         own_redis_server.start()  # same port, empty: no persistence, no cached script
         assert await store.ping()
-        result = await sync(store, [push(key, 2)], flags=[key])
-        assert (result.pushes[0].total, result.flag_ms, result.live_nodes) == (2, (0,), 1)
+        result = await sync(store, [push(key, 2)])
+        assert (result.pushes[0].total, result.pushes[0].block_ms, result.live_nodes) == (2, 0, 1)
     finally:
         await store.close()
+
+
+async def test_a_server_that_is_not_there_is_unavailable_at_once() -> None:
+    (port,) = free_ports(1)  # nothing listens there: the connection is refused
+    store = open_redis(f"redis://127.0.0.1:{port}/0?{FAST}", "t:", "node-a")
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as failure:
+            await sync(store, [push(("d", "k", "nobody"), 1)])
+        assert time.monotonic() - started < 1.0
+    finally:
+        await store.close()
+    assert not failure.value.may_have_applied
+
+
+async def test_an_error_reply_is_refused_and_the_store_keeps_working(
+    redis_backend: Backend,
+) -> None:
+    store = redis_backend.store()
+    assert isinstance(store, RedisStorage)
+    key = ("d", "k", "wrongtype")
+    redis_backend.admin.hset(store.keys.counter(key, W), "field", "not a counter")
+    with pytest.raises(StoreRefused, match="WRONGTYPE") as failure:
+        await sync(store, [push(key, 1)])
+    assert not failure.value.may_have_applied
+    assert isinstance(failure.value.__cause__, redis.ResponseError)
+    assert (await sync(store, [push(("d", "k", "fine"), 1)])).pushes[0].total == 1
 
 
 async def test_one_round_trip_per_node_on_cluster(redis_cluster: Any) -> None:
@@ -394,7 +428,7 @@ async def test_one_round_trip_per_node_on_cluster(redis_cluster: Any) -> None:
         await sync(store, [push(k, 1) for k in keys])  # discovers slots, caches the script
         before = [server_stats(a) for a in admins]
         for _ in range(4):
-            await sync(store, [push(k, 1) for k in keys], flags=keys, totals=[(keys[0], W)])
+            await sync(store, [push(k, 1) for k in keys], totals=[(keys[0], W)])
         after = [server_stats(a) for a in admins]
     finally:
         await store.close()
@@ -423,11 +457,12 @@ async def test_user_and_password_from_the_url(redis_server: Any) -> None:
     bad = open_redis(auth_url(redis_server, "wrong-secret"), "t:", "node-a")
     try:
         assert (await sync(good, [push(("d", "k", "auth"), 1)])).pushes[0].total >= 1
-        with pytest.raises(redis.AuthenticationError) as failure:
+        with pytest.raises(StoreUnavailable) as failure:
             await sync(bad)
     finally:
         await good.close()
         await bad.close()
+    assert isinstance(failure.value.__cause__, redis.AuthenticationError)
     assert "wrong-secret" not in str(failure.value)
     assert good.description == f"redis://127.0.0.1:{redis_server.port}/0"
 
@@ -437,7 +472,7 @@ async def test_tls_verifies_the_server_unless_told_not_to(redis_tls: Any) -> Non
     strict = open_redis(redis_tls.url(PATIENT), "t:", "node-a")  # system CAs only: must refuse
     try:
         assert (await sync(unchecked)).live_nodes >= 1
-        with pytest.raises(redis.ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        with pytest.raises(StoreUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
             await sync(strict)
     finally:
         await unchecked.close()

@@ -9,10 +9,10 @@ import pytest
 
 from harness.redis_servers import Cluster, ServerProcess
 from ratelimit_sidecar.config.model import Unit
-from ratelimit_sidecar.core import Code, Limiter, SyncBatch
+from ratelimit_sidecar.core import Code, FleetLimiter, SyncBatch
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.syncloop import SyncLoop
-from ratelimit_sidecar.storage.redis_store import open_redis
+from ratelimit_sidecar.storage.redis_urls import open_redis
 from tests.unit.core.rules import hit, rule
 
 pytestmark = pytest.mark.integration
@@ -31,6 +31,7 @@ def redis_time_ms(admin: Any) -> int:
 async def test_every_sync_reports_the_stores_clock(
     request: pytest.FixtureRequest, backend: str
 ) -> None:
+    admin: Any
     if backend == "cluster":
         cluster: Cluster = request.getfixturevalue("redis_cluster")
         url, admin = cluster.url, cluster.client()
@@ -54,7 +55,7 @@ async def test_a_node_with_a_skewed_clock_counts_in_the_stores_window(
     r = rule(rpu=100, unit=Unit.SECOND, multiplier=WINDOW_MS // 1000, spans=4)
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     store = open_redis(f"{redis_server.url}?{PATIENT}", prefix, "node-a")
-    limiter = Limiter()
+    limiter = FleetLimiter()
     clock = StoreClock(lambda: monotonic_wall_ms() + SKEW_MS)
     loop = SyncLoop(limiter, store, timeout_ms=2_000, store_clock=clock)
     with redis_server.client() as admin:
@@ -77,7 +78,7 @@ async def test_without_answers_from_the_store_the_local_clock_is_used(
 ) -> None:
     store = open_redis(f"{own_redis_server.url}?{PATIENT}", "t:", "node-a")
     clock = StoreClock(lambda: monotonic_wall_ms() + SKEW_MS)
-    loop = SyncLoop(Limiter(), store, timeout_ms=2_000, store_clock=clock)
+    loop = SyncLoop(FleetLimiter(), store, timeout_ms=2_000, store_clock=clock)
     own_redis_server.stop()
     try:
         await loop.sync_once()

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import grpc
 
-from harness.grpc_client import request
+from harness.grpc_client import request, rls_stub
 from harness.net import free_port, wait_grpc_serving
 from harness.process import stop_process
 from harness.rules import write_rules
 from harness.sidecar import start_cli
-from ratelimit_sidecar import wire
 
 
 def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
@@ -32,7 +31,7 @@ def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
         answered = 0
         for _ in range(20):  # new channels get spread over the workers by the kernel
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = wire.RateLimitServiceStub(channel)
+                stub = rls_stub(channel)
                 stub.ShouldRateLimit(request("gateway", [("api_key", "w")]), timeout=5)
                 answered += 1
         tracked = [_tracked(metrics + offset) for offset in (0, 1)]

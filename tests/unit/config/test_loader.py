@@ -201,7 +201,21 @@ def test_reference_share_threshold_marks_shared_levels() -> None:
     path_type = by_value["path/*"].wildcards[0].node.keyed["type"]
     assert path_type.rule.shared_levels == (0,)  # file/* says share_threshold: false
     assert by_value["api/*"].rule.value_to_metric is True
+    method = by_value["api/*"].keyed["method"].rule
+    assert (method.shared_levels, method.valued_levels) == ((0,), ())  # share_threshold wins
     assert root.exact[("file", "test1")].rule.shared_levels == ()
+
+
+def test_value_to_metric_marks_its_level_for_every_rule_below() -> None:
+    path = Path(__file__).parent.parent / "fixtures" / "value_to_metric.yaml"
+    root = _domain(load_rules(path), "shop").root
+
+    tenant = root.keyed["tenant"]
+    user = tenant.keyed["verb"].keyed["user"].rule
+    assert (tenant.rule.valued_levels, user.valued_levels) == ((0,), (0, 1))
+    assert user.value_to_metric is False  # its own flag; the levels come from above
+    assert root.keyed["region"].keyed["zone"].keyed["host"].rule.valued_levels == (1,)
+    assert root.keyed["client"].rule.valued_levels == ()
 
 
 def test_extensions_are_parsed() -> None:

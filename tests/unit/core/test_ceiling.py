@@ -1,11 +1,11 @@
-"""The lenient ceiling of the request check (docs/ACCURACY.md, decision (i)).
+"""The lenient ceiling of the request check (core/fixed_window.py).
 
 MAX 120 per second, 4 spans of 250 ms: MAX / N = 30 and the bound MAX x (1 + 1/N) = 150.
 """
 
 from __future__ import annotations
 
-from ratelimit_sidecar.core import Code, Limiter, PushResult, SyncResult
+from ratelimit_sidecar.core import Code, FleetLimiter, PushResult, SyncResult
 from ratelimit_sidecar.core.keystate import KeyState
 from tests.unit.core.rules import hit, rule
 
@@ -13,9 +13,9 @@ T0 = 1_700_000_040_000  # a window boundary
 RULE = rule(rpu=120, spans=4)
 
 
-def synced(total: int, nodes: int = 4, own: int = 1) -> tuple[Limiter, KeyState]:
+def synced(total: int, nodes: int = 4, own: int = 1) -> tuple[FleetLimiter, KeyState]:
     """A key with `own` hits in its first span, then a sync at its end answering `total`."""
-    limiter = Limiter()
+    limiter = FleetLimiter()
     limiter.live_nodes = nodes
     for _ in range(own):
         limiter.hit(T0, [hit(RULE)])
@@ -59,9 +59,9 @@ def test_the_first_sync_of_a_window_keeps_the_ceiling_and_a_failed_one_is_strict
 
 
 def test_a_lenient_check_takes_the_lower_of_the_last_two_nodes_estimates() -> None:
-    _, state = synced(total=10)
-    state.set_nodes(4.0)
-    state.set_nodes(9.0)  # one window's share can look small (blocked earlier than others)
+    limiter, state = synced(total=10)
+    limiter.algorithm.set_nodes(state, 4.0)
+    limiter.algorithm.set_nodes(state, 9.0)  # one window's share can look small
     assert state.check_nodes == 4.0
-    state.strict()
+    limiter.algorithm.after_failure(state)
     assert state.check_nodes == 9.0

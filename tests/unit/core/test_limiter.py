@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import Rule, Unit
-from ratelimit_sidecar.core import Code, Limiter, PushResult, SyncResult
-from ratelimit_sidecar.core.limiter import LOCAL_IDLE_MS, LOCAL_SWEEP_MS
+from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter, PushResult, SyncResult
+from ratelimit_sidecar.core.local import IDLE_MS, SWEEP_EVERY_MS
 from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
 
 
-def sync(limiter: Limiter, store: MemoryStorage, now: int) -> None:
+def sync(limiter: FleetLimiter, store: MemoryStorage, now: int) -> None:
     batch = limiter.end_span(now)
     limiter.apply_sync(now, batch, store.execute(batch))
 
 
 def test_admits_up_to_the_limit_then_blocks_for_the_cooldown() -> None:
-    limiter, r = Limiter(), rule(rpu=3, cooldown_ms=500)
+    limiter, r = FleetLimiter(), rule(rpu=3, cooldown_ms=500)
     codes = [limiter.hit(T0 + i, [hit(r)]).code for i in range(4)]
     assert codes == [Code.OK, Code.OK, Code.OK, Code.OVER_LIMIT]
     blocked = limiter.hit(T0 + 499, [hit(r)])
@@ -27,13 +27,13 @@ def test_admits_up_to_the_limit_then_blocks_for_the_cooldown() -> None:
 
 
 def test_remaining_and_reset_are_reported_after_the_requests_own_hits() -> None:
-    limiter, r = Limiter(), rule(rpu=10)
+    limiter, r = FleetLimiter(), rule(rpu=10)
     verdict = limiter.hit(T0 + 250, [hit(r, hits=4)]).verdicts[0]
     assert (verdict.remaining, verdict.reset_ms, verdict.limit) == (6, 750, r.limit)
 
 
 def test_a_request_is_admitted_only_if_every_descriptor_admits_it() -> None:
-    limiter = Limiter()
+    limiter = FleetLimiter()
     small, big = rule(rpu=1, key="a"), rule(rpu=100, key="b")
     assert limiter.hit(T0, [hit(big), hit(small)]).code is Code.OK
     decision = limiter.hit(T0 + 1, [hit(big), hit(small)])
@@ -45,14 +45,14 @@ def test_a_request_is_admitted_only_if_every_descriptor_admits_it() -> None:
 
 
 def test_hits_zero_checks_without_counting() -> None:
-    limiter, r = Limiter(), rule(rpu=2)
+    limiter, r = FleetLimiter(), rule(rpu=2)
     for _ in range(5):
         assert limiter.hit(T0, [hit(r, hits=0)]).code is Code.OK
     assert limiter.hit(T0, [hit(r, hits=2)]).verdicts[0].remaining == 0
 
 
 def test_unmatched_unlimited_and_deny_rules() -> None:
-    limiter = Limiter()
+    limiter = FleetLimiter()
     unlimited = Rule("d", (("k", ""),), None, unlimited=True)
     deny = rule(rpu=0)
     d = limiter.hit(T0, [hit(None), hit(unlimited)])
@@ -64,7 +64,7 @@ def test_unmatched_unlimited_and_deny_rules() -> None:
 
 
 def test_shadow_mode_answers_ok_but_counts() -> None:
-    limiter, r = Limiter(), rule(rpu=1, shadow=True)
+    limiter, r = FleetLimiter(), rule(rpu=1, shadow=True)
     verdicts = [limiter.hit(T0, [hit(r)]).verdicts[0] for _ in range(3)]
     assert all(v.code is Code.OK for v in verdicts)
     assert [v.shadowed for v in verdicts] == [False, True, True]
@@ -73,12 +73,12 @@ def test_shadow_mode_answers_ok_but_counts() -> None:
 
 
 def test_global_shadow_mode() -> None:
-    limiter, r = Limiter(shadow_mode=True), rule(rpu=1)
+    limiter, r = FleetLimiter(shadow_mode=True), rule(rpu=1)
     assert [limiter.hit(T0, [hit(r)]).code for _ in range(3)] == [Code.OK] * 3
 
 
 def test_span_end_pushes_the_span_and_seen_gates_the_rest_of_the_window() -> None:
-    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=10, spans=2)
+    limiter, store, r = FleetLimiter(), MemoryStorage(), rule(rpu=10, spans=2)
     for _ in range(6):
         limiter.hit(T0, [hit(r)])
     assert limiter.next_span_end(T0) == T0 + 500
@@ -90,7 +90,7 @@ def test_span_end_pushes_the_span_and_seen_gates_the_rest_of_the_window() -> Non
 
 
 def test_window_rollover_starts_a_new_count_and_pushes_the_last_span_late() -> None:
-    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=10, spans=2)
+    limiter, store, r = FleetLimiter(), MemoryStorage(), rule(rpu=10, spans=2)
     for _ in range(10):
         limiter.hit(T0 + 900, [hit(r)])
     assert limiter.hit(T0 + 1000, [hit(r)]).code is Code.OK  # new window, fresh quota
@@ -103,7 +103,7 @@ def test_window_rollover_starts_a_new_count_and_pushes_the_last_span_late() -> N
 
 
 def test_store_totals_from_other_nodes_block_this_node() -> None:
-    limiter, r = Limiter(), rule(rpu=10, spans=2, cooldown_ms=300)
+    limiter, r = FleetLimiter(), rule(rpu=10, spans=2, cooldown_ms=300)
     limiter.hit(T0, [hit(r)])
     batch = limiter.end_span(T0 + 500)
     result = SyncResult(pushes=(_answer(total=11),))
@@ -117,7 +117,7 @@ def test_store_totals_from_other_nodes_block_this_node() -> None:
 
 
 def test_shared_block_flag_blocks_a_node_that_did_not_cross() -> None:
-    limiter, r = Limiter(), rule(rpu=100, spans=2)
+    limiter, r = FleetLimiter(), rule(rpu=100, spans=2)
     limiter.hit(T0, [hit(r)])
     batch = limiter.end_span(T0 + 500)
     limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(5, block_ms=2000),)))
@@ -126,7 +126,7 @@ def test_shared_block_flag_blocks_a_node_that_did_not_cross() -> None:
 
 
 def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
-    limiter, r = Limiter(), rule(rpu=1000, spans=2)
+    limiter, r = FleetLimiter(), rule(rpu=1000, spans=2)
     for _ in range(10):
         limiter.hit(T0, [hit(r)])
     batch = limiter.end_span(T0 + 500)
@@ -147,7 +147,7 @@ def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
 
 
 def test_store_failure_keeps_deltas_and_applies_the_fallback() -> None:
-    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=10, spans=2)
+    limiter, store, r = FleetLimiter(), MemoryStorage(), rule(rpu=10, spans=2)
     for _ in range(6):  # 6 > MAX/N = 5: the fallback blocks
         limiter.hit(T0, [hit(r)])
     batch = limiter.end_span(T0 + 500)
@@ -167,7 +167,7 @@ def test_one_push_per_key_and_span_whatever_the_traffic() -> None:
     a second (empty) push for the new window, or the store's work would follow the traffic."""
     store, r = MemoryStorage(), rule(rpu=1000, spans=2)
     for busy in (False, True):
-        limiter = Limiter()
+        limiter = FleetLimiter()
         for value in "abcd":
             limiter.hit(T0 + 100, [hit(r, value)])
         sync(limiter, store, T0 + 500)
@@ -180,7 +180,7 @@ def test_one_push_per_key_and_span_whatever_the_traffic() -> None:
 
 
 def test_unsent_hits_older_than_a_window_are_dropped_and_counted() -> None:
-    limiter, r = Limiter(), rule(rpu=100, spans=2)
+    limiter, r = FleetLimiter(), rule(rpu=100, spans=2)
     limiter.hit(T0, [hit(r, hits=3)])
     for now in (T0 + 500, T0 + 1000, T0 + 1500, T0 + 2000):
         limiter.apply_sync(now, limiter.end_span(now), None)
@@ -189,7 +189,7 @@ def test_unsent_hits_older_than_a_window_are_dropped_and_counted() -> None:
 
 
 def test_idle_keys_are_forgotten_after_two_windows() -> None:
-    limiter, store, r = Limiter(), MemoryStorage(), rule(rpu=100, spans=2)
+    limiter, store, r = FleetLimiter(), MemoryStorage(), rule(rpu=100, spans=2)
     limiter.hit(T0, [hit(r)])
     for now in range(T0 + 500, T0 + 2501, 500):
         sync(limiter, store, now)
@@ -197,7 +197,7 @@ def test_idle_keys_are_forgotten_after_two_windows() -> None:
 
 
 def test_key_table_is_bounded_and_eviction_loses_no_counts() -> None:
-    limiter, store, r = Limiter(max_keys=100), MemoryStorage(), rule(rpu=5)
+    limiter, store, r = FleetLimiter(max_keys=100), MemoryStorage(), rule(rpu=5)
     for i in range(10_000):
         limiter.hit(T0, [hit(r, value=str(i))])
     assert len(limiter.keys) == 100
@@ -207,7 +207,7 @@ def test_key_table_is_bounded_and_eviction_loses_no_counts() -> None:
 
 
 def test_blocked_keys_are_not_evicted_for_room() -> None:
-    limiter, r = Limiter(max_keys=2), rule(rpu=1)
+    limiter, r = FleetLimiter(max_keys=2), rule(rpu=1)
     for value in ("a", "b"):
         limiter.hit(T0, [hit(r, value)])
         limiter.hit(T0, [hit(r, value)])  # over: blocked
@@ -221,7 +221,7 @@ def _answer(total: int, block_ms: int = 0) -> PushResult:
 
 
 def test_a_timed_out_push_is_not_resent_so_it_cannot_count_twice() -> None:
-    limiter, r = Limiter(), rule(rpu=100, spans=2)
+    limiter, r = FleetLimiter(), rule(rpu=100, spans=2)
     limiter.hit(T0, [hit(r, hits=4)])
     batch = limiter.end_span(T0 + 500)
     stats = limiter.apply_sync(T0 + 500, batch, None, resend=False)
@@ -231,7 +231,7 @@ def test_a_timed_out_push_is_not_resent_so_it_cannot_count_twice() -> None:
 
 def test_store_down_fallback_judges_each_span_once() -> None:
     """Retried hits were judged in their own span; re-judging them blocked a calm key."""
-    limiter, r = Limiter(), rule(rpu=60, spans=6, unit=Unit.MINUTE)
+    limiter, r = FleetLimiter(), rule(rpu=60, spans=6, unit=Unit.MINUTE)
     for span in range(4):  # 5 hits per 10 s span, far under MAX/N = 10; the store is down
         now = T0 + span * 10_000
         for _ in range(5):
@@ -246,63 +246,59 @@ def test_store_down_fallback_judges_each_span_once() -> None:
 
 def test_idle_keys_are_pushed_to_a_shared_store() -> None:
     r = rule(rpu=100, spans=2)
-    limiter = Limiter()
+    limiter = FleetLimiter()
     limiter.hit(T0, [hit(r)])
     sync(limiter, MemoryStorage(), T0 + 500)  # the hit went out
     batch = limiter.end_span(T0 + 1000)
     assert [p.count for p in batch.pushes if p.window == T0 // 1000 + 1] == [0]
 
 
-def test_a_private_store_gets_no_pushes_the_counts_are_applied_locally() -> None:
+def test_local_only_applies_the_counts_in_memory() -> None:
     r = rule(rpu=4, spans=2, cooldown_ms=700)
-    limiter = Limiter(shared_store=False)
+    limiter = LocalLimiter()
     for t in (T0, T0 + 1, T0 + 2):
         assert limiter.hit(t, [hit(r)]).code is Code.OK
-    batch = limiter.end_span(T0 + 500)
-    assert not batch.pushes and not batch.total_reads
-    limiter.apply_sync(T0 + 500, batch, SyncResult())
-    assert limiter.pending_hits() == 0
     assert limiter.hit(T0 + 600, [hit(r)]).verdicts[0].remaining == 0
     assert limiter.hit(T0 + 601, [hit(r)]).code is Code.OVER_LIMIT  # 5 > 4 in the window
-    limiter.apply_sync(T0 + 1000, limiter.end_span(T0 + 1000), SyncResult())
+    limiter.sweep(T0 + 1000)
     assert limiter.hit(T0 + 1002, [hit(r)]).code is Code.OVER_LIMIT  # cooldown from T0+601
 
 
-def test_a_private_store_blocks_from_the_span_end_that_saw_the_window_over_max() -> None:
+def test_local_only_blocks_from_the_span_end_that_saw_the_window_over_max() -> None:
     """Span ends do no work per key with a private store: a span's hits are applied when the
     key is next used, as of that span's end, so the block starts where it would have."""
     r = rule(rpu=4, spans=2, cooldown_ms=2000)
-    limiter = Limiter(shared_store=False, shadow_mode=True)  # shadow admits over the limit
+    limiter = LocalLimiter(shadow_mode=True)  # shadow admits over the limit
     for t in range(T0, T0 + 6):
         assert limiter.hit(t, [hit(r)]).code is Code.OK
     verdict = limiter.hit(T0 + 1700, [hit(r)]).verdicts[0]  # no end_span call in between
     assert verdict.shadowed and verdict.reset_ms == T0 + 500 + 2000 - (T0 + 1700)
 
 
-def test_a_private_store_keeps_a_key_through_a_minute_of_silence_then_forgets_it() -> None:
+def test_local_only_keeps_a_key_through_a_minute_of_silence_then_forgets_it() -> None:
     r = rule(rpu=4, spans=2)
-    limiter = Limiter(shared_store=False)
+    limiter = LocalLimiter()
     limiter.hit(T0, [hit(r)])
     tracked = []
-    for t in range(T0 + 500, T0 + LOCAL_IDLE_MS + LOCAL_SWEEP_MS + 1, 500):
-        limiter.apply_sync(t, limiter.end_span(t), SyncResult())
+    for t in range(T0 + 500, T0 + IDLE_MS + SWEEP_EVERY_MS + 1, 500):
+        limiter.sweep(t)
         tracked.append((t - T0, len(limiter.keys)))
-    assert all(n == 1 for t, n in tracked if t < LOCAL_IDLE_MS)
+    assert all(n == 1 for t, n in tracked if t < IDLE_MS)
     assert tracked[-1][1] == 0
 
 
-def test_a_private_store_keeps_a_blocked_key_past_its_idle_time() -> None:
-    r = rule(rpu=1, spans=2, cooldown_ms=2 * LOCAL_IDLE_MS)
-    limiter = Limiter(shared_store=False)
+def test_local_only_keeps_a_blocked_key_past_its_idle_time() -> None:
+    r = rule(rpu=1, spans=2, cooldown_ms=2 * IDLE_MS)
+    limiter = LocalLimiter()
     codes = [limiter.hit(T0 + i, [hit(r)]).code for i in range(2)]
     assert codes == [Code.OK, Code.OVER_LIMIT]
-    for t in range(T0, T0 + LOCAL_IDLE_MS + 2 * LOCAL_SWEEP_MS, LOCAL_SWEEP_MS // 2):
-        limiter.apply_sync(t, limiter.end_span(t), SyncResult())
-    assert limiter.hit(T0 + LOCAL_IDLE_MS + 2 * LOCAL_SWEEP_MS, [hit(r)]).code is Code.OVER_LIMIT
+    for t in range(T0, T0 + IDLE_MS + 2 * SWEEP_EVERY_MS, SWEEP_EVERY_MS // 2):
+        limiter.sweep(t)
+    assert limiter.hit(T0 + IDLE_MS + 2 * SWEEP_EVERY_MS, [hit(r)]).code is Code.OVER_LIMIT
 
 
 def test_an_estimate_over_max_rejects_the_request_but_starts_no_cooldown() -> None:
-    limiter, r = Limiter(), rule(rpu=100, spans=2, cooldown_ms=5000)
+    limiter, r = FleetLimiter(), rule(rpu=100, spans=2, cooldown_ms=5000)
     limiter.live_nodes = 10  # a new key assumes 10 nodes: each hit stands for 10
     assert [limiter.hit(T0 + i, [hit(r)]).code for i in range(10)] == [Code.OK] * 10
     rejected = limiter.hit(T0 + 100, [hit(r)])
@@ -316,7 +312,7 @@ def test_an_estimate_over_max_rejects_the_request_but_starts_no_cooldown() -> No
 
 
 def test_a_known_count_over_max_starts_the_cooldown() -> None:
-    limiter, r = Limiter(), rule(rpu=10, spans=2, cooldown_ms=5000)
+    limiter, r = FleetLimiter(), rule(rpu=10, spans=2, cooldown_ms=5000)
     limiter.live_nodes = 2
     for i in range(5):
         limiter.hit(T0 + i, [hit(r)])
@@ -325,7 +321,7 @@ def test_a_known_count_over_max_starts_the_cooldown() -> None:
     assert limiter.hit(T0 + 501, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 1 x 2: an estimate
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.blocked_until == 0
-    state.set_nodes(1.0)
+    limiter.algorithm.set_nodes(state, 1.0)
     assert limiter.hit(T0 + 502, [hit(r)]).code is Code.OK  # 10: the limit
     assert limiter.hit(T0 + 503, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 2 known: over
     assert state.blocked_until == T0 + 503 + 5000
@@ -334,7 +330,7 @@ def test_a_known_count_over_max_starts_the_cooldown() -> None:
 def test_nodes_counts_the_hits_a_node_rejected_on_its_estimate_as_offered() -> None:
     # bug 2: from admitted counts alone, a node that rejected part of its traffic looks like a
     # smaller share of the fleet than it is, and over-estimates nodes, and rejects more.
-    limiter, r = Limiter(), rule(rpu=1000, spans=2)
+    limiter, r = FleetLimiter(), rule(rpu=1000, spans=2)
     limiter.live_nodes = 100
     codes = [limiter.hit(T0 + i, [hit(r)]).code for i in range(15)]
     assert codes == [Code.OK] * 10 + [Code.OVER_LIMIT] * 5  # 10 x 100 = 1000, then estimates

@@ -9,7 +9,7 @@ import pytest
 from harness.grpc_client import request
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.service.compiled import MAX_REQUEST_BYTES, CompiledRequest, RequestCache
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.validation import InvalidRequest
@@ -27,7 +27,7 @@ def rules_file(tmp_path: Path, rpu: int) -> Path:
 
 def handler(tmp_path: Path, rpu: int = 2, entries: int = 100) -> RateLimitHandler:
     rules = load_rules(rules_file(tmp_path, rpu))
-    return RateLimitHandler(rules, Limiter(), lambda: T0, cache_entries=entries)
+    return RateLimitHandler(rules, FleetLimiter(), lambda: T0, cache_entries=entries)
 
 
 def raw(value: str, domain: str = "d") -> bytes:

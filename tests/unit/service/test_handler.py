@@ -9,7 +9,7 @@ import pytest
 from harness.grpc_client import request
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.service.compiled import CompiledRequest
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
@@ -39,7 +39,7 @@ def handler(tmp_path: Path, ietf: bool = False) -> RateLimitHandler:
     path = tmp_path / "d.yaml"
     path.write_text(RULES)
     options = ResponseOptions(ietf_headers=ietf)
-    return RateLimitHandler(load_rules(path), Limiter(), lambda: T0, options=options)
+    return RateLimitHandler(load_rules(path), FleetLimiter(), lambda: T0, options=options)
 
 
 def decide(h: RateLimitHandler, message: wire.RateLimitRequest) -> wire.RateLimitResponse:
@@ -75,7 +75,7 @@ def test_request_override_replaces_the_configured_numbers(tmp_path: Path) -> Non
     h = handler(tmp_path)
     message = request("d", [("user", "o")])
     message.descriptors[0].limit.requests_per_unit = 5
-    message.descriptors[0].limit.unit = wire.RateLimitUnit.Value("HOUR")
+    message.descriptors[0].limit.unit = wire.RateLimitUnit.HOUR
     replies = [decide(h, message) for _ in range(6)]
     assert [r.overall_code for r in replies] == [OK] * 5 + [OVER]
     assert replies[0].statuses[0].current_limit.unit == wire.Unit.HOUR
@@ -104,7 +104,7 @@ class GeneralPathHandler(RateLimitHandler):
     """Every request decided by Limiter.hit and the general encoder (no short path)."""
 
     def _compile(self, raw: bytes) -> CompiledRequest:
-        return super()._compile(raw)._replace(counted=-1, only=None)
+        return super()._compile(raw)._replace(counted=-1, only=())
 
 
 @pytest.mark.parametrize(
@@ -123,8 +123,8 @@ def test_the_short_path_answers_byte_for_byte_as_the_general_path(
 ) -> None:
     (tmp_path / "d.yaml").write_text(RULES)
     rules = load_rules(tmp_path / "d.yaml")
-    short = RateLimitHandler(rules, Limiter(), lambda: T0)
-    general = GeneralPathHandler(rules, Limiter(), lambda: T0)
+    short = RateLimitHandler(rules, FleetLimiter(), lambda: T0)
+    general = GeneralPathHandler(rules, FleetLimiter(), lambda: T0)
     raw = request("d", *entries).SerializeToString()
     answers = [(short.decide(raw), general.decide(raw)) for _ in range(4)]  # OK, OK, OVER, OVER
     assert all(a == b for a, b in answers)

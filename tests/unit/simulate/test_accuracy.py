@@ -45,7 +45,7 @@ UNDER_LIMIT = [
 def test_close_to_the_limit_nothing_is_falsely_rejected(
     scenario: str, load: float, seed: int
 ) -> None:
-    """Issue #6: zero false rejections under the limit, up to 0.95 x MAX.
+    """Zero false rejections under the limit, up to 0.95 x MAX.
 
     The estimate extrapolates this node's unpushed hits to the fleet; Poisson noise x nodes
     passes MAX near the end of windows that end under it. A window whose pace keeps it under

@@ -24,10 +24,10 @@ def test_prints_one_table_row_per_system(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_json_markdown_and_a_leading_double_dash(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--", "--scenario", "outage", "--outage", "6:12", "--systems", "core,hard+ewma"]
+    argv = ["--", "--scenario", "outage", "--outage", "6:12", "--systems", "core,hard+redis-time"]
     assert main([*argv, *SMALL, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["system"] for r in rows] == ["core", "hard+ewma"]
+    assert [r["system"] for r in rows] == ["core", "hard+redis-time"]
     assert rows[0]["windows"] == 12 and rows[0]["max"] == 60
     assert main(["--scenario", "bursty", *SMALL, "--format", "markdown"]) == 0
     assert capsys.readouterr().out.startswith("| scenario | system |")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from ratelimit_sidecar.core import SyncBatch, TotalRead
-from ratelimit_sidecar.server import syncloop
 from ratelimit_sidecar.simulate import SimParams, run_scenario
-from ratelimit_sidecar.simulate import engine as sim_engine
 from ratelimit_sidecar.simulate.engine import KEY
-from tests.unit.simulate.helpers import engine, run
+from ratelimit_sidecar.simulate.variants import SYSTEMS, system_for
+from tests.unit.simulate.helpers import engine
 
 
 def test_same_seed_same_results_other_seed_other_results() -> None:
@@ -27,18 +26,10 @@ def test_every_system_is_offered_the_same_requests() -> None:
     assert len({tuple(r.recorder.offered_span) for r in runs}) == 1
 
 
-def test_the_seen_hook_reproduces_the_core_decision_for_decision() -> None:
-    # Variants override the core's step-2 check through one hook; `seen` re-implements the
-    # shipped check through it, so any drift between the two shows here.
-    for scenario in ("near_limit", "latency", "outage"):
-        core, _ = run("core", scenario=scenario, windows=40)
-        hook, _ = run("seen", scenario=scenario, windows=40)
-        assert core.admitted_span == hook.admitted_span, scenario
-
-
-def test_sync_loop_constants_are_mirrored() -> None:
-    assert sim_engine.HEARTBEAT_MS == syncloop.HEARTBEAT_MS
-    assert sim_engine.FLUSH_ATTEMPTS == syncloop.FLUSH_ATTEMPTS
+def test_combined_variants_change_every_parameter_either_one_changes() -> None:
+    assert system_for("hard+admitted").algorithm == SYSTEMS["old"].algorithm
+    combined = system_for("admitted+redis-time")
+    assert combined.store_clock and not combined.algorithm.nodes_from_offered
 
 
 def test_a_store_slower_than_the_timeout_counts_hits_the_nodes_never_hear_of() -> None:
@@ -48,7 +39,7 @@ def test_a_store_slower_than_the_timeout_counts_hits_the_nodes_never_hear_of() -
     failures = 0
     apply = eng._apply
 
-    def spy(node):  # type: ignore[no-untyped-def]
+    def spy(node):
         nonlocal failures
         failures += node.answer is None and bool(node.batch and node.batch.pushes)
         apply(node)
@@ -66,11 +57,11 @@ def test_latency_delays_the_answer_and_requests_in_between_see_the_old_state() -
     timeline: list[tuple[int, str]] = []
     sync, apply = eng._sync, eng._apply
 
-    def on_sync(node):  # type: ignore[no-untyped-def]
+    def on_sync(node):
         timeline.append((eng.now, "send"))
         sync(node)
 
-    def on_apply(node):  # type: ignore[no-untyped-def]
+    def on_apply(node):
         timeline.append((eng.now, "apply"))
         assert node.limiter._plan is not None  # still in flight until now
         apply(node)

@@ -36,7 +36,7 @@ def test_every_node_syncs_with_the_store_again_within_one_span() -> None:
     first_ok: dict[int, int] = {}
     apply = eng._apply
 
-    def spy(node):  # type: ignore[no-untyped-def]
+    def spy(node):
         if node.answer is not None and eng.now >= back:
             first_ok.setdefault(node.index, eng.now)
         apply(node)

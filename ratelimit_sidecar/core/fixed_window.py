@@ -1,0 +1,210 @@
+"""The fixed-window rule, counted in spans: at most MAX requests per window, for the whole fleet.
+
+Windows are aligned on the epoch, so every node counts the same windows; each window is cut
+into N spans. A node decides every request from memory and learns the fleet's count only at span
+ends, when it pushes its span's hits to the shared store and reads back the window's total.
+
+A request (`check`, then `count` and `admitted` when it is admitted):
+
+1. A key under an active block is refused until the block ends (its Retry-After).
+2. Otherwise the fleet's count is estimated as the store's last total (`seen`) plus this node's
+   hits since then, each standing for `nodes` nodes' worth of traffic. An estimate over the
+   request check's ceiling refuses this request alone, until the next sync brings a better
+   estimate. Only a count known to be over MAX (the store's total plus this node's own hits,
+   which no guess inflates) starts a block for the cooldown.
+3. Admitted: the answer reports what is left of the window and when it resets.
+
+A span end (with the store's answer, without it, or with no store at all):
+
+- A store total over MAX blocks the key for the cooldown (again at every span while the window
+  stays over: a window over the limit must not reopen after each block).
+- The ceiling of step 2 is MAX, except while the window's pace projects a total under the
+  bound MAX x (1 + 1/N): then an estimate may pass MAX by the projection's distance to that
+  bound, at most MAX / N, widened to the estimate's own noise on a node with a small share.
+  Near the limit a noisy estimate then no longer refuses requests of a window that ends under
+  MAX, while a window on course past the bound keeps the strict check.
+- The store failed: the span's own count, scaled by `nodes`, joins `seen`; over its share
+  MAX / N it blocks the key for the cooldown. The ceiling goes back to MAX.
+- Local-only mode: the span's hits join `seen` (the node is the fleet) and a window over MAX
+  blocks for the cooldown, as a shared store's total would.
+- `nodes` is learnt from each finished window: the fleet's total over this node's own count,
+  both counted as offered (admitted plus refused on the estimate), so a node's own refusals do
+  not feed back into a larger estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
+from ratelimit_sidecar.core.spans import span_end, window_end
+from ratelimit_sidecar.core.types import Code, Verdict
+from ratelimit_sidecar.core.verdicts import deny_verdict
+
+NEAR_LIMIT_RATIO = 0.8  # an admitted answer says `near_limit` from this share of MAX on
+# A lenient ceiling is at least this many standard deviations of the noise in the estimate's
+# extrapolation of one span of this node's own hits (Poisson: sd = nodes x sqrt(hits/span)).
+NOISE_SIGMAS = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class FixedWindow:
+    """The rule above. The parameters turn parts of it off, for the accuracy simulator's
+    comparisons; the service runs the defaults."""
+
+    lenient: bool = True  # False: the ceiling is always MAX
+    estimate_blocks: bool = False  # True: an estimate over the ceiling starts a block too
+    nodes_from_offered: bool = True  # False: `nodes` from admitted counts only
+
+    # -- a request ---------------------------------------------------------------------------
+
+    def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
+        if now_ms < state.blocked_until:
+            return self._blocked(state, now_ms)
+        if hits > 0 and self._over(state, hits):
+            return self._estimate_over(state, hits, now_ms)
+        return None
+
+    def _over(self, state: KeyState, hits: int) -> bool:
+        """This request's hits would take the estimate past its ceiling, or the count known
+        for sure (the store's total plus this node's unpushed hits) past MAX."""
+        unpushed = state.inflight + state.pending + hits
+        estimate = state.seen + unpushed * state.check_nodes
+        return estimate > state.ceiling or state.seen + unpushed > state.limit.requests_per_unit
+
+    def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
+        """Step 2: a known count over MAX blocks for the cooldown; an estimate refuses this
+        request alone, until the next sync (a noisy estimate must not block a key under the
+        limit for a whole cooldown)."""
+        limit = state.limit
+        known = state.seen + state.inflight + state.pending + hits
+        if known > limit.requests_per_unit or self.estimate_blocks:
+            state.block(now_ms + limit.cooldown)
+            return self._blocked(state, now_ms)
+        state.rejected += hits  # offered here: keeps `nodes` honest (see learn_nodes)
+        reset = span_end(now_ms, limit.window_ms, limit.spans) - now_ms
+        return _refused(state, reset)
+
+    def _blocked(self, state: KeyState, now_ms: int) -> Verdict:
+        return _refused(state, state.blocked_until - now_ms)
+
+    def count(self, state: KeyState, hits: int, now_ms: int) -> None:
+        if hits < 0:  # quota given back: never more than the window holds
+            hits = max(hits, -self.window_count(state))
+        state.pending += hits
+        state.local_cur = max(0, state.local_cur + hits)
+        state.last_hit = now_ms
+
+    def admitted(self, state: KeyState, now_ms: int) -> Verdict:
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        used = state.seen + (state.inflight + state.pending) * state.nodes
+        remaining = min(rpu, int(rpu - used)) if used < rpu else 0
+        reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
+        near = used >= NEAR_LIMIT_RATIO * rpu
+        return Verdict(
+            Code.OK,
+            limit,
+            remaining=remaining,
+            reset_ms=reset,
+            shadow=state.shadow,
+            near_limit=near,
+        )
+
+    def untracked(self, limit: RateLimit, hits: int, shadow: bool, now_ms: int) -> Verdict:
+        """Decided on this request alone: admitted if it fits in an empty window."""
+        if hits <= limit.requests_per_unit:
+            reset = window_end(now_ms, limit.window_ms) - now_ms
+            remaining = min(limit.requests_per_unit, limit.requests_per_unit - hits)
+            return Verdict(Code.OK, limit, remaining=remaining, reset_ms=reset)
+        return deny_verdict(limit, hits, shadow)
+
+    # -- eviction ----------------------------------------------------------------------------
+
+    def window_count(self, state: KeyState) -> int:
+        return state.seen + state.inflight + state.pending
+
+    def resume(self, state: KeyState, count: int) -> None:
+        state.seen = count  # counted as if the store had said so: the next sync may add more
+
+    # -- a span end --------------------------------------------------------------------------
+
+    def close_span(self, state: KeyState, end_ms: int) -> None:
+        state.seen += state.pending
+        state.pending = 0
+        if state.seen > state.limit.requests_per_unit:
+            state.block(end_ms + state.limit.cooldown)
+
+    def store_total(self, state: KeyState, total: int, now_ms: int) -> bool:
+        state.seen = max(state.seen, total)
+        if total <= state.limit.requests_per_unit:
+            return False
+        was_blocked = now_ms < state.blocked_until
+        state.block(now_ms + state.limit.cooldown)
+        return not was_blocked
+
+    def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:
+        limit, scaled = state.limit, count * state.nodes
+        state.seen += int(scaled)
+        if scaled > limit.requests_per_unit / limit.spans:
+            state.block(now_ms + limit.cooldown)
+            return True
+        return False
+
+    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
+        """nodes = the fleet's total / this node's count in the finished `window`.
+
+        Blocks from the store's total or the shared flag hit every node alike, so they do not
+        skew the ratio; refusals on a node's own estimate do, so they count on both sides."""
+        rejected = state.estimate_rejected if self.nodes_from_offered else 0
+        offered = state.estimate_local + rejected
+        if window == state.estimate_window and offered > 0 and total > 0:
+            self.set_nodes(state, max(1.0, (total + rejected) / offered))
+        state.estimate_window = NO_WINDOW
+
+    def after_sync(self, state: KeyState, sync_ms: int) -> None:
+        """The ceiling for the next span, from the window's pace so far. The first sync of a
+        window (no pace yet) keeps the ceiling the previous window ended with."""
+        limit = state.limit
+        elapsed = sync_ms - state.window * limit.window_ms
+        if not self.lenient or 2 * elapsed * limit.spans < limit.window_ms:
+            return
+        rpu = limit.requests_per_unit
+        share = rpu / limit.spans
+        slack = min(share, max(0.0, rpu + share - state.seen * limit.window_ms / elapsed))
+        if slack > 0:
+            slack += max(0.0, _noise(state, elapsed) - share)
+        state.ceiling = rpu + slack
+        _refresh_check(state)
+
+    def after_failure(self, state: KeyState) -> None:
+        state.ceiling = float(state.limit.requests_per_unit)  # the window's pace is unknown
+        _refresh_check(state)
+
+    def set_nodes(self, state: KeyState, nodes: float) -> None:
+        state.nodes_prev = state.nodes if state.nodes_prev else nodes
+        state.nodes = nodes
+        _refresh_check(state)
+
+
+def _refused(state: KeyState, reset_ms: int) -> Verdict:
+    shadow = state.shadow
+    code = Code.OK if shadow else Code.OVER_LIMIT
+    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+
+
+def _noise(state: KeyState, elapsed_ms: int) -> float:
+    """NOISE_SIGMAS standard deviations of one span of own hits, scaled by `nodes`."""
+    limit = state.limit
+    own = max(0, state.local_cur - state.pending)  # pushed so far in this window
+    per_span = own * limit.window_ms / (limit.spans * elapsed_ms)
+    return NOISE_SIGMAS * state.nodes * math.sqrt(per_span)
+
+
+def _refresh_check(state: KeyState) -> None:
+    """A lenient ceiling uses the lower of the last two `nodes` estimates: one window's share
+    is noisy (a node blocked earlier than the others in it looks smaller)."""
+    lenient = state.ceiling > state.limit.requests_per_unit
+    prev = state.nodes_prev or state.nodes
+    state.check_nodes = min(state.nodes, prev) if lenient else state.nodes

@@ -1,0 +1,136 @@
+"""Counts shared by a fleet through a store: what a span end sends, and what its answer does.
+
+At each span end of a key, `end_span` hands its hits to the store (INCRBY into the window's
+counter) and asks for the finished window's total where the nodes estimate needs it; the sync
+loop sends the batch and calls `apply_sync` with the answer, or with None if the store failed.
+Every active key is pushed each span, even with nothing to add: the answer carries the window's
+global total and block flag, and the store's work per span follows the number of active keys,
+not the request rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ratelimit_sidecar.core.algorithm import Algorithm
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter
+from ratelimit_sidecar.core.spans import span_end, span_index
+from ratelimit_sidecar.core.syncplan import SyncPlan
+from ratelimit_sidecar.core.types import Push, SyncBatch, SyncResult, SyncStats, TotalRead
+
+KEYS_PER_STEP = 2000  # keys planned between two yields of end_span_steps
+
+
+class FleetLimiter(Limiter):
+    """A limiter whose counts go to a store shared by every node."""
+
+    def __init__(
+        self,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        shadow_mode: bool = False,
+        *,
+        algorithm: Algorithm | None = None,
+    ) -> None:
+        super().__init__(max_keys, shadow_mode, algorithm=algorithm)
+        self._orphans: list[Push] = []  # unpushed hits of keys that left the table
+        self._plan: SyncPlan | None = None
+
+    def _catch_up(self, state: KeyState, now_ms: int) -> None:
+        """The sync loop pushes the span that ended; only the window may have moved on."""
+        self.dropped_hits += state.roll(now_ms)
+
+    def _evicted(self, state: KeyState) -> None:
+        """Eviction loses tracking precision, never counts: its unpushed hits still go out."""
+        for count, window in ((state.unsent, state.unsent_window), (state.pending, state.window)):
+            if count:
+                self._orphans.append(Push(state.key, window, count, state.limit))
+        state.unsent = state.pending = 0
+
+    def end_span(self, now_ms: int, flush: bool = False) -> SyncBatch:
+        """Hand every key whose span ended (every key, with `flush`) to the store."""
+        for _ in self.end_span_steps(now_ms, flush):
+            pass
+        return self.batch_in_flight()
+
+    def end_span_steps(
+        self, now_ms: int, flush: bool = False, keys_per_step: int = KEYS_PER_STEP
+    ) -> Iterator[int]:
+        """`end_span` in slices, yielding after every `keys_per_step` keys.
+
+        A caller on an event loop resumes requests between slices, so planning 100k keys never
+        stalls decisions. Hits that arrive meanwhile are safe either way: a key not yet planned
+        includes them in this push, a key already planned keeps them for its next span.
+        When the iterator is exhausted, `batch_in_flight()` is the batch.
+        """
+        if self._plan is not None:
+            raise RuntimeError("end_span called while a sync is still in flight")
+        plan = self._plan = SyncPlan(now_ms, self.algorithm)
+        plan.add_orphans(self._orphans)
+        self._orphans = []
+        for index, state in enumerate(self.keys):
+            if flush or now_ms >= state.next_sync:
+                self._plan_key(plan, state, now_ms)
+            if index % keys_per_step == keys_per_step - 1:
+                yield index + 1
+
+    def batch_in_flight(self) -> SyncBatch:
+        if self._plan is None:
+            raise RuntimeError("no sync in flight")
+        return self._plan.batch
+
+    def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int) -> None:
+        self.dropped_hits += state.roll(now_ms)
+        limit = state.limit
+        state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
+        if state.idle(now_ms):
+            self.keys.remove(state.key)
+            return
+        retried = self._plan_unsent(plan, state) if state.unsent else False
+        # A key whose last span's hits are being pushed for the window that just ended (they
+        # were counted after it closed) already gets its flag back from that push: one push
+        # per key and span either way.
+        if state.pending or not retried:
+            plan.push(state, Push(state.key, state.window, state.pending, limit))
+            state.inflight, state.pending = state.pending, 0
+        first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
+        if state.estimate_window >= 0 and first_span_over:
+            plan.read_total(state, TotalRead(state.key, state.estimate_window))
+
+    def _plan_unsent(self, plan: SyncPlan, state: KeyState) -> bool:
+        """Push hits left from an earlier span (or count them dropped); True if pushed."""
+        pushed = state.window - state.unsent_window <= 1
+        if pushed:
+            retry = Push(state.key, state.unsent_window, state.unsent, state.limit)
+            plan.push(state, retry, fresh=False)
+        else:
+            self.dropped_hits += state.unsent
+        state.unsent = 0
+        return pushed
+
+    def apply_sync(
+        self, now_ms: int, batch: SyncBatch, result: SyncResult | None, resend: bool = True
+    ) -> SyncStats:
+        """Apply the store's answer to `batch`, or the fallback if `result` is None.
+
+        After a failure, `resend` says whether the pushes may be sent again: True when they
+        surely did not arrive (connection refused), False when they may have been applied
+        (a timeout), so that a retry can never count the same hits twice.
+        """
+        plan = self._plan
+        if plan is None or plan.batch is not batch:
+            raise RuntimeError("apply_sync for a batch that is not in flight")
+        self._plan = None
+        if result is None:
+            stats = plan.fail(now_ms, resend)
+        else:
+            if result.live_nodes > 0:
+                self.live_nodes = result.live_nodes
+            stats = plan.succeed(now_ms, result)
+        self.dropped_hits += stats.dropped_hits
+        return stats
+
+    def pending_hits(self) -> int:
+        """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
+        tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
+        return tracked + sum(p.count for p in self._orphans)

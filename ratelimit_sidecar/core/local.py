@@ -1,0 +1,57 @@
+"""Local-only mode: a single node with no store, whose own counts are the fleet's.
+
+No span end visits a key: a span's hits are applied when the key is next used, as of the
+span's end, so a block still starts where a store's answer would have started it. A periodic
+`sweep` forgets keys nobody uses any more.
+"""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
+from ratelimit_sidecar.core.limiter import Limiter
+from ratelimit_sidecar.core.spans import span_end
+
+# A key costs only memory here (bounded by max_keys), so it is kept through a minute of silence
+# (or two windows, if longer): a returning client finds its counter instead of making a new one.
+IDLE_MS = 60_000
+SWEEP_EVERY_MS = IDLE_MS // 4  # how often the server calls `sweep`
+
+
+class LocalLimiter(Limiter):
+    """A limiter whose span ends happen in memory; nothing is pushed anywhere."""
+
+    def _catch_up(self, state: KeyState, now_ms: int) -> None:
+        limit = state.limit
+        moved = now_ms // limit.window_ms != state.window
+        if moved and now_ms >= state.next_sync + limit.cooldown:
+            state.pending = state.unsent = 0  # a finished window; any block it set is over
+        else:
+            self._close(state, state.next_sync)
+        state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
+        if moved:
+            self.dropped_hits += state.roll(now_ms)
+
+    def _evicted(self, state: KeyState) -> None:
+        """Nobody else reads this node's counts: they leave with the key."""
+
+    def sweep(self, now_ms: int) -> int:
+        """Forget keys idle for IDLE_MS (or two windows) whose block is over; returns how many."""
+        forgotten = 0
+        for state in self.keys:
+            if now_ms - state.last_hit < max(IDLE_MS, 2 * state.limit.window_ms):
+                continue
+            if state.pending:  # its last span may still start a block
+                self._close(state, state.next_sync)
+            if now_ms >= state.blocked_until:
+                self.keys.remove(state.key)
+                forgotten += 1
+        return forgotten
+
+    def _close(self, state: KeyState, end_ms: int) -> None:
+        """What a span end at `end_ms` does here, without a round trip. Counts of a finished
+        window need no push: nobody reads them again."""
+        state.roll(end_ms)  # leftovers of a finished window go to `unsent`, dropped below
+        state.unsent = 0
+        state.estimate_window = NO_WINDOW  # nodes stays 1: no other node counts this key
+        if state.pending:
+            self.algorithm.close_span(state, end_ms)

@@ -1,0 +1,52 @@
+"""When a node talks to the shared store: one schedule, for the server's loop and the simulator.
+
+A node syncs once at start, then at the next span end of any tracked rule, and at least once a
+heartbeat after its last sync, so its heartbeat in the store stays fresh while it is idle. A
+sync never overlaps the previous one. Its store call times out after at most half the shortest
+span, so a slow store turns into the fallback, never into a late span. A shutdown flush tries a
+few times before it counts what is left as lost.
+"""
+
+from __future__ import annotations
+
+HEARTBEAT_MS = 1000  # sync at least this often
+POLL_MS = 250  # a loop that cannot be told of a new key looks again this often
+FLUSH_ATTEMPTS = 3
+MIN_TIMEOUT_MS = 10
+DEFAULT_TIMEOUT_MS = 250
+
+
+class SyncSchedule:
+    """The next sync time of one node, on whatever clock the caller passes in."""
+
+    __slots__ = ("due_ms", "heartbeat_ms", "timeout_ms")
+
+    def __init__(
+        self,
+        start_ms: int,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        heartbeat_ms: int = HEARTBEAT_MS,
+    ) -> None:
+        self.due_ms = start_ms  # the first sync is at once
+        self.timeout_ms = timeout_ms
+        self.heartbeat_ms = heartbeat_ms
+
+    def next_sync(self, span_end_ms: int | None) -> int:
+        """When to sync next, given the next span end of the tracked rules (None: none).
+
+        A span end once seen stays due even after it passes: the sync it calls for is never
+        skipped because the caller looked again later."""
+        if span_end_ms is not None and span_end_ms < self.due_ms:
+            self.due_ms = span_end_ms
+        return self.due_ms
+
+    def synced(self, now_ms: int) -> None:
+        """A sync finished at `now_ms`: the next is due a heartbeat later, or at a span end."""
+        self.due_ms = now_ms + self.heartbeat_ms
+
+    def store_timeout_ms(self, shortest_span_ms: int | None) -> int:
+        """The store call's timeout: the configured one, capped at half the shortest span."""
+        timeout = self.timeout_ms
+        if shortest_span_ms is not None:
+            timeout = min(timeout, shortest_span_ms // 2)
+        return max(timeout, MIN_TIMEOUT_MS)

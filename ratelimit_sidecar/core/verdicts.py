@@ -1,0 +1,22 @@
+"""Answers that need no counter: unmatched descriptors, unlimited rules and deny lists."""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.types import Code, Hit, Verdict
+
+UNMATCHED = Verdict(Code.OK)
+UNLIMITED = Verdict(Code.OK, unlimited=True)
+
+
+def unlimited_verdict(hit: Hit) -> Verdict:
+    """The answer for a descriptor no limit applies to: unmatched, or an unlimited rule."""
+    return UNLIMITED if hit.rule is not None and hit.rule.unlimited else UNMATCHED
+
+
+def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
+    """A limit that admits nothing (`requests_per_unit: 0`, a deny list), or more hits than it
+    ever admits; a check with no hits is answered OK."""
+    code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
+    over = shadow and hits > 0
+    return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=over, shadow=shadow)

@@ -1,0 +1,189 @@
+"""What one sync sends to Redis and how its replies become a `SyncResult`. Pure: no I/O.
+
+A sync is one non-transactional pipeline, in this order:
+
+    EVALSHA sync.lua  per chunk of up to CHUNK_KEYS pushes (per hash slot on Cluster)
+    GET               per TotalRead
+    TIME              the store's clock (a one-line script on Cluster)
+    ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE   the node heartbeat, when it is on
+
+Script arguments and answers are packed strings because redis-py encodes and parses in Python:
+one value per call instead of six per key keeps a 100k-key sync well inside a span. `Layout`
+records what was sent, so the replies are read back by name, never by offsets computed twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a key to
+
+from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
+from ratelimit_sidecar.storage.errors import StoreRefused
+from ratelimit_sidecar.storage.keys import KeySchema, counter_suffix, digest
+
+CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
+TIME_SCRIPT = "return redis.call('TIME')"
+HEARTBEAT_COMMANDS = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
+Command = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The shape of one sync's pipeline: what each reply answers."""
+
+    pushes: int  # pushes in the batch
+    chunks: tuple[tuple[int, ...], ...]  # per script call: the indexes of its pushes
+    total_reads: int
+    heartbeat: bool
+
+    @property
+    def script_calls(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def replies(self) -> int:
+        heartbeat = HEARTBEAT_COMMANDS if self.heartbeat else 0
+        return self.script_calls + self.total_reads + 1 + heartbeat
+
+
+class Replies(NamedTuple):
+    """A pipeline's replies, split by what they answer."""
+
+    scripts: Sequence[Any]
+    totals: Sequence[Any]
+    time: Any
+    heartbeat: Sequence[Any]  # empty when the heartbeat is off
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A sync ready to send: script calls first, then the other commands."""
+
+    layout: Layout
+    script_args: tuple[Command, ...]  # numkeys, KEYS and ARGV of sync.lua, per call
+    commands: tuple[Command, ...]  # the reads, TIME and the heartbeat
+
+
+class SyncCodec:
+    """Packs batches into commands and parses replies, for one key prefix and topology."""
+
+    def __init__(
+        self, keys: KeySchema, *, cluster: bool, node_id: str = "", node_ttl_ms: int = 0
+    ) -> None:
+        self.keys = keys
+        self.cluster = cluster
+        self.node_id = node_id
+        self.node_ttl_ms = node_ttl_ms
+
+    @property
+    def heartbeat_on(self) -> bool:
+        return bool(self.node_id and self.node_ttl_ms)
+
+    def encode(self, batch: SyncBatch) -> Encoded:
+        chunks = self.chunks(batch.pushes)
+        layout = Layout(len(batch.pushes), chunks, len(batch.total_reads), self.heartbeat_on)
+        args = tuple(self.script_args(batch.pushes, chunk) for chunk in chunks)
+        return Encoded(layout, args, tuple(self.commands(batch)))
+
+    def decode(self, layout: Layout, replies: Sequence[Any]) -> SyncResult:
+        """The batch's answer; StoreRefused if the replies do not fit `layout`."""
+        parts = split(layout, replies)
+        try:
+            return SyncResult(
+                pushes=push_results(layout, parts.scripts),
+                totals=tuple(0 if r is None else int(r) for r in parts.totals),
+                live_nodes=int(parts.heartbeat[2]) if parts.heartbeat else 0,
+                store_time_ms=time_ms(parts.time),
+            )
+        except (TypeError, ValueError) as exc:
+            raise StoreRefused(f"unreadable sync reply: {exc}") from exc
+
+    def chunks(self, pushes: Sequence[Push]) -> tuple[tuple[int, ...], ...]:
+        """Push indexes grouped into script calls; on Cluster a call may only touch one slot."""
+        groups: list[list[int]] = [list(range(len(pushes)))]
+        if self.cluster:
+            by_slot: dict[int, list[int]] = {}
+            for index, push in enumerate(pushes):
+                by_slot.setdefault(key_slot(self.keys.tag(push.key).encode()), []).append(index)
+            groups = list(by_slot.values())
+        return tuple(
+            tuple(group[i : i + CHUNK_KEYS])
+            for group in groups
+            for i in range(0, len(group), CHUNK_KEYS)
+        )
+
+    def script_args(self, pushes: Sequence[Push], chunk: Sequence[int]) -> Command:
+        """numkeys, KEYS and ARGV of sync.lua for the pushes at `chunk`."""
+        entries = []
+        for index in chunk:
+            push, limit = pushes[index], pushes[index].limit
+            entries.append(
+                f"{digest(push.key)}|{counter_suffix(push.key, push.window)}|{push.count}|"
+                f"{2 * limit.window_ms}|{limit.requests_per_unit}|{limit.cooldown}"
+            )
+        first = pushes[chunk[0]]
+        route = self.keys.counter(first.key, first.window)
+        return (1, route, self.keys.prefix, ";".join(entries))
+
+    def commands(self, batch: SyncBatch) -> list[Command]:
+        """The reads, the store's clock and the heartbeat, in the order of `Replies`."""
+        keys = self.keys
+        commands: list[Command] = [
+            ("GET", keys.counter(r.key, r.window)) for r in batch.total_reads
+        ]
+        # A Cluster pipeline refuses keyless TIME, so there it runs in a one-line script routed
+        # by the heartbeat key's slot; any primary's clock will do.
+        commands.append(("EVAL", TIME_SCRIPT, 1, keys.nodes()) if self.cluster else ("TIME",))
+        if self.heartbeat_on:
+            # Scores are the node's own clock (batch.now_ms), not Redis TIME: that would cost a
+            # round trip, and NTP-level skew (ms) is noise against a TTL of tens of seconds.
+            # Only a clock off by more than the TTL miscounts, and only this fallback estimate.
+            nodes, now = keys.nodes(), batch.now_ms
+            commands += [
+                ("ZADD", nodes, now, self.node_id),
+                ("ZREMRANGEBYSCORE", nodes, "-inf", now - self.node_ttl_ms),
+                ("ZCARD", nodes),
+                ("PEXPIRE", nodes, self.node_ttl_ms),
+            ]
+        return commands
+
+
+def split(layout: Layout, replies: Sequence[Any]) -> Replies:
+    """`replies` cut along `layout`; StoreRefused if there are not exactly as many as sent."""
+    if len(replies) != layout.replies:
+        raise StoreRefused(f"redis answered {len(replies)} replies for {layout.replies} commands")
+    totals_end = layout.script_calls + layout.total_reads
+    return Replies(
+        scripts=replies[: layout.script_calls],
+        totals=replies[layout.script_calls : totals_end],
+        time=replies[totals_end],
+        heartbeat=replies[totals_end + 1 :],
+    )
+
+
+def push_results(layout: Layout, replies: Sequence[Any]) -> tuple[PushResult, ...]:
+    """Unpack each call's "total,left;..." answer back into batch order."""
+    results: list[PushResult | None] = [None] * layout.pushes
+    for chunk, reply in zip(layout.chunks, replies, strict=True):
+        if not isinstance(reply, bytes | str):
+            raise StoreRefused(f"sync script answered {type(reply).__name__}, not text")
+        text = reply.decode() if isinstance(reply, bytes) else reply
+        answers = text.split(";") if text else []
+        if len(answers) != len(chunk):
+            raise StoreRefused(f"sync script answered {len(answers)} of {len(chunk)} keys")
+        for index, answer in zip(chunk, answers, strict=True):
+            total, left = answer.split(",")
+            # A flag without a TTL (-1, never written by the script) must not block forever.
+            results[index] = PushResult(int(total), max(0, int(left)))
+    if any(r is None for r in results):
+        raise StoreRefused("sync script calls do not cover every push")
+    return tuple(r for r in results if r is not None)
+
+
+def time_ms(reply: Any) -> int:
+    """Redis TIME's (seconds, microseconds) in milliseconds."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000

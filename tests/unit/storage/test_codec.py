@@ -1,0 +1,217 @@
+"""The Redis sync codec: what a batch becomes on the wire, and how replies become a result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+from redis.exceptions import ResponseError
+
+from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, TotalRead
+from ratelimit_sidecar.storage.codec import CHUNK_KEYS, TIME_SCRIPT, Layout, SyncCodec
+from ratelimit_sidecar.storage.errors import StoreRefused
+from ratelimit_sidecar.storage.keys import KeySchema, digest
+
+LIMIT = RateLimit(requests_per_unit=10, unit=Unit.MINUTE, cooldown_ms=5000)
+W = 29_000_000
+NOW = 1_700_000_000_000
+TIME_REPLY = (1_700_000_000, 123_456)  # redis-py's TIME callback: (seconds, microseconds)
+KEYS = KeySchema("t:")
+
+
+def codec(cluster: bool = False, node_id: str = "node-a", node_ttl_ms: int = 30_000) -> SyncCodec:
+    return SyncCodec(KEYS, cluster=cluster, node_id=node_id, node_ttl_ms=node_ttl_ms)
+
+
+def push(key: KeyId, count: int = 1) -> Push:
+    return Push(key, W, count, LIMIT)
+
+
+def batch(pushes: int = 0, totals: int = 0) -> SyncBatch:
+    return SyncBatch(
+        NOW,
+        [push(("d", "u", str(i)), i + 1) for i in range(pushes)],
+        [TotalRead(("d", "u", str(i)), W - 1) for i in range(totals)],
+    )
+
+
+def answer(*pairs: tuple[int, int]) -> bytes:
+    """A sync.lua reply: "total,left;total,left;..."."""
+    return ";".join(f"{total},{left}" for total, left in pairs).encode()
+
+
+def heartbeat(live: int = 1) -> list[Any]:
+    return [1, 0, live, 1]  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
+
+
+# --- encoding -----------------------------------------------------------------------------------
+
+
+def test_pushes_are_chunked_in_batch_order_on_standalone() -> None:
+    encoded = codec().encode(batch(pushes=2 * CHUNK_KEYS + 500))
+    assert [len(c) for c in encoded.layout.chunks] == [CHUNK_KEYS, CHUNK_KEYS, 500]
+    flat = [i for chunk in encoded.layout.chunks for i in chunk]
+    assert flat == list(range(2 * CHUNK_KEYS + 500))
+    assert len(encoded.script_args) == encoded.layout.script_calls == 3
+
+
+def test_script_arguments_pack_one_entry_per_push() -> None:
+    key = ("gw", "api_key", "secret-value")
+    encoded = codec().encode(SyncBatch(NOW, [push(key, 3), push(("gw", "ip", "1.2.3.4"), -2)]))
+    numkeys, route, prefix, packed = encoded.script_args[0]
+    assert (numkeys, route, prefix) == (1, KEYS.counter(key, W), "t:")
+    entries = packed.split(";")
+    assert entries[0] == f"{digest(key)}|:gw:api_key:{W}|3|120000|10|5000"
+    assert entries[1].split("|")[2] == "-2"
+    assert "secret-value" not in packed
+
+
+def test_commands_follow_the_scripts_reads_then_clock_then_heartbeat() -> None:
+    encoded = codec(node_ttl_ms=20_000).encode(batch(pushes=1, totals=2))
+    nodes = KEYS.nodes()
+    assert list(encoded.commands) == [
+        ("GET", KEYS.counter(("d", "u", "0"), W - 1)),
+        ("GET", KEYS.counter(("d", "u", "1"), W - 1)),
+        ("TIME",),
+        ("ZADD", nodes, NOW, "node-a"),
+        ("ZREMRANGEBYSCORE", nodes, "-inf", NOW - 20_000),
+        ("ZCARD", nodes),
+        ("PEXPIRE", nodes, 20_000),
+    ]
+    assert encoded.layout == Layout(pushes=1, chunks=((0,),), total_reads=2, heartbeat=True)
+    assert encoded.layout.replies == 1 + 2 + 1 + 4
+
+
+@pytest.mark.parametrize(("node_id", "ttl"), [("", 30_000), ("node-a", 0)])
+def test_no_heartbeat_without_a_node_id_or_a_ttl(node_id: str, ttl: int) -> None:
+    encoded = codec(node_id=node_id, node_ttl_ms=ttl).encode(batch(pushes=1))
+    assert list(encoded.commands) == [("TIME",)]
+    assert not encoded.layout.heartbeat and encoded.layout.replies == 2
+
+
+def test_an_empty_batch_still_reads_the_clock_and_beats() -> None:
+    encoded = codec().encode(SyncBatch(NOW))
+    assert encoded.layout.chunks == () and encoded.script_args == ()
+    assert [c[0] for c in encoded.commands] == [
+        "TIME",
+        "ZADD",
+        "ZREMRANGEBYSCORE",
+        "ZCARD",
+        "PEXPIRE",
+    ]
+
+
+def test_cluster_calls_touch_one_slot_each_and_cover_every_push() -> None:
+    encoded = codec(cluster=True).encode(batch(pushes=3000))
+    pushes = batch(pushes=3000).pushes
+    slots_per_call = [
+        {key_slot(KEYS.tag(pushes[i].key).encode()) for i in chunk}
+        for chunk in encoded.layout.chunks
+    ]
+    assert all(len(slots) == 1 for slots in slots_per_call)
+    assert sorted(i for chunk in encoded.layout.chunks for i in chunk) == list(range(3000))
+    for chunk, args in zip(encoded.layout.chunks, encoded.script_args, strict=True):
+        assert chunk == tuple(sorted(chunk))  # batch order within a slot
+        assert key_slot(args[1].encode()) == key_slot(KEYS.tag(pushes[chunk[0]].key).encode())
+
+
+def test_a_crowded_cluster_slot_is_still_cut_into_chunks() -> None:
+    # One key id in many windows: every push shares the key's slot.
+    pushes = [Push(("d", "u", "hot"), W + i, 1, LIMIT) for i in range(CHUNK_KEYS + 1)]
+    encoded = codec(cluster=True).encode(SyncBatch(NOW, pushes))
+    assert [len(c) for c in encoded.layout.chunks] == [CHUNK_KEYS, 1]
+
+
+def test_cluster_reads_the_clock_with_a_script_routed_by_the_heartbeat_key() -> None:
+    encoded = codec(cluster=True, node_id="").encode(SyncBatch(NOW))
+    assert list(encoded.commands) == [("EVAL", TIME_SCRIPT, 1, KEYS.nodes())]
+
+
+# --- decoding -----------------------------------------------------------------------------------
+
+
+def test_replies_are_read_back_by_what_they_answer() -> None:
+    layout = Layout(pushes=3, chunks=((0, 2), (1,)), total_reads=2, heartbeat=True)
+    replies = [answer((5, 0), (12, 4000)), answer((7, 0)), b"40", None, TIME_REPLY, *heartbeat(3)]
+    result = codec().decode(layout, replies)
+    assert [(p.total, p.block_ms) for p in result.pushes] == [(5, 0), (7, 0), (12, 4000)]
+    assert result.totals == (40, 0)  # a gone window (None) reads 0
+    assert result.live_nodes == 3
+    assert result.store_time_ms == 1_700_000_000_123
+
+
+def test_the_cluster_clock_script_answers_in_bytes() -> None:
+    layout = Layout(pushes=0, chunks=(), total_reads=0, heartbeat=False)
+    result = codec().decode(layout, [[b"1700000000", b"999999"]])
+    assert (result.store_time_ms, result.live_nodes, result.pushes) == (1_700_000_000_999, 0, ())
+
+
+@pytest.mark.parametrize("left", [-1, -2])
+def test_a_negative_block_time_reads_as_not_blocked(left: int) -> None:
+    # -1: a flag without TTL (never written by the script); -2: no flag. Neither may block.
+    layout = Layout(pushes=1, chunks=((0,),), total_reads=0, heartbeat=False)
+    result = codec().decode(layout, [f"3,{left}", TIME_REPLY])
+    assert [(p.total, p.block_ms) for p in result.pushes] == [(3, 0)]
+
+
+@pytest.mark.parametrize("extra", [-1, 1])
+def test_a_wrong_number_of_replies_is_refused(extra: int) -> None:
+    layout = Layout(pushes=1, chunks=((0,),), total_reads=1, heartbeat=True)
+    replies = [answer((1, 0)), b"2", TIME_REPLY, *heartbeat(), 0][: layout.replies + extra]
+    with pytest.raises(StoreRefused, match="replies for 7 commands"):
+        codec().decode(layout, replies)
+
+
+@pytest.mark.parametrize(
+    "script_reply",
+    [
+        answer((1, 0)),  # one answer for two keys
+        answer((1, 0), (2, 0), (3, 0)),  # three for two
+        b"",  # none
+        b"1,0;2",  # an answer without its block time
+        b"1,0;x,0",  # not a number
+        b"1,0;2,0,0",  # one field too many
+        42,  # not text at all
+        None,
+        ResponseError("ERR something broke"),  # an error left in place
+    ],
+)
+def test_a_malformed_script_answer_is_refused(script_reply: Any) -> None:
+    layout = Layout(pushes=2, chunks=((0, 1),), total_reads=0, heartbeat=False)
+    with pytest.raises(StoreRefused):
+        codec().decode(layout, [script_reply, TIME_REPLY])
+
+
+@pytest.mark.parametrize(
+    ("total", "clock", "live"),
+    [
+        (b"many", TIME_REPLY, 1),
+        (ResponseError("WRONGTYPE"), TIME_REPLY, 1),
+        (b"1", None, 1),
+        (b"1", (1, 2, 3), 1),
+        (b"1", (b"soon", 0), 1),
+        (b"1", TIME_REPLY, None),
+        (b"1", TIME_REPLY, b"some"),
+    ],
+)
+def test_malformed_reads_clock_or_heartbeat_are_refused(total: Any, clock: Any, live: Any) -> None:
+    layout = Layout(pushes=0, chunks=(), total_reads=1, heartbeat=True)
+    with pytest.raises(StoreRefused):
+        codec().decode(layout, [total, clock, 1, 0, live, 1])
+
+
+def test_chunks_that_miss_a_push_are_refused() -> None:
+    layout = Layout(pushes=2, chunks=((0,),), total_reads=0, heartbeat=False)
+    with pytest.raises(StoreRefused, match="every push"):
+        codec().decode(layout, [answer((1, 0)), TIME_REPLY])
+
+
+def test_encode_and_decode_agree_on_the_layout() -> None:
+    sync = codec(cluster=True)
+    encoded = sync.encode(batch(pushes=2500, totals=3))
+    scripts = [answer(*[(i + 1, 0) for i in chunk]) for chunk in encoded.layout.chunks]
+    result = sync.decode(encoded.layout, [*scripts, b"1", b"2", None, TIME_REPLY, *heartbeat(2)])
+    assert [p.total for p in result.pushes] == list(range(1, 2501))
+    assert (result.totals, result.live_nodes) == ((1, 2, 0), 2)
