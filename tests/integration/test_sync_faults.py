@@ -1,0 +1,172 @@
+"""An error in the middle of a sync never inflates Redis's counts nor fails the whole node.
+
+Each test drives one node (FleetLimiter + SyncLoop + RedisStorage) on a virtual clock, so every
+admitted hit is counted exactly, injects one fault into real Redis while it syncs, removes it,
+and then compares Redis's totals with what the node admitted. Clients stay well under their
+limit, so any OVER_LIMIT answer is a fault leaking into decisions.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+
+from harness.redis_servers import ServerProcess
+from ratelimit_sidecar.config.model import Unit
+from ratelimit_sidecar.core import Code, FleetLimiter, Hit, KeyId
+from ratelimit_sidecar.server.syncloop import SyncLoop
+from ratelimit_sidecar.storage.redis_store import RedisStorage
+from ratelimit_sidecar.storage.redis_urls import open_redis
+from tests.unit.core.rules import rule
+
+pytestmark = pytest.mark.integration
+
+PATIENT = "socket_timeout=3&socket_connect_timeout=3"
+WINDOW_MS, SPANS, MAX = 10_000, 4, 100
+SPAN_MS = WINDOW_MS // SPANS
+RULE = rule(rpu=MAX, unit=Unit.SECOND, multiplier=WINDOW_MS // 1000, spans=SPANS)
+HITS_PER_SPAN = 10  # per client: 40 a window, 40 % of MAX
+WAIT_S = 10.0  # bound of every wait on Redis state
+Fault = Callable[[], None]
+
+
+@dataclass
+class Node:
+    """One sidecar's core, sync loop and store, on a clock the test moves by hand."""
+
+    store: RedisStorage
+    clients: list[KeyId]
+    now: int = 0
+    admitted: Counter[tuple[KeyId, int]] = field(default_factory=Counter)
+    refused: Counter[KeyId] = field(default_factory=Counter)
+    store_up: list[bool] = field(default_factory=list)
+    key_errors: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.limiter = FleetLimiter()
+        # The loop's own deadline is real time (at most half a span): far above a sync here.
+        self.loop = SyncLoop(self.limiter, self.store, lambda: self.now, timeout_ms=1_000)
+
+    async def run_spans(self, spans: int, faults: dict[int, Fault] | None = None) -> None:
+        """`spans` spans of traffic, each ended by a sync; `faults[i]` runs before span i's sync."""
+        for index in range(spans):
+            start = self.now
+            for i in range(HITS_PER_SPAN):
+                self.now = start + i * (SPAN_MS // HITS_PER_SPAN)
+                for key in self.clients:
+                    self.hit(key)
+            self.now = start + SPAN_MS
+            if faults and index in faults:
+                faults[index]()
+            await self.loop.sync_once()
+            self.store_up.append(self.loop.store_up)
+            self.key_errors.append(self.loop.key_errors)
+
+    def hit(self, key: KeyId) -> None:
+        decision = self.limiter.hit(self.now, [Hit(RULE, key, 1)])
+        if decision.code is Code.OK:
+            self.admitted[key, self.now // WINDOW_MS] += 1
+        else:
+            self.refused[key] += 1
+
+    async def finish(self) -> None:
+        """Push everything still unconfirmed (what a shutdown does)."""
+        assert await self.loop.flush() == 0
+
+    def windows(self) -> list[int]:
+        return sorted({window for _, window in self.admitted})
+
+    def totals(self, admin: Any) -> dict[tuple[KeyId, int], int]:
+        """Redis's count for every (client, window) the node admitted hits in."""
+        counted = {}
+        for key, window in self.admitted:
+            value = admin.get(self.store.keys.counter(key, window))
+            counted[key, window] = int(value or 0)
+        return counted
+
+
+def clients(count: int = 20) -> list[KeyId]:
+    return [("d", "k", f"client{i}") for i in range(count)]
+
+
+def first_window() -> int:
+    """The start of the next window on the wall clock (counters' TTLs are real time)."""
+    return (time.time_ns() // 1_000_000 // WINDOW_MS + 1) * WINDOW_MS
+
+
+@pytest.fixture
+async def node(own_redis_server: ServerProcess) -> AsyncIterator[Node]:
+    store = open_redis(f"{own_redis_server.url}?{PATIENT}", f"t{uuid.uuid4().hex[:8]}:", "node-a")
+    assert isinstance(store, RedisStorage)
+    yield Node(store, clients(), first_window())
+    await store.close()
+
+
+def admin_of(server: ServerProcess) -> redis.Redis:
+    return server.client()
+
+
+def assert_exact(node: Node, admin: Any) -> None:
+    totals = node.totals(admin)
+    assert totals == dict(node.admitted), diff(totals, node.admitted)
+
+
+def diff(totals: dict[tuple[KeyId, int], int], admitted: Counter[tuple[KeyId, int]]) -> str:
+    wrong = {k: (totals.get(k), v) for k, v in admitted.items() if totals.get(k) != v}
+    return f"(redis, admitted) differ for {len(wrong)} counters, e.g. {list(wrong.items())[:3]}"
+
+
+def report(name: str, node: Node, admin: Any) -> None:
+    """One line of measured numbers, shown with `pytest -s`."""
+    totals = sum(node.totals(admin).values())
+    admitted = sum(node.admitted.values())
+    print(f"\n{name}: redis {totals} / admitted {admitted}; key errors per sync {node.key_errors}")
+
+
+# --- a wrong-typed counter, a wrong-typed heartbeat key -------------------------------------------
+
+
+async def test_a_wrong_typed_counter_fails_only_its_key(
+    node: Node, own_redis_server: ServerProcess
+) -> None:
+    bad = node.clients[10]  # in the middle of the script call: keys before it must not re-count
+    with admin_of(own_redis_server) as admin:
+        await node.run_spans(2)
+        # The next window's counter of one client holds a hash before the client counts in it.
+        bad_counter = node.store.keys.counter(bad, node.now // WINDOW_MS + 1)
+        admin.hset(bad_counter, "field", "not a counter")
+        await node.run_spans(4)  # the rest of this window, half of the next
+        admin.delete(bad_counter)
+        await node.run_spans(4)
+        await node.finish()
+        report("wrong-typed counter", node, admin)
+        assert_exact(node, admin)
+    # Only that key failed, in every sync of its window while the fault lasted.
+    assert node.key_errors == [0, 0, 0, 0, 1, 1, 0, 0, 0, 0]
+    assert all(node.store_up)
+    assert not node.refused
+
+
+async def test_a_wrong_typed_heartbeat_key_costs_only_the_live_node_count(
+    node: Node, own_redis_server: ServerProcess
+) -> None:
+    nodes_key = node.store.keys.nodes()
+    with admin_of(own_redis_server) as admin:
+        await node.run_spans(2)
+        admin.set(nodes_key, "not a sorted set")  # SET replaces a key of any type
+        await node.run_spans(4)
+        admin.delete(nodes_key)
+        await node.run_spans(3)
+        await node.finish()
+        report("wrong-typed rls:nodes", node, admin)
+        assert_exact(node, admin)
+        assert admin.zcard(nodes_key) == 1  # the heartbeat is back
+    assert all(node.store_up) and not any(node.key_errors)
+    assert not node.refused
