@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import redis
 
-from harness.redis_servers import ServerProcess
+from harness.redis_servers import ServerGroup, ServerProcess
 from ratelimit_sidecar.config.model import Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Hit, KeyId
 from ratelimit_sidecar.server.syncloop import SyncLoop
@@ -34,6 +34,7 @@ SPAN_MS = WINDOW_MS // SPANS
 RULE = rule(rpu=MAX, unit=Unit.SECOND, multiplier=WINDOW_MS // 1000, spans=SPANS)
 HITS_PER_SPAN = 10  # per client: 40 a window, 40 % of MAX
 WAIT_S = 10.0  # bound of every wait on Redis state
+OOM_HEADROOM = 200_000  # bytes over the memory in use: room for about one script call's keys
 Fault = Callable[[], None]
 
 
@@ -44,6 +45,7 @@ class Node:
     store: RedisStorage
     clients: list[KeyId]
     now: int = 0
+    hits_per_span: int = HITS_PER_SPAN
     admitted: Counter[tuple[KeyId, int]] = field(default_factory=Counter)
     refused: Counter[KeyId] = field(default_factory=Counter)
     store_up: list[bool] = field(default_factory=list)
@@ -58,8 +60,8 @@ class Node:
         """`spans` spans of traffic, each ended by a sync; `faults[i]` runs before span i's sync."""
         for index in range(spans):
             start = self.now
-            for i in range(HITS_PER_SPAN):
-                self.now = start + i * (SPAN_MS // HITS_PER_SPAN)
+            for i in range(self.hits_per_span):
+                self.now = start + i * (SPAN_MS // self.hits_per_span)
                 for key in self.clients:
                     self.hit(key)
             self.now = start + SPAN_MS
@@ -101,10 +103,15 @@ def first_window() -> int:
     return (time.time_ns() // 1_000_000 // WINDOW_MS + 1) * WINDOW_MS
 
 
+def open_store(url: str) -> RedisStorage:
+    store = open_redis(f"{url}?{PATIENT}", f"t{uuid.uuid4().hex[:8]}:", "node-a")
+    assert isinstance(store, RedisStorage)
+    return store
+
+
 @pytest.fixture
 async def node(own_redis_server: ServerProcess) -> AsyncIterator[Node]:
-    store = open_redis(f"{own_redis_server.url}?{PATIENT}", f"t{uuid.uuid4().hex[:8]}:", "node-a")
-    assert isinstance(store, RedisStorage)
+    store = open_store(own_redis_server.url)
     yield Node(store, clients(), first_window())
     await store.close()
 
@@ -169,4 +176,90 @@ async def test_a_wrong_typed_heartbeat_key_costs_only_the_live_node_count(
         assert_exact(node, admin)
         assert admin.zcard(nodes_key) == 1  # the heartbeat is back
     assert all(node.store_up) and not any(node.key_errors)
+    assert not node.refused
+
+
+# --- out of memory partway through a sync -----------------------------------------------------
+
+
+async def test_running_out_of_memory_partway_never_counts_twice(
+    own_redis_server: ServerProcess,
+) -> None:
+    # 2,500 clients: three script calls per sync, so memory can run out between them.
+    node = Node(open_store(own_redis_server.url), clients(2_500), first_window(), hits_per_span=2)
+    with admin_of(own_redis_server) as admin:
+        try:
+            await node.run_spans(4)  # one window: the next sync creates 2,500 new counters
+
+            def fill_up() -> None:
+                used = int(admin.info("memory")["used_memory"])
+                admin.config_set("maxmemory-policy", "noeviction")
+                admin.config_set("maxmemory", used + OOM_HEADROOM)
+
+            await node.run_spans(2, {0: fill_up})
+            admin.config_set("maxmemory", 0)
+            await node.run_spans(2)
+            await node.finish()
+            report("out of memory partway", node, admin)
+            assert_exact(node, admin)
+        finally:
+            await node.store.close()
+    assert 0 < node.key_errors[4] <= 2_500 and not any(node.key_errors[6:])
+    assert all(node.store_up)
+    assert not node.refused
+
+
+# --- a read-only replica (a failover under the node's feet) ------------------------------------
+
+
+def wait_for(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def replication(admin: Any) -> dict[str, Any]:
+    return dict(admin.info("replication"))
+
+
+def replica_of(admin: Any, master: ServerProcess) -> None:
+    """Make `admin`'s server a replica of `master` and wait until it has master's data."""
+    admin.replicaof("127.0.0.1", master.port)
+    wait_for(lambda: replication(admin).get("master_link_status") == "up", "the replica link")
+
+
+@pytest.fixture
+def other_server(server_group: ServerGroup) -> Iterator[ServerProcess]:
+    server = server_group.standalone()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_a_server_turned_read_only_fails_its_keys_and_they_are_resent(
+    node: Node, own_redis_server: ServerProcess, other_server: ServerProcess
+) -> None:
+    with admin_of(own_redis_server) as admin, admin_of(other_server) as other:
+
+        def demote() -> None:
+            """What a failover does to the old primary, without losing its data: a copy takes
+            over as primary, and the old one follows it (and so refuses writes)."""
+            replica_of(other, own_redis_server)
+            other.replicaof("NO", "ONE")
+            replica_of(admin, other_server)
+
+        # Within one window: a key keeps unsent counts of one window only, so an outage across
+        # a window's end drops (and counts in dropped_hits) the older window's, as it did before.
+        await node.run_spans(1)
+        await node.run_spans(2, {0: demote})
+        admin.replicaof("NO", "ONE")
+        await node.run_spans(5)
+        await node.finish()
+        report("read-only replica", node, admin)
+        assert_exact(node, admin)
+    assert node.key_errors == [0, 20, 20, 0, 0, 0, 0, 0]
+    assert all(node.store_up)
     assert not node.refused
