@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 import redis
+from redis.crc import key_slot
 
-from harness.redis_servers import ServerGroup, ServerProcess
+from harness.redis_servers import Cluster, ServerGroup, ServerProcess
 from ratelimit_sidecar.config.model import Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Hit, KeyId
 from ratelimit_sidecar.server.syncloop import SyncLoop
@@ -262,4 +263,74 @@ async def test_a_server_turned_read_only_fails_its_keys_and_they_are_resent(
         assert_exact(node, admin)
     assert node.key_errors == [0, 20, 20, 0, 0, 0, 0, 0]
     assert all(node.store_up)
+    assert not node.refused
+
+
+# --- a Cluster slot moved to another primary (MOVED) -------------------------------------------
+
+
+def node_id(admin: Any) -> str:
+    return str(admin.execute_command("CLUSTER", "MYID").decode())
+
+
+def owner(cluster: Cluster, slot: int, asked: int = 0) -> int:
+    """The index in `cluster.nodes` of the primary serving `slot`, as node `asked` sees it."""
+    with cluster.nodes[asked].client() as admin:
+        for start, end, primary, *_ in admin.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                port = primary[1]
+                return next(i for i, n in enumerate(cluster.nodes) if n.port == port)
+    raise AssertionError(f"slot {slot} is not served")
+
+
+def move_slot(cluster: Cluster, slot: int, target: int) -> None:
+    """Migrate `slot` with its keys to `cluster.nodes[target]`, the way resharding does."""
+    source = owner(cluster, slot)
+    src, dst = cluster.nodes[source], cluster.nodes[target]
+    with src.client() as a, dst.client() as b:
+        src_id, dst_id = node_id(a), node_id(b)
+        b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            a.execute_command("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
+        for server in cluster.nodes:
+            with server.client() as c:
+                c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    nodes = range(len(cluster.nodes))
+    agreed = lambda: all(owner(cluster, slot, i) == target for i in nodes)  # noqa: E731
+    wait_for(agreed, "every node to see the slot's new owner")
+
+
+def moved_replies(cluster: Cluster) -> int:
+    total = 0
+    for server in cluster.nodes:
+        with server.client() as admin:
+            stats = admin.info("errorstats")
+            total += int(stats.get("errorstat_MOVED", {}).get("count", 0))
+    return total
+
+
+async def test_a_slot_moved_to_another_primary_keeps_the_counts_exact(
+    redis_cluster: Cluster,
+) -> None:
+    node = Node(open_store(redis_cluster.url), clients(), first_window())
+    slot = key_slot(node.store.keys.tag(node.clients[10]).encode())
+    home = owner(redis_cluster, slot)
+    away = (home + 1) % len(redis_cluster.nodes)
+    before = moved_replies(redis_cluster)
+    try:
+        with redis_cluster.client() as admin:
+            await node.run_spans(1)
+            await node.run_spans(2, {0: lambda: move_slot(redis_cluster, slot, away)})
+            await node.run_spans(1, {0: lambda: move_slot(redis_cluster, slot, home)})
+            await node.run_spans(4)
+            await node.finish()
+            report("cluster slot moved", node, admin)
+            assert_exact(node, admin)
+    finally:
+        await node.store.close()
+        if owner(redis_cluster, slot) != home:
+            move_slot(redis_cluster, slot, home)
+    assert moved_replies(redis_cluster) > before  # the node really was sent elsewhere
+    assert all(node.store_up) and not any(node.key_errors)
     assert not node.refused

@@ -246,3 +246,14 @@ def test_encode_and_decode_agree_on_the_layout() -> None:
     result = sync.decode(encoded.layout, [*scripts, b"1", b"2", None, TIME_REPLY, *heartbeat(2)])
     assert [p.total for p in result.pushes] == list(range(1, 2501))
     assert (result.totals, result.live_nodes) == ((1, 2, 0), 2)
+
+
+def test_the_routing_keys_are_those_each_command_is_sent_by() -> None:
+    encoded = codec(cluster=True).encode(batch(pushes=2, totals=1))
+    first, second = ("d", "u", "0"), ("d", "u", "1")
+    assert encoded.routing_keys() == {
+        KEYS.counter(first, W),
+        KEYS.counter(second, W),
+        KEYS.counter(first, W - 1),
+        KEYS.nodes(),
+    }
