@@ -61,6 +61,10 @@ class Settings:
     ietf_headers: bool = field(
         default=False, metadata=_help("add RateLimit-Policy / RateLimit response headers")
     )
+    debug_show_values: bool = field(
+        default=False,
+        metadata=_help("/debug/keys shows raw descriptor values (API keys?), not digests"),
+    )
     max_keys: int = field(default=DEFAULT_MAX_KEYS, metadata=_help("bound on tracked keys"))
     max_descriptors: int = field(default=64, metadata=_help("descriptors allowed per request"))
     max_entries: int = field(default=16, metadata=_help("entries allowed per descriptor"))

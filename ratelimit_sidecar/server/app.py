@@ -80,7 +80,13 @@ class Sidecar:
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
         mode = "local-only" if storage is None else storage.description
-        endpoints = Endpoints(lambda: self.handler.rules, self.limiter, self.sync, mode)
+        endpoints = Endpoints(
+            lambda: self.handler.rules,
+            self.limiter,
+            self.sync,
+            mode,
+            show_values=settings.debug_show_values,
+        )
         self.http = HttpApi(endpoints.routes(self._scrape))
         self.watcher = RuleWatcher(
             settings.config_path,

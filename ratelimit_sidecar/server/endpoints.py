@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Protocol
 
 from ratelimit_sidecar.config.model import Rule, RuleSet
-from ratelimit_sidecar.core import Limiter
+from ratelimit_sidecar.core import KeyId, Limiter
 from ratelimit_sidecar.server.http_api import Reply, Route, json_reply, text_reply
+from ratelimit_sidecar.storage.keys import digest
 
 DEFAULT_KEYS = 20
 MAX_KEYS_SHOWN = 1000
@@ -51,12 +53,19 @@ class Endpoints:
     """Builds the routes from live objects; every view reads, none writes."""
 
     def __init__(
-        self, get_rules: Callable[[], RuleSet], limiter: Limiter, sync: StoreStatus, mode: str
+        self,
+        get_rules: Callable[[], RuleSet],
+        limiter: Limiter,
+        sync: StoreStatus,
+        mode: str,
+        *,
+        show_values: bool = False,
     ) -> None:
         self._get_rules = get_rules
         self._limiter = limiter
         self._sync = sync
         self._mode = mode
+        self._show_values = show_values
 
     def routes(self, metrics: Route | None = None) -> dict[str, Route]:
         routes: dict[str, Route] = {
@@ -91,5 +100,21 @@ class Endpoints:
         except ValueError:
             return text_reply("limit must be an integer\n", 400)
         states = self._limiter.keys.busiest(max(0, min(count, MAX_KEYS_SHOWN)))
-        views = [s.snapshot() for s in states]
+        views = [self._view(s.key, s.snapshot()) for s in states]
         return json_reply({"tracked": len(self._limiter.keys), "keys": views})
+
+    def _view(self, key: KeyId, snapshot: dict[str, object]) -> dict[str, object]:
+        """Descriptor values are often API keys or addresses: by default each shows as a digest
+        (`#` and 12 hex digits, the same for the same value), and the key as its Redis tag."""
+        snapshot["digest"] = digest(key)
+        if not self._show_values:
+            domain, *pairs = key
+            hidden = [part if i % 2 == 0 else value_digest(part) for i, part in enumerate(pairs)]
+            snapshot["key"] = [domain, *hidden]
+        return snapshot
+
+
+def value_digest(value: str) -> str:
+    """A descriptor value as `#` + 12 hex digits: enough to tell values apart, not to read them."""
+    raw = value.encode("utf-8", "surrogatepass")
+    return "#" + hashlib.blake2b(raw, digest_size=6, person=b"rls-debug").hexdigest()

@@ -15,7 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 log = logging.getLogger("ratelimit_sidecar.http")
 
 MAX_REQUEST_BYTES = 8192
-READ_TIMEOUT_S = 5.0
+CLIENT_TIMEOUT_S = 5.0  # to send the request head, and again to take the answer
+MAX_CONNECTIONS = 64  # more at once are closed at once: slow clients cannot pile up
 
 Reply = tuple[int, str, bytes]  # status, content type, body
 Route = Callable[[dict[str, list[str]]], Reply | Awaitable[Reply]]
@@ -39,9 +40,18 @@ def text_reply(text: str, status: int = 200) -> Reply:
 class HttpApi:
     """Routes GET paths to callables that return (status, content type, body)."""
 
-    def __init__(self, routes: dict[str, Route]) -> None:
+    def __init__(
+        self,
+        routes: dict[str, Route],
+        *,
+        timeout_s: float = CLIENT_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self._routes = routes
         self._server: asyncio.Server | None = None
+        self._timeout_s = timeout_s
+        self._max_connections = max_connections
+        self._open = 0
         self.port = 0
 
     async def start(self, address: str) -> None:
@@ -55,19 +65,29 @@ class HttpApi:
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._open >= self._max_connections:
+            writer.close()
+            return
+        self._open += 1
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            status, kind, body = await self._respond(head)
+            status, kind, body = await self._answer(reader)
+            writer.write(_encode(status, kind, body))
+            await asyncio.wait_for(writer.drain(), self._timeout_s)
+        except (TimeoutError, ConnectionError):
+            pass  # a client too slow to take its answer, or gone: just close
+        finally:
+            self._open -= 1
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> Reply:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout_s)
+            return await self._respond(head)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            status, kind, body = text_reply("bad request\n", 400)
+            return text_reply("bad request\n", 400)
         except Exception:  # an endpoint bug must not take the sidecar down
             log.exception("HTTP endpoint failed")
-            status, kind, body = text_reply("internal error\n", 503)
-        writer.write(_encode(status, kind, body))
-        try:
-            await writer.drain()
-        finally:
-            writer.close()
+            return text_reply("internal error\n", 503)
 
     async def _respond(self, head: bytes) -> Reply:
         if len(head) > MAX_REQUEST_BYTES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -15,7 +16,10 @@ from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
+from ratelimit_sidecar.server.endpoints import value_digest
+from ratelimit_sidecar.server.http_api import HttpApi, text_reply
 from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.storage.keys import digest
 
 
 @pytest.fixture
@@ -74,12 +78,52 @@ async def test_debug_views(sidecar: Sidecar) -> None:
     assert "gateway.api_key.path_/v1/orders" in ids
     keys = json.loads((await _fetch(sidecar, "/debug/keys?limit=5"))[1])
     assert keys["tracked"] == 1
-    assert keys["keys"][0]["key"] == ["gateway", "client", "m"]
+    assert keys["keys"][0]["key"] == ["gateway", "client", value_digest("m")]
+    assert keys["keys"][0]["digest"] == digest(("gateway", "client", "m"))
     assert keys["keys"][0]["local"] == 2
     assert (await _fetch(sidecar, "/debug/keys?limit=x"))[0] == 400
+
+
+async def test_debug_keys_show_raw_values_only_when_asked(tmp_path: Path) -> None:
+    settings = Settings(
+        config_path=str(tmp_path),
+        grpc_address="127.0.0.1:0",
+        metrics_address="127.0.0.1:0",
+        debug_show_values=True,
+    )
+    server = Sidecar(settings, load_rules(write_rules(tmp_path)))
+    await server.startup()
+    try:
+        await traffic(server, 1)
+        keys = json.loads((await _fetch(server, "/debug/keys"))[1])
+    finally:
+        await server.shutdown()
+    assert keys["keys"][0]["key"] == ["gateway", "client", "m"]
 
 
 async def _fetch(sidecar: Sidecar, path: str) -> tuple[int, str]:
     import asyncio
 
     return await asyncio.to_thread(fetch, sidecar, path)
+
+
+async def test_slow_clients_are_cut_off_and_cannot_pile_up() -> None:
+    api = HttpApi({"/healthz": lambda _q: text_reply("ok\n")}, timeout_s=0.3, max_connections=4)
+    await api.start("127.0.0.1:0")
+    clients = []
+    try:
+        clients = [await asyncio.open_connection("127.0.0.1", api.port) for _ in range(5)]
+        extra_reader = clients[-1][0]
+        assert await asyncio.wait_for(extra_reader.read(), 1) == b""  # over the cap: closed
+        for reader, _ in clients[:-1]:  # sent nothing: a 400 and closed after the timeout
+            answer = await asyncio.wait_for(reader.read(), 2)
+            assert answer.startswith(b"HTTP/1.1 400")
+        reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+        clients.append((reader, writer))
+        writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(), 2)).endswith(b"ok\n")
+    finally:
+        for _, writer in clients:
+            writer.close()
+            await writer.wait_closed()
+        await api.stop()

@@ -13,6 +13,7 @@ from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+from ratelimit_sidecar.service.validation import InvalidRequest
 
 T0 = 1_700_000_040_000
 UINT32 = 2**32 - 1
@@ -24,6 +25,7 @@ descriptors:
   - key: huge
     rate_limit: {unit: second, requests_per_unit: 4294967295}
 """
+FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 EXTREMES = st.sampled_from([0, 1, 2, 5, 2**31, UINT32, 2**32, 2**63, 2**64 - 1])
 # One request: (descriptor key, hits_addend, is_negative_hits, per-request override)
 REQUESTS = st.tuples(
@@ -62,3 +64,32 @@ def test_every_answer_to_extreme_hits_is_in_range(
             assert 0 <= status.limit_remaining <= UINT32
     for state in limiter.keys:
         assert state.seen + state.inflight + state.pending >= 0  # never below zero
+
+
+VALID = encode("user", 1, False, None)
+
+
+def _mutated(patch: bytes, at: int) -> bytes:
+    """A valid request with some bytes overwritten, or cut short."""
+    return (VALID[:at] + patch + VALID[at + len(patch) :])[: max(1, at + len(patch))]
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.one_of(
+        st.binary(max_size=200), st.builds(_mutated, st.binary(max_size=8), st.integers(0, 60))
+    )
+)
+def test_any_bytes_get_an_answer_or_invalid_argument(tmp_path: Path, raw: bytes) -> None:
+    """Malformed, truncated or random request bytes: a parseable answer or InvalidRequest
+    (the servicer's INVALID_ARGUMENT), never another exception."""
+    path = tmp_path / "d.yaml"
+    path.write_text(RULES)
+    handler = RateLimitHandler(load_rules(path), LocalLimiter(), lambda: T0)
+    try:
+        answer = handler.decide(raw)
+    except InvalidRequest:
+        return
+    wire.RateLimitResponse.FromString(answer)
