@@ -54,6 +54,11 @@ class Metrics:
         self.sync_errors = Counter(
             f"{NS}_sync_errors", "Failed syncs by error kind", ("kind",), registry=r
         )
+        self.sync_key_errors = Counter(
+            f"{NS}_sync_key_errors",
+            "Keys the store answered in a sync but did not apply (kept for the next sync)",
+            registry=r,
+        )
         self.sync_round_trips = Counter(f"{NS}_sync_round_trips", "Store round trips", registry=r)
         self.keys_pushed = Counter(f"{NS}_sync_keys_pushed", "Counter deltas pushed", registry=r)
         self.dropped_hits = Counter(
@@ -132,6 +137,7 @@ class Metrics:
         self.sync_round_trips.inc()
         self.keys_pushed.inc(stats.pushed_keys)
         self.dropped_hits.inc(stats.dropped_hits)
+        self.sync_key_errors.inc(stats.failed_keys)
         if stats.failed:
             self.sync_errors.labels(error_kind if error_kind in ERROR_KINDS else "other").inc()
 
@@ -166,6 +172,8 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             f"{NS}_blocked_keys", "Counters blocked now", value=limiter.blocked_keys(self._now_ms())
         )
+        # Up while the store answers syncs, even when it refused some keys in them (those are
+        # counted in sync_key_errors): one bad key must not make the whole node look down.
         yield GaugeMetricFamily(f"{NS}_redis_up", "Last sync reached the store", value=int(up))
         yield GaugeMetricFamily(
             f"{NS}_fallback_active", "Deciding on local thresholds", value=int(not up)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import Push, SyncBatch, SyncResult, SyncStats, TotalRead
+from ratelimit_sidecar.core.types import (
+    Push,
+    PushResult,
+    SyncBatch,
+    SyncResult,
+    SyncStats,
+    TotalRead,
+)
 
 
 class SyncPlan:
@@ -39,46 +46,81 @@ class SyncPlan:
         self._total_states.append(state)
 
     def succeed(self, now_ms: int, result: SyncResult) -> SyncStats:
-        """Take the store's totals and block flags in."""
+        """Take the store's totals and block flags in. A push the store answered as not applied
+        fails alone, as in `fail`; its count was surely not counted, so it waits for the next
+        push."""
         self._check_lengths(result)
-        algorithm, blocked = self._algorithm, 0
-        pushes = zip(self.batch.pushes, self._push_states, result.pushes, strict=True)
-        for push, state, answer in pushes:
-            if state is None:
+        pushed = hits = dropped = blocked = failed_orphans = 0
+        failed: set[KeyState] = set()  # keys whose push failed: their pace is unknown
+        rows = zip(self.batch.pushes, self._push_states, self._fresh, result.pushes, strict=True)
+        for push, state, fresh, answer in rows:
+            if answer.error:
+                lost, blocks = self._fail_push(now_ms, push, state, fresh, resend=True)
+                dropped, blocked = dropped + lost, blocked + blocks
+                failed_orphans += state is None
+                if state is not None:
+                    failed.add(state)
                 continue
-            # A late push for a finished window: its total no longer gates requests.
-            if push.window == state.window:
-                state.inflight = 0
-                blocked += algorithm.store_total(state, answer.total, now_ms)
-            if answer.block_ms > 0:
-                state.block(now_ms + answer.block_ms)
+            pushed, hits = pushed + 1, hits + push.count
+            if state is not None:
+                blocked += self._take_answer(now_ms, push, state, answer)
+        self._learn_nodes(result)
+        self._after_sync(result, failed)
+        failed_keys = len(failed) + failed_orphans
+        return SyncStats(pushed, hits, dropped, blocked, failed_keys=failed_keys)
+
+    def _take_answer(self, now_ms: int, push: Push, state: KeyState, answer: PushResult) -> bool:
+        """One applied push: the window's total and the shared flag; True if it blocks."""
+        blocks = False
+        # A late push for a finished window: its total no longer gates requests.
+        if push.window == state.window:
+            state.inflight = 0
+            blocks = self._algorithm.store_total(state, answer.total, now_ms)
+        if answer.block_ms > 0:
+            state.block(now_ms + answer.block_ms)
+        return blocks
+
+    def _learn_nodes(self, result: SyncResult) -> None:
         reads = zip(self.batch.total_reads, self._total_states, result.totals, strict=True)
         for read, state, total in reads:
-            algorithm.learn_nodes(state, read.window, total)
-        for push, state in zip(self.batch.pushes, self._push_states, strict=True):
-            if state is not None and push.window == state.window:
-                algorithm.after_sync(state, self.batch.now_ms)  # `seen` and `nodes` are new
-        hits = sum(p.count for p in self.batch.pushes)
-        return SyncStats(len(self.batch.pushes), hits, 0, blocked)
+            self._algorithm.learn_nodes(state, read.window, total)
+
+    def _after_sync(self, result: SyncResult, failed: set[KeyState]) -> None:
+        """Every answer is in (totals and nodes): each key that synced adjusts its check."""
+        rows = zip(self.batch.pushes, self._push_states, result.pushes, strict=True)
+        for push, state, answer in rows:
+            synced = state is not None and not answer.error and state not in failed
+            if synced and state is not None and push.window == state.window:
+                self._algorithm.after_sync(state, self.batch.now_ms)  # `seen`, `nodes` are new
 
     def fail(self, now_ms: int, resend: bool = True) -> SyncStats:
-        """The store did not answer: keep the deltas for the next push and apply the fallback."""
-        algorithm, dropped, blocked = self._algorithm, 0, 0
-        pushes = zip(self.batch.pushes, self._push_states, self._fresh, strict=True)
-        for push, state, fresh in pushes:
-            if state is None:
-                dropped += push.count  # an evicted key's hits have nowhere to wait
-                continue
-            algorithm.after_failure(state)
-            # Retried hits were judged in their own span: never count them twice.
-            if fresh and push.window == state.window:
-                state.inflight = 0
-                blocked += algorithm.store_failed(state, push.count, now_ms)
-            if resend:
-                dropped += state.stash(push.count, push.window, state.window)
-            else:
-                dropped += push.count  # may have arrived: counted as unconfirmed, not resent
+        """The store did not answer: keep the deltas for the next push and apply the fallback.
+
+        `resend` False: the batch may have been applied, so its counts are dropped (counted
+        as unconfirmed) instead of being sent again."""
+        dropped = blocked = 0
+        for push, state, fresh in zip(
+            self.batch.pushes, self._push_states, self._fresh, strict=True
+        ):
+            lost, blocks = self._fail_push(now_ms, push, state, fresh, resend)
+            dropped, blocked = dropped + lost, blocked + blocks
         return SyncStats(0, 0, dropped, blocked, failed=True)
+
+    def _fail_push(
+        self, now_ms: int, push: Push, state: KeyState | None, fresh: bool, resend: bool
+    ) -> tuple[int, bool]:
+        """The fallback for one push the store did not apply: (hits dropped, key blocked)."""
+        if state is None:
+            return push.count, False  # an evicted key's hits have nowhere to wait
+        self._algorithm.after_failure(state)
+        blocks = False
+        # Retried hits were judged in their own span: never count them twice.
+        if fresh and push.window == state.window:
+            state.inflight = 0
+            blocks = self._algorithm.store_failed(state, push.count, now_ms)
+        if resend:
+            return state.stash(push.count, push.window, state.window), blocks
+        return push.count, blocks  # may have arrived: counted as unconfirmed, not resent
 
     def _check_lengths(self, result: SyncResult) -> None:
         got = (len(result.pushes), len(result.totals))

@@ -92,6 +92,9 @@ class SyncBatch:
 class PushResult(NamedTuple):
     total: int  # the counter's value after the INCRBY
     block_ms: int  # remaining time of the shared block flag, 0 if none
+    # Why the store applied nothing for this push ("" when it did): the push failed alone, and
+    # its count may be sent again because it was surely not counted.
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,4 +113,5 @@ class SyncStats:
     pushed_hits: int = 0
     dropped_hits: int = 0
     blocked_keys: int = 0
-    failed: bool = False
+    failed: bool = False  # the whole sync failed
+    failed_keys: int = 0  # keys with a push the store answered but did not apply

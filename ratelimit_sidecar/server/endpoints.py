@@ -20,6 +20,7 @@ class StoreStatus(Protocol):
 
     store_up: bool
     last_error: str
+    key_errors: int  # keys the store answered but did not apply in the last sync
 
 
 def rule_view(rule: Rule) -> dict[str, object]:
@@ -89,6 +90,7 @@ class Endpoints:
                 "mode": self._mode,
                 "store_up": self._sync.store_up,
                 "store_error": self._sync.last_error,
+                "store_key_errors": self._sync.key_errors,
             }
         )
 

@@ -15,6 +15,7 @@ class SweepLoop:
 
     store_up = True
     last_error = ""
+    key_errors = 0
 
     def __init__(self, limiter: LocalLimiter, clock_ms: Callable[[], int]) -> None:
         self.limiter = limiter

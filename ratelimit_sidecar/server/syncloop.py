@@ -12,8 +12,11 @@ from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS, FLUSH_ATTEMPTS, 
 from ratelimit_sidecar.server.storeclock import StoreClock
 from ratelimit_sidecar.storage.base import Storage
 from ratelimit_sidecar.storage.errors import StoreError, StoreTimeout
+from ratelimit_sidecar.storage.keys import digest
 
 log = logging.getLogger("ratelimit_sidecar.sync")
+KEY_LOG_EVERY_MS = 10_000  # while keys keep failing, one warning per this many ms
+KEYS_LOGGED = 3  # key digests named in that warning
 
 
 def wall_clock_ms() -> int:
@@ -47,8 +50,10 @@ class SyncLoop:
         self._schedule = SyncSchedule(self._clock_ms(), timeout_ms)
         self._on_sync = on_sync
         self._stop = asyncio.Event()
-        self.store_up = True
+        self.store_up = True  # the last sync was answered (even if some keys failed in it)
         self.last_error = ""  # the kind of the last failure ("timeout", "connection", ...)
+        self.key_errors = 0  # keys the store answered but did not apply, in the last sync
+        self._key_errors_logged_ms: int | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -81,6 +86,10 @@ class SyncLoop:
         batch = self.limiter.batch_in_flight()
         result, resend = await self._call_store(batch)
         stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
+        if result is not None:
+            self._report_key_errors(batch, result, stats.failed_keys)
+        else:
+            self.key_errors = 0  # no key was answered: the failure is in `last_error`
         if self._on_sync is not None:
             self._on_sync(stats, time.perf_counter() - started, self.last_error)
         return stats
@@ -114,6 +123,30 @@ class SyncLoop:
             )
         self.store_up, self.last_error = False, error.kind
         return None, not error.may_have_applied
+
+    def _report_key_errors(self, batch: SyncBatch, result: SyncResult, failed: int) -> None:
+        """Record the keys the store did not apply; log them at most once per KEY_LOG_EVERY_MS
+        (and at once when they start), naming a few by digest, never by descriptor value."""
+        previous, self.key_errors = self.key_errors, failed
+        now = self._clock_ms()
+        if not failed:
+            if previous:
+                log.info("every key synced again")
+            self._key_errors_logged_ms = None
+            return
+        last = self._key_errors_logged_ms
+        if last is not None and now - last < KEY_LOG_EVERY_MS:
+            return
+        self._key_errors_logged_ms = now
+        rows = zip(batch.pushes, result.pushes, strict=True)
+        failures = [(digest(push.key), answer.error) for push, answer in rows if answer.error]
+        shown = ", ".join(key for key, _ in failures[:KEYS_LOGGED])
+        log.warning(
+            "store did not apply %d of %d keys (%s%s): %s; their counts are kept for the next "
+            "sync",
+            failed, len(batch.pushes), shown, ", ..." if failed > KEYS_LOGGED else "",
+            failures[0][1],
+        )  # fmt: skip
 
     async def flush(self) -> int:
         """Push everything admitted so far; returns the hits that could not be pushed."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 from ratelimit_sidecar.storage.base import Storage
 from ratelimit_sidecar.storage.errors import (
     StoreError,
+    StoreLost,
     StoreRefused,
     StoreTimeout,
     StoreUnavailable,
+    StoreUnreadable,
 )
 from ratelimit_sidecar.storage.memory import MemoryStorage
 
@@ -15,7 +17,9 @@ __all__ = [
     "MemoryStorage",
     "Storage",
     "StoreError",
+    "StoreLost",
     "StoreRefused",
     "StoreTimeout",
     "StoreUnavailable",
+    "StoreUnreadable",
 ]

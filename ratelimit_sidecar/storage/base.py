@@ -13,11 +13,14 @@ class Storage(Protocol):
     `sync` applies a batch of INCRBYs (setting the shared block flag when a total crosses its
     limit, and answering each counter's total and remaining block), reads finished-window
     totals, refreshes this node's heartbeat, and answers with a `SyncResult` whose lists line
-    up with the batch. A failed sync raises a `StoreError` (storage/errors.py): `StoreTimeout`
-    (no answer in time; the batch may have been applied), `StoreUnavailable` (no connection)
-    or `StoreRefused` (an error reply, or a reply that does not parse). Its `may_have_applied`
-    tells the caller whether resending the counts could count them twice; the caller turns
-    any failure into the core's fallback.
+    up with the batch. A push the store could not apply is answered with its `error` set (and
+    was surely not counted); a total, clock or node count it could not read is answered 0
+    (unknown). A sync that failed as a whole raises a `StoreError` (storage/errors.py), whose
+    `may_have_applied` tells the caller whether resending the counts could count them twice:
+    `StoreUnavailable` (could not connect: nothing ran), `StoreTimeout` and `StoreLost` (no
+    answer, or the connection broke, after sending: it may have run), `StoreRefused` (refused
+    before sending) or `StoreUnreadable` (an answer that does not parse). The caller turns any
+    failure into the core's fallback.
     """
 
     @property

@@ -10,6 +10,12 @@ A sync is one non-transactional pipeline, in this order:
 Script arguments and answers are packed strings because redis-py encodes and parses in Python:
 one value per call instead of six per key keeps a 100k-key sync well inside a span. `Layout`
 records what was sent, so the replies are read back by name, never by offsets computed twice.
+
+Error replies are per command, never per sync: a script call answered with an error (READONLY,
+OOM, MOVED, BUSY...) did not run, so each of its keys is answered "not applied"; a key the
+script itself could not count (a value of the wrong type) is answered so alone; a failed GET,
+TIME or heartbeat command leaves that value unknown (0). Only a failure of the connection fails
+the whole sync (redis_store.py).
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from typing import Any, NamedTuple
 from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a key to
 
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
-from ratelimit_sidecar.storage.errors import StoreRefused
+from ratelimit_sidecar.storage.errors import StoreUnreadable
 from ratelimit_sidecar.storage.keys import KeySchema, counter_suffix, digest
 
 CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
 TIME_SCRIPT = "return redis.call('TIME')"
 HEARTBEAT_COMMANDS = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
+KEY_ERROR = "E:"  # sync.lua's answer for a key it applied nothing for
+MAX_REASON = 80  # characters of an error reply kept as a key's reason
 Command = tuple[Any, ...]
 
 
@@ -66,6 +74,16 @@ class Encoded:
     script_args: tuple[Command, ...]  # numkeys, KEYS and ARGV of sync.lua, per call
     commands: tuple[Command, ...]  # the reads, TIME and the heartbeat
 
+    def routing_keys(self) -> set[str]:
+        """The keys the pipeline is routed by: one per script call and keyed command."""
+        keys = {str(args[1]) for args in self.script_args}
+        for command in self.commands:
+            if command[0] == "EVAL":
+                keys.add(str(command[3]))
+            elif len(command) > 1:
+                keys.add(str(command[1]))
+        return keys
+
 
 class SyncCodec:
     """Packs batches into commands and parses replies, for one key prefix and topology."""
@@ -89,17 +107,20 @@ class SyncCodec:
         return Encoded(layout, args, tuple(self.commands(batch)))
 
     def decode(self, layout: Layout, replies: Sequence[Any]) -> SyncResult:
-        """The batch's answer; StoreRefused if the replies do not fit `layout`."""
+        """The batch's answer. An error reply fails only what its command answers (the keys of
+        a script call, a total, the clock, the live nodes); StoreUnreadable if the replies do
+        not fit `layout`, because then the scripts ran but what they did cannot be told."""
         parts = split(layout, replies)
         try:
-            return SyncResult(
-                pushes=push_results(layout, parts.scripts),
-                totals=tuple(0 if r is None else int(r) for r in parts.totals),
-                live_nodes=int(parts.heartbeat[2]) if parts.heartbeat else 0,
-                store_time_ms=time_ms(parts.time),
-            )
+            pushes = push_results(layout, parts.scripts)
         except (TypeError, ValueError) as exc:
-            raise StoreRefused(f"unreadable sync reply: {exc}") from exc
+            raise StoreUnreadable(f"unreadable sync reply: {exc}") from exc
+        return SyncResult(
+            pushes=pushes,
+            totals=tuple(number(r) for r in parts.totals),
+            live_nodes=number(parts.heartbeat[2]) if parts.heartbeat else 0,
+            store_time_ms=time_ms(parts.time),
+        )
 
     def chunks(self, pushes: Sequence[Push]) -> tuple[tuple[int, ...], ...]:
         """Push indexes grouped into script calls; on Cluster a call may only touch one slot."""
@@ -152,9 +173,11 @@ class SyncCodec:
 
 
 def split(layout: Layout, replies: Sequence[Any]) -> Replies:
-    """`replies` cut along `layout`; StoreRefused if there are not exactly as many as sent."""
+    """`replies` cut along `layout`; StoreUnreadable if there are not exactly as many as sent."""
     if len(replies) != layout.replies:
-        raise StoreRefused(f"redis answered {len(replies)} replies for {layout.replies} commands")
+        raise StoreUnreadable(
+            f"redis answered {len(replies)} replies for {layout.replies} commands"
+        )
     totals_end = layout.script_calls + layout.total_reads
     return Replies(
         scripts=replies[: layout.script_calls],
@@ -165,25 +188,59 @@ def split(layout: Layout, replies: Sequence[Any]) -> Replies:
 
 
 def push_results(layout: Layout, replies: Sequence[Any]) -> tuple[PushResult, ...]:
-    """Unpack each call's "total,left;..." answer back into batch order."""
+    """Unpack each call's answers back into batch order; a call answered with an error did not
+    run, so each of its keys is answered "not applied" with that error."""
     results: list[PushResult | None] = [None] * layout.pushes
     for chunk, reply in zip(layout.chunks, replies, strict=True):
-        if not isinstance(reply, bytes | str):
-            raise StoreRefused(f"sync script answered {type(reply).__name__}, not text")
-        text = reply.decode() if isinstance(reply, bytes) else reply
-        answers = text.split(";") if text else []
-        if len(answers) != len(chunk):
-            raise StoreRefused(f"sync script answered {len(answers)} of {len(chunk)} keys")
-        for index, answer in zip(chunk, answers, strict=True):
-            total, left = answer.split(",")
-            # A flag without a TTL (-1, never written by the script) must not block forever.
-            results[index] = PushResult(int(total), max(0, int(left)))
+        if isinstance(reply, Exception):
+            refused = PushResult(0, 0, error=short(str(reply)))
+            for index in chunk:
+                results[index] = refused
+            continue
+        for index, answer in zip(chunk, script_answers(reply, len(chunk)), strict=True):
+            results[index] = push_result(answer)
     if any(r is None for r in results):
-        raise StoreRefused("sync script calls do not cover every push")
+        raise ValueError("sync script calls do not cover every push")
     return tuple(r for r in results if r is not None)
 
 
+def script_answers(reply: Any, keys: int) -> list[str]:
+    """One sync.lua reply split per key; ValueError if it does not answer `keys` keys."""
+    if not isinstance(reply, bytes | str):
+        raise TypeError(f"sync script answered {type(reply).__name__}, not text")
+    text = reply.decode() if isinstance(reply, bytes) else reply
+    answers = text.split(";") if text else []
+    if len(answers) != keys:
+        raise ValueError(f"sync script answered {len(answers)} of {keys} keys")
+    return answers
+
+
+def push_result(answer: str) -> PushResult:
+    """One key's "total,left", or "E:<reason>" when nothing was applied for it."""
+    if answer.startswith(KEY_ERROR):
+        return PushResult(0, 0, error=answer[len(KEY_ERROR) :] or "error")
+    total, left = answer.split(",")
+    # A flag without a TTL (-1, never written by the script) must not block forever.
+    return PushResult(int(total), max(0, int(left)))
+
+
+def number(reply: Any) -> int:
+    """An integer reply; 0 (unknown) for an error reply, a missing key or anything else."""
+    try:
+        return int(reply) if isinstance(reply, int | bytes | str) else 0
+    except ValueError:
+        return 0
+
+
 def time_ms(reply: Any) -> int:
-    """Redis TIME's (seconds, microseconds) in milliseconds."""
-    seconds, micros = reply
-    return int(seconds) * 1000 + int(micros) // 1000
+    """Redis TIME's (seconds, microseconds) in milliseconds; 0 (unknown) if not that."""
+    try:
+        seconds, micros = reply
+        return int(seconds) * 1000 + int(micros) // 1000
+    except (TypeError, ValueError):
+        return 0
+
+
+def short(message: str) -> str:
+    """An error reply as a key's reason: one line, bounded."""
+    return " ".join(message.split())[:MAX_REASON] or "error"

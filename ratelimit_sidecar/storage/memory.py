@@ -11,7 +11,8 @@ PURGE_EVERY = 64  # batches between sweeps of expired counters
 
 
 class MemoryStorage:
-    """Counters and block flags in a dict, with the same semantics as the Redis store.
+    """Counters and block flags in a dict, with the same semantics as the Redis store (it never
+    fails a single key: every push is applied).
 
     `clock` gives the store's own time in ms (the simulator's true time); without one the
     batch's `now_ms` is used, which is right when a single node owns the store.

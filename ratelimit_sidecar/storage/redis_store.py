@@ -8,6 +8,12 @@ are those of `MemoryStorage`; key names are in `keys.py`; `redis_urls.py` opens 
 Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
 than a failed one because the caller times it out and falls back to local thresholds. Sockets
 therefore get short timeouts unless the URL says otherwise (`redis_urls.client_defaults`).
+
+A sync fails as a whole only when the connection does, and then says whether anything may have
+run: the connections are made before the pipeline is written, so a failure to connect surely
+applied nothing (`StoreUnavailable`, resent later), while a timeout or a broken connection after
+writing may have applied it all (`StoreTimeout`, `StoreLost`, never resent). Error replies to
+single commands are answered in place by the codec.
 """
 
 from __future__ import annotations
@@ -16,17 +22,19 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.client import Pipeline
+from redis.exceptions import BusyLoadingError, NoScriptError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ratelimit_sidecar.core.types import SyncBatch, SyncResult
 from ratelimit_sidecar.storage.codec import Command, Encoded, SyncCodec
 from ratelimit_sidecar.storage.errors import (
     StoreError,
+    StoreLost,
     StoreRefused,
     StoreTimeout,
     StoreUnavailable,
@@ -79,8 +87,9 @@ class RedisStorage:
         encoded = await _maybe_thread(big, self.codec.encode, batch)
         replies = await self._send(encoded)
         for reply in replies:
-            if isinstance(reply, BaseException):
-                raise store_error(reply) from reply
+            lost = connection_failure(reply)
+            if lost is not None:
+                raise lost from reply
         return await _maybe_thread(big, self.codec.decode, encoded.layout, replies)
 
     async def ping(self) -> bool:
@@ -94,23 +103,55 @@ class RedisStorage:
     async def _send(self, encoded: Encoded) -> list[Any]:
         """The pipeline's replies, error replies in place; a failure resets the Cluster map."""
         scripts = [("EVALSHA", SYNC_SHA, *args) for args in encoded.script_args]
-        try:
-            replies = await self._run([*scripts, *encoded.commands])
-            await self._reload_script(encoded.script_args, replies)
-        except Exception as exc:
-            await self._forget_topology()
-            raise store_error(exc) from exc
+        replies = await self._run([*scripts, *encoded.commands], encoded.routing_keys())
+        await self._reload_script(encoded.script_args, replies)
         return replies
 
-    async def _run(self, commands: list[Command]) -> list[Any]:
-        """One pipeline; error replies come back in place so NOSCRIPT can be repaired."""
-        if not commands:
-            return []
+    async def _run(self, commands: list[Command], keys: set[str]) -> list[Any]:
+        """One pipeline over connections made first; error replies come back in place."""
+        try:
+            connection = await self._connect(keys)
+        except Exception as exc:
+            await self._forget_topology()
+            raise unsent_error(exc) from exc
         self.round_trips += 1
-        async with self.client.pipeline(transaction=False) as pipe:
-            for command in commands:
-                pipe.execute_command(*command)
-            return list(await pipe.execute(raise_on_error=False))
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                if connection is not None:  # not Cluster: a plain pipeline
+                    cast(Pipeline, pipe).connection = connection  # it releases it at the end
+                for command in commands:
+                    pipe.execute_command(*command)
+                return list(await pipe.execute(raise_on_error=False))
+        except Exception as exc:
+            await self._forget_topology()
+            raise sent_error(exc) from exc
+
+    async def _connect(self, keys: set[str]) -> Any:
+        """Connect to every node the pipeline goes to, before anything is written.
+
+        Standalone and Sentinel: the connection the pipeline will use. Cluster: None; the slot
+        map is loaded and each target node's pooled connection is made ready, so the pipeline
+        finds it connected.
+        """
+        client = self.client
+        if not isinstance(client, RedisCluster):
+            pool = client.connection_pool
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+            try:
+                await _ready(connection)
+            except BaseException:
+                await pool.release(connection)
+                raise
+            return connection
+        await client.initialize()
+        nodes = {node.name: node for key in keys if (node := client.get_node_from_key(key))}
+        for node in nodes.values():
+            connection = node.acquire_connection()
+            try:
+                await _ready(connection)
+            finally:
+                node.release(connection)
+        return None
 
     async def _reload_script(self, calls: Sequence[Command], replies: list[Any]) -> None:
         """Re-run with EVAL the script calls a server rejected for not knowing the script.
@@ -119,13 +160,21 @@ class RedisStorage:
         script did not run, so re-sending it cannot count twice. EVAL also caches the script,
         so the following syncs are single round trips again (a server that evicts old EVAL
         scripts just makes this happen again). redis-py's own `Script` objects would instead
-        send SCRIPT EXISTS before every pipeline: two round trips per sync.
+        send SCRIPT EXISTS before every pipeline: two round trips per sync. If this second
+        trip cannot connect, its calls stay answered NOSCRIPT (not applied); the first trip's
+        answers stand either way.
         """
         missing = [i for i in range(len(calls)) if _noscript(replies[i])]
         if not missing:
             return
         retry = [("EVAL", SYNC_SCRIPT, *calls[i]) for i in missing]
-        for i, reply in zip(missing, await self._run(retry), strict=True):
+        try:
+            answers = await self._run(retry, {str(calls[i][1]) for i in missing})
+        except StoreError as exc:
+            if exc.may_have_applied:
+                raise
+            return
+        for i, reply in zip(missing, answers, strict=True):
             replies[i] = reply
 
     async def _forget_topology(self) -> None:
@@ -134,20 +183,55 @@ class RedisStorage:
             await self.client.aclose()
 
 
-def store_error(exc: BaseException) -> StoreError:
-    """The typed failure for an exception raised or replied by redis-py or its socket.
-
-    A connection closed after the pipeline was written counts as unavailable, not as maybe
-    applied: only timeouts are treated as maybe delivered.
-    """
+def unsent_error(exc: BaseException) -> StoreError:
+    """The typed failure for an exception raised before anything was written: never applied."""
     if isinstance(exc, StoreError):
         return exc
-    kind: type[StoreError] = StoreRefused  # error replies, unparsable answers, anything else
+    kind: type[StoreError] = StoreUnavailable  # refused, unreachable, timed out, no slot map
+    if isinstance(exc, ResponseError):
+        kind = StoreRefused
+    return kind(f"{type(exc).__name__}: {exc}")
+
+
+def sent_error(exc: BaseException) -> StoreError:
+    """The typed failure for an exception raised once the pipeline was being written: it may
+    have run, unless the Cluster client refused to route it (that happens before any write)."""
+    if isinstance(exc, StoreError):
+        return exc
+    kind: type[StoreError] = StoreLost  # a broken connection, or anything unforeseen
     if isinstance(exc, RedisTimeoutError | TimeoutError):
         kind = StoreTimeout
-    elif isinstance(exc, RedisConnectionError | RedisClusterException | OSError):
-        kind = StoreUnavailable
+    elif isinstance(exc, RedisClusterException):
+        kind = StoreRefused
     return kind(f"{type(exc).__name__}: {exc}")
+
+
+def connection_failure(reply: Any) -> StoreError | None:
+    """A failure left in place that is the connection's, not its command's (Cluster reads each
+    node on its own connection): the pipeline may have run. LOADING is the command's own."""
+    if isinstance(reply, BusyLoadingError):
+        return None
+    if isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError):
+        return sent_error(reply)
+    return None
+
+
+async def _ready(connection: Any) -> None:
+    """Connect `connection`, anew if the server closed it since its last use.
+
+    The pool hands out a connection as it left it, and with maintenance notifications on (the
+    default) it does not look for a close; found only after the pipeline is written, a closed
+    connection would make a sync that surely did not run look as if it might have.
+    """
+    if connection.is_connected:
+        try:
+            stale = await connection.can_read()  # data nobody asked for, or end of stream
+        except RedisConnectionError:
+            stale = True
+        if not stale:
+            return
+        await connection.disconnect()
+    await connection.connect()
 
 
 async def _maybe_thread(big: bool, func: Callable[..., T], *args: Any) -> T:

@@ -1,4 +1,4 @@
--- One span's deltas for many counters, atomically (key names: ratelimit_sidecar/storage/keys.py).
+-- One span's deltas for many counters (key names: ratelimit_sidecar/storage/keys.py).
 --
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
@@ -7,32 +7,58 @@
 --          (counter = prefix{digest}suffix, flag = prefix{digest}:block; count may be 0: the
 --          key is only read; negative: quota given back)
 --
--- Returns "total,left;total,left;...": each counter after its INCRBY, and the remaining ms of
--- its block flag (0 if none). Key names are built here, from one packed string, because the
--- client library encodes every argument in Python: three arguments per call instead of six
--- per key keeps a 100k-key sync well inside a span.
+-- Returns one answer per entry, in order, joined by ";": "total,left" (the counter after its
+-- INCRBY, and the remaining ms of its block flag, 0 if none), or "E:<reason>" when nothing was
+-- applied for that key. Key names are built here, from one packed string, because the client
+-- library encodes every argument in Python: three arguments per call instead of six per key
+-- keeps a 100k-key sync well inside a span.
+--
+-- Keys are isolated from each other: every command runs under pcall, so one bad key (a value
+-- of the wrong type, an out-of-range number, a write refused for memory) fails that key alone,
+-- and the script never stops after applying anything. The caller may then resend exactly the
+-- keys answered "E:", because those were surely not counted.
 
 local prefix = ARGV[1]
-local out = {}
-local i = 1
-local entry = '([^|;]+)|([^|;]*)|(-?%d+)|(%d+)|(%d+)|(%d+)'
-for digest, suffix, count, ttl, max, cooldown in string.gmatch(ARGV[2], entry) do
+local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)$'
+
+local function failed(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+end
+
+-- The reason of an error reply, short and without the answer's separators.
+local function reason(reply)
+  return 'E:' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, 80)
+end
+
+local function push(text)
+  local digest, suffix, count, ttl, max, cooldown = string.match(text, entry)
+  if not digest then
+    return 'E:malformed entry'
+  end
   local tag = prefix .. '{' .. digest .. '}'
   local counter, flag = tag .. suffix, tag .. ':block'
   -- INCRBY and PEXPIRE even for a count of 0: the work per key is the same whatever the
   -- traffic, and a counter can never be left without a TTL.
-  local total = redis.call('INCRBY', counter, count)
-  redis.call('PEXPIRE', counter, ttl)
+  local total = redis.pcall('INCRBY', counter, count)
+  if failed(total) then
+    return reason(total)
+  end
+  -- From here on the count is applied: a later failure only costs this key its block flag.
+  redis.pcall('PEXPIRE', counter, ttl)
   cooldown = tonumber(cooldown)
   if total > tonumber(max) and cooldown > 0 then
     -- NX: the first node to see the crossing starts the cooldown; later pushes don't extend it.
-    redis.call('SET', flag, '1', 'PX', cooldown, 'NX')
+    redis.pcall('SET', flag, '1', 'PX', cooldown, 'NX')
   end
-  local left = redis.call('PTTL', flag)
-  if left < 0 then
+  local left = redis.pcall('PTTL', flag)
+  if failed(left) or left < 0 then
     left = 0
   end
-  out[i] = total .. ',' .. left
-  i = i + 1
+  return total .. ',' .. left
+end
+
+local out = {}
+for text in string.gmatch(ARGV[2] or '', '[^;]+') do
+  out[#out + 1] = push(text)
 end
 return table.concat(out, ';')

@@ -55,6 +55,7 @@ async def test_health_readiness_and_unknown_paths(sidecar: Sidecar) -> None:
     ready = json.loads(body)
     assert status == 200 and ready["ready"] and ready["mode"] == "local-only"
     assert ready["config_version"] == sidecar.handler.rules.version
+    assert (ready["store_up"], ready["store_error"], ready["store_key_errors"]) == (True, "", 0)
     assert (await _fetch(sidecar, "/nope"))[0] == 404
 
 

@@ -25,7 +25,7 @@ from harness.net import free_ports
 from ratelimit_sidecar.config.model import RateLimit, Unit
 from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, SyncResult, TotalRead
 from ratelimit_sidecar.storage.base import Storage
-from ratelimit_sidecar.storage.errors import StoreRefused, StoreTimeout, StoreUnavailable
+from ratelimit_sidecar.storage.errors import StoreLost, StoreTimeout, StoreUnavailable
 from ratelimit_sidecar.storage.keys import KeySchema
 from ratelimit_sidecar.storage.memory import MemoryStorage
 from ratelimit_sidecar.storage.redis_store import RedisStorage
@@ -379,6 +379,7 @@ async def test_a_restarted_server_is_used_again_by_the_same_store(
     try:
         assert (await sync(store, [push(key, 5)])).pushes[0].total == 5
         getattr(own_redis_server, stop)()
+        await asyncio.sleep(0.05)  # as between two syncs: the loop takes the close in
         started = time.monotonic()
         with pytest.raises(StoreUnavailable) as failure:
             await sync(store, [push(key, 1)])
@@ -406,18 +407,50 @@ async def test_a_server_that_is_not_there_is_unavailable_at_once() -> None:
     assert not failure.value.may_have_applied
 
 
-async def test_an_error_reply_is_refused_and_the_store_keeps_working(
+async def test_a_connection_lost_after_sending_may_have_been_applied(
+    own_redis_server: Any,
+) -> None:
+    store = open_redis(f"{own_redis_server.url}?{FAST}", "t:", "node-a")
+    try:
+        await sync(store, [push(("d", "k", "lost"), 1)])  # connected
+        own_redis_server.pause()
+        try:
+            pending = asyncio.ensure_future(sync(store, [push(("d", "k", "lost"), 1)]))
+            await asyncio.sleep(0.1)  # the pipeline is written; no answer comes
+        finally:
+            own_redis_server.kill()  # the socket closes under the waiting read
+        with pytest.raises(StoreLost) as failure:
+            await pending
+    finally:
+        await store.close()
+    assert failure.value.may_have_applied and failure.value.kind == "connection"
+    assert isinstance(failure.value.__cause__, redis.ConnectionError)
+
+
+async def test_a_key_of_the_wrong_type_fails_alone(redis_backend: Backend) -> None:
+    store = redis_backend.store()
+    assert isinstance(store, RedisStorage)
+    keys = [("d", "k", "before"), ("d", "k", "wrongtype"), ("d", "k", "after")]
+    redis_backend.admin.hset(store.keys.counter(keys[1], W), "field", "not a counter")
+    result = await sync(store, [push(key, 1) for key in keys], totals=[(keys[1], W)])
+    again = await sync(store, [push(key, 1) for key in keys])
+    assert [(p.total, p.error[:9]) for p in result.pushes] == [(1, ""), (0, "WRONGTYPE"), (1, "")]
+    assert [(p.total, p.error[:9]) for p in again.pushes] == [(2, ""), (0, "WRONGTYPE"), (2, "")]
+    assert result.totals == (0,)  # its read fails too: unknown
+    assert result.live_nodes == 1 and result.store_time_ms > 0
+
+
+async def test_a_heartbeat_key_of_the_wrong_type_leaves_only_the_node_count_unknown(
     redis_backend: Backend,
 ) -> None:
     store = redis_backend.store()
     assert isinstance(store, RedisStorage)
-    key = ("d", "k", "wrongtype")
-    redis_backend.admin.hset(store.keys.counter(key, W), "field", "not a counter")
-    with pytest.raises(StoreRefused, match="WRONGTYPE") as failure:
-        await sync(store, [push(key, 1)])
-    assert not failure.value.may_have_applied
-    assert isinstance(failure.value.__cause__, redis.ResponseError)
-    assert (await sync(store, [push(("d", "k", "fine"), 1)])).pushes[0].total == 1
+    redis_backend.admin.set(store.keys.nodes(), "not a sorted set")
+    result = await sync(store, [push(("d", "k", "beat"), 3)])
+    redis_backend.admin.delete(store.keys.nodes())
+    after = await sync(store, [push(("d", "k", "beat"), 1)])
+    assert (result.pushes[0].total, result.live_nodes) == (3, 0)
+    assert (after.pushes[0].total, after.live_nodes) == (4, 1)
 
 
 async def test_one_round_trip_per_node_on_cluster(redis_cluster: Any) -> None:

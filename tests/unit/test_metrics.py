@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ratelimit_sidecar.config import RuleSet, load_rules, match
-from ratelimit_sidecar.core import Code, Decision, Hit, Verdict
+from ratelimit_sidecar.core import Code, Decision, Hit, SyncStats, Verdict
 from ratelimit_sidecar.metriclabels import MAX_VALUE_LABELS
 from ratelimit_sidecar.metrics import Metrics
 
@@ -92,3 +92,14 @@ def test_the_bound_is_per_rule() -> None:
         count(metrics, rules, "shop", [("path", f"/api/{index}")])
     count(metrics, rules, "shop", [("plan", "free"), ("verb", "GET")])
     assert "shop.plan_free.verb_GET" in counted_labels(metrics)
+
+
+def test_keys_the_store_did_not_apply_are_counted_and_redis_stays_up() -> None:
+    metrics = Metrics()
+    metrics.synced(SyncStats(pushed_keys=8, failed_keys=2), 0.01, "")
+    metrics.synced(SyncStats(pushed_keys=10, failed_keys=0), 0.01, "")
+    metrics.synced(SyncStats(failed=True), 0.01, "timeout")
+    sample = metrics.registry.get_sample_value
+    assert sample("ratelimit_sidecar_sync_key_errors_total") == 2
+    assert sample("ratelimit_sidecar_sync_errors_total", {"kind": "timeout"}) == 1
+    assert sample("ratelimit_sidecar_sync_errors_total", {"kind": "refused"}) == 0

@@ -7,9 +7,15 @@ import asyncio
 
 import pytest
 
-from ratelimit_sidecar.core import FleetLimiter, SyncBatch, SyncResult
+from ratelimit_sidecar.core import FleetLimiter, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.server.syncloop import SyncLoop
-from ratelimit_sidecar.storage.errors import StoreRefused, StoreTimeout, StoreUnavailable
+from ratelimit_sidecar.storage.errors import (
+    StoreLost,
+    StoreRefused,
+    StoreTimeout,
+    StoreUnavailable,
+)
+from ratelimit_sidecar.storage.keys import digest
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
@@ -36,6 +42,7 @@ class FailingStore:
     [
         (StoreTimeout("late"), "timeout", 0),  # may have been applied: never resent
         (StoreUnavailable("refused"), "connection", 3),  # surely not applied: resent later
+        (StoreLost("closed after sending"), "connection", 0),  # may have been applied
         (StoreRefused("READONLY"), "refused", 3),
         (RuntimeError("a storage bug"), "other", 3),  # still the fallback, not a dead loop
     ],
@@ -67,3 +74,46 @@ async def test_a_store_past_the_loops_own_deadline_counts_as_a_timeout() -> None
     stats = await loop.sync_once()
     assert stats.failed and loop.last_error == "timeout"
     assert limiter.pending_hits() == 0 and stats.dropped_hits == 2  # may have been applied
+
+
+class PartlyRefusingStore(FailingStore):
+    """Answers every sync, refusing the pushes of the keys whose value is in `failing`."""
+
+    def __init__(self) -> None:
+        super().__init__(RuntimeError())
+        self.failing: set[str] = set()
+
+    async def sync(self, batch: SyncBatch) -> SyncResult:
+        pushes = tuple(
+            PushResult(0, 0, "WRONGTYPE bad key") if p.key[2] in self.failing else PushResult(1, 0)
+            for p in batch.pushes
+        )
+        return SyncResult(pushes, tuple(0 for _ in batch.total_reads), 1, 0)
+
+
+async def test_keys_the_store_refused_are_reported_while_the_store_stays_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limiter, now, store = FleetLimiter(), [T0], PartlyRefusingStore()
+    reported: list[int] = []
+    loop = SyncLoop(
+        limiter, store, lambda: now[0], on_sync=lambda s, _t, _k: reported.append(s.failed_keys)
+    )
+    store.failing = {"secret-a", "secret-b"}
+    for step in range(1, 5):  # four spans of 500 ms with two bad keys, then none
+        for value in ("secret-a", "secret-b", "fine"):
+            limiter.hit(now[0], [hit(rule(rpu=100), value)])
+        now[0] = T0 + step * 500
+        if step == 4:
+            store.failing = set()
+        await loop.sync_once()
+        assert loop.store_up and loop.last_error == ""
+        assert loop.key_errors == (2 if step < 4 else 0)
+    assert reported == [2, 2, 2, 0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    # At most one line per KEY_LOG_EVERY_MS (10 s here: only the first sync), naming the keys
+    # by digest, never by value.
+    assert len(warnings) == 1, warnings
+    assert "2 of" in warnings[0] and digest(hit(rule(), "secret-a").key) in warnings[0]
+    assert "secret" not in warnings[0]
+    assert limiter.pending_hits() == 0  # everything the store refused was resent and applied

@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 from ratelimit_sidecar.config.model import RateLimit, Unit
 from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, TotalRead
 from ratelimit_sidecar.storage.codec import CHUNK_KEYS, TIME_SCRIPT, Layout, SyncCodec
-from ratelimit_sidecar.storage.errors import StoreRefused
+from ratelimit_sidecar.storage.errors import StoreUnreadable
 from ratelimit_sidecar.storage.keys import KeySchema, digest
 
 LIMIT = RateLimit(requests_per_unit=10, unit=Unit.MINUTE, cooldown_ms=5000)
@@ -160,7 +160,7 @@ def test_a_negative_block_time_reads_as_not_blocked(left: int) -> None:
 def test_a_wrong_number_of_replies_is_refused(extra: int) -> None:
     layout = Layout(pushes=1, chunks=((0,),), total_reads=1, heartbeat=True)
     replies = [answer((1, 0)), b"2", TIME_REPLY, *heartbeat(), 0][: layout.replies + extra]
-    with pytest.raises(StoreRefused, match="replies for 7 commands"):
+    with pytest.raises(StoreUnreadable, match="replies for 7 commands"):
         codec().decode(layout, replies)
 
 
@@ -175,13 +175,34 @@ def test_a_wrong_number_of_replies_is_refused(extra: int) -> None:
         b"1,0;2,0,0",  # one field too many
         42,  # not text at all
         None,
-        ResponseError("ERR something broke"),  # an error left in place
     ],
 )
-def test_a_malformed_script_answer_is_refused(script_reply: Any) -> None:
+def test_a_malformed_script_answer_may_have_been_applied(script_reply: Any) -> None:
     layout = Layout(pushes=2, chunks=((0, 1),), total_reads=0, heartbeat=False)
-    with pytest.raises(StoreRefused):
+    with pytest.raises(StoreUnreadable) as raised:
         codec().decode(layout, [script_reply, TIME_REPLY])
+    assert raised.value.may_have_applied  # the script ran: what it applied is unknown
+
+
+def test_a_key_the_script_could_not_count_fails_alone() -> None:
+    layout = Layout(pushes=3, chunks=((0, 1, 2),), total_reads=0, heartbeat=False)
+    reply = b"4,0;E:WRONGTYPE Operation against a key holding the wrong kind of value;6,900"
+    result = codec().decode(layout, [reply, TIME_REPLY])
+    assert [(p.total, p.block_ms, p.error) for p in result.pushes] == [
+        (4, 0, ""),
+        (0, 0, "WRONGTYPE Operation against a key holding the wrong kind of value"),
+        (6, 900, ""),
+    ]
+
+
+def test_a_script_call_answered_with_an_error_fails_only_its_own_keys() -> None:
+    layout = Layout(pushes=3, chunks=((0, 2), (1,)), total_reads=0, heartbeat=False)
+    refused = ResponseError("READONLY You can't write\nagainst a read only replica.")
+    result = codec().decode(layout, [refused, answer((7, 0)), TIME_REPLY])
+    errors = [p.error for p in result.pushes]
+    assert errors == [errors[0], "", errors[0]]
+    assert errors[0].startswith("READONLY") and "\n" not in errors[0]
+    assert result.pushes[1].total == 7 and result.store_time_ms == 1_700_000_000_123
 
 
 @pytest.mark.parametrize(
@@ -190,21 +211,31 @@ def test_a_malformed_script_answer_is_refused(script_reply: Any) -> None:
         (b"many", TIME_REPLY, 1),
         (ResponseError("WRONGTYPE"), TIME_REPLY, 1),
         (b"1", None, 1),
+        (b"1", ResponseError("BUSY"), 1),
         (b"1", (1, 2, 3), 1),
         (b"1", (b"soon", 0), 1),
         (b"1", TIME_REPLY, None),
         (b"1", TIME_REPLY, b"some"),
+        (b"1", TIME_REPLY, ResponseError("WRONGTYPE")),
     ],
 )
-def test_malformed_reads_clock_or_heartbeat_are_refused(total: Any, clock: Any, live: Any) -> None:
+def test_a_failed_read_clock_or_heartbeat_is_unknown_not_a_failure(
+    total: Any, clock: Any, live: Any
+) -> None:
     layout = Layout(pushes=0, chunks=(), total_reads=1, heartbeat=True)
-    with pytest.raises(StoreRefused):
-        codec().decode(layout, [total, clock, 1, 0, live, 1])
+    result = codec().decode(layout, [total, clock, 1, 0, live, 1])
+    # Each value that failed reads as unknown (0); the others are still read.
+    expected = (
+        1 if total == b"1" else 0,
+        1_700_000_000_123 if clock == TIME_REPLY else 0,
+        1 if live == 1 else 0,
+    )
+    assert (result.totals[0], result.store_time_ms, result.live_nodes) == expected
 
 
-def test_chunks_that_miss_a_push_are_refused() -> None:
+def test_chunks_that_miss_a_push_are_unreadable() -> None:
     layout = Layout(pushes=2, chunks=((0,),), total_reads=0, heartbeat=False)
-    with pytest.raises(StoreRefused, match="every push"):
+    with pytest.raises(StoreUnreadable, match="every push"):
         codec().decode(layout, [answer((1, 0)), TIME_REPLY])
 
 
@@ -215,3 +246,14 @@ def test_encode_and_decode_agree_on_the_layout() -> None:
     result = sync.decode(encoded.layout, [*scripts, b"1", b"2", None, TIME_REPLY, *heartbeat(2)])
     assert [p.total for p in result.pushes] == list(range(1, 2501))
     assert (result.totals, result.live_nodes) == ((1, 2, 0), 2)
+
+
+def test_the_routing_keys_are_those_each_command_is_sent_by() -> None:
+    encoded = codec(cluster=True).encode(batch(pushes=2, totals=1))
+    first, second = ("d", "u", "0"), ("d", "u", "1")
+    assert encoded.routing_keys() == {
+        KEYS.counter(first, W),
+        KEYS.counter(second, W),
+        KEYS.counter(first, W - 1),
+        KEYS.nodes(),
+    }

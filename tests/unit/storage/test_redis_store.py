@@ -1,4 +1,5 @@
-"""RedisStorage over a scripted client: which typed error each failure becomes, NOSCRIPT repair."""
+"""RedisStorage over a scripted client: which typed error each failure becomes (by whether
+anything was sent), error replies answered per command, NOSCRIPT repair."""
 
 from __future__ import annotations
 
@@ -12,11 +13,19 @@ from ratelimit_sidecar.config.model import RateLimit, Unit
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from ratelimit_sidecar.storage.errors import (
     StoreError,
+    StoreLost,
     StoreRefused,
     StoreTimeout,
     StoreUnavailable,
+    StoreUnreadable,
 )
-from ratelimit_sidecar.storage.redis_store import SYNC_SCRIPT, SYNC_SHA, RedisStorage, store_error
+from ratelimit_sidecar.storage.redis_store import (
+    SYNC_SCRIPT,
+    SYNC_SHA,
+    RedisStorage,
+    sent_error,
+    unsent_error,
+)
 
 LIMIT = RateLimit(requests_per_unit=10, unit=Unit.MINUTE, cooldown_ms=5000)
 BATCH = SyncBatch(1_000, [Push(("d", "k", "v"), 7, 2, LIMIT)])
@@ -27,6 +36,7 @@ class ScriptedPipeline:
     def __init__(self, answer: Answer, sent: list[list[tuple[Any, ...]]]) -> None:
         self.answer, self.sent = answer, sent
         self.commands: list[tuple[Any, ...]] = []
+        self.connection: object | None = None
 
     async def __aenter__(self) -> ScriptedPipeline:
         return self
@@ -39,8 +49,42 @@ class ScriptedPipeline:
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         assert not raise_on_error  # error replies must come back in place
+        assert self.connection is not None  # connected before anything is written
         self.sent.append(self.commands)
         return self.answer(self.commands)
+
+
+class ScriptedConnection:
+    """A pooled connection; `closed`: the server closed it since its last use."""
+
+    def __init__(self) -> None:
+        self.is_connected, self.closed, self.connects = True, False, 0
+
+    async def can_read(self) -> bool:
+        return self.closed
+
+    async def disconnect(self) -> None:
+        self.is_connected = False
+
+    async def connect(self) -> None:
+        self.is_connected, self.closed, self.connects = True, False, self.connects + 1
+
+
+class ScriptedPool:
+    """Hands out one connection, or fails to connect with `refusal` (nothing is sent then)."""
+
+    def __init__(self) -> None:
+        self.refusal: Exception | None = None
+        self.connection = ScriptedConnection()
+        self.released = 0
+
+    async def get_connection(self) -> ScriptedConnection:
+        if self.refusal is not None:
+            raise self.refusal
+        return self.connection
+
+    async def release(self, connection: ScriptedConnection) -> None:
+        self.released += 1
 
 
 class ScriptedClient:
@@ -49,6 +93,7 @@ class ScriptedClient:
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
         self.sent: list[list[tuple[Any, ...]]] = []
+        self.connection_pool = ScriptedPool()
 
     def pipeline(self, transaction: bool) -> ScriptedPipeline:
         assert not transaction
@@ -93,68 +138,118 @@ async def test_noscript_is_repaired_with_eval_in_one_more_trip() -> None:
     assert storage.round_trips == 2
 
 
+async def test_a_connection_the_server_closed_is_made_anew_before_sending() -> None:
+    storage, client = store(good)
+    client.connection_pool.connection.closed = True
+    assert (await storage.sync(BATCH)).pushes[0].total == 2
+    assert client.connection_pool.connection.connects == 1
+
+
+async def test_a_second_trip_that_cannot_connect_leaves_those_keys_not_applied() -> None:
+    def answer(commands: list[tuple[Any, ...]]) -> list[Any]:
+        client.connection_pool.refusal = rex.ConnectionError("Error 111 connecting")
+        return [rex.NoScriptError("NOSCRIPT No matching script."), (1, 500)]
+
+    storage, client = store(answer)
+    result = await storage.sync(BATCH)
+    assert result.pushes[0].error.startswith("NOSCRIPT")
+    assert result.store_time_ms == 1_000
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        rex.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+        rex.TimeoutError("Timeout connecting to server"),
+        rex.AuthenticationError("invalid username-password pair"),
+        OSError(113, "No route to host"),
+    ],
+)
+async def test_a_failure_to_connect_is_unavailable_and_surely_not_applied(
+    failure: Exception,
+) -> None:
+    storage, client = store(good)
+    client.connection_pool.refusal = failure
+    with pytest.raises(StoreUnavailable) as raised:
+        await storage.sync(BATCH)
+    assert raised.value.__cause__ is failure and not raised.value.may_have_applied
+    assert client.sent == [] and storage.round_trips == 0
+
+
 @pytest.mark.parametrize(
     ("failure", "kind"),
     [
         (rex.TimeoutError("Timeout reading from 127.0.0.1:6379"), StoreTimeout),
-        (rex.ConnectionError("Error 111 connecting to 127.0.0.1:6379"), StoreUnavailable),
-        (rex.AuthenticationError("invalid username-password pair"), StoreUnavailable),
-        (rex.ResponseError("OOM command not allowed"), StoreRefused),
+        (rex.ConnectionError("Connection closed by server."), StoreLost),
+        (rex.ConnectionError("Error 32 while writing to socket. Broken pipe."), StoreLost),
+        (rex.BusyLoadingError("Redis is loading the dataset in memory"), StoreLost),
+        (ValueError("a bug"), StoreLost),
     ],
 )
-async def test_a_failed_pipeline_raises_its_typed_error(
+async def test_a_pipeline_that_fails_once_sent_may_have_been_applied(
     failure: Exception, kind: type[StoreError]
 ) -> None:
     storage, _ = store(raising(failure))
     with pytest.raises(kind) as raised:
         await storage.sync(BATCH)
-    assert raised.value.__cause__ is failure
+    assert raised.value.__cause__ is failure and raised.value.may_have_applied
     assert type(failure).__name__ in str(raised.value)
+
+
+async def test_a_cluster_routing_refusal_is_raised_before_sending() -> None:
+    failure = rex.SlotNotCoveredError('Slot "7" is not covered by the cluster.')
+    storage, _ = store(raising(failure))
+    with pytest.raises(StoreRefused) as raised:
+        await storage.sync(BATCH)
+    assert not raised.value.may_have_applied
 
 
 @pytest.mark.parametrize(
     ("reply", "kind"),
     [
-        (rex.ReadOnlyError("READONLY You can't write against a read only replica."), StoreRefused),
-        (rex.ResponseError("WRONGTYPE Operation against a key"), StoreRefused),
         (rex.TimeoutError("Timeout reading from node"), StoreTimeout),  # Cluster: per node
-        (rex.ConnectionError("Connection closed by server."), StoreUnavailable),
+        (rex.ConnectionError("Connection closed by server."), StoreLost),
     ],
 )
-async def test_an_error_reply_in_place_raises_its_typed_error(
+async def test_a_connection_failure_in_place_fails_the_sync_as_maybe_applied(
     reply: Exception, kind: type[StoreError]
 ) -> None:
-    storage, _ = store(lambda commands: [reply, (1, 500)])
+    storage, _ = store(lambda commands: [b"2,0", reply])
     with pytest.raises(kind) as raised:
         await storage.sync(BATCH)
-    assert raised.value.__cause__ is reply
-
-
-async def test_an_unparsable_answer_is_refused() -> None:
-    storage, _ = store(lambda commands: [b"2", (1, 500)])
-    with pytest.raises(StoreRefused):
-        await storage.sync(BATCH)
+    assert raised.value.__cause__ is reply and raised.value.may_have_applied
 
 
 @pytest.mark.parametrize(
-    ("failure", "kind"),
+    "reply",
     [
-        (TimeoutError(), StoreTimeout),
-        (ConnectionRefusedError(111, "refused"), StoreUnavailable),
-        (rex.RedisClusterException("Redis Cluster cannot be connected"), StoreUnavailable),
-        (rex.ClusterDownError("CLUSTERDOWN The cluster is down"), StoreRefused),
-        (rex.OutOfMemoryError("OOM"), StoreRefused),
-        (ValueError("odd"), StoreRefused),
+        rex.ReadOnlyError("READONLY You can't write against a read only replica."),
+        rex.OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'."),
+        rex.MovedError("3999 127.0.0.1:6381"),
+        rex.AskError("3999 127.0.0.1:6381"),
+        rex.ClusterCrossSlotError("CROSSSLOT Keys in request don't hash to the same slot"),
+        rex.BusyLoadingError("LOADING Redis is loading the dataset in memory"),
+        rex.ResponseError("BUSY Redis is busy running a script."),
     ],
 )
-def test_store_error_classifies_what_redis_py_raises(
-    failure: Exception, kind: type[StoreError]
-) -> None:
-    assert type(store_error(failure)) is kind
+async def test_an_error_reply_to_the_script_fails_only_its_keys(reply: Exception) -> None:
+    storage, _ = store(lambda commands: [reply, (1, 500)])
+    result = await storage.sync(BATCH)
+    assert result.pushes[0].error and (result.pushes[0].total, result.pushes[0].block_ms) == (0, 0)
+    assert result.store_time_ms == 1_000  # the rest of the pipeline still answers
 
 
-def test_only_timeouts_may_have_applied() -> None:
-    assert StoreTimeout.may_have_applied
+async def test_an_unparsable_answer_may_have_been_applied() -> None:
+    storage, _ = store(lambda commands: [b"2", (1, 500)])
+    with pytest.raises(StoreUnreadable) as raised:
+        await storage.sync(BATCH)
+    assert raised.value.may_have_applied
+
+
+def test_only_failures_after_sending_may_have_applied() -> None:
+    assert StoreTimeout.may_have_applied and StoreLost.may_have_applied
+    assert StoreUnreadable.may_have_applied
     assert not StoreUnavailable.may_have_applied and not StoreRefused.may_have_applied
+    assert StoreLost.kind == StoreUnavailable.kind == "connection"
     already = StoreRefused("x")
-    assert store_error(already) is already
+    assert sent_error(already) is already and unsent_error(already) is already
