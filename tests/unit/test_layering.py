@@ -48,6 +48,23 @@ def test_no_import_cycle_in_the_package() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
 
+def test_no_import_cycle_in_the_benchmarks_or_the_harness() -> None:
+    root = PACKAGE_DIR.parent
+    for directory in (root / "bench", root / "harness"):
+        cycle = import_cycle(directory)
+        assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def test_no_package_module_is_over_350_lines() -> None:
+    """One job per module: a module past this has grown a second one."""
+    sizes = {
+        str(path.relative_to(PACKAGE_DIR)): len(path.read_text().splitlines())
+        for path in PACKAGE_DIR.rglob("*.py")
+        if GENERATED[0] not in path.parts
+    }
+    assert {name: lines for name, lines in sizes.items() if lines > 350} == {}
+
+
 def test_core_imports_no_io_and_no_higher_layer() -> None:
     graph = import_graph(PACKAGE_DIR, skip=GENERATED)
     assert forbidden_imports(graph, "ratelimit_sidecar.core", CORE_FORBIDDEN) == []
