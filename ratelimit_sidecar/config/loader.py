@@ -19,6 +19,7 @@ Error convention: every problem prints as `FILE:LINE: KEY: MESSAGE` where
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 
@@ -28,35 +29,62 @@ from .limits import (
     ConfigLimits,
     DescriptorBudget,
     LimitExceeded,
+    LoadStopped,
     Pacer,
     check_total_size,
+    collector_paused,
+    never_stopped,
     read_bounded,
 )
 from .model import Domain, RuleSet
 from .rulefile import RuleFileReader
 
 
-def load_rules(path: str | Path, limits: ConfigLimits = DEFAULT_LIMITS) -> RuleSet:
-    """Parse and validate every rule file under `path`; raise `ConfigError` on any problem."""
+def load_rules(
+    path: str | Path,
+    limits: ConfigLimits = DEFAULT_LIMITS,
+    stopped: Callable[[], bool] = never_stopped,
+) -> RuleSet:
+    """Parse and validate every rule file under `path`; raise `ConfigError` on any problem.
+
+    `stopped` is asked about once a millisecond; once it says true the load ends with
+    `LoadStopped` (for a load in a thread that nobody waits for any more).
+    """
     problems: list[Problem] = []
-    try:
-        domains, version = _load(Path(path), limits, problems)
-    except LimitExceeded as exc:
-        raise ConfigError([*problems, exc.problem]) from None
+    with collector_paused():
+        loaded = _load_within_limits(Path(path), limits, Pacer(stopped), problems)
+    if loaded is None:
+        raise LoadStopped
     if problems:
         raise ConfigError(problems)
+    domains, version = loaded
     return RuleSet(MappingProxyType(domains), version=version)
 
 
+def _load_within_limits(
+    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem]
+) -> tuple[dict[str, Domain], str] | None:
+    """`_load`, or None if stopped. A passed limit ends in `problems` instead of an exception:
+    caught here, its traceback and the half-built trees it holds are freed by reference counting
+    before the collector runs again, instead of being scanned by it."""
+    try:
+        return _load(path, limits, pacer, problems)
+    except LimitExceeded as exc:
+        problems.append(exc.problem)
+        return {}, ""
+    except LoadStopped:
+        return None
+
+
 def _load(
-    path: Path, limits: ConfigLimits, problems: list[Problem]
+    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem]
 ) -> tuple[dict[str, Domain], str]:
     files = _rule_files(path, problems)
     if path.is_dir():
         check_total_size(path, files, limits.max_rule_dir_bytes)
     digest = hashlib.sha256()
     domains: dict[str, Domain] = {}
-    budget = DescriptorBudget(limits.max_rule_descriptors, Pacer())
+    budget = DescriptorBudget(limits.max_rule_descriptors, pacer)
     for file in files:
         try:
             data = read_bounded(file, limits.max_rule_file_bytes)

@@ -78,13 +78,16 @@ class RuleWatcher:
 
     async def reload(self) -> None:
         """Load the rules aside and hand them over; returns early, dropping the load, on stop."""
-        loading = load_in_thread(self._path, self._limits)
+        abandoned = threading.Event()
+        loading = load_in_thread(self._path, self._limits, abandoned)
         stopping = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait((loading, stopping), return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
-            loading.cancel()  # no-op once done; else the thread's outcome is dropped
+            if not loading.done():  # stopping: end the load now, drop whatever it gives
+                abandoned.set()
+                loading.cancel()
         if not loading.cancelled():
             self._report(loading)
 
@@ -108,14 +111,20 @@ class RuleWatcher:
             return ()
 
 
-def load_in_thread(path: Path, limits: ConfigLimits) -> asyncio.Future[RuleSet]:
-    """`load_rules` in a new daemon thread; its outcome arrives in the returned future."""
+def load_in_thread(
+    path: Path, limits: ConfigLimits, abandoned: threading.Event
+) -> asyncio.Future[RuleSet]:
+    """`load_rules` in a new daemon thread; its outcome arrives in the returned future.
+
+    Setting `abandoned` ends the load within a millisecond, so an abandoned load neither keeps
+    a core busy nor leaves its half-built tree for the interpreter to clear at exit.
+    """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[RuleSet] = loop.create_future()
 
     def load() -> None:
         try:
-            rules = load_rules(path, limits)
+            rules = load_rules(path, limits, abandoned.is_set)
         except Exception as exc:
             _hand_over(loop, future, partial(future.set_exception, exc))
         else:
