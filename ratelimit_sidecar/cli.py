@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ratelimit_sidecar.config.limits import LIMIT_NAMES
 from ratelimit_sidecar.settings import ENV_PREFIX, OPTIONS, Option, settings_from
 
 
@@ -18,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_option(serve, option)
     check = commands.add_parser("check", help="validate rule files")
     check.add_argument("path")
+    for option in OPTIONS:
+        if option.name in LIMIT_NAMES:
+            _add_option(check, option)
     simulate = commands.add_parser("simulate", help="accuracy simulator", add_help=False)
     simulate.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -48,9 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(simulate_main(argv[1:]))
     args = vars(build_parser().parse_args(argv))
     if args.pop("command") == "check":
-        from ratelimit_sidecar.cli_check import run_check
+        from ratelimit_sidecar.cli_check import limits_from, run_check
 
-        return run_check(args["path"])
+        return run_check(args["path"], limits_from(args))
     if not args["config_path"]:
         print("ratelimit-sidecar: error: --config (or RLS_CONFIG) is required", file=sys.stderr)
         return 2

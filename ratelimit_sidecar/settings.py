@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple, get_args, get_type_hints
 
+from ratelimit_sidecar.config.limits import DEFAULT_LIMITS
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 
 ENV_PREFIX = "RLS_"
@@ -80,6 +81,22 @@ class Settings:
     )
     reload_poll_s: float = field(
         default=0.5, metadata=_help("seconds between checks of the rule files for changes")
+    )
+    max_rule_file_bytes: int = field(
+        default=DEFAULT_LIMITS.max_rule_file_bytes,
+        metadata=_help("bytes allowed per rule file, checked before reading it"),
+    )
+    max_rule_dir_bytes: int = field(
+        default=DEFAULT_LIMITS.max_rule_dir_bytes,
+        metadata=_help("bytes allowed for all the rule files of the config directory"),
+    )
+    max_rule_descriptors: int = field(
+        default=DEFAULT_LIMITS.max_rule_descriptors,
+        metadata=_help("descriptors allowed in the whole rule set"),
+    )
+    max_yaml_nodes: int = field(
+        default=DEFAULT_LIMITS.max_yaml_nodes,
+        metadata=_help("YAML nodes allowed per rule file, each alias counting as what it repeats"),
     )
 
     @property

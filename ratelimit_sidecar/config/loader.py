@@ -2,22 +2,9 @@
 
 `load_rules(path)` takes one YAML file or a directory of `*.yaml` / `*.yml` files (not recursive;
 hidden files such as Kubernetes' `..data` links are skipped), one domain per file, and returns a
-`RuleSet` or raises one `ConfigError` listing every problem found.
-
-Keys accepted, per level (the reference's `validKeys` in `src/config/config_impl.go`, plus this
-product's extensions marked *):
-    top level:   domain, descriptors
-    descriptor:  key, value, rate_limit, descriptors, shadow_mode, detailed_metric,
-                 value_to_metric, share_threshold
-    rate_limit:  unit, requests_per_unit, unlimited, name, replaces,
-                 unit_multiplier*, spans*, cooldown*
-    replaces[]:  name
-The reference checks key names against one flat list; here each level has its own list, so a key
-in the wrong place (e.g. `shadow_mode` inside `rate_limit`, where the reference silently ignores
-it) is reported instead of doing nothing. As in the reference, scalars read as strings keep their
-source text (`value: 200` is "200"), units are case-insensitive, a missing `requests_per_unit`
-means 0, and an empty `value` is the same as no value. Unlike the oldest reference versions, a
-`*` anywhere in a value is a wildcard (the newer reference also accepts infix wildcards).
+`RuleSet` or raises one `ConfigError` listing every problem found. Loading stays within
+`ConfigLimits` (`limits.py`): past a bound it stops at once and reports that one problem with
+those found before it.
 
 Error convention: every problem prints as `FILE:LINE: KEY: MESSAGE` where
     FILE is the path as given (or the directory joined with the file name),
@@ -25,102 +12,103 @@ Error convention: every problem prints as `FILE:LINE: KEY: MESSAGE` where
     KEY  is the dotted YAML path from the top of the file, with list indexes in brackets:
          `descriptors[0].descriptors[1].rate_limit.unit`. A missing key is reported under the path
          it should have had, at the line of the mapping that lacks it. Problems that are not about
-         one key use `file` (unreadable), `yaml` (syntax) or `(root)` (the document itself).
+         one key use `file` (unreadable, too big), `yaml` (syntax, too many nodes) or `(root)`
+         (the document itself).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple
-
-import yaml
-from yaml.nodes import Node, ScalarNode, SequenceNode
 
 from .errors import ConfigError, Problem
-from .model import (
-    DEFAULT_SPANS,
-    MIN_SPAN_MS,
-    DescriptorNode,
-    Domain,
-    RateLimit,
-    Rule,
-    RuleSet,
-    Source,
-    Unit,
-    WildcardChild,
-    wildcard_pattern,
+from .limits import (
+    DEFAULT_LIMITS,
+    ConfigLimits,
+    DescriptorBudget,
+    LimitExceeded,
+    LoadStopped,
+    Pacer,
+    check_total_size,
+    collector_paused,
+    never_stopped,
+    read_bounded,
 )
-from .yamlnodes import (
-    TAG,
-    NodeChecker,
-    integer,
-    is_null,
-    join_path,
-    line_of,
-    shown,
-)
-
-# Allowed keys per level, in the order error messages list them.
-ROOT_KEYS = ("domain", "descriptors")
-DESCRIPTOR_KEYS = (
-    "key",
-    "value",
-    "rate_limit",
-    "descriptors",
-    "shadow_mode",
-    "detailed_metric",
-    "value_to_metric",
-    "share_threshold",
-)
-RATE_LIMIT_KEYS = (
-    "unit",
-    "requests_per_unit",
-    "unlimited",
-    "name",
-    "replaces",
-    "unit_multiplier",
-    "spans",
-    "cooldown",
-)
-REPLACES_KEYS = ("name",)
-MAX_REQUESTS_PER_UNIT = 2**32 - 1  # the reference reads it into a uint32
-UNIT_NAMES = "second, minute, hour, day, week, month, year"
-_COOLDOWN = re.compile(r"([0-9]+)(ms|s|m|h)")
-_COOLDOWN_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+from .model import Domain, RuleSet
+from .rulefile import RuleFileReader
 
 
-def load_rules(path: str | Path) -> RuleSet:
-    """Parse and validate every rule file under `path`; raise `ConfigError` on any problem."""
+def load_rules(
+    path: str | Path,
+    limits: ConfigLimits = DEFAULT_LIMITS,
+    stopped: Callable[[], bool] = never_stopped,
+) -> RuleSet:
+    """Parse and validate every rule file under `path`; raise `ConfigError` on any problem.
+
+    `stopped` is asked about once a millisecond; once it says true the load ends with
+    `LoadStopped` (for a load in a thread that nobody waits for any more).
+    """
     problems: list[Problem] = []
+    with collector_paused():
+        loaded = _load_within_limits(Path(path), limits, Pacer(stopped), problems)
+    if loaded is None:
+        raise LoadStopped
+    if problems:
+        raise ConfigError(problems)
+    domains, version = loaded
+    return RuleSet(MappingProxyType(domains), version=version)
+
+
+def _load_within_limits(
+    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem]
+) -> tuple[dict[str, Domain], str] | None:
+    """`_load`, or None if stopped. A passed limit ends in `problems` instead of an exception:
+    caught here, its traceback and the half-built trees it holds are freed by reference counting
+    before the collector runs again, instead of being scanned by it."""
+    try:
+        return _load(path, limits, pacer, problems)
+    except LimitExceeded as exc:
+        problems.append(exc.problem)
+        return {}, ""
+    except LoadStopped:
+        return None
+
+
+def _load(
+    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem]
+) -> tuple[dict[str, Domain], str]:
+    files = _rule_files(path, problems)
+    if path.is_dir():
+        check_total_size(path, files, limits.max_rule_dir_bytes)
     digest = hashlib.sha256()
     domains: dict[str, Domain] = {}
-    for file in _rule_files(Path(path), problems):
+    budget = DescriptorBudget(limits.max_rule_descriptors, pacer)
+    for file in files:
         try:
-            data = file.read_bytes()
+            data = read_bounded(file, limits.max_rule_file_bytes)
         except OSError as exc:
             problems.append(Problem(str(file), 0, "file", exc.strerror or str(exc)))
             continue
         # Name and length go in too, so moving bytes between files changes the version.
         digest.update(b"%s\0%d\0" % (file.name.encode(), len(data)) + data)
-        loader = _FileLoader(str(file))
-        domain = loader.load(data)
+        reader = RuleFileReader(str(file), budget, limits.max_yaml_nodes)
+        domain = reader.load(data)
         # Checks run key by key, not in file order; sort so the report reads top to bottom.
-        problems.extend(sorted(loader.problems, key=lambda problem: problem.line))
-        if domain is None:
-            continue
-        first = domains.get(domain.name)
-        if first is not None:
-            message = f"duplicate domain '{domain.name}' (already defined at {first.source})"
-            problems.append(Problem(str(file), domain.source.line, "domain", message))
-            continue
+        problems.extend(sorted(reader.problems, key=lambda problem: problem.line))
+        if domain is not None:
+            _add_domain(domains, domain, problems)
+    return domains, digest.hexdigest()[:12]
+
+
+def _add_domain(domains: dict[str, Domain], domain: Domain, problems: list[Problem]) -> None:
+    first = domains.get(domain.name)
+    if first is None:
         domains[domain.name] = domain
-    if problems:
-        raise ConfigError(problems)
-    return RuleSet(MappingProxyType(domains), version=digest.hexdigest()[:12])
+        return
+    message = f"duplicate domain '{domain.name}' (already defined at {first.source})"
+    problems.append(Problem(domain.source.file, domain.source.line, "domain", message))
 
 
 def _rule_files(path: Path, problems: list[Problem]) -> list[Path]:
@@ -139,245 +127,3 @@ def _rule_files(path: Path, problems: list[Problem]) -> list[Path]:
 
 def _is_rule_file(path: Path) -> bool:
     return not path.name.startswith(".") and path.suffix in (".yaml", ".yml") and path.is_file()
-
-
-class _Limit(NamedTuple):
-    limit: RateLimit | None
-    unlimited: bool
-    replaces: tuple[str, ...]
-
-
-_NO_LIMIT = _Limit(None, False, ())
-
-
-class _Ancestry(NamedTuple):
-    """What a descriptor inherits from the levels above it."""
-
-    path: tuple[tuple[str, str], ...] = ()  # (key, value) per level, from the root
-    shared: tuple[int, ...] = ()  # levels marked share_threshold
-    valued: tuple[int, ...] = ()  # levels marked value_to_metric, not share_threshold
-
-
-@dataclass(slots=True)
-class _Children:
-    """The children of one node while they are collected, in file order."""
-
-    exact: dict[tuple[str, str], DescriptorNode] = field(default_factory=dict)
-    wildcards: list[WildcardChild] = field(default_factory=list)
-    keyed: dict[str, DescriptorNode] = field(default_factory=dict)
-
-    def add(self, key: str, value: str, node: DescriptorNode) -> None:
-        if not value:
-            self.keyed[key] = node
-        elif "*" in value:
-            self.wildcards.append(WildcardChild(key, wildcard_pattern(value), node))
-        else:
-            self.exact[(key, value)] = node
-
-    def node(self, rule: Rule) -> DescriptorNode:
-        return DescriptorNode(
-            rule, MappingProxyType(self.exact), tuple(self.wildcards), MappingProxyType(self.keyed)
-        )
-
-
-class _FileLoader(NodeChecker):
-    """Validates one file's node tree and builds its domain, recording every problem on the way.
-
-    Helpers record a problem and return a harmless fallback instead of stopping, so one pass
-    reports as much as possible; `load` returns None if this file added any problem.
-    """
-
-    def load(self, data: bytes) -> Domain | None:
-        try:
-            root = yaml.compose(data, Loader=yaml.SafeLoader)
-        except yaml.YAMLError as exc:
-            self.syntax_problem(exc)
-            return None
-        if root is None:
-            self.add(1, "domain", "required key is missing (the file is empty)")
-            return None
-        fields = self.mapping(root, "", ROOT_KEYS, " with 'domain' and 'descriptors'")
-        if fields is None:
-            return None
-        name = self.required_text(fields, "domain", root, "")
-        children = self.children(fields.get("descriptors"), "descriptors", name or "", _Ancestry())
-        if name is None or self.problems:
-            return None
-        source = Source(self.file, line_of(fields["domain"]))
-        return Domain(name, children.node(Rule(domain=name, path=(), source=source)), source)
-
-    def children(
-        self,
-        node: Node | None,
-        path: str,
-        domain: str,
-        parent: _Ancestry,
-    ) -> _Children:
-        children = _Children()
-        if node is None or is_null(node):
-            return children
-        if not isinstance(node, SequenceNode):
-            self.add(node, path, f"must be a list of descriptors (got {shown(node)})")
-            return children
-        seen: dict[tuple[str, str], int] = {}
-        for index, item in enumerate(node.value):
-            item_path = f"{path}[{index}]"
-            parsed = self.descriptor(item, item_path, domain, parent)
-            if parsed is None:
-                continue
-            key, value, child = parsed
-            if (key, value) in seen:
-                what = f"key '{key}' value '{value}'" if value else f"key '{key}' without value"
-                line = seen[(key, value)]
-                self.add(item, item_path, f"duplicate descriptor {what} (first at line {line})")
-                continue
-            seen[(key, value)] = line_of(item)
-            children.add(key, value, child)
-        return children
-
-    def descriptor(
-        self,
-        node: Node,
-        path: str,
-        domain: str,
-        parent: _Ancestry,
-    ) -> tuple[str, str, DescriptorNode] | None:
-        fields = self.mapping(node, path, DESCRIPTOR_KEYS, " with at least 'key'")
-        if fields is None:
-            return None
-        key = self.required_text(fields, "key", node, path)
-        value_node = fields.get("value")
-        value = "" if value_node is None else self.text(value_node, join_path(path, "value"))
-        limit = self.rate_limit(fields.get("rate_limit"), join_path(path, "rate_limit"))
-        value_to_metric = self.flag(fields, "value_to_metric", path)
-        here = self.ancestry(fields, path, parent, (key or "", value), value_to_metric)
-        children = self.children(
-            fields.get("descriptors"), join_path(path, "descriptors"), domain, here
-        )
-        rule = Rule(
-            domain=domain,
-            path=here.path,
-            limit=limit.limit,
-            unlimited=limit.unlimited,
-            shadow_mode=self.flag(fields, "shadow_mode", path),
-            detailed_metric=self.flag(fields, "detailed_metric", path),
-            source=Source(self.file, line_of(node)),
-            replaces=limit.replaces,
-            value_to_metric=value_to_metric,
-            shared_levels=here.shared,
-            valued_levels=here.valued,
-        )
-        return None if key is None else (key, value, children.node(rule))
-
-    def ancestry(
-        self,
-        fields: dict[str, Node],
-        path: str,
-        parent: _Ancestry,
-        entry: tuple[str, str],
-        value_to_metric: bool,
-    ) -> _Ancestry:
-        """The parent's ancestry with this level added; `share_threshold` beats `value_to_metric`
-        (the reference names a shared level by its pattern, as all its values count together)."""
-        level = len(parent.path)
-        here = parent._replace(path=(*parent.path, entry))
-        if self.flag(fields, "share_threshold", path):
-            if "*" not in entry[1]:
-                message = "only allowed on a wildcard value (one containing '*')"
-                self.add(fields["share_threshold"], join_path(path, "share_threshold"), message)
-            return here._replace(shared=(*here.shared, level))
-        if value_to_metric:
-            return here._replace(valued=(*here.valued, level))
-        return here
-
-    def rate_limit(self, node: Node | None, path: str) -> _Limit:
-        if node is None or is_null(node):
-            return _NO_LIMIT
-        fields = self.mapping(node, path, RATE_LIMIT_KEYS, "")
-        if fields is None:
-            return _NO_LIMIT
-        before = len(self.problems)
-        name = self.text(fields["name"], join_path(path, "name")) if "name" in fields else ""
-        replaces = self.replaces(fields.get("replaces"), join_path(path, "replaces"), name)
-        if self.flag(fields, "unlimited", path):
-            # Counting settings on an allow-list entry mean the author expected a limit.
-            for extra in ("unit", "requests_per_unit", "unit_multiplier", "spans", "cooldown"):
-                if extra in fields:
-                    message = "must not be set when unlimited is true"
-                    self.add(fields[extra], join_path(path, extra), message)
-            return _Limit(None, True, replaces)
-        limit = RateLimit(
-            requests_per_unit=self.count(
-                fields, "requests_per_unit", path, minimum=0, maximum=MAX_REQUESTS_PER_UNIT
-            ),
-            unit=self.unit(fields, node, path),
-            unit_multiplier=self.count(fields, "unit_multiplier", path, minimum=1),
-            name=name,
-            spans=self.count(fields, "spans", path, default=DEFAULT_SPANS, minimum=2),
-            cooldown_ms=self.cooldown(fields.get("cooldown"), join_path(path, "cooldown")),
-            replaces=replaces,
-        )
-        shortest = limit.spans * MIN_SPAN_MS
-        if len(self.problems) == before and limit.window_ms < shortest:
-            message = (
-                f"window of {limit.window_ms} ms is shorter than {limit.spans} spans"
-                f" x {MIN_SPAN_MS} ms = {shortest} ms"
-            )
-            self.add(fields.get("spans", node), join_path(path, "spans"), message)
-        return _Limit(limit, False, replaces)
-
-    def unit(self, fields: dict[str, Node], owner: Node, path: str) -> Unit:
-        key = join_path(path, "unit")
-        node = fields.get("unit")
-        if node is None:
-            self.add(owner, key, f"required key is missing (one of {UNIT_NAMES})")
-            return Unit.UNKNOWN
-        text = self.text(node, key)
-        unit = Unit.__members__.get(text.upper(), Unit.UNKNOWN)
-        if unit is Unit.UNKNOWN and isinstance(node, ScalarNode):
-            self.add(node, key, f"invalid unit '{text}' (expected one of {UNIT_NAMES})")
-        return unit
-
-    def cooldown(self, node: Node | None, key: str) -> int:
-        if node is None:
-            return 0  # the model's "one window"
-        milliseconds = _cooldown_ms(node)
-        if milliseconds is None or milliseconds <= 0:
-            message = (
-                "must be a positive number of seconds or a duration like"
-                f" '500ms', '30s', '5m', '1h' (got {shown(node)})"
-            )
-            self.add(node, key, message)
-            return 0
-        return milliseconds
-
-    def replaces(self, node: Node | None, path: str, own_name: str) -> tuple[str, ...]:
-        if node is None or is_null(node):
-            return ()
-        if not isinstance(node, SequenceNode):
-            self.add(node, path, f"must be a list of {{name: ...}} entries (got {shown(node)})")
-            return ()
-        names: list[str] = []
-        for index, item in enumerate(node.value):
-            item_path = f"{path}[{index}]"
-            fields = self.mapping(item, item_path, REPLACES_KEYS, " like {name: ...}")
-            name = None if fields is None else self.required_text(fields, "name", item, item_path)
-            if fields is None or name is None:
-                continue
-            if name == own_name:
-                self.add(
-                    fields["name"], join_path(item_path, "name"), "must not name its own rate limit"
-                )
-            names.append(name)
-        return tuple(names)
-
-
-def _cooldown_ms(node: Node) -> int | None:
-    seconds = integer(node)
-    if seconds is not None:
-        return seconds * 1000
-    if isinstance(node, ScalarNode) and node.tag == TAG + "str":
-        found = _COOLDOWN.fullmatch(node.value)
-        if found:
-            return int(found[1]) * _COOLDOWN_MS[found[2]]
-    return None

@@ -12,6 +12,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
@@ -93,6 +94,7 @@ class Sidecar:
             self.swap_rules,
             lambda _error: self.metrics.config_loaded(False),
             settings.reload_poll_s,
+            ConfigLimits.of(settings),
         )
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()

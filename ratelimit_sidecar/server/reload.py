@@ -2,16 +2,25 @@
 
 Polling (every 0.5 s) rather than inotify: no dependency, works on every filesystem, including
 the symlink swaps Kubernetes does for mounted ConfigMaps, and stays well inside the 2 s budget.
+
+Each load runs in its own daemon thread, not the loop's default executor: `asyncio.Runner`
+joins that executor at exit, so a long load there would hold up shutdown, while a daemon thread
+is simply left behind (its result, if any, is dropped). The loader stays within `ConfigLimits`
+and pauses often, so requests keep being answered while it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ratelimit_sidecar.config.errors import ConfigError
+from ratelimit_sidecar.config.limits import DEFAULT_LIMITS, ConfigLimits
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleSet
 
@@ -43,8 +52,10 @@ class RuleWatcher:
         on_rules: Callable[[RuleSet], None],
         on_error: Callable[[str], None],
         poll_s: float = POLL_S,
+        limits: ConfigLimits = DEFAULT_LIMITS,
     ) -> None:
         self._path = Path(path)
+        self._limits = limits
         self._on_rules, self._on_error = on_rules, on_error
         self._poll_s = poll_s
         self._last = self._safe_fingerprint()
@@ -66,20 +77,71 @@ class RuleWatcher:
                 await self.reload()
 
     async def reload(self) -> None:
+        """Load the rules aside and hand them over; returns early, dropping the load, on stop."""
+        abandoned = threading.Event()
+        loading = load_in_thread(self._path, self._limits, abandoned)
+        stopping = asyncio.ensure_future(self._stop.wait())
         try:
-            rules = await asyncio.to_thread(load_rules, self._path)
-        except ConfigError as exc:
-            log.error("rules not reloaded, keeping the last good ones:\n%s", exc)
-            self._on_error(str(exc))
-        except OSError as exc:
-            log.error("rules not reloaded (%s), keeping the last good ones", exc)
-            self._on_error(str(exc))
-        else:
+            await asyncio.wait((loading, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not loading.done():  # stopping: end the load now, drop whatever it gives
+                abandoned.set()
+                loading.cancel()
+        if not loading.cancelled():
+            self._report(loading)
+
+    def _report(self, loading: asyncio.Future[RuleSet]) -> None:
+        error = loading.exception()
+        if error is None:
+            rules = loading.result()
             log.info("rules reloaded: version %s", rules.version)
             self._on_rules(rules)
+        elif isinstance(error, ConfigError):
+            log.error("rules not reloaded, keeping the last good ones:\n%s", error)
+            self._on_error(str(error))
+        else:  # unreadable, or a loader bug: keep the last good rules and keep watching
+            log.error("rules not reloaded (%s), keeping the last good ones", error)
+            self._on_error(str(error))
 
     def _safe_fingerprint(self) -> Fingerprint:
         try:
             return fingerprint(self._path)
         except OSError:
             return ()
+
+
+def load_in_thread(
+    path: Path, limits: ConfigLimits, abandoned: threading.Event
+) -> asyncio.Future[RuleSet]:
+    """`load_rules` in a new daemon thread; its outcome arrives in the returned future.
+
+    Setting `abandoned` ends the load within a millisecond, so an abandoned load neither keeps
+    a core busy nor leaves its half-built tree for the interpreter to clear at exit.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[RuleSet] = loop.create_future()
+
+    def load() -> None:
+        try:
+            rules = load_rules(path, limits, abandoned.is_set)
+        except Exception as exc:
+            _hand_over(loop, future, partial(future.set_exception, exc))
+        else:
+            _hand_over(loop, future, partial(future.set_result, rules))
+
+    threading.Thread(target=load, name="rule-loader", daemon=True).start()
+    return future
+
+
+def _hand_over(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[RuleSet], settle: Callable[[], None]
+) -> None:
+    """Run `settle` on the loop, unless the future was given up on or the loop is gone."""
+
+    def settle_if_waited() -> None:
+        if not future.done():
+            settle()
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+        loop.call_soon_threadsafe(settle_if_waited)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ratelimit_sidecar.config.errors import ConfigError
+from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.logs import setup_logging
@@ -30,7 +31,7 @@ def fail(message: str) -> int:
 def run_serve(settings: Settings) -> int:
     setup_logging(settings.log_format, settings.log_level)
     try:
-        rules = load_rules(settings.config_path)
+        rules = load_rules(settings.config_path, ConfigLimits.of(settings))
     except ConfigError as exc:
         return fail(f"invalid configuration:\n{exc}")
     except OSError as exc:

@@ -1,0 +1,186 @@
+"""Bounds on what loading a rule set may cost, so a hostile or huge file is refused, not chewed on.
+
+Each bound is checked as early as it can be: sizes with `stat` before a file is read (and again
+while reading, in case the file grew), YAML nodes while the file is composed (an alias counts as
+the whole node it repeats, so a "billion laughs" file is refused after a few hundred nodes), and
+descriptors while the tree is built. A refusal is one `Problem` naming the file, the line where
+the count passed the bound, the bound and the option that raises it.
+
+The field names are those of the `Settings` options (`--max-rule-file-bytes`, ...), which take
+their defaults from `DEFAULT_LIMITS`.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .errors import Problem
+
+MIB = 1024 * 1024
+# Deeper YAML than this is refused: the composer and the tree builder recurse once per level,
+# and real rule files nest a handful of descriptor levels (two YAML levels each).
+MAX_YAML_DEPTH = 100
+# A long load runs beside the request path in one interpreter: it pauses this often so the
+# threads answering requests never wait for it longer than the interpreter's switch interval.
+PAUSE_EVERY_S = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigLimits:
+    """The bounds one load of a rule file or directory must stay within."""
+
+    max_rule_file_bytes: int = 4 * MIB
+    max_rule_dir_bytes: int = 16 * MIB
+    max_rule_descriptors: int = 100_000
+    max_yaml_nodes: int = 1_000_000
+
+    @classmethod
+    def of(cls, source: object) -> ConfigLimits:
+        """The limits read from `source`'s attributes of the same names (e.g. `Settings`)."""
+        return cls(**{spec.name: getattr(source, spec.name) for spec in fields(cls)})
+
+
+DEFAULT_LIMITS = ConfigLimits()
+LIMIT_NAMES = tuple(spec.name for spec in fields(ConfigLimits))
+
+
+def option(name: str) -> str:
+    """How an operator raises the limit `name`: its command line flag and environment variable."""
+    return f"--{name.replace('_', '-')} / RLS_{name.upper()}"
+
+
+class LimitExceeded(Exception):
+    """A bound was passed: loading stops at once, reporting `problem`."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        super().__init__(str(problem))
+
+
+def too_big(file: Path, size: int, limit: int) -> Problem:
+    message = (
+        f"{size} bytes is more than the limit of {limit} bytes per rule file"
+        f" (raise it with {option('max_rule_file_bytes')})"
+    )
+    return Problem(str(file), 0, "file", message)
+
+
+def read_bounded(file: Path, limit: int) -> bytes:
+    """The file's bytes; `LimitExceeded` as soon as it holds more than `limit` (stat first, then
+    a read of at most `limit + 1` bytes, so a file that grows or never ends is refused too)."""
+    size = file.stat().st_size
+    if size > limit:
+        raise LimitExceeded(too_big(file, size, limit))
+    with file.open("rb") as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise LimitExceeded(too_big(file, len(data), limit))
+    return data
+
+
+def check_total_size(directory: Path, files: list[Path], limit: int) -> None:
+    """`LimitExceeded` when the rule files of `directory` add up to more than `limit` bytes."""
+    total = 0
+    for file in files:
+        try:
+            total += file.stat().st_size
+        except OSError:
+            continue  # reported when the file is read
+    if total > limit:
+        message = (
+            f"the rule files total {total} bytes, more than the limit of {limit} bytes"
+            f" (raise it with {option('max_rule_dir_bytes')})"
+        )
+        raise LimitExceeded(Problem(str(directory), 0, "file", message))
+
+
+class LoadStopped(Exception):
+    """The load was given up on (`stopped` said so at a pause); nothing was loaded."""
+
+
+def never_stopped() -> bool:
+    return False
+
+
+class Pacer:
+    """Pauses the loading thread about every `PAUSE_EVERY_S` of work, and ends the load there
+    (`LoadStopped`) once `stopped()` is true.
+
+    CPython lets one thread run Python at a time and takes it from a busy thread only after its
+    switch interval (5 ms): without pauses, each step of a request waiting behind a long load
+    could wait that long. A pause hands the interpreter over at once.
+    """
+
+    __slots__ = ("_next", "_stopped")
+
+    def __init__(self, stopped: Callable[[], bool] = never_stopped) -> None:
+        self._stopped = stopped
+        self._next = time.perf_counter() + PAUSE_EVERY_S
+
+    def tick(self) -> None:
+        if time.perf_counter() >= self._next:
+            time.sleep(0)
+            if self._stopped():
+                raise LoadStopped
+            self._next = time.perf_counter() + PAUSE_EVERY_S
+
+
+class _CollectorPause:
+    """Keeps Python's cyclic garbage collector off while any load runs.
+
+    A load creates up to a million container objects that live until it ends; each full
+    collection meanwhile walks all of them with every other thread stopped (0.9 s for a 4 MiB
+    file). A load frees its own garbage by reference counting (the YAML loader is disposed of,
+    and a refused file's tree is dropped before the load ends), and collection resumes, with
+    whatever requests left meanwhile, when the last load ends: its first pass then walks only
+    what survived, the new rule set.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loads = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def during_load(self) -> Iterator[None]:
+        with self._lock:
+            if self._loads == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._loads += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._loads -= 1
+                if self._loads == 0 and self._was_enabled:
+                    gc.enable()
+
+
+collector_paused = _CollectorPause().during_load
+
+
+class DescriptorBudget:
+    """Counts descriptors across every file of one load; `LimitExceeded` past the limit."""
+
+    __slots__ = ("_left", "_limit", "pacer")
+
+    def __init__(self, limit: int, pacer: Pacer) -> None:
+        self._limit = self._left = limit
+        self.pacer = pacer
+
+    def take(self, file: str, line: int, key: str) -> None:
+        self.pacer.tick()
+        self._left -= 1
+        if self._left < 0:
+            message = (
+                f"more than {self._limit} descriptors in the rule set"
+                f" (raise the limit with {option('max_rule_descriptors')})"
+            )
+            raise LimitExceeded(Problem(file, line, key, message))
