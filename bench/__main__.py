@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from bench import decision, envoy, overhead, per_request_redis, redis_sync, workers
+from bench import decision, envoy, flood, overhead, per_request_redis, redis_sync, workers
 from bench.report import Options, Outcome
 
 SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
@@ -30,6 +30,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
     ),
     envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
     workers.NAME: ("sidecar --workers 1 vs 2 under load; metrics cost per request", workers.run),
+    flood.NAME: ("a flood of fresh values cannot reset heavy clients' counters", flood.run),
 }
 
 

@@ -61,18 +61,18 @@ class FixedWindow:
     # -- a request ---------------------------------------------------------------------------
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
+        """Step 1, a block; step 2, this request's hits would take the estimate past its
+        ceiling, or the count known for sure (the store's total plus this node's unpushed
+        hits) past MAX."""
         if now_ms < state.blocked_until:
             return self._blocked(state, now_ms)
-        if hits > 0 and self._over(state, hits):
+        if hits <= 0:
+            return None
+        seen, unpushed = state.seen, state.inflight + state.pending + hits
+        estimate = seen + unpushed * state.check_nodes
+        if estimate > state.ceiling or seen + unpushed > state.limit.requests_per_unit:
             return self._estimate_over(state, hits, now_ms)
         return None
-
-    def _over(self, state: KeyState, hits: int) -> bool:
-        """This request's hits would take the estimate past its ceiling, or the count known
-        for sure (the store's total plus this node's unpushed hits) past MAX."""
-        unpushed = state.inflight + state.pending + hits
-        estimate = state.seen + unpushed * state.check_nodes
-        return estimate > state.ceiling or state.seen + unpushed > state.limit.requests_per_unit
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Step 2: a known count over MAX blocks for the cooldown; an estimate refuses this
@@ -103,14 +103,8 @@ class FixedWindow:
         remaining = min(rpu, int(rpu - used)) if used < rpu else 0
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
         near = used >= NEAR_LIMIT_RATIO * rpu
-        return Verdict(
-            Code.OK,
-            limit,
-            remaining=remaining,
-            reset_ms=reset,
-            shadow=state.shadow,
-            near_limit=near,
-        )
+        # Every field in order, by position: keywords cost a dict per admitted request.
+        return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
 
     def untracked(self, limit: RateLimit, hits: int, shadow: bool, now_ms: int) -> Verdict:
         """Decided on this request alone: admitted if it fits in an empty window."""

@@ -1,0 +1,135 @@
+"""A flood of fresh descriptor values against a few heavy clients: are they held to their limit?
+
+The scenario a tester used to reset heavy clients' counters: `--max-keys 50000`, 300,000
+requests with random `api_key` values at about 2,700 a second, and five heavy clients sending 2
+requests a second against 60 a minute. Target: every heavy client admitted at most 63 (the
+limit x 1.05) in every whole minute, in local-only mode and with Redis, with the key table
+bounded. Local-only runs in-process on a fake clock (the decision does not depend on real time);
+with Redis the sidecar runs in-process on the real clock beside a real Redis, so it takes about
+two minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.report import Options, Outcome, conclude, table
+from bench.workload import rules_dir
+from harness.grpc_client import request
+from harness.redis_servers import ServerGroup
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.core import LocalLimiter
+from ratelimit_sidecar.server.app import Sidecar
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.storage.redis_urls import open_redis
+
+NAME = "flood"
+LIMIT, MAX_KEYS, FLOOD, FLOOD_RPS, HEAVY, HEAVY_RPS = 60, 50_000, 300_000, 2_700, 5, 2
+TARGET = LIMIT * 1.05
+RULES = f"""\
+domain: gateway
+descriptors:
+  - key: api_key
+    rate_limit: {{unit: minute, requests_per_unit: {LIMIT}}}
+"""
+TICK_MS = 10  # requests are sent in ticks: 27 flood requests, and heavy ones every 500 ms
+Decide = Callable[[bytes], bytes]
+Admitted = Counter[tuple[str, int]]  # (heavy client, minute) -> admitted
+
+
+def body(value: str) -> bytes:
+    return request("gateway", [("api_key", value)]).SerializeToString()
+
+
+class Flood:
+    """The traffic, one tick at a time; counts the heavy clients' admissions per minute."""
+
+    def __init__(self) -> None:
+        self.rng, self.sent, self.admitted = random.Random(7), 0, Admitted()
+        self.heavy = [body(f"heavy{i}") for i in range(HEAVY)]
+        self.next_heavy = 0
+
+    @property
+    def done(self) -> bool:
+        return self.sent >= FLOOD
+
+    def tick(self, decide: Decide, now_ms: int) -> None:
+        for _ in range(FLOOD_RPS * TICK_MS // 1000):
+            decide(body(f"k{self.rng.getrandbits(64):x}"))
+            self.sent += 1
+        if now_ms >= self.next_heavy:
+            self.next_heavy = max(self.next_heavy, now_ms - TICK_MS) + 1000 // HEAVY_RPS
+            for i, raw in enumerate(self.heavy):
+                answer = wire.RateLimitResponse.FromString(decide(raw))
+                ok = answer.overall_code == wire.Code.OK
+                self.admitted[f"heavy{i}", now_ms // 60_000] += ok
+
+
+def local_only(rules_path: Path) -> tuple[Admitted, int]:
+    now = [int(time.time() * 1000) // 60_000 * 60_000]
+    limiter = LocalLimiter(MAX_KEYS)
+    handler = RateLimitHandler(load_rules(rules_path), limiter, lambda: now[0])
+    flood = Flood()
+    while not flood.done:
+        flood.tick(handler.decide, now[0])
+        now[0] += TICK_MS
+    return flood.admitted, len(limiter.keys)
+
+
+async def with_redis(rules_path: Path, url: str) -> tuple[Admitted, int]:
+    settings = Settings(config_path=str(rules_path), grpc_address="127.0.0.1:0",
+                        metrics_address="127.0.0.1:0", max_keys=MAX_KEYS)  # fmt: skip
+    store = open_redis(url, f"flood{uuid.uuid4().hex[:6]}:", "flood-node")
+    sidecar = Sidecar(settings, load_rules(rules_path), store)
+    await sidecar.startup()
+    flood, started = Flood(), time.monotonic()
+    try:
+        while not flood.done:
+            now = sidecar.clock.now_ms()
+            flood.tick(sidecar.handler.decide, now)
+            lag = started + flood.sent / FLOOD_RPS - time.monotonic()
+            await asyncio.sleep(max(0.0, lag))
+    finally:
+        await sidecar.shutdown()
+    return flood.admitted, len(sidecar.limiter.keys)
+
+
+def whole_minutes(admitted: Admitted) -> dict[str, list[int]]:
+    """Per heavy client, its admissions in each minute the run covered from start to end."""
+    minutes = sorted({m for _, m in admitted})[1:-1]
+    return {f"heavy{i}": [admitted[f"heavy{i}", m] for m in minutes] for i in range(HEAVY)}
+
+
+def run(options: Options) -> Outcome:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rls-bench-flood-") as tmp:
+        rules_path = rules_dir(Path(tmp), RULES, "gateway")
+        modes = {"local-only": local_only(rules_path)}
+        group = ServerGroup(Path(tmp) / "redis")
+        try:
+            modes["redis"] = asyncio.run(with_redis(rules_path, group.standalone().url))
+        finally:
+            group.stop_all()
+    rows, verdicts, document = [], [], {}
+    for mode, (admitted, tracked) in modes.items():
+        per_minute = whole_minutes(admitted)
+        worst = max((max(counts) for counts in per_minute.values() if counts), default=0)
+        held = bool(per_minute) and worst <= TARGET and tracked <= MAX_KEYS
+        verdicts.append(held)
+        counts = " ".join(str(c) for counts in per_minute.values() for c in counts)
+        rows.append([mode, counts, str(worst), f"{tracked:,}", "PASS" if held else "FAIL"])
+        document[mode] = {"per_minute": per_minute, "worst": worst, "tracked_keys": tracked}
+    header = ["mode", "heavy admitted per whole minute", "worst", "tracked keys", "≤ 63"]
+    lines = [f"[{NAME}] {FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "
+             f"{HEAVY_RPS}/s against {LIMIT}/min, --max-keys {MAX_KEYS:,}",
+             table(header, rows, left=2)]  # fmt: skip
+    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
