@@ -103,9 +103,10 @@ async def with_redis(rules_path: Path, url: str) -> tuple[Admitted, int]:
     return flood.admitted, len(sidecar.limiter.keys)
 
 
-def whole_minutes(admitted: Admitted) -> dict[str, list[int]]:
-    """Per heavy client, its admissions in each minute the run covered from start to end."""
-    minutes = sorted({m for _, m in admitted})[1:-1]
+def per_minute(admitted: Admitted) -> dict[str, list[int]]:
+    """Per heavy client, its admissions in each minute of the run (the first and last may be
+    partial: fewer requests, never more admitted than a whole minute may)."""
+    minutes = sorted({m for _, m in admitted})
     return {f"heavy{i}": [admitted[f"heavy{i}", m] for m in minutes] for i in range(HEAVY)}
 
 
@@ -121,14 +122,14 @@ def run(options: Options) -> Outcome:
             group.stop_all()
     rows, verdicts, document = [], [], {}
     for mode, (admitted, tracked) in modes.items():
-        per_minute = whole_minutes(admitted)
-        worst = max((max(counts) for counts in per_minute.values() if counts), default=0)
-        held = bool(per_minute) and worst <= TARGET and tracked <= MAX_KEYS
+        minutes = per_minute(admitted)
+        worst = max((max(counts) for counts in minutes.values() if counts), default=0)
+        held = worst > 0 and worst <= TARGET and tracked <= MAX_KEYS
         verdicts.append(held)
-        counts = " ".join(str(c) for counts in per_minute.values() for c in counts)
+        counts = " | ".join(" ".join(str(c) for c in counts) for counts in minutes.values())
         rows.append([mode, counts, str(worst), f"{tracked:,}", "PASS" if held else "FAIL"])
-        document[mode] = {"per_minute": per_minute, "worst": worst, "tracked_keys": tracked}
-    header = ["mode", "heavy admitted per whole minute", "worst", "tracked keys", "≤ 63"]
+        document[mode] = {"per_minute": minutes, "worst": worst, "tracked_keys": tracked}
+    header = ["mode", "heavy clients' admitted per minute", "worst", "tracked keys", "≤ 63"]
     lines = [f"[{NAME}] {FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "
              f"{HEAVY_RPS}/s against {LIMIT}/min, --max-keys {MAX_KEYS:,}",
              table(header, rows, left=2)]  # fmt: skip

@@ -98,7 +98,8 @@ class SyncLoop:
         """The store's answer, or None and whether the batch may be sent again."""
         clock = self._store_clock
         sent = clock.local_ms() if clock is not None else 0
-        timeout_ms = self._schedule.store_timeout_ms(self.limiter.shortest_span_ms())
+        keys = len(batch.pushes) + len(batch.total_reads)
+        timeout_ms = self._schedule.store_timeout_ms(self.limiter.shortest_span_ms(), keys)
         try:
             result = await asyncio.wait_for(self.storage.sync(batch), timeout_ms / 1000)
         except TimeoutError as exc:  # our own deadline: the store may still apply it

@@ -196,7 +196,8 @@ class Engine:
             self._exec(node, batch)
             self._apply(node)
             return
-        timeout = node.schedule.store_timeout_ms(fleet.shortest_span_ms())
+        keys = len(batch.pushes) + len(batch.total_reads)
+        timeout = node.schedule.store_timeout_ms(fleet.shortest_span_ms(), keys)
         node.timed_out = latency > timeout
         self._at(self.now + latency // 2, EXEC, node.index, batch)
         self._at(self.now + min(latency, timeout), APPLY, node.index, batch)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.core import SyncSchedule
-from ratelimit_sidecar.core.schedule import HEARTBEAT_MS, MIN_TIMEOUT_MS
+from ratelimit_sidecar.core.schedule import HEARTBEAT_MS, MIN_TIMEOUT_MS, TIMEOUT_PER_KEY_US
 
 T0 = 1_700_000_040_000
 
@@ -32,3 +32,11 @@ def test_the_store_timeout_is_capped_at_half_the_shortest_span() -> None:
     assert schedule.store_timeout_ms(1000) == 250
     assert schedule.store_timeout_ms(200) == 100
     assert schedule.store_timeout_ms(4) == MIN_TIMEOUT_MS
+
+
+def test_a_large_sync_gets_time_for_its_keys_within_half_a_span() -> None:
+    schedule = SyncSchedule(T0, timeout_ms=250)
+    assert (
+        schedule.store_timeout_ms(10_000, keys=50_000) == 250 + 50_000 * TIMEOUT_PER_KEY_US // 1000
+    )
+    assert schedule.store_timeout_ms(1_000, keys=50_000) == 500  # never past half a span
