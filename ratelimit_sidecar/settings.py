@@ -74,7 +74,7 @@ class Settings:
     )
     redis_prefix: str = field(default="rls:", metadata=_help("prefix of every Redis key"))
     sync_timeout_ms: int = field(
-        default=250, metadata=_help("Redis timeout per sync (capped at half a span)")
+        default=250, metadata=_help("Redis timeout per sync, +20 µs per key (at most half a span)")
     )
     shutdown_grace_s: float = field(
         default=5.0, metadata=_help("seconds in-flight requests get to finish on shutdown")
