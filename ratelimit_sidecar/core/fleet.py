@@ -14,12 +14,10 @@ from collections.abc import Iterator
 
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter
+from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end, span_index
 from ratelimit_sidecar.core.syncplan import SyncPlan
 from ratelimit_sidecar.core.types import Push, SyncBatch, SyncResult, SyncStats, TotalRead
-
-KEYS_PER_STEP = 2000  # keys planned between two yields of end_span_steps
 
 
 class FleetLimiter(Limiter):
@@ -84,7 +82,7 @@ class FleetLimiter(Limiter):
         limit = state.limit
         state.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
         if state.idle(now_ms):
-            self.keys.remove(state.key)
+            self.keys.remove(state)
             return
         retried = self._plan_unsent(plan, state) if state.unsent else False
         # A key whose last span's hits are being pushed for the window that just ended (they

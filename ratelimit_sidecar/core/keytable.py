@@ -54,8 +54,11 @@ class KeyTable:
         self._states[state.key] = state
         return evicted
 
-    def remove(self, key: KeyId) -> None:
-        self._states.pop(key, None)
+    def remove(self, state: KeyState) -> None:
+        """Forget `state`, unless its key is tracked by another state by now (a caller working
+        in slices may hold a state evicted, and its key tracked anew, in between)."""
+        if self._states.get(state.key) is state:
+            del self._states[state.key]
 
     def _find_victim(self, now_ms: int) -> KeyState | None:
         """Among the EVICTION_PROBES oldest keys, the first one idle in its current window; the

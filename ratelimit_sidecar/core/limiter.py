@@ -23,6 +23,7 @@ from ratelimit_sidecar.core.types import Code, Decision, Hit, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, unlimited_verdict
 
 DEFAULT_MAX_KEYS = 100_000
+KEYS_PER_STEP = 2000  # keys a span end or a sweep visits between two yields to the event loop
 # A checked descriptor: the verdict that refuses it (None: within its limit), and its counter.
 Checked = tuple[Verdict | None, KeyState | None]
 
@@ -112,7 +113,7 @@ class Limiter(ABC):
         fresh = KeyState(hit.key, limit, now_ms, self.live_nodes, shadow, rule_id=rule_id)
         if state is not None:  # the rule changed under a reload: start over
             self._evicted(state)
-            self.keys.remove(state.key)
+            self.keys.remove(state)
         evicted = self.keys.insert(fresh, now_ms)
         if evicted is None:
             return None

@@ -7,8 +7,10 @@ span's end, so a block still starts where a store's answer would have started it
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
-from ratelimit_sidecar.core.limiter import Limiter
+from ratelimit_sidecar.core.limiter import KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end
 
 # A key costs only memory here (bounded by max_keys), so it is kept through a minute of silence
@@ -34,18 +36,25 @@ class LocalLimiter(Limiter):
     def _evicted(self, state: KeyState) -> None:
         """Nobody else reads this node's counts: they leave with the key."""
 
-    def sweep(self, now_ms: int) -> int:
-        """Forget keys idle for IDLE_MS (or two windows) whose block is over; returns how many."""
-        forgotten = 0
-        for state in self.keys:
-            if now_ms - state.last_hit < max(IDLE_MS, 2 * state.limit.window_ms):
-                continue
-            if state.pending:  # its last span may still start a block
-                self._close(state, state.next_sync)
-            if now_ms >= state.blocked_until:
-                self.keys.remove(state.key)
-                forgotten += 1
-        return forgotten
+    def sweep(self, now_ms: int) -> None:
+        """Forget keys idle for IDLE_MS (or two windows) whose block is over."""
+        for _ in self.sweep_steps(now_ms):
+            pass
+
+    def sweep_steps(self, now_ms: int, keys_per_step: int = KEYS_PER_STEP) -> Iterator[int]:
+        """`sweep` in slices, yielding after every `keys_per_step` keys, so that a caller on an
+        event loop answers requests in between (100,000 keys take tens of milliseconds)."""
+        for index, state in enumerate(self.keys):
+            if now_ms - state.last_hit >= max(IDLE_MS, 2 * state.limit.window_ms):
+                self._forget_if_done(state, now_ms)
+            if index % keys_per_step == keys_per_step - 1:
+                yield index + 1
+
+    def _forget_if_done(self, state: KeyState, now_ms: int) -> None:
+        if state.pending:  # its last span may still start a block
+            self._close(state, state.next_sync)
+        if now_ms >= state.blocked_until:
+            self.keys.remove(state)
 
     def _close(self, state: KeyState, end_ms: int) -> None:
         """What a span end at `end_ms` does here, without a round trip. Counts of a finished

@@ -30,7 +30,8 @@ class SweepLoop:
             try:
                 await asyncio.wait_for(self._stop.wait(), SWEEP_EVERY_MS / 1000)
             except TimeoutError:
-                self.limiter.sweep(self._clock_ms())
+                for _ in self.limiter.sweep_steps(self._clock_ms()):
+                    await asyncio.sleep(0)  # let requests in between slices
 
     async def flush(self) -> int:
         return 0

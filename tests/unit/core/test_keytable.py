@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import EVICTION_PROBES, KeyTable
+from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
 LIMIT = RateLimit(10, Unit.SECOND)  # 1 s windows
@@ -62,3 +64,26 @@ def test_eviction_keeps_finding_the_oldest_after_many_evictions() -> None:
         assert evicted[0].key[2] == (f"k{i}" if i < 100 else f"n{i - 100}")
     assert table.evictions == 1000
     assert len(table) == 100
+
+
+def test_removing_a_stale_state_leaves_its_key_tracked_anew_alone() -> None:
+    """A span end or a sweep works in slices: a state it holds may have been evicted, and its
+    key tracked by a new state, in between; forgetting the old one must not drop the new."""
+    table = KeyTable(1)
+    old = state("k", T0)
+    table.insert(old, T0)
+    table.insert(state("other", T0 + 2000), T0 + 2000)  # evicts "k" (idle)
+    new = state("k", T0 + 4000)
+    table.insert(new, T0 + 4000)  # evicts "other", tracks "k" anew
+    table.remove(old)
+    assert table.get(("d", "k", "k")) is new
+    table.remove(new)
+    assert len(table) == 0
+
+
+def test_local_sweep_in_slices_yields_and_forgets_idle_keys() -> None:
+    limiter, r = LocalLimiter(), rule(rpu=5)
+    for i in range(5):
+        limiter.hit(T0, [hit(r, f"v{i}")])
+    steps = list(limiter.sweep_steps(T0 + 120_000, keys_per_step=2))
+    assert steps == [2, 4] and len(limiter.keys) == 0
