@@ -69,7 +69,7 @@ class FixedWindow:
         if hits <= 0:
             return None
         seen, unpushed = state.seen, state.inflight + state.pending + hits
-        estimate = seen + unpushed * state.check_nodes
+        estimate = seen + state.resumed + unpushed * state.check_nodes
         if estimate > state.ceiling or seen + unpushed > state.limit.requests_per_unit:
             return self._estimate_over(state, hits, now_ms)
         return None
@@ -92,14 +92,14 @@ class FixedWindow:
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
-            hits = max(hits, -self.window_count(state))
+            hits = max(hits, -(state.seen + state.inflight + state.pending))
         state.pending += hits
         state.local_cur = max(0, state.local_cur + hits)
         state.last_hit = now_ms
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
-        used = state.seen + (state.inflight + state.pending) * state.nodes
+        used = state.seen + state.resumed + (state.inflight + state.pending) * state.nodes
         remaining = min(rpu, int(rpu - used)) if used < rpu else 0
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
         near = used >= NEAR_LIMIT_RATIO * rpu
@@ -117,10 +117,12 @@ class FixedWindow:
     # -- eviction ----------------------------------------------------------------------------
 
     def window_count(self, state: KeyState) -> int:
-        return state.seen + state.inflight + state.pending
+        return state.seen + state.resumed + state.inflight + state.pending
 
     def resume(self, state: KeyState, count: int) -> None:
-        state.seen = count  # counted as if the store had said so: the next sync may add more
+        """An estimate, not a known count: it refuses requests past the ceiling but starts no
+        cooldown (a record may over-count), until the store's total replaces it."""
+        state.resumed = count
 
     # -- a span end --------------------------------------------------------------------------
 
@@ -132,6 +134,7 @@ class FixedWindow:
 
     def store_total(self, state: KeyState, total: int, now_ms: int) -> bool:
         state.seen = max(state.seen, total)
+        state.resumed = 0  # the store's total holds what the key counted before its eviction
         if total <= state.limit.requests_per_unit:
             return False
         was_blocked = now_ms < state.blocked_until

@@ -119,14 +119,28 @@ class FleetLimiter(Limiter):
         if plan is None or plan.batch is not batch:
             raise RuntimeError("apply_sync for a batch that is not in flight")
         self._plan = None
+        if result is not None and not plan.answers(result):
+            result, resend = None, False  # a store that answers something else: maybe applied
         if result is None:
             stats = plan.fail(now_ms, resend)
         else:
             if result.live_nodes > 0:
                 self.live_nodes = result.live_nodes
             stats = plan.succeed(now_ms, result)
+        self._orphans += plan.requeue
+        self._orphan_unsent_of_gone(plan)
         self.dropped_hits += stats.dropped_hits
         return stats
+
+    def _orphan_unsent_of_gone(self, plan: SyncPlan) -> None:
+        """A key evicted while its push was in flight got that push's failed count back in its
+        state, which no span end visits any more: send it as an orphan instead."""
+        for state in plan.states():
+            if state.unsent and self.keys.get(state.key) is not state:
+                self._orphans.append(
+                    Push(state.key, state.unsent_window, state.unsent, state.limit)
+                )
+                state.unsent = 0
 
     def pending_hits(self) -> int:
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""

@@ -35,6 +35,7 @@ class KeyState:
         "nodes_prev",
         "pending",
         "rejected",
+        "resumed",
         "rule_id",
         "seen",
         "shadow",
@@ -68,6 +69,7 @@ class KeyState:
         self.local_cur = 0  # what this node admitted in `window`
         self.rejected = 0  # hits rejected on the estimate alone in `window` (offered, not admitted)
         self.seen = 0  # the store's total for `window`, at the last sync
+        self.resumed = 0  # what the key counted in `window` before it was evicted (an estimate)
         self.nodes = nodes
         self.nodes_prev = 0.0  # the estimate before the last one; 0 until there are two
         # The request check: an estimate over `ceiling`, computed with `check_nodes`, rejects.
@@ -89,7 +91,7 @@ class KeyState:
         self.estimate_window = self.window if consecutive and offered else NO_WINDOW
         self.estimate_local, self.estimate_rejected = self.local_cur, self.rejected
         self.rejected = 0
-        self.local_cur = self.pending = self.inflight = self.seen = 0
+        self.local_cur = self.pending = self.inflight = self.seen = self.resumed = 0
         self.window = w
         return dropped
 
@@ -135,6 +137,7 @@ class KeyState:
             "unsent": self.unsent,
             "local": self.local_cur,
             "seen": self.seen,
+            "resumed": self.resumed,
             "nodes": round(self.nodes, 3),
             "blocked_until_ms": self.blocked_until,
         }

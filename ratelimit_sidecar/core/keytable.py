@@ -63,8 +63,8 @@ class KeyTable:
     def _find_victim(self, now_ms: int) -> KeyState | None:
         """Among the EVICTION_PROBES oldest keys, the first one idle in its current window; the
         busy and blocked ones looked at go to the back (a second chance, so a key in steady use
-        is not evicted just for being old). If all are busy, the unblocked one that counted
-        least in its window: the cheapest to remember (see core/evicted.py)."""
+        is not evicted just for being old). If all are busy, the unblocked one this node
+        admitted the fewest hits for in its window (its count is kept, see core/evicted.py)."""
         oldest = list(islice(self._states.values(), EVICTION_PROBES))
         for state in oldest:
             idle = now_ms - state.last_hit >= state.limit.window_ms

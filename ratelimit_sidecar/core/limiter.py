@@ -45,7 +45,7 @@ class Limiter(ABC):
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
         self._schedules: set[tuple[int, int]] = set()  # (window_ms, spans) of tracked rules
-        self._evicted_counts = EvictedCounts()
+        self._evicted_counts = EvictedCounts(max_keys)
 
     def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         """Decide a request; counters move only if every descriptor admits it.
@@ -117,21 +117,21 @@ class Limiter(ABC):
         evicted = self.keys.insert(fresh, now_ms)
         if evicted is None:
             return None
+        # Read before the victims are recorded: their records may take the place of this one.
+        count = self._evicted_counts.estimate(fresh.key, limit, fresh.window)
+        if count:
+            self.algorithm.resume(fresh, count)
         for victim in evicted:
             self._remember(victim, now_ms)
             self._evicted(victim)
-        count = self._evicted_counts.estimate(fresh.key, limit.window_ms, fresh.window)
-        if count:
-            self.algorithm.resume(fresh, count)
         self._schedules.add((limit.window_ms, limit.spans))
         return fresh
 
     def _remember(self, victim: KeyState, now_ms: int) -> None:
         """An evicted key's count, so that coming back cannot reset it (core/evicted.py)."""
-        window_ms = victim.limit.window_ms
-        if victim.window == now_ms // window_ms:  # counts of an ended window no longer matter
+        if victim.window == now_ms // victim.limit.window_ms:  # else its window has ended
             count = self.algorithm.window_count(victim)
-            self._evicted_counts.record(victim.key, window_ms, victim.window, count)
+            self._evicted_counts.record(victim.key, victim.limit, count, now_ms)
 
     # -- what subclasses decide ---------------------------------------------------------------
 

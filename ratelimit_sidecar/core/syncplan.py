@@ -23,12 +23,13 @@ class SyncPlan:
     what waits for a resend) is done here.
     """
 
-    __slots__ = ("_algorithm", "_fresh", "_push_states", "_total_states", "batch")
+    __slots__ = ("_algorithm", "_fresh", "_push_states", "_total_states", "batch", "requeue")
 
     def __init__(self, now_ms: int, algorithm: Algorithm) -> None:
         self.batch = SyncBatch(now_ms)
         self._algorithm = algorithm
         self._push_states: list[KeyState | None] = []
+        self.requeue: list[Push] = []  # pushes of keys no longer tracked, to send again
         self._fresh: list[bool] = []  # the push carries this span's hits (not a retry)
         self._total_states: list[KeyState] = []
 
@@ -49,7 +50,6 @@ class SyncPlan:
         """Take the store's totals and block flags in. A push the store answered as not applied
         fails alone, as in `fail`; its count was surely not counted, so it waits for the next
         push."""
-        self._check_lengths(result)
         pushed = hits = dropped = blocked = failed_orphans = 0
         failed: set[KeyState] = set()  # keys whose push failed: their pace is unknown
         rows = zip(self.batch.pushes, self._push_states, self._fresh, result.pushes, strict=True)
@@ -110,8 +110,12 @@ class SyncPlan:
         self, now_ms: int, push: Push, state: KeyState | None, fresh: bool, resend: bool
     ) -> tuple[int, bool]:
         """The fallback for one push the store did not apply: (hits dropped, key blocked)."""
-        if state is None:
-            return push.count, False  # an evicted key's hits have nowhere to wait
+        if state is None:  # an evicted key's hits: sent again with the next batch if they can be
+            recent = now_ms // push.limit.window_ms - push.window <= 1
+            if resend and recent:
+                self.requeue.append(push)
+                return 0, False
+            return push.count, False
         self._algorithm.after_failure(state)
         blocks = False
         # Retried hits were judged in their own span: never count them twice.
@@ -122,8 +126,11 @@ class SyncPlan:
             return state.stash(push.count, push.window, state.window), blocks
         return push.count, blocks  # may have arrived: counted as unconfirmed, not resent
 
-    def _check_lengths(self, result: SyncResult) -> None:
+    def answers(self, result: SyncResult) -> bool:
+        """The result has one answer per push and per total read of the batch."""
         got = (len(result.pushes), len(result.totals))
-        want = (len(self.batch.pushes), len(self.batch.total_reads))
-        if got != want:
-            raise ValueError(f"sync result has {got} answers for {want} requests")
+        return got == (len(self.batch.pushes), len(self.batch.total_reads))
+
+    def states(self) -> list[KeyState]:
+        """The keys this batch pushed for."""
+        return [state for state in self._push_states if state is not None]

@@ -101,7 +101,7 @@ class RateLimitHandler:
         else:  # one counted descriptor; the others' answers never change
             decision = self.limiter.hit(now, compiled.only)
             verdict = decision.verdicts[0]
-            if verdict.code is Code.OK:  # the usual answer, encoded in one step
+            if verdict.code is Code.OK and not verdict.shadowed:  # the usual answer, in one step
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, compiled.counted, verdict)
                 return self._encoder.admitted(

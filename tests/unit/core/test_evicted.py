@@ -15,26 +15,56 @@ from tests.unit.core.rules import hit, rule
 T0 = 1_700_000_040_000  # a minute boundary
 
 
+LIMIT = rule(rpu=1000, unit=Unit.MINUTE).limit
+OTHER = rule(rpu=5, unit=Unit.MINUTE, key="x").limit
+assert LIMIT is not None and OTHER is not None
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 50)), max_size=400))
-def test_the_sketch_never_under_counts(records: list[tuple[int, int]]) -> None:
-    sketch, truth = EvictedCounts(), dict[int, int]()
+def test_records_give_back_what_each_key_counted(records: list[tuple[int, int]]) -> None:
+    evicted, truth = EvictedCounts(capacity=1000), dict[int, int]()
     for name, count in records:  # a key evicted again records its count so far again
-        sketch.record(("d", "k", str(name)), 60_000, 7, count)
-        truth[name] = max(truth.get(name, 0), count)
+        evicted.record(("d", "k", str(name)), LIMIT, count, T0)
+        truth[name] = count
     for name, count in truth.items():
-        assert sketch.estimate(("d", "k", str(name)), 60_000, 7) >= count
+        assert evicted.estimate(("d", "k", str(name)), LIMIT, T0 // 60_000) == count
+    assert evicted.estimate(("d", "k", "never"), LIMIT, T0 // 60_000) == 0
 
 
-def test_the_sketch_forgets_a_window_that_ended() -> None:
-    sketch, key = EvictedCounts(), ("d", "k", "v")
-    sketch.record(key, 60_000, 7, 30)
-    assert sketch.estimate(key, 60_000, 7) == 30
-    assert sketch.estimate(key, 60_000, 8) == 0
-    sketch.record(key, 60_000, 8, 2)
-    assert sketch.estimate(key, 60_000, 8) == 2
-    sketch.record(key, 60_000, 7, 5)  # a late eviction for an ended window: nothing to keep
-    assert sketch.estimate(key, 60_000, 7) == 0
+def test_records_are_per_limit_and_window() -> None:
+    evicted, key = EvictedCounts(capacity=10), ("d", "k", "v")
+    evicted.record(key, LIMIT, 30, T0)
+    assert evicted.estimate(key, LIMIT, T0 // 60_000) == 30
+    assert evicted.estimate(key, OTHER, T0 // 60_000) == 0  # another limit: its own count
+    assert evicted.estimate(key, LIMIT, T0 // 60_000 + 1) == 0  # the window ended
+
+
+def test_when_full_an_ended_window_then_the_smallest_count_makes_room() -> None:
+    evicted = EvictedCounts(capacity=3)
+    evicted.record(("d", "k", "old"), LIMIT, 50, T0 - 60_000)  # last window
+    evicted.record(("d", "k", "heavy"), LIMIT, 40, T0)
+    evicted.record(("d", "k", "light"), LIMIT, 1, T0)
+    evicted.record(("d", "k", "a"), LIMIT, 5, T0)  # drops "old": its window ended
+    evicted.record(("d", "k", "b"), LIMIT, 7, T0)  # drops "light", the smallest
+    now = T0 // 60_000
+    assert [evicted.estimate(("d", "k", n), LIMIT, now) for n in ("heavy", "light", "a", "b")] == [
+        40,
+        0,
+        5,
+        7,
+    ]
+
+
+def test_a_flood_of_heavy_values_blocks_no_other_key() -> None:
+    """Evicted records are exact: a flood of keys that each count a lot under one rule makes no
+    key of another rule, nor a new key of the same rule, look busy."""
+    limiter, big, small = LocalLimiter(max_keys=200), rule(rpu=1000), rule(rpu=5, key="x")
+    for i in range(5000):
+        limiter.hit(T0 + i // 10, [hit(big, f"flood{i}", hits=900)])
+        if i % 50 == 0:
+            assert limiter.hit(T0 + i // 10, [hit(small, f"s{i}")]).code is Code.OK
+            assert limiter.hit(T0 + i // 10, [hit(big, f"new{i}")]).code is Code.OK
 
 
 def flood(limiter: Limiter, minutes: int, seed: int = 1) -> dict[str, list[int]]:

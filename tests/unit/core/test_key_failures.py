@@ -93,11 +93,24 @@ def test_a_not_applied_fresh_push_falls_back_like_a_failed_sync() -> None:
     assert after({"a"}) == after(set())  # same ceiling and `seen` as a failed sync gives
 
 
-def test_an_orphans_not_applied_push_is_dropped_and_counted() -> None:
+def test_an_orphans_not_applied_push_is_sent_again() -> None:
     limiter, store = FleetLimiter(max_keys=1), MemoryStorage()
     limiter.hit(T0, [hit(R, "a", hits=4)])
     limiter.hit(T0, [hit(R, "b", hits=1)])  # evicts a: its 4 hits go out as an orphan push
     batch = limiter.end_span(T0 + 250)
     result = answered(batch, store, failing={"a"})
     stats = limiter.apply_sync(T0 + 250, batch, result)
-    assert (stats.failed_keys, stats.dropped_hits, stats.pushed_hits) == (1, 4, 1)
+    assert (stats.failed_keys, stats.dropped_hits, stats.pushed_hits) == (1, 0, 1)
+    again = limiter.end_span(T0 + 500)
+    assert [(p.key[2], p.count) for p in again.pushes if p.key[2] == "a"] == [("a", 4)]
+
+
+def test_a_key_evicted_while_its_push_fails_sends_the_count_later() -> None:
+    limiter = FleetLimiter(max_keys=1)
+    limiter.hit(T0, [hit(R, "a", hits=5)])
+    batch = limiter.end_span(T0 + 250)  # a's 5 hits are in flight
+    limiter.hit(T0 + 260, [hit(R, "b", hits=1)])  # evicts a meanwhile
+    limiter.apply_sync(T0 + 260, batch, None, resend=True)  # the push surely did not arrive
+    assert limiter.pending_hits() == 6 and limiter.dropped_hits == 0
+    again = limiter.end_span(T0 + 500)
+    assert sorted((p.key[2], p.count) for p in again.pushes) == [("a", 5), ("b", 1)]

@@ -10,6 +10,7 @@ from harness.grpc_client import request
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter
+from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.service.compiled import CompiledRequest
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
@@ -131,3 +132,18 @@ def test_the_short_path_answers_byte_for_byte_as_the_general_path(
     assert {wire.RateLimitResponse.FromString(a).overall_code for a, _ in answers} == (
         {OK} if ("trial", "t") in entries[-1] else {OK, OVER}
     )
+
+
+def test_a_lone_shadow_descriptor_over_its_limit_counts_as_shadow_not_within(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text(RULES)
+    metrics = Metrics()
+    h = RateLimitHandler(load_rules(path), FleetLimiter(), lambda: T0, observer=metrics)
+    replies = [decide(h, request("d", [("trial", "t")])) for _ in range(3)]  # 1 per minute
+    assert [r.overall_code for r in replies] == [OK] * 3
+    labels = {"domain": "d", "rule": "d.trial"}
+    sample = metrics.registry.get_sample_value
+    assert sample("ratelimit_sidecar_shadow_mode_total", labels) == 2
+    assert sample("ratelimit_sidecar_within_limit_total", labels) == 1
