@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit_sidecar.config.model import Unit
+from ratelimit_sidecar.config.model import RateLimit, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.core.evicted import EvictedCounts
 from tests.unit.core.rules import hit, rule
@@ -15,9 +15,8 @@ from tests.unit.core.rules import hit, rule
 T0 = 1_700_000_040_000  # a minute boundary
 
 
-LIMIT = rule(rpu=1000, unit=Unit.MINUTE).limit
-OTHER = rule(rpu=5, unit=Unit.MINUTE, key="x").limit
-assert LIMIT is not None and OTHER is not None
+LIMIT = RateLimit(1000, Unit.MINUTE)
+OTHER = RateLimit(5, Unit.MINUTE)
 
 
 @settings(max_examples=100, deadline=None)
