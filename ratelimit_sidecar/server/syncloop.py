@@ -140,13 +140,12 @@ class SyncLoop:
             return
         self._key_errors_logged_ms = now
         rows = zip(batch.pushes, result.pushes, strict=True)
-        failures = [(digest(push.key), answer.error) for push, answer in rows if answer.error]
-        shown = ", ".join(key for key, _ in failures[:KEYS_LOGGED])
+        failures = {digest(push.key): answer.error for push, answer in rows if answer.error}
+        shown = ", ".join(list(failures)[:KEYS_LOGGED])
         log.warning(
-            "store did not apply %d of %d keys (%s%s): %s; their counts are kept for the next "
-            "sync",
-            failed, len(batch.pushes), shown, ", ..." if failed > KEYS_LOGGED else "",
-            failures[0][1],
+            "store did not apply %d keys (%s%s): %s; their counts are kept for the next sync",
+            failed, shown, ", ..." if len(failures) > KEYS_LOGGED else "",
+            next(iter(failures.values())),
         )  # fmt: skip
 
     async def flush(self) -> int:

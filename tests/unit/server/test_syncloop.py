@@ -114,6 +114,6 @@ async def test_keys_the_store_refused_are_reported_while_the_store_stays_up(
     # At most one line per KEY_LOG_EVERY_MS (10 s here: only the first sync), naming the keys
     # by digest, never by value.
     assert len(warnings) == 1, warnings
-    assert "2 of" in warnings[0] and digest(hit(rule(), "secret-a").key) in warnings[0]
+    assert "apply 2 keys" in warnings[0] and digest(hit(rule(), "secret-a").key) in warnings[0]
     assert "secret" not in warnings[0]
     assert limiter.pending_hits() == 0  # everything the store refused was resent and applied
