@@ -23,6 +23,7 @@ from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS, ConfigLimits
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleSet
+from ratelimit_sidecar.server.periodic import every
 
 log = logging.getLogger("ratelimit_sidecar.reload")
 
@@ -65,12 +66,7 @@ class RuleWatcher:
         self._stop.set()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), self._poll_s)
-                return
-            except TimeoutError:
-                pass
+        async for _ in every(self._poll_s, self._stop):
             current = self._safe_fingerprint()
             if current != self._last:
                 self._last = current

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.core.local import SWEEP_EVERY_MS
+from ratelimit_sidecar.server.periodic import every
 
 
 class SweepLoop:
@@ -26,12 +27,9 @@ class SweepLoop:
         self._stop.set()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), SWEEP_EVERY_MS / 1000)
-            except TimeoutError:
-                for _ in self.limiter.sweep_steps(self._clock_ms()):
-                    await asyncio.sleep(0)  # let requests in between slices
+        async for _ in every(SWEEP_EVERY_MS / 1000, self._stop):
+            for _ in self.limiter.sweep_steps(self._clock_ms()):
+                await asyncio.sleep(0)  # let requests in between slices
 
     async def flush(self) -> int:
         return 0
