@@ -62,7 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from ratelimit_sidecar.server.run import run_serve
 
-    return run_serve(settings_from(args))
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:  # a value no flag type can rule out (e.g. an unknown algorithm)
+        print(f"ratelimit-sidecar: error: {exc}", file=sys.stderr)
+        return 2
+    return run_serve(settings)
 
 
 if __name__ == "__main__":

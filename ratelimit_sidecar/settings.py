@@ -15,6 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple, get_args, get_type_hints
 
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS
+from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 
 ENV_PREFIX = "RLS_"
@@ -99,9 +100,34 @@ class Settings:
         metadata=_help("YAML nodes allowed per rule file, each alias counting as what it repeats"),
     )
 
+    default_algorithm: str = field(
+        default="fixed_window",
+        metadata=_help(
+            "algorithm of rules that name none: fixed_window, sliding_window, token_bucket"
+            " or sliding_log"
+        ),
+    )
+    strict_timeout_ms: int = field(
+        default=50,
+        metadata=_help("Redis timeout of one strict check (keep it under Envoy's filter timeout)"),
+    )
+
+    def __post_init__(self) -> None:
+        if AlgorithmName.parse(self.default_algorithm) is None:
+            names = ", ".join(name.text for name in AlgorithmName)
+            raise ValueError(f"--default-algorithm must be one of {names}")
+        if self.strict_timeout_ms <= 0:
+            raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+
     @property
     def local_only(self) -> bool:
         return not self.redis_url
+
+    @property
+    def rule_defaults(self) -> RuleDefaults:
+        """What rule files leave unsaid, from these settings."""
+        algorithm = AlgorithmName.parse(self.default_algorithm) or AlgorithmName.FIXED_WINDOW
+        return RuleDefaults(algorithm=algorithm, shared_store=not self.local_only)
 
 
 class Option(NamedTuple):

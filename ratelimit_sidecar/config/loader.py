@@ -36,7 +36,7 @@ from .limits import (
     never_stopped,
     read_bounded,
 )
-from .model import Domain, RuleSet
+from .model import DEFAULT_RULES, Domain, RuleDefaults, RuleSet
 from .rulefile import RuleFileReader
 
 
@@ -44,6 +44,7 @@ def load_rules(
     path: str | Path,
     limits: ConfigLimits = DEFAULT_LIMITS,
     stopped: Callable[[], bool] = never_stopped,
+    defaults: RuleDefaults = DEFAULT_RULES,
 ) -> RuleSet:
     """Parse and validate every rule file under `path`; raise `ConfigError` on any problem.
 
@@ -52,7 +53,7 @@ def load_rules(
     """
     problems: list[Problem] = []
     with collector_paused():
-        loaded = _load_within_limits(Path(path), limits, Pacer(stopped), problems)
+        loaded = _load_within_limits(Path(path), limits, Pacer(stopped), problems, defaults)
     if loaded is None:
         raise LoadStopped
     if problems:
@@ -62,13 +63,17 @@ def load_rules(
 
 
 def _load_within_limits(
-    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem]
+    path: Path,
+    limits: ConfigLimits,
+    pacer: Pacer,
+    problems: list[Problem],
+    defaults: RuleDefaults,
 ) -> tuple[dict[str, Domain], str] | None:
     """`_load`, or None if stopped. A passed limit ends in `problems` instead of an exception:
     caught here, its traceback and the half-built trees it holds are freed by reference counting
     before the collector runs again, instead of being scanned by it."""
     try:
-        return _load(path, limits, pacer, problems)
+        return _load(path, limits, pacer, problems, defaults)
     except LimitExceeded as exc:
         problems.append(exc.problem)
         return {}, ""
@@ -77,7 +82,7 @@ def _load_within_limits(
 
 
 def _load(
-    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem]
+    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem], defaults: RuleDefaults
 ) -> tuple[dict[str, Domain], str]:
     files = _rule_files(path, problems)
     if path.is_dir():
@@ -93,7 +98,7 @@ def _load(
             continue
         # Name and length go in too, so moving bytes between files changes the version.
         digest.update(b"%s\0%d\0" % (file.name.encode(), len(data)) + data)
-        reader = RuleFileReader(str(file), budget, limits.max_yaml_nodes)
+        reader = RuleFileReader(str(file), budget, limits.max_yaml_nodes, defaults)
         domain = reader.load(data)
         # Checks run key by key, not in file order; sort so the report reads top to bottom.
         problems.extend(sorted(reader.problems, key=lambda problem: problem.line))

@@ -43,8 +43,49 @@ _UNIT_SECONDS = {
     Unit.YEAR: 365 * 86400,
 }
 
+
+class AlgorithmName(enum.IntEnum):
+    """How a limit counts. An int enum: the limiter indexes its algorithms by it per request."""
+
+    FIXED_WINDOW = 0
+    SLIDING_WINDOW = 1
+    TOKEN_BUCKET = 2
+    SLIDING_LOG = 3
+
+    @property
+    def text(self) -> str:
+        """The name rule files and flags use: `fixed_window`, `token_bucket`, ..."""
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> AlgorithmName | None:
+        return cls.__members__.get(text.strip().upper())
+
+
+class StoreFailure(enum.Enum):
+    """What a strict rule does when the shared store cannot answer its check."""
+
+    LOCAL = "local"  # decide from this node's memory, as an eventual rule would
+    ALLOW = "allow"
+    DENY = "deny"
+
+
 DEFAULT_SPANS = 6
 MIN_SPAN_MS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RuleDefaults:
+    """What a rule file leaves unsaid, set by the operator's flags."""
+
+    algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
+    spans: int = DEFAULT_SPANS
+    # Counts are shared through a store (a Redis URL is set): rules that can only be exact on
+    # one node (an eventual sliding log) are refused.
+    shared_store: bool = False
+
+
+DEFAULT_RULES = RuleDefaults()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,23 +101,38 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """A counted limit: `requests_per_unit` per window of `unit * unit_multiplier`."""
+    """A counted limit: `requests_per_unit` per window of `unit * unit_multiplier`.
+
+    `algorithm` says how the window is counted; `burst` is a token bucket's capacity (0: one
+    window's worth). A `strict` limit is checked against the shared store on every request;
+    `on_store_failure` says what it does when the store cannot answer.
+    """
 
     requests_per_unit: int
     unit: Unit
     unit_multiplier: int = 1
     name: str = ""
     spans: int = DEFAULT_SPANS
-    cooldown_ms: int = 0  # 0 means "one window"; resolved by `cooldown`
+    cooldown_ms: int = 0  # 0: the algorithm's default (one window for a fixed window)
     replaces: tuple[str, ...] = ()
+    algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
+    burst: int = 0
+    strict: bool = False
+    on_store_failure: StoreFailure = StoreFailure.LOCAL
     # Derived once: the request path reads these for every hit.
     window_ms: int = field(init=False, compare=False, repr=False)
-    cooldown: int = field(init=False, compare=False, repr=False)  # ms, default one window
+    # ms a key crossing the limit stays blocked. A fixed window blocks for one window unless
+    # told otherwise; the other algorithms block only when `cooldown` is set (0), otherwise a
+    # refusal lasts until the request fits again.
+    cooldown: int = field(init=False, compare=False, repr=False)
+    capacity: int = field(init=False, compare=False, repr=False)  # burst or requests_per_unit
 
     def __post_init__(self) -> None:
         window = self.unit.seconds * self.unit_multiplier * 1000
         object.__setattr__(self, "window_ms", window)
-        object.__setattr__(self, "cooldown", self.cooldown_ms or window)
+        fixed = self.algorithm is AlgorithmName.FIXED_WINDOW
+        object.__setattr__(self, "cooldown", self.cooldown_ms or (window if fixed else 0))
+        object.__setattr__(self, "capacity", self.burst or self.requests_per_unit)
 
     @property
     def window_seconds(self) -> int:
@@ -87,7 +143,9 @@ class RateLimit:
 class Rule:
     """One descriptor node of the config tree and what a request that ends on it gets.
 
-    `limit` is None when the node has no `rate_limit`, or when it is `unlimited`.
+    `limit` is None when the node has no `rate_limit`, or when it is `unlimited`. `limits` holds
+    every limit of the node: `(limit,)` for `rate_limit`, several for `rate_limits` (then `limit`
+    is the first of them), () when `limit` is None.
     Rules compare by identity: two reloads of the same YAML give equal `id`s, which is what
     lets counters survive a reload.
     """
@@ -103,6 +161,7 @@ class Rule:
     # the reference lets an `unlimited` rule, whose `limit` is None, replace other limits too.
     replaces: tuple[str, ...] = ()
     value_to_metric: bool = False  # this node's own `value_to_metric` flag
+    limits: tuple[RateLimit, ...] = ()
     # Indexes into `path` of wildcard levels marked `share_threshold` in the reference: every value
     # matching that wildcard shares one counter, named by the pattern instead of the request value.
     shared_levels: tuple[int, ...] = ()
@@ -116,6 +175,10 @@ class Rule:
     def __post_init__(self) -> None:
         parts = [f"{k}_{v}" if v else k for k, v in self.path]
         object.__setattr__(self, "id", ".".join([self.domain, *parts]))
+        if self.limit is not None and not self.limits:
+            object.__setattr__(self, "limits", (self.limit,))
+        elif self.limits and self.limit is None:
+            object.__setattr__(self, "limit", self.limits[0])
 
 
 @dataclass(frozen=True, slots=True)

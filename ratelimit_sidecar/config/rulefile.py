@@ -3,11 +3,9 @@
 Keys accepted, per level (the reference's `validKeys` in `src/config/config_impl.go`, plus this
 product's extensions marked *):
     top level:   domain, descriptors
-    descriptor:  key, value, rate_limit, descriptors, shadow_mode, detailed_metric,
-                 value_to_metric, share_threshold
-    rate_limit:  unit, requests_per_unit, unlimited, name, replaces,
-                 unit_multiplier*, spans*, cooldown*
-    replaces[]:  name
+    descriptor:  key, value, rate_limit, rate_limits*, descriptors, shadow_mode,
+                 detailed_metric, value_to_metric, share_threshold
+    rate_limit:  see limitreader.py
 The reference checks key names against one flat list; here each level has its own list, so a key
 in the wrong place (e.g. `shadow_mode` inside `rate_limit`, where the reference silently ignores
 it) is reported instead of doing nothing. As in the reference, scalars read as strings keep their
@@ -19,37 +17,26 @@ means 0, and an empty `value` is the same as no value. Unlike the oldest referen
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
 import yaml
-from yaml.nodes import Node, ScalarNode, SequenceNode
+from yaml.nodes import Node, SequenceNode
 
 from .boundedyaml import compose
+from .limitreader import LimitReader
 from .limits import DescriptorBudget
 from .model import (
-    DEFAULT_SPANS,
-    MIN_SPAN_MS,
     DescriptorNode,
     Domain,
-    RateLimit,
     Rule,
+    RuleDefaults,
     Source,
-    Unit,
     WildcardChild,
     wildcard_pattern,
 )
-from .yamlnodes import (
-    TAG,
-    NodeChecker,
-    integer,
-    is_null,
-    join_path,
-    line_of,
-    shown,
-)
+from .yamlnodes import is_null, join_path, line_of, shown
 
 # Allowed keys per level, in the order error messages list them.
 ROOT_KEYS = ("domain", "descriptors")
@@ -57,36 +44,13 @@ DESCRIPTOR_KEYS = (
     "key",
     "value",
     "rate_limit",
+    "rate_limits",
     "descriptors",
     "shadow_mode",
     "detailed_metric",
     "value_to_metric",
     "share_threshold",
 )
-RATE_LIMIT_KEYS = (
-    "unit",
-    "requests_per_unit",
-    "unlimited",
-    "name",
-    "replaces",
-    "unit_multiplier",
-    "spans",
-    "cooldown",
-)
-REPLACES_KEYS = ("name",)
-MAX_REQUESTS_PER_UNIT = 2**32 - 1  # the reference reads it into a uint32
-UNIT_NAMES = "second, minute, hour, day, week, month, year"
-_COOLDOWN = re.compile(r"([0-9]+)(ms|s|m|h)")
-_COOLDOWN_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-
-
-class _Limit(NamedTuple):
-    limit: RateLimit | None
-    unlimited: bool
-    replaces: tuple[str, ...]
-
-
-_NO_LIMIT = _Limit(None, False, ())
 
 
 class _Ancestry(NamedTuple):
@@ -119,7 +83,7 @@ class _Children:
         )
 
 
-class RuleFileReader(NodeChecker):
+class RuleFileReader(LimitReader):
     """Validates one file's node tree and builds its domain, recording every problem on the way.
 
     Helpers record a problem and return a harmless fallback instead of stopping, so one pass
@@ -127,10 +91,17 @@ class RuleFileReader(NodeChecker):
     bound (`LimitExceeded`, from composing or from `budget`) stops it instead.
     """
 
-    def __init__(self, file: str, budget: DescriptorBudget, max_yaml_nodes: int) -> None:
+    def __init__(
+        self,
+        file: str,
+        budget: DescriptorBudget,
+        max_yaml_nodes: int,
+        defaults: RuleDefaults | None = None,
+    ) -> None:
         super().__init__(file)
         self.budget = budget
         self.max_yaml_nodes = max_yaml_nodes
+        self.defaults = defaults or RuleDefaults()
 
     def load(self, data: bytes) -> Domain | None:
         try:
@@ -194,7 +165,7 @@ class RuleFileReader(NodeChecker):
         key = self.required_text(fields, "key", node, path)
         value_node = fields.get("value")
         value = "" if value_node is None else self.text(value_node, join_path(path, "value"))
-        limit = self.rate_limit(fields.get("rate_limit"), join_path(path, "rate_limit"))
+        limit = self.limits(fields, path)
         value_to_metric = self.flag(fields, "value_to_metric", path)
         here = self.ancestry(fields, path, parent, (key or "", value), value_to_metric)
         children = self.children(
@@ -203,7 +174,7 @@ class RuleFileReader(NodeChecker):
         rule = Rule(
             domain=domain,
             path=here.path,
-            limit=limit.limit,
+            limits=limit.limits,
             unlimited=limit.unlimited,
             shadow_mode=self.flag(fields, "shadow_mode", path),
             detailed_metric=self.flag(fields, "detailed_metric", path),
@@ -235,95 +206,3 @@ class RuleFileReader(NodeChecker):
         if value_to_metric:
             return here._replace(valued=(*here.valued, level))
         return here
-
-    def rate_limit(self, node: Node | None, path: str) -> _Limit:
-        if node is None or is_null(node):
-            return _NO_LIMIT
-        fields = self.mapping(node, path, RATE_LIMIT_KEYS, "")
-        if fields is None:
-            return _NO_LIMIT
-        before = len(self.problems)
-        name = self.text(fields["name"], join_path(path, "name")) if "name" in fields else ""
-        replaces = self.replaces(fields.get("replaces"), join_path(path, "replaces"), name)
-        if self.flag(fields, "unlimited", path):
-            # Counting settings on an allow-list entry mean the author expected a limit.
-            for extra in ("unit", "requests_per_unit", "unit_multiplier", "spans", "cooldown"):
-                if extra in fields:
-                    message = "must not be set when unlimited is true"
-                    self.add(fields[extra], join_path(path, extra), message)
-            return _Limit(None, True, replaces)
-        limit = RateLimit(
-            requests_per_unit=self.count(
-                fields, "requests_per_unit", path, minimum=0, maximum=MAX_REQUESTS_PER_UNIT
-            ),
-            unit=self.unit(fields, node, path),
-            unit_multiplier=self.count(fields, "unit_multiplier", path, minimum=1),
-            name=name,
-            spans=self.count(fields, "spans", path, default=DEFAULT_SPANS, minimum=2),
-            cooldown_ms=self.cooldown(fields.get("cooldown"), join_path(path, "cooldown")),
-            replaces=replaces,
-        )
-        shortest = limit.spans * MIN_SPAN_MS
-        if len(self.problems) == before and limit.window_ms < shortest:
-            message = (
-                f"window of {limit.window_ms} ms is shorter than {limit.spans} spans"
-                f" x {MIN_SPAN_MS} ms = {shortest} ms"
-            )
-            self.add(fields.get("spans", node), join_path(path, "spans"), message)
-        return _Limit(limit, False, replaces)
-
-    def unit(self, fields: dict[str, Node], owner: Node, path: str) -> Unit:
-        key = join_path(path, "unit")
-        node = fields.get("unit")
-        if node is None:
-            self.add(owner, key, f"required key is missing (one of {UNIT_NAMES})")
-            return Unit.UNKNOWN
-        text = self.text(node, key)
-        unit = Unit.__members__.get(text.upper(), Unit.UNKNOWN)
-        if unit is Unit.UNKNOWN and isinstance(node, ScalarNode):
-            self.add(node, key, f"invalid unit '{text}' (expected one of {UNIT_NAMES})")
-        return unit
-
-    def cooldown(self, node: Node | None, key: str) -> int:
-        if node is None:
-            return 0  # the model's "one window"
-        milliseconds = _cooldown_ms(node)
-        if milliseconds is None or milliseconds <= 0:
-            message = (
-                "must be a positive number of seconds or a duration like"
-                f" '500ms', '30s', '5m', '1h' (got {shown(node)})"
-            )
-            self.add(node, key, message)
-            return 0
-        return milliseconds
-
-    def replaces(self, node: Node | None, path: str, own_name: str) -> tuple[str, ...]:
-        if node is None or is_null(node):
-            return ()
-        if not isinstance(node, SequenceNode):
-            self.add(node, path, f"must be a list of {{name: ...}} entries (got {shown(node)})")
-            return ()
-        names: list[str] = []
-        for index, item in enumerate(node.value):
-            item_path = f"{path}[{index}]"
-            fields = self.mapping(item, item_path, REPLACES_KEYS, " like {name: ...}")
-            name = None if fields is None else self.required_text(fields, "name", item, item_path)
-            if fields is None or name is None:
-                continue
-            if name == own_name:
-                self.add(
-                    fields["name"], join_path(item_path, "name"), "must not name its own rate limit"
-                )
-            names.append(name)
-        return tuple(names)
-
-
-def _cooldown_ms(node: Node) -> int | None:
-    seconds = integer(node)
-    if seconds is not None:
-        return seconds * 1000
-    if isinstance(node, ScalarNode) and node.tag == TAG + "str":
-        found = _COOLDOWN.fullmatch(node.value)
-        if found:
-            return int(found[1]) * _COOLDOWN_MS[found[2]]
-    return None

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import Verdict
+from ratelimit_sidecar.core.types import Push, PushResult, Verdict
 
 
 class Algorithm(Protocol):
@@ -51,8 +51,9 @@ class Algorithm(Protocol):
         """Local-only mode: the span that ended at `end_ms` counts for this node alone."""
         ...
 
-    def store_total(self, state: KeyState, total: int, now_ms: int) -> bool:
-        """The store's total for the key's window after this node's push; True if it blocks."""
+    def store_answer(self, state: KeyState, push: Push, answer: PushResult, now_ms: int) -> bool:
+        """The store's answer to this node's push for the key's current window (its total,
+        and whatever else the algorithm's store script returns); True if it blocks."""
         ...
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
 from ratelimit_sidecar.core.spans import span_end, window_end
-from ratelimit_sidecar.core.types import Code, Verdict
+from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict
 
 NEAR_LIMIT_RATIO = 0.8  # an admitted answer says `near_limit` from this share of MAX on
@@ -132,7 +132,14 @@ class FixedWindow:
         if state.seen > state.limit.requests_per_unit:
             state.block(end_ms + state.limit.cooldown)
 
-    def store_total(self, state: KeyState, total: int, now_ms: int) -> bool:
+    def store_answer(
+        self,
+        state: KeyState,
+        push: Push,  # noqa: ARG002  (the window's total says all a fixed window needs)
+        answer: PushResult,
+        now_ms: int,
+    ) -> bool:
+        total = answer.total
         state.seen = max(state.seen, total)
         state.resumed = 0  # the store's total holds what the key counted before its eviction
         if total <= state.limit.requests_per_unit:

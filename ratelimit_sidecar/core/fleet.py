@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter
-from ratelimit_sidecar.core.spans import span_end, span_index
+from ratelimit_sidecar.core.spans import span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
 from ratelimit_sidecar.core.types import Push, SyncBatch, SyncResult, SyncStats, TotalRead
 
@@ -63,7 +63,7 @@ class FleetLimiter(Limiter):
         """
         if self._plan is not None:
             raise RuntimeError("end_span called while a sync is still in flight")
-        plan = self._plan = SyncPlan(now_ms, self.algorithm)
+        plan = self._plan = SyncPlan(now_ms, self.algorithms)
         plan.add_orphans(self._orphans)
         self._orphans = []
         for index, state in enumerate(self.keys):
@@ -89,7 +89,8 @@ class FleetLimiter(Limiter):
         # were counted after it closed) already gets its flag back from that push: one push
         # per key and span either way.
         if state.pending or not retried:
-            plan.push(state, Push(state.key, state.window, state.pending, limit))
+            span = span_number(min(state.last_hit, now_ms - 1), limit)
+            plan.push(state, Push(state.key, state.window, state.pending, limit, span))
             state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:

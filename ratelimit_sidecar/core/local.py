@@ -63,4 +63,4 @@ class LocalLimiter(Limiter):
         state.unsent = 0
         state.estimate_window = NO_WINDOW  # nodes stays 1: no other node counts this key
         if state.pending:
-            self.algorithm.close_span(state, end_ms)
+            self.algorithm_of(state).close_span(state, end_ms)

@@ -7,6 +7,8 @@ belongs to exactly one window. All nodes use the same epoch-aligned boundaries.
 
 from __future__ import annotations
 
+from ratelimit_sidecar.config.model import RateLimit
+
 
 def window_of(now_ms: int, window_ms: int) -> int:
     """Window ordinal since the Unix epoch."""
@@ -28,3 +30,9 @@ def span_end(now_ms: int, window_ms: int, spans: int) -> int:
 def window_end(now_ms: int, window_ms: int) -> int:
     """The first millisecond of the next window."""
     return (now_ms // window_ms + 1) * window_ms
+
+
+def span_number(now_ms: int, limit: RateLimit) -> int:
+    """The span holding `now_ms`, numbered from the epoch: window * spans + index."""
+    window_ms, spans = limit.window_ms, limit.spans
+    return now_ms // window_ms * spans + (now_ms % window_ms) * spans // window_ms

@@ -23,11 +23,11 @@ class SyncPlan:
     what waits for a resend) is done here.
     """
 
-    __slots__ = ("_algorithm", "_fresh", "_push_states", "_total_states", "batch", "requeue")
+    __slots__ = ("_algorithms", "_fresh", "_push_states", "_total_states", "batch", "requeue")
 
-    def __init__(self, now_ms: int, algorithm: Algorithm) -> None:
+    def __init__(self, now_ms: int, algorithms: tuple[Algorithm, ...]) -> None:
         self.batch = SyncBatch(now_ms)
-        self._algorithm = algorithm
+        self._algorithms = algorithms  # indexed by AlgorithmName
         self._push_states: list[KeyState | None] = []
         self.requeue: list[Push] = []  # pushes of keys no longer tracked, to send again
         self._fresh: list[bool] = []  # the push carries this span's hits (not a retry)
@@ -75,7 +75,7 @@ class SyncPlan:
         # A late push for a finished window: its total no longer gates requests.
         if push.window == state.window:
             state.inflight = 0
-            blocks = self._algorithm.store_total(state, answer.total, now_ms)
+            blocks = self._algorithm(state).store_answer(state, push, answer, now_ms)
         if answer.block_ms > 0:
             state.block(now_ms + answer.block_ms)
         return blocks
@@ -83,7 +83,7 @@ class SyncPlan:
     def _learn_nodes(self, result: SyncResult) -> None:
         reads = zip(self.batch.total_reads, self._total_states, result.totals, strict=True)
         for read, state, total in reads:
-            self._algorithm.learn_nodes(state, read.window, total)
+            self._algorithm(state).learn_nodes(state, read.window, total)
 
     def _after_sync(self, result: SyncResult, failed: set[KeyState]) -> None:
         """Every answer is in (totals and nodes): each key that synced adjusts its check."""
@@ -91,7 +91,8 @@ class SyncPlan:
         for push, state, answer in rows:
             synced = state is not None and not answer.error and state not in failed
             if synced and state is not None and push.window == state.window:
-                self._algorithm.after_sync(state, self.batch.now_ms)  # `seen`, `nodes` are new
+                # `seen`, `nodes` are new
+                self._algorithm(state).after_sync(state, self.batch.now_ms)
 
     def fail(self, now_ms: int, resend: bool = True) -> SyncStats:
         """The store did not answer: keep the deltas for the next push and apply the fallback.
@@ -116,15 +117,18 @@ class SyncPlan:
                 self.requeue.append(push)
                 return 0, False
             return push.count, False
-        self._algorithm.after_failure(state)
+        self._algorithm(state).after_failure(state)
         blocks = False
         # Retried hits were judged in their own span: never count them twice.
         if fresh and push.window == state.window:
             state.inflight = 0
-            blocks = self._algorithm.store_failed(state, push.count, now_ms)
+            blocks = self._algorithm(state).store_failed(state, push.count, now_ms)
         if resend:
             return state.stash(push.count, push.window, state.window), blocks
         return push.count, blocks  # may have arrived: counted as unconfirmed, not resent
+
+    def _algorithm(self, state: KeyState) -> Algorithm:
+        return self._algorithms[state.limit.algorithm]
 
     def answers(self, result: SyncResult) -> bool:
         """The result has one answer per push and per total read of the batch."""

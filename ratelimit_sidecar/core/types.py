@@ -64,6 +64,9 @@ class Push(NamedTuple):
     window: int
     count: int  # type: ignore[assignment]  # shadows tuple.count; the name is the protocol's
     limit: RateLimit
+    # The span the hits were counted in, numbered from the epoch (window * spans + index);
+    # a sliding window counts per span. -1: the last span of `window`.
+    span: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,8 @@ class PushResult(NamedTuple):
     # Why the store applied nothing for this push ("" when it did): the push failed alone, and
     # its count may be sent again because it was surely not counted.
     error: str = ""
+    # A sliding window's fleet-wide span totals, oldest first, ending with the pushed span.
+    spans: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

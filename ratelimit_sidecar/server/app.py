@@ -95,6 +95,7 @@ class Sidecar:
             lambda _error: self.metrics.config_loaded(False),
             settings.reload_poll_s,
             ConfigLimits.of(settings),
+            defaults=settings.rule_defaults,
         )
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()

@@ -22,7 +22,7 @@ from pathlib import Path
 from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS, ConfigLimits
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.config.model import RuleSet
+from ratelimit_sidecar.config.model import DEFAULT_RULES, RuleDefaults, RuleSet
 from ratelimit_sidecar.server.periodic import every
 
 log = logging.getLogger("ratelimit_sidecar.reload")
@@ -54,9 +54,12 @@ class RuleWatcher:
         on_error: Callable[[str], None],
         poll_s: float = POLL_S,
         limits: ConfigLimits = DEFAULT_LIMITS,
+        *,
+        defaults: RuleDefaults = DEFAULT_RULES,
     ) -> None:
         self._path = Path(path)
         self._limits = limits
+        self._defaults = defaults
         self._on_rules, self._on_error = on_rules, on_error
         self._poll_s = poll_s
         self._last = self._safe_fingerprint()
@@ -75,7 +78,7 @@ class RuleWatcher:
     async def reload(self) -> None:
         """Load the rules aside and hand them over; returns early, dropping the load, on stop."""
         abandoned = threading.Event()
-        loading = load_in_thread(self._path, self._limits, abandoned)
+        loading = load_in_thread(self._path, self._limits, abandoned, self._defaults)
         stopping = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait((loading, stopping), return_when=asyncio.FIRST_COMPLETED)
@@ -108,7 +111,10 @@ class RuleWatcher:
 
 
 def load_in_thread(
-    path: Path, limits: ConfigLimits, abandoned: threading.Event
+    path: Path,
+    limits: ConfigLimits,
+    abandoned: threading.Event,
+    defaults: RuleDefaults = DEFAULT_RULES,
 ) -> asyncio.Future[RuleSet]:
     """`load_rules` in a new daemon thread; its outcome arrives in the returned future.
 
@@ -120,7 +126,7 @@ def load_in_thread(
 
     def load() -> None:
         try:
-            rules = load_rules(path, limits, abandoned.is_set)
+            rules = load_rules(path, limits, abandoned.is_set, defaults)
         except Exception as exc:
             _hand_over(loop, future, partial(future.set_exception, exc))
         else:

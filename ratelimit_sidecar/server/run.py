@@ -31,7 +31,9 @@ def fail(message: str) -> int:
 def run_serve(settings: Settings) -> int:
     setup_logging(settings.log_format, settings.log_level)
     try:
-        rules = load_rules(settings.config_path, ConfigLimits.of(settings))
+        rules = load_rules(
+            settings.config_path, ConfigLimits.of(settings), defaults=settings.rule_defaults
+        )
     except ConfigError as exc:
         return fail(f"invalid configuration:\n{exc}")
     except OSError as exc:

@@ -171,7 +171,7 @@ class RateLimitHandler:
                 self._overrides.clear()
             base = rule.limit or RateLimit(requests_per_unit, Unit(unit))
             limit = replace(base, requests_per_unit=requests_per_unit, unit=Unit(unit))
-            found = replace(rule, limit=limit, unlimited=False)
+            found = replace(rule, limit=limit, limits=(limit,), unlimited=False)
             self._overrides[cache_key] = found
         return found
 
@@ -188,7 +188,7 @@ def _only_counted(hits: Sequence[Hit]) -> tuple[int, RateLimit | None]:
     found: tuple[int, RateLimit | None] = (-1, None)
     for index, hit in enumerate(hits):
         if hit.rule is not None and hit.rule.limit is not None:
-            if found[1] is not None:
+            if found[1] is not None or len(hit.rule.limits) > 1:  # answered by several limits
                 return -1, None
             found = (index, hit.rule.limit)
     return found

@@ -290,11 +290,12 @@ def test_reference_defaults_missing_requests_per_unit_and_empty_value(tmp_path: 
 
 UNITS = "second, minute, hour, day, week, month, year"
 RATE_LIMIT_KEYS = (
-    "unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, spans, cooldown"
+    "unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, spans, cooldown,"
+    " algorithm, burst, consistency, on_store_failure"
 )
 DESCRIPTOR_KEYS = (
-    "key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric,"
-    " share_threshold"
+    "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric,"
+    " value_to_metric, share_threshold"
 )
 EXPECTED_ERRORS: dict[str, list[str]] = {
     "bad_cooldown.yaml": [

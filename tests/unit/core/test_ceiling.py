@@ -60,8 +60,8 @@ def test_the_first_sync_of_a_window_keeps_the_ceiling_and_a_failed_one_is_strict
 
 def test_a_lenient_check_takes_the_lower_of_the_last_two_nodes_estimates() -> None:
     limiter, state = synced(total=10)
-    limiter.algorithm.set_nodes(state, 4.0)
-    limiter.algorithm.set_nodes(state, 9.0)  # one window's share can look small
+    limiter.algorithm_of(state).set_nodes(state, 4.0)
+    limiter.algorithm_of(state).set_nodes(state, 9.0)  # one window's share can look small
     assert state.check_nodes == 4.0
-    limiter.algorithm.after_failure(state)
+    limiter.algorithm_of(state).after_failure(state)
     assert state.check_nodes == 9.0

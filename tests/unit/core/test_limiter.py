@@ -321,7 +321,7 @@ def test_a_known_count_over_max_starts_the_cooldown() -> None:
     assert limiter.hit(T0 + 501, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 1 x 2: an estimate
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.blocked_until == 0
-    limiter.algorithm.set_nodes(state, 1.0)
+    limiter.algorithm_of(state).set_nodes(state, 1.0)
     assert limiter.hit(T0 + 502, [hit(r)]).code is Code.OK  # 10: the limit
     assert limiter.hit(T0 + 503, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 2 known: over
     assert state.blocked_until == T0 + 503 + 5000

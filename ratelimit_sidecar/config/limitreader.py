@@ -1,0 +1,262 @@
+"""Read one descriptor's `rate_limit` (or `rate_limits`) mapping into `RateLimit`s.
+
+Keys of a `rate_limit` (the reference's, plus this product's extensions marked *):
+    unit, requests_per_unit, unlimited, name, replaces,
+    unit_multiplier*, spans*, cooldown*, algorithm*, burst*, consistency*, on_store_failure*
+A descriptor may carry `rate_limits*` instead: a list of such mappings, every one of which must
+admit a request. Combinations that cannot work are reported where they are written: `burst`
+on anything but a token bucket, `on_store_failure` on an eventual rule, an eventual
+`sliding_log` when counts are shared through a store (a log cannot be merged from span totals).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from yaml.nodes import Node, ScalarNode, SequenceNode
+
+from .model import (
+    MIN_SPAN_MS,
+    AlgorithmName,
+    RateLimit,
+    RuleDefaults,
+    StoreFailure,
+    Unit,
+)
+from .yamlnodes import TAG, NodeChecker, integer, is_null, join_path, shown
+
+RATE_LIMIT_KEYS = (
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "unit_multiplier",
+    "spans",
+    "cooldown",
+    "algorithm",
+    "burst",
+    "consistency",
+    "on_store_failure",
+)
+REPLACES_KEYS = ("name",)
+MAX_REQUESTS_PER_UNIT = 2**32 - 1  # the reference reads it into a uint32
+MAX_LOG_REQUESTS = 100_000  # a sliding log keeps one time per admitted request and key
+UNIT_NAMES = "second, minute, hour, day, week, month, year"
+ALGORITHM_NAMES = ", ".join(name.text for name in AlgorithmName)
+CONSISTENCY_NAMES = ("eventual", "strict")
+STORE_FAILURE_NAMES = ", ".join(choice.value for choice in StoreFailure)
+_COOLDOWN = re.compile(r"([0-9]+)(ms|s|m|h)")
+_COOLDOWN_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_COUNTING = ("unit", "requests_per_unit", "unit_multiplier", "spans", "cooldown", "algorithm")
+_COUNTING_EXTRA = ("burst", "consistency", "on_store_failure")
+
+
+class ParsedLimits(NamedTuple):
+    """A descriptor's limits: none, one (`rate_limit`) or several (`rate_limits`)."""
+
+    limits: tuple[RateLimit, ...]
+    unlimited: bool
+    replaces: tuple[str, ...]
+
+
+NO_LIMITS = ParsedLimits((), False, ())
+
+
+class _Counting(NamedTuple):
+    """The extension keys of one `rate_limit`, checked against each other."""
+
+    algorithm: AlgorithmName
+    burst: int
+    strict: bool
+    on_store_failure: StoreFailure
+
+
+class LimitReader(NodeChecker):
+    """The `rate_limit` part of a rule file reader."""
+
+    defaults: RuleDefaults
+
+    def limits(self, fields: dict[str, Node], path: str) -> ParsedLimits:
+        """`rate_limit` or `rate_limits` of one descriptor's `fields` (never both)."""
+        one, several = fields.get("rate_limit"), fields.get("rate_limits")
+        if several is None or is_null(several):
+            return self.rate_limit(one, join_path(path, "rate_limit"))
+        if one is not None and not is_null(one):
+            message = "must not be set together with rate_limit (use one or the other)"
+            self.add(several, join_path(path, "rate_limits"), message)
+        return self.rate_limit_list(several, join_path(path, "rate_limits"))
+
+    def rate_limit_list(self, node: Node, path: str) -> ParsedLimits:
+        if not isinstance(node, SequenceNode) or not node.value:
+            self.add(node, path, f"must be a non-empty list of rate limits (got {shown(node)})")
+            return NO_LIMITS
+        limits: list[RateLimit] = []
+        replaces: list[str] = []
+        for index, item in enumerate(node.value):
+            item_path = f"{path}[{index}]"
+            parsed = self.rate_limit(item, item_path)
+            if parsed.unlimited:
+                message = "unlimited is only allowed in a single rate_limit"
+                self.add(item, join_path(item_path, "unlimited"), message)
+            limits.extend(parsed.limits)
+            replaces.extend(parsed.replaces)
+        return ParsedLimits(tuple(limits), False, tuple(replaces))
+
+    def rate_limit(self, node: Node | None, path: str) -> ParsedLimits:
+        if node is None or is_null(node):
+            return NO_LIMITS
+        fields = self.mapping(node, path, RATE_LIMIT_KEYS, "")
+        if fields is None:
+            return NO_LIMITS
+        before = len(self.problems)
+        name = self.text(fields["name"], join_path(path, "name")) if "name" in fields else ""
+        replaces = self.replaces(fields.get("replaces"), join_path(path, "replaces"), name)
+        if self.flag(fields, "unlimited", path):
+            # Counting settings on an allow-list entry mean the author expected a limit.
+            for extra in (*_COUNTING, *_COUNTING_EXTRA):
+                if extra in fields:
+                    message = "must not be set when unlimited is true"
+                    self.add(fields[extra], join_path(path, extra), message)
+            return ParsedLimits((), True, replaces)
+        counting = self.counting(fields, path)
+        limit = RateLimit(
+            requests_per_unit=self.count(
+                fields, "requests_per_unit", path, minimum=0, maximum=MAX_REQUESTS_PER_UNIT
+            ),
+            unit=self.unit(fields, node, path),
+            unit_multiplier=self.count(fields, "unit_multiplier", path, minimum=1),
+            name=name,
+            spans=self.count(fields, "spans", path, default=self.defaults.spans, minimum=2),
+            cooldown_ms=self.cooldown(fields.get("cooldown"), join_path(path, "cooldown")),
+            replaces=replaces,
+            algorithm=counting.algorithm,
+            burst=counting.burst,
+            strict=counting.strict,
+            on_store_failure=counting.on_store_failure,
+        )
+        if len(self.problems) == before:
+            self.check_limit(limit, fields, node, path)
+        return ParsedLimits((limit,), False, replaces)
+
+    def check_limit(self, limit: RateLimit, fields: dict[str, Node], node: Node, path: str) -> None:
+        """What only the whole limit can tell: spans too short, a log too long."""
+        shortest = limit.spans * MIN_SPAN_MS
+        if limit.window_ms < shortest:
+            message = (
+                f"window of {limit.window_ms} ms is shorter than {limit.spans} spans"
+                f" x {MIN_SPAN_MS} ms = {shortest} ms"
+            )
+            self.add(fields.get("spans", node), join_path(path, "spans"), message)
+        log = limit.algorithm is AlgorithmName.SLIDING_LOG
+        if log and limit.requests_per_unit > MAX_LOG_REQUESTS:
+            message = (
+                f"must be at most {MAX_LOG_REQUESTS} for a sliding_log, which keeps the time"
+                " of every admitted request (use sliding_window for larger limits)"
+            )
+            self.add(fields["requests_per_unit"], join_path(path, "requests_per_unit"), message)
+
+    def counting(self, fields: dict[str, Node], path: str) -> _Counting:
+        algorithm = self.algorithm(fields.get("algorithm"), join_path(path, "algorithm"))
+        burst = self.count(fields, "burst", path, minimum=1, maximum=MAX_REQUESTS_PER_UNIT)
+        if "burst" in fields and algorithm is not AlgorithmName.TOKEN_BUCKET:
+            message = f"only applies to algorithm token_bucket (this one is {algorithm.text})"
+            self.add(fields["burst"], join_path(path, "burst"), message)
+        strict = self.consistency(fields.get("consistency"), join_path(path, "consistency"))
+        failure = self.store_failure(fields.get("on_store_failure"), path, strict)
+        if algorithm is AlgorithmName.SLIDING_LOG and not strict and self.defaults.shared_store:
+            where = fields.get("algorithm") or fields.get("consistency")
+            message = (
+                "sliding_log with eventual consistency cannot be shared through Redis (a log"
+                " is not a sum of span totals): add consistency: strict, or use sliding_window"
+            )
+            self.add(where or 0, join_path(path, "algorithm"), message)
+        return _Counting(algorithm, burst if "burst" in fields else 0, strict, failure)
+
+    def algorithm(self, node: Node | None, key: str) -> AlgorithmName:
+        if node is None:
+            return self.defaults.algorithm
+        found = AlgorithmName.parse(self.text(node, key))
+        if found is None:
+            self.add(node, key, f"unknown algorithm {shown(node)} (one of {ALGORITHM_NAMES})")
+            return self.defaults.algorithm
+        return found
+
+    def consistency(self, node: Node | None, key: str) -> bool:
+        """True for `strict`."""
+        if node is None:
+            return False
+        text = self.text(node, key).strip().lower()
+        if text not in CONSISTENCY_NAMES:
+            self.add(node, key, f"must be eventual or strict (got {shown(node)})")
+        return text == "strict"
+
+    def store_failure(self, node: Node | None, path: str, strict: bool) -> StoreFailure:
+        key = join_path(path, "on_store_failure")
+        if node is None:
+            return StoreFailure.LOCAL
+        if not strict:
+            self.add(node, key, "only applies to consistency: strict rules")
+        text = self.text(node, key).strip().lower()
+        try:
+            return StoreFailure(text)
+        except ValueError:
+            self.add(node, key, f"must be one of {STORE_FAILURE_NAMES} (got {shown(node)})")
+            return StoreFailure.LOCAL
+
+    def unit(self, fields: dict[str, Node], owner: Node, path: str) -> Unit:
+        key = join_path(path, "unit")
+        node = fields.get("unit")
+        if node is None:
+            self.add(owner, key, f"required key is missing (one of {UNIT_NAMES})")
+            return Unit.UNKNOWN
+        text = self.text(node, key)
+        unit = Unit.__members__.get(text.upper(), Unit.UNKNOWN)
+        if unit is Unit.UNKNOWN and isinstance(node, ScalarNode):
+            self.add(node, key, f"invalid unit '{text}' (expected one of {UNIT_NAMES})")
+        return unit
+
+    def cooldown(self, node: Node | None, key: str) -> int:
+        if node is None:
+            return 0  # the algorithm's default
+        milliseconds = _cooldown_ms(node)
+        if milliseconds is None or milliseconds <= 0:
+            message = (
+                "must be a positive number of seconds or a duration like"
+                f" '500ms', '30s', '5m', '1h' (got {shown(node)})"
+            )
+            self.add(node, key, message)
+            return 0
+        return milliseconds
+
+    def replaces(self, node: Node | None, path: str, own_name: str) -> tuple[str, ...]:
+        if node is None or is_null(node):
+            return ()
+        if not isinstance(node, SequenceNode):
+            self.add(node, path, f"must be a list of {{name: ...}} entries (got {shown(node)})")
+            return ()
+        names: list[str] = []
+        for index, item in enumerate(node.value):
+            item_path = f"{path}[{index}]"
+            fields = self.mapping(item, item_path, REPLACES_KEYS, " like {name: ...}")
+            name = None if fields is None else self.required_text(fields, "name", item, item_path)
+            if fields is None or name is None:
+                continue
+            if name == own_name:
+                self.add(
+                    fields["name"], join_path(item_path, "name"), "must not name its own rate limit"
+                )
+            names.append(name)
+        return tuple(names)
+
+
+def _cooldown_ms(node: Node) -> int | None:
+    seconds = integer(node)
+    if seconds is not None:
+        return seconds * 1000
+    if isinstance(node, ScalarNode) and node.tag == TAG + "str":
+        found = _COOLDOWN.fullmatch(node.value)
+        if found:
+            return int(found[1]) * _COOLDOWN_MS[found[2]]
+    return None

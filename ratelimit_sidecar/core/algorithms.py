@@ -1,0 +1,17 @@
+"""Every decision rule the limiter can run, indexed by `AlgorithmName`."""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.config.model import AlgorithmName
+from ratelimit_sidecar.core.algorithm import Algorithm
+from ratelimit_sidecar.core.fixed_window import FixedWindow
+
+
+def algorithms_with(fixed_window: Algorithm | None = None) -> tuple[Algorithm, ...]:
+    """One instance of each algorithm, in `AlgorithmName` order; `fixed_window` replaces the
+    default fixed window (the simulator's variants are its parameters)."""
+    chosen: dict[AlgorithmName, Algorithm] = {
+        AlgorithmName.FIXED_WINDOW: fixed_window or FixedWindow(),
+    }
+    fallback = chosen[AlgorithmName.FIXED_WINDOW]
+    return tuple(chosen.get(name, fallback) for name in AlgorithmName)
