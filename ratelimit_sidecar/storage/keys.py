@@ -2,7 +2,14 @@
 
 Schema (with the default prefix `rls:`)::
 
-    rls:{<digest>}:<domain>:<keys>:<window>   counter of one window (INCRBY, TTL 2 windows)
+    rls:{<digest>}:<domain>:<keys>:<window>   fixed window: counter of one window (INCRBY, TTL
+                                              2 windows)
+    rls:{<digest>}:<domain>:<keys>:s<span>    sliding window: counter of one span, numbered from
+                                              the epoch (INCRBY, TTL one window + 2 spans)
+    rls:{<digest>}:<domain>:<keys>:tb         token bucket: its theoretical arrival time, epoch
+                                              ms as a decimal (TTL until the bucket is full)
+    rls:{<digest>}:<domain>:<keys>:log        sliding log (strict only): sorted set of admitted
+                                              requests scored by epoch ms (TTL one window)
     rls:{<digest>}:block                      shared block flag (SET NX PX cooldown)
     rls:nodes                                 heartbeat sorted set: node id -> last sync ms
 
@@ -63,10 +70,26 @@ def readable(text: str, limit: int) -> str:
     return cleaned or "_"
 
 
-def counter_suffix(key: KeyId, window: int) -> str:
-    """What follows the tag in a counter's name: `:<domain>:<keys>:<window>`."""
+def counter_suffix(key: KeyId, window: int | str) -> str:
+    """What follows the tag in a counter's name: `:<domain>:<keys>:<window>` (or, in place of
+    the window, another algorithm's part: see the schema above)."""
     domain = readable(key[0], MAX_DOMAIN) if key else "_"
     return f":{domain}:{_names(key[1::2])}:{window}"
+
+
+def span_suffix(key: KeyId, span: int) -> str:
+    """A sliding window's counter of span number `span`."""
+    return counter_suffix(key, f"s{span}")
+
+
+def bucket_suffix(key: KeyId) -> str:
+    """A token bucket's state."""
+    return counter_suffix(key, "tb")
+
+
+def log_suffix(key: KeyId) -> str:
+    """A strict sliding log's sorted set."""
+    return counter_suffix(key, "log")
 
 
 @lru_cache(maxsize=1 << 12)
