@@ -2,7 +2,8 @@
 
 A sync is one non-transactional pipeline, in this order:
 
-    EVALSHA sync.lua  per chunk of up to CHUNK_KEYS pushes (per hash slot on Cluster)
+    EVALSHA <script>  per chunk of up to CHUNK_KEYS pushes of one algorithm (and one hash
+                      slot on Cluster): sync.lua, sync_sliding.lua or sync_bucket.lua
     GET               per TotalRead
     TIME              the store's clock (a one-line script on Cluster)
     ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE   the node heartbeat, when it is on
@@ -10,6 +11,8 @@ A sync is one non-transactional pipeline, in this order:
 Script arguments and answers are packed strings because redis-py encodes and parses in Python:
 one value per call instead of six per key keeps a 100k-key sync well inside a span. `Layout`
 records what was sent, so the replies are read back by name, never by offsets computed twice.
+A push no script can apply (a sliding log: the config refuses it) is not sent and is answered
+with a per-key error.
 
 Error replies are per command, never per sync: a script call answered with an error (READONLY,
 OOM, MOVED, BUSY...) did not run, so each of its keys is answered "not applied"; a key the
@@ -26,14 +29,29 @@ from typing import Any, NamedTuple
 
 from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a key to
 
+from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
+from ratelimit_sidecar.storage import shared_rules as rules
 from ratelimit_sidecar.storage.errors import StoreUnreadable
-from ratelimit_sidecar.storage.keys import KeySchema, counter_suffix, digest
+from ratelimit_sidecar.storage.keys import (
+    KeySchema,
+    bucket_suffix,
+    counter_suffix,
+    digest,
+    span_stem,
+)
 
 CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
 TIME_SCRIPT = "return redis.call('TIME')"
 HEARTBEAT_COMMANDS = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
-KEY_ERROR = "E:"  # sync.lua's answer for a key it applied nothing for
+KEY_ERROR = "E:"  # a sync script's answer for a key it applied nothing for
+# The sync script of each algorithm synced per span; a push of any other is never sent.
+SCRIPT_FILES = {
+    AlgorithmName.FIXED_WINDOW: "sync.lua",
+    AlgorithmName.SLIDING_WINDOW: "sync_sliding.lua",
+    AlgorithmName.TOKEN_BUCKET: "sync_bucket.lua",
+}
+UNSYNCABLE = "sliding_log is never synced per span"
 MAX_REASON = 80  # characters of an error reply kept as a key's reason
 Command = tuple[Any, ...]
 
@@ -46,6 +64,8 @@ class Layout:
     chunks: tuple[tuple[int, ...], ...]  # per script call: the indexes of its pushes
     total_reads: int
     heartbeat: bool
+    scripts: tuple[AlgorithmName, ...]  # per script call: whose sync script it runs
+    unsent: tuple[int, ...] = ()  # indexes of pushes no script applies (answered an error)
 
     @property
     def script_calls(self) -> int:
@@ -71,7 +91,7 @@ class Encoded:
     """A sync ready to send: script calls first, then the other commands."""
 
     layout: Layout
-    script_args: tuple[Command, ...]  # numkeys, KEYS and ARGV of sync.lua, per call
+    script_args: tuple[Command, ...]  # numkeys, KEYS and ARGV of the sync script, per call
     commands: tuple[Command, ...]  # the reads, TIME and the heartbeat
 
     def routing_keys(self) -> set[str]:
@@ -101,9 +121,18 @@ class SyncCodec:
         return bool(self.node_id and self.node_ttl_ms)
 
     def encode(self, batch: SyncBatch) -> Encoded:
-        chunks = self.chunks(batch.pushes)
-        layout = Layout(len(batch.pushes), chunks, len(batch.total_reads), self.heartbeat_on)
-        args = tuple(self.script_args(batch.pushes, chunk) for chunk in chunks)
+        pushes = batch.pushes
+        calls = [(a, c) for a, group in self.groups(pushes).items() for c in self.chunks(group)]
+        unsent = tuple(i for i, p in enumerate(pushes) if p.limit.algorithm not in SCRIPT_FILES)
+        layout = Layout(
+            pushes=len(pushes),
+            chunks=tuple(chunk for _, chunk in calls),
+            total_reads=len(batch.total_reads),
+            heartbeat=self.heartbeat_on,
+            scripts=tuple(algorithm for algorithm, _ in calls),
+            unsent=unsent,
+        )
+        args = tuple(self.script_args(pushes, chunk) for chunk in layout.chunks)
         return Encoded(layout, args, tuple(self.commands(batch)))
 
     def decode(self, layout: Layout, replies: Sequence[Any]) -> SyncResult:
@@ -122,29 +151,32 @@ class SyncCodec:
             store_time_ms=time_ms(parts.time),
         )
 
-    def chunks(self, pushes: Sequence[Push]) -> tuple[tuple[int, ...], ...]:
-        """Push indexes grouped into script calls; on Cluster a call may only touch one slot."""
-        groups: list[list[int]] = [list(range(len(pushes)))]
+    def groups(self, pushes: Sequence[Push]) -> dict[AlgorithmName, list[tuple[int, Push]]]:
+        """The pushes each sync script applies, in batch order, with their batch indexes."""
+        groups: dict[AlgorithmName, list[tuple[int, Push]]] = {}
+        for index, push in enumerate(pushes):
+            if push.limit.algorithm in SCRIPT_FILES:
+                groups.setdefault(push.limit.algorithm, []).append((index, push))
+        return groups
+
+    def chunks(self, group: Sequence[tuple[int, Push]]) -> tuple[tuple[int, ...], ...]:
+        """One script's pushes (index, push) cut into calls; on Cluster a call may only touch
+        one slot."""
+        slots: list[list[int]] = [[index for index, _ in group]]
         if self.cluster:
             by_slot: dict[int, list[int]] = {}
-            for index, push in enumerate(pushes):
+            for index, push in group:
                 by_slot.setdefault(key_slot(self.keys.tag(push.key).encode()), []).append(index)
-            groups = list(by_slot.values())
+            slots = list(by_slot.values())
         return tuple(
-            tuple(group[i : i + CHUNK_KEYS])
-            for group in groups
-            for i in range(0, len(group), CHUNK_KEYS)
+            tuple(slot[i : i + CHUNK_KEYS])
+            for slot in slots
+            for i in range(0, len(slot), CHUNK_KEYS)
         )
 
     def script_args(self, pushes: Sequence[Push], chunk: Sequence[int]) -> Command:
-        """numkeys, KEYS and ARGV of sync.lua for the pushes at `chunk`."""
-        entries = []
-        for index in chunk:
-            push, limit = pushes[index], pushes[index].limit
-            entries.append(
-                f"{digest(push.key)}|{counter_suffix(push.key, push.window)}|{push.count}|"
-                f"{2 * limit.window_ms}|{limit.requests_per_unit}|{limit.cooldown}"
-            )
+        """numkeys, KEYS and ARGV of the sync script for the pushes at `chunk` (one algorithm)."""
+        entries = [script_entry(pushes[index]) for index in chunk]
         first = pushes[chunk[0]]
         route = self.keys.counter(first.key, first.window)
         return (1, route, self.keys.prefix, ";".join(entries))
@@ -172,6 +204,26 @@ class SyncCodec:
         return commands
 
 
+def script_entry(push: Push) -> str:
+    """One push packed as its algorithm's sync script reads it (see the script's header)."""
+    key, limit = push.key, push.limit
+    head = f"{digest(key)}|{counter_suffix(key, push.window)}"
+    tail = f"{limit.requests_per_unit}|{limit.cooldown}"
+    window_ttl = rules.window_ttl_ms(limit)
+    if limit.algorithm is AlgorithmName.SLIDING_WINDOW:
+        span = rules.pushed_span(push)
+        return (
+            f"{head}|{span_stem(key)}|{span}|{push.count}|{window_ttl}|"
+            f"{rules.span_ttl_ms(limit)}|{limit.spans}|{tail}"
+        )
+    if limit.algorithm is AlgorithmName.TOKEN_BUCKET:
+        return (
+            f"{head}|{bucket_suffix(key)}|{push.count}|{window_ttl}|{limit.window_ms}|"
+            f"{limit.requests_per_unit}|{limit.capacity}|{limit.cooldown}"
+        )
+    return f"{head}|{push.count}|{window_ttl}|{tail}"
+
+
 def split(layout: Layout, replies: Sequence[Any]) -> Replies:
     """`replies` cut along `layout`; StoreUnreadable if there are not exactly as many as sent."""
     if len(replies) != layout.replies:
@@ -189,16 +241,20 @@ def split(layout: Layout, replies: Sequence[Any]) -> Replies:
 
 def push_results(layout: Layout, replies: Sequence[Any]) -> tuple[PushResult, ...]:
     """Unpack each call's answers back into batch order; a call answered with an error did not
-    run, so each of its keys is answered "not applied" with that error."""
+    run, so each of its keys is answered "not applied" with that error, as is each push that
+    was not sent."""
     results: list[PushResult | None] = [None] * layout.pushes
-    for chunk, reply in zip(layout.chunks, replies, strict=True):
+    for index in layout.unsent:
+        results[index] = PushResult(0, 0, error=UNSYNCABLE)
+    for chunk, algorithm, reply in zip(layout.chunks, layout.scripts, replies, strict=True):
         if isinstance(reply, Exception):
             refused = PushResult(0, 0, error=short(str(reply)))
             for index in chunk:
                 results[index] = refused
             continue
+        with_spans = algorithm is AlgorithmName.SLIDING_WINDOW
         for index, answer in zip(chunk, script_answers(reply, len(chunk)), strict=True):
-            results[index] = push_result(answer)
+            results[index] = push_result(answer, with_spans)
     if any(r is None for r in results):
         raise ValueError("sync script calls do not cover every push")
     return tuple(r for r in results if r is not None)
@@ -215,13 +271,19 @@ def script_answers(reply: Any, keys: int) -> list[str]:
     return answers
 
 
-def push_result(answer: str) -> PushResult:
-    """One key's "total,left", or "E:<reason>" when nothing was applied for it."""
+def push_result(answer: str, with_spans: bool = False) -> PushResult:
+    """One key's "total,left" ("total,left,t1 t2 ... tN" for a sliding window: its span
+    totals, oldest first), or "E:<reason>" when nothing was applied for it."""
     if answer.startswith(KEY_ERROR):
         return PushResult(0, 0, error=answer[len(KEY_ERROR) :] or "error")
-    total, left = answer.split(",")
+    spans: tuple[int, ...] = ()
+    if with_spans:
+        total, left, span_totals = answer.split(",")
+        spans = tuple(int(t) for t in span_totals.split(" "))
+    else:
+        total, left = answer.split(",")
     # A flag without a TTL (-1, never written by the script) must not block forever.
-    return PushResult(int(total), max(0, int(left)))
+    return PushResult(int(total), max(0, int(left)), spans=spans)
 
 
 def number(reply: Any) -> int:

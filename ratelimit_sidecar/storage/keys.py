@@ -79,7 +79,12 @@ def counter_suffix(key: KeyId, window: int | str) -> str:
 
 def span_suffix(key: KeyId, span: int) -> str:
     """A sliding window's counter of span number `span`."""
-    return counter_suffix(key, f"s{span}")
+    return f"{span_stem(key)}{span}"
+
+
+def span_stem(key: KeyId) -> str:
+    """What every span counter's suffix starts with: the sync script appends span numbers."""
+    return counter_suffix(key, "s")
 
 
 def bucket_suffix(key: KeyId) -> str:

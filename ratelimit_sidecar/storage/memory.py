@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core.types import KeyId, PushResult, SyncBatch, SyncResult
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
+from ratelimit_sidecar.core.types import KeyId, Push, PushResult, SyncBatch, SyncResult
+from ratelimit_sidecar.storage import shared_rules as rules
 
 PURGE_EVERY = 64  # batches between sweeps of expired counters
+UNSYNCABLE = "sliding_log is never synced per span"  # a push the config should have refused
+CounterName = tuple[KeyId, int | str]  # (key, window) or (key, "s<span>"), as in Redis
 
 
 class MemoryStorage:
-    """Counters and block flags in a dict, with the same semantics as the Redis store (it never
-    fails a single key: every push is applied).
+    """Counters, token bucket TATs and block flags in dicts, with the same semantics as the Redis
+    store (storage/shared_rules.py); it fails a single key only for a sliding log push.
 
     `clock` gives the store's own time in ms (the simulator's true time); without one the
     batch's `now_ms` is used, which is right when a single node owns the store.
@@ -20,7 +23,8 @@ class MemoryStorage:
 
     def __init__(self, clock: Callable[[], int] | None = None, node_ttl_ms: int = 0) -> None:
         self._clock = clock
-        self._counters: dict[tuple[KeyId, int], tuple[int, int]] = {}  # -> (value, expires)
+        self._counters: dict[CounterName, tuple[int, int]] = {}  # -> (value, expires)
+        self._buckets: dict[KeyId, tuple[float, int]] = {}  # -> (TAT, expires)
         self._flags: dict[KeyId, int] = {}  # -> expires
         self._nodes: dict[str, int] = {}  # node id -> last heartbeat
         self._node_ttl_ms = node_ttl_ms
@@ -45,23 +49,54 @@ class MemoryStorage:
         self.round_trips += 1
         if self.round_trips % PURGE_EVERY == 0:
             self._purge(now)
-        pushes = tuple(self._push(p.key, p.window, p.count, p.limit, now) for p in batch.pushes)
-        totals = tuple(self._total(r.key, r.window, now) for r in batch.total_reads)
+        pushes = tuple(self._push(p, now) for p in batch.pushes)
+        totals = tuple(self._value((r.key, r.window), now) for r in batch.total_reads)
         store_time = now if self._clock is not None else 0  # without a clock of its own: none
         return SyncResult(pushes, totals, self._heartbeat(node_id, now), store_time)
 
-    def _push(self, key: KeyId, window: int, count: int, limit: RateLimit, now: int) -> PushResult:
-        value = self._total(key, window, now) + count
-        self._counters[(key, window)] = (value, now + 2 * limit.window_ms)
-        if value > limit.requests_per_unit and self._flag_ms(key, now) == 0:
-            self._flags[key] = now + limit.cooldown
-        return PushResult(value, self._flag_ms(key, now))
+    def _push(self, push: Push, now: int) -> PushResult:
+        algorithm = push.limit.algorithm
+        if algorithm is AlgorithmName.SLIDING_LOG:
+            return PushResult(0, 0, error=UNSYNCABLE)
+        window_ttl = rules.window_ttl_ms(push.limit)
+        window_total = self._add((push.key, push.window), push.count, window_ttl, now)
+        spans: tuple[int, ...] = ()
+        if algorithm is AlgorithmName.SLIDING_WINDOW:
+            spans = self._spans(push, now)
+            total = sum(spans)
+        elif algorithm is AlgorithmName.TOKEN_BUCKET:
+            total = self._bucket(push, now)
+        else:
+            total = window_total
+        return PushResult(total, self._flag(push.key, push.limit, total, now), spans=spans)
 
-    def _total(self, key: KeyId, window: int, now: int) -> int:
-        value, expires = self._counters.get((key, window), (0, 0))
+    def _spans(self, push: Push, now: int) -> tuple[int, ...]:
+        """INCRBY the pushed span; the window of span totals ending with it, oldest first."""
+        span = rules.pushed_span(push)
+        self._add((push.key, f"s{span}"), push.count, rules.span_ttl_ms(push.limit), now)
+        window = rules.answered_spans(span, push.limit)
+        return tuple(self._value((push.key, f"s{n}"), now) for n in window)
+
+    def _bucket(self, push: Push, now: int) -> int:
+        """Move the TAT by the push; answer the debt in ms."""
+        tat, expires = self._buckets.get(push.key, (0.0, 0))
+        tat = rules.next_tat(tat if now < expires else 0.0, now, push.count, push.limit)
+        self._buckets[push.key] = (tat, now + rules.bucket_ttl_ms(tat, now))
+        return rules.bucket_debt_ms(tat, now)
+
+    def _add(self, name: CounterName, count: int, ttl_ms: int, now: int) -> int:
+        value = self._value(name, now) + count
+        self._counters[name] = (value, now + ttl_ms)
+        return value
+
+    def _value(self, name: CounterName, now: int) -> int:
+        value, expires = self._counters.get(name, (0, 0))
         return value if now < expires else 0
 
-    def _flag_ms(self, key: KeyId, now: int) -> int:
+    def _flag(self, key: KeyId, limit: RateLimit, total: int, now: int) -> int:
+        """The block flag's ms left, set first (NX) if `total` crosses the limit."""
+        if rules.blocks(limit, total) and self._flags.get(key, 0) <= now:
+            self._flags[key] = now + limit.cooldown
         return max(0, self._flags.get(key, 0) - now)
 
     def _heartbeat(self, node_id: str, now: int) -> int:
@@ -73,4 +108,5 @@ class MemoryStorage:
 
     def _purge(self, now: int) -> None:
         self._counters = {k: v for k, v in self._counters.items() if now < v[1]}
+        self._buckets = {k: v for k, v in self._buckets.items() if now < v[1]}
         self._flags = {k: t for k, t in self._flags.items() if now < t}

@@ -30,8 +30,9 @@ from redis.exceptions import BusyLoadingError, NoScriptError, RedisClusterExcept
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.types import SyncBatch, SyncResult
-from ratelimit_sidecar.storage.codec import Command, Encoded, SyncCodec
+from ratelimit_sidecar.storage.codec import SCRIPT_FILES, Command, Encoded, SyncCodec
 from ratelimit_sidecar.storage.errors import (
     StoreError,
     StoreLost,
@@ -41,8 +42,15 @@ from ratelimit_sidecar.storage.errors import (
 )
 from ratelimit_sidecar.storage.keys import DEFAULT_PREFIX, KeySchema
 
-SYNC_SCRIPT = resources.files(__package__).joinpath("sync.lua").read_text(encoding="utf-8")
-SYNC_SHA = hashlib.sha1(SYNC_SCRIPT.encode("utf-8")).hexdigest()
+
+def _script(name: str) -> tuple[str, str]:
+    """A packaged Lua script's source and SHA1 (the name EVALSHA calls it by)."""
+    source = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return source, hashlib.sha1(source.encode("utf-8")).hexdigest()
+
+
+SCRIPTS = {algorithm: _script(name) for algorithm, name in SCRIPT_FILES.items()}
+SYNC_SCRIPT, SYNC_SHA = SCRIPTS[AlgorithmName.FIXED_WINDOW]
 THREAD_ABOVE = 2000  # pushes in a batch above which packing and parsing leave the loop
 DEFAULT_NODE_TTL_MS = 30_000
 T = TypeVar("T")
@@ -102,9 +110,10 @@ class RedisStorage:
 
     async def _send(self, encoded: Encoded) -> list[Any]:
         """The pipeline's replies, error replies in place; a failure resets the Cluster map."""
-        scripts = [("EVALSHA", SYNC_SHA, *args) for args in encoded.script_args]
+        calls = list(zip(encoded.layout.scripts, encoded.script_args, strict=True))
+        scripts = [("EVALSHA", SCRIPTS[algorithm][1], *args) for algorithm, args in calls]
         replies = await self._run([*scripts, *encoded.commands], encoded.routing_keys())
-        await self._reload_script(encoded.script_args, replies)
+        await self._reload_script(calls, replies)
         return replies
 
     async def _run(self, commands: list[Command], keys: set[str]) -> list[Any]:
@@ -153,7 +162,9 @@ class RedisStorage:
                 node.release(connection)
         return None
 
-    async def _reload_script(self, calls: Sequence[Command], replies: list[Any]) -> None:
+    async def _reload_script(
+        self, calls: Sequence[tuple[AlgorithmName, Command]], replies: list[Any]
+    ) -> None:
         """Re-run with EVAL the script calls a server rejected for not knowing the script.
 
         That happens once after a server restart or SCRIPT FLUSH. A NOSCRIPT reply means the
@@ -167,9 +178,9 @@ class RedisStorage:
         missing = [i for i in range(len(calls)) if _noscript(replies[i])]
         if not missing:
             return
-        retry = [("EVAL", SYNC_SCRIPT, *calls[i]) for i in missing]
+        retry = [("EVAL", SCRIPTS[calls[i][0]][0], *calls[i][1]) for i in missing]
         try:
-            answers = await self._run(retry, {str(calls[i][1]) for i in missing})
+            answers = await self._run(retry, {str(calls[i][1][1]) for i in missing})
         except StoreError as exc:
             if exc.may_have_applied:
                 raise

@@ -8,7 +8,7 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
-from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, TotalRead
 from ratelimit_sidecar.storage.codec import CHUNK_KEYS, TIME_SCRIPT, Layout, SyncCodec
 from ratelimit_sidecar.storage.errors import StoreUnreadable
@@ -40,6 +40,14 @@ def batch(pushes: int = 0, totals: int = 0) -> SyncBatch:
 def answer(*pairs: tuple[int, int]) -> bytes:
     """A sync.lua reply: "total,left;total,left;..."."""
     return ";".join(f"{total},{left}" for total, left in pairs).encode()
+
+
+def fixed_layout(
+    *, pushes: int, chunks: tuple[tuple[int, ...], ...], total_reads: int, heartbeat: bool
+) -> Layout:
+    """The layout of a batch of fixed window pushes only."""
+    scripts = (AlgorithmName.FIXED_WINDOW,) * len(chunks)
+    return Layout(pushes, chunks, total_reads, heartbeat, scripts)
 
 
 def heartbeat(live: int = 1) -> list[Any]:
@@ -80,7 +88,7 @@ def test_commands_follow_the_scripts_reads_then_clock_then_heartbeat() -> None:
         ("ZCARD", nodes),
         ("PEXPIRE", nodes, 20_000),
     ]
-    assert encoded.layout == Layout(pushes=1, chunks=((0,),), total_reads=2, heartbeat=True)
+    assert encoded.layout == fixed_layout(pushes=1, chunks=((0,),), total_reads=2, heartbeat=True)
     assert encoded.layout.replies == 1 + 2 + 1 + 4
 
 
@@ -133,7 +141,7 @@ def test_cluster_reads_the_clock_with_a_script_routed_by_the_heartbeat_key() -> 
 
 
 def test_replies_are_read_back_by_what_they_answer() -> None:
-    layout = Layout(pushes=3, chunks=((0, 2), (1,)), total_reads=2, heartbeat=True)
+    layout = fixed_layout(pushes=3, chunks=((0, 2), (1,)), total_reads=2, heartbeat=True)
     replies = [answer((5, 0), (12, 4000)), answer((7, 0)), b"40", None, TIME_REPLY, *heartbeat(3)]
     result = codec().decode(layout, replies)
     assert [(p.total, p.block_ms) for p in result.pushes] == [(5, 0), (7, 0), (12, 4000)]
@@ -143,7 +151,7 @@ def test_replies_are_read_back_by_what_they_answer() -> None:
 
 
 def test_the_cluster_clock_script_answers_in_bytes() -> None:
-    layout = Layout(pushes=0, chunks=(), total_reads=0, heartbeat=False)
+    layout = fixed_layout(pushes=0, chunks=(), total_reads=0, heartbeat=False)
     result = codec().decode(layout, [[b"1700000000", b"999999"]])
     assert (result.store_time_ms, result.live_nodes, result.pushes) == (1_700_000_000_999, 0, ())
 
@@ -151,14 +159,14 @@ def test_the_cluster_clock_script_answers_in_bytes() -> None:
 @pytest.mark.parametrize("left", [-1, -2])
 def test_a_negative_block_time_reads_as_not_blocked(left: int) -> None:
     # -1: a flag without TTL (never written by the script); -2: no flag. Neither may block.
-    layout = Layout(pushes=1, chunks=((0,),), total_reads=0, heartbeat=False)
+    layout = fixed_layout(pushes=1, chunks=((0,),), total_reads=0, heartbeat=False)
     result = codec().decode(layout, [f"3,{left}", TIME_REPLY])
     assert [(p.total, p.block_ms) for p in result.pushes] == [(3, 0)]
 
 
 @pytest.mark.parametrize("extra", [-1, 1])
 def test_a_wrong_number_of_replies_is_refused(extra: int) -> None:
-    layout = Layout(pushes=1, chunks=((0,),), total_reads=1, heartbeat=True)
+    layout = fixed_layout(pushes=1, chunks=((0,),), total_reads=1, heartbeat=True)
     replies = [answer((1, 0)), b"2", TIME_REPLY, *heartbeat(), 0][: layout.replies + extra]
     with pytest.raises(StoreUnreadable, match="replies for 7 commands"):
         codec().decode(layout, replies)
@@ -178,14 +186,14 @@ def test_a_wrong_number_of_replies_is_refused(extra: int) -> None:
     ],
 )
 def test_a_malformed_script_answer_may_have_been_applied(script_reply: Any) -> None:
-    layout = Layout(pushes=2, chunks=((0, 1),), total_reads=0, heartbeat=False)
+    layout = fixed_layout(pushes=2, chunks=((0, 1),), total_reads=0, heartbeat=False)
     with pytest.raises(StoreUnreadable) as raised:
         codec().decode(layout, [script_reply, TIME_REPLY])
     assert raised.value.may_have_applied  # the script ran: what it applied is unknown
 
 
 def test_a_key_the_script_could_not_count_fails_alone() -> None:
-    layout = Layout(pushes=3, chunks=((0, 1, 2),), total_reads=0, heartbeat=False)
+    layout = fixed_layout(pushes=3, chunks=((0, 1, 2),), total_reads=0, heartbeat=False)
     reply = b"4,0;E:WRONGTYPE Operation against a key holding the wrong kind of value;6,900"
     result = codec().decode(layout, [reply, TIME_REPLY])
     assert [(p.total, p.block_ms, p.error) for p in result.pushes] == [
@@ -196,7 +204,7 @@ def test_a_key_the_script_could_not_count_fails_alone() -> None:
 
 
 def test_a_script_call_answered_with_an_error_fails_only_its_own_keys() -> None:
-    layout = Layout(pushes=3, chunks=((0, 2), (1,)), total_reads=0, heartbeat=False)
+    layout = fixed_layout(pushes=3, chunks=((0, 2), (1,)), total_reads=0, heartbeat=False)
     refused = ResponseError("READONLY You can't write\nagainst a read only replica.")
     result = codec().decode(layout, [refused, answer((7, 0)), TIME_REPLY])
     errors = [p.error for p in result.pushes]
@@ -222,7 +230,7 @@ def test_a_script_call_answered_with_an_error_fails_only_its_own_keys() -> None:
 def test_a_failed_read_clock_or_heartbeat_is_unknown_not_a_failure(
     total: Any, clock: Any, live: Any
 ) -> None:
-    layout = Layout(pushes=0, chunks=(), total_reads=1, heartbeat=True)
+    layout = fixed_layout(pushes=0, chunks=(), total_reads=1, heartbeat=True)
     result = codec().decode(layout, [total, clock, 1, 0, live, 1])
     # Each value that failed reads as unknown (0); the others are still read.
     expected = (
@@ -234,7 +242,7 @@ def test_a_failed_read_clock_or_heartbeat_is_unknown_not_a_failure(
 
 
 def test_chunks_that_miss_a_push_are_unreadable() -> None:
-    layout = Layout(pushes=2, chunks=((0,),), total_reads=0, heartbeat=False)
+    layout = fixed_layout(pushes=2, chunks=((0,),), total_reads=0, heartbeat=False)
     with pytest.raises(StoreUnreadable, match="every push"):
         codec().decode(layout, [answer((1, 0)), TIME_REPLY])
 

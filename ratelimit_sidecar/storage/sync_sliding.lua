@@ -1,0 +1,83 @@
+-- One span's deltas for many sliding window counters (key names: storage/keys.py; the rules,
+-- in the same order: storage/shared_rules.py).
+--
+-- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
+--          share its slot)
+-- ARGV[1]  the key prefix
+-- ARGV[2]  one entry per key, joined by ";":
+--          "digest|window_suffix|span_stem|span|count|window_ttl_ms|span_ttl_ms|spans|max|cooldown_ms"
+--          span counter n = prefix{digest}span_stem..n; window counter = prefix{digest}window_suffix;
+--          flag = prefix{digest}:block. count may be 0 (read only) or negative (given back).
+--
+-- Returns one answer per entry, in order, joined by ";": "total,left,t1 t2 ... tN" (the span
+-- totals of spans span-N+1 .. span, oldest first, their sum, and the remaining ms of the block
+-- flag), or "E:<reason>" when nothing was applied for that key.
+--
+-- Keys are isolated as in sync.lua: every command runs under pcall. The span counter is
+-- written first: once it is counted the key is answered, and a failure after it (the window
+-- counter, which only feeds the nodes estimate, or the flag) costs that part alone.
+
+local prefix = ARGV[1]
+local entry = '^([^|]+)|([^|]*)|([^|]*)|(%d+)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$'
+
+local function failed(reply)
+  return type(reply) == 'table' and reply.err ~= nil
+end
+
+local function reason(reply)
+  return 'E:' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, 80)
+end
+
+-- The totals of the spans before `span` (oldest first), 0 for a gone or unreadable one.
+local function older_totals(tag, stem, span, spans)
+  local names = {}
+  for n = span - spans + 1, span - 1 do
+    names[#names + 1] = tag .. stem .. n
+  end
+  local totals = {}
+  if #names == 0 then
+    return totals
+  end
+  local values = redis.pcall('MGET', unpack(names))
+  for i = 1, #names do
+    totals[i] = (not failed(values) and tonumber(values[i])) or 0
+  end
+  return totals
+end
+
+local function push(text)
+  local digest, window_suffix, stem, span, count, window_ttl, span_ttl, spans, max, cooldown =
+    string.match(text, entry)
+  if not digest then
+    return 'E:malformed entry'
+  end
+  local tag = prefix .. '{' .. digest .. '}'
+  local pushed = redis.pcall('INCRBY', tag .. stem .. span, count)
+  if failed(pushed) then
+    return reason(pushed)
+  end
+  redis.pcall('PEXPIRE', tag .. stem .. span, span_ttl)
+  redis.pcall('INCRBY', tag .. window_suffix, count)
+  redis.pcall('PEXPIRE', tag .. window_suffix, window_ttl)
+  local totals = older_totals(tag, stem, tonumber(span), tonumber(spans))
+  totals[#totals + 1] = pushed
+  local total = 0
+  for i = 1, #totals do
+    total = total + totals[i]
+  end
+  cooldown = tonumber(cooldown)
+  if total > tonumber(max) and cooldown > 0 then
+    redis.pcall('SET', tag .. ':block', '1', 'PX', cooldown, 'NX')
+  end
+  local left = redis.pcall('PTTL', tag .. ':block')
+  if failed(left) or left < 0 then
+    left = 0
+  end
+  return total .. ',' .. left .. ',' .. table.concat(totals, ' ')
+end
+
+local out = {}
+for text in string.gmatch(ARGV[2] or '', '[^;]+') do
+  out[#out + 1] = push(text)
+end
+return table.concat(out, ';')
