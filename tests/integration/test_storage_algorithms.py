@@ -6,6 +6,7 @@ numbers are spelled out so a wrong rule there fails here too.
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -128,6 +129,21 @@ async def test_sliding_blocks_only_with_a_cooldown(backend: Backend) -> None:
     assert [p.total for p in result.pushes] == [11, 10, 11]
 
 
+async def test_random_pushes_of_three_nodes_match_a_plain_span_model(backend: Backend) -> None:
+    rng = random.Random(7)
+    nodes = [backend.store(f"node-{i}") for i in range(3)]
+    key, counted = ("d", "k", "model"), dict[int, int]()
+    for _ in range(12):
+        pushes, expected = [], []
+        for _ in range(rng.randint(1, 4)):
+            span, count = S0 + rng.randint(0, 17), rng.randint(-2, 9)  # three windows
+            counted[span] = counted.get(span, 0) + count
+            spans = tuple(counted.get(n, 0) for n in range(span - 5, span + 1))
+            pushes.append(span_push(key, count, span))
+            expected.append((sum(spans), spans))
+        assert answers(await sync(rng.choice(nodes), pushes)) == expected
+
+
 # --- token bucket -------------------------------------------------------------------------------
 
 
@@ -159,6 +175,30 @@ async def test_bucket_debt_with_a_fractional_token_time(backend: Backend) -> Non
         tat = rules.next_tat(tat, now, 1, BUCKET_ODD)
         expected.append(rules.bucket_debt_ms(tat, now))
     assert expected == [8_572, 17_143, 25_715]
+    assert [p.total for p in result.pushes] == expected
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [
+        BUCKET,
+        BUCKET_ODD,
+        RateLimit(13, Unit.HOUR, burst=5, algorithm=AlgorithmName.TOKEN_BUCKET),
+        RateLimit(1000, Unit.SECOND, algorithm=AlgorithmName.TOKEN_BUCKET),
+    ],
+)
+async def test_random_bucket_pushes_match_the_shared_rules(
+    backend: Backend, limit: RateLimit
+) -> None:
+    rng = random.Random(limit.requests_per_unit)
+    counts = [rng.randint(-3, 6) for _ in range(20)]
+    key = ("d", "k", f"rand{limit.requests_per_unit}")
+    result = await sync(backend.store(), [bucket_push(key, c, limit) for c in counts])
+    # One sync: one store clock for the key; from an empty bucket the debts do not depend on it.
+    tat, now, expected = 0.0, now_ms(), []
+    for count in counts:
+        tat = rules.next_tat(tat, now, count, limit)
+        expected.append(rules.bucket_debt_ms(tat, now))
     assert [p.total for p in result.pushes] == expected
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis.exceptions as rex
 
-from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from ratelimit_sidecar.storage.errors import (
     StoreError,
@@ -20,6 +20,7 @@ from ratelimit_sidecar.storage.errors import (
     StoreUnreadable,
 )
 from ratelimit_sidecar.storage.redis_store import (
+    SCRIPTS,
     SYNC_SCRIPT,
     SYNC_SHA,
     RedisStorage,
@@ -136,6 +137,31 @@ async def test_noscript_is_repaired_with_eval_in_one_more_trip() -> None:
     assert result.pushes[0].total == 2
     assert client.sent[1] == [("EVAL", SYNC_SCRIPT, *client.sent[0][0][2:])]
     assert storage.round_trips == 2
+
+
+async def test_each_algorithm_calls_its_own_script_and_reloads_it_by_name() -> None:
+    sliding = RateLimit(10, Unit.MINUTE, spans=2, algorithm=AlgorithmName.SLIDING_WINDOW)
+    bucket = RateLimit(10, Unit.MINUTE, algorithm=AlgorithmName.TOKEN_BUCKET)
+    pushes = [Push(("d", "k", "b"), 7, 2, bucket), Push(("d", "k", "s"), 7, 1, sliding)]
+    answers = {SCRIPTS[AlgorithmName.TOKEN_BUCKET][1]: b"12000,0", "sliding": b"3,0,2 1"}
+
+    def answer(commands: list[tuple[Any, ...]]) -> list[Any]:
+        if commands[0][0] == "EVAL":  # the reload: the sliding window's source, by name
+            assert commands == [
+                ("EVAL", SCRIPTS[AlgorithmName.SLIDING_WINDOW][0], *commands[0][2:])
+            ]
+            return [answers["sliding"]]
+        noscript = rex.NoScriptError("NOSCRIPT No matching script.")
+        return [answers.get(c[1], noscript) for c in commands[:2]] + [(1, 500)]
+
+    storage, client = store(answer)
+    result = await storage.sync(SyncBatch(1_000, pushes))
+    assert [(p.total, p.spans) for p in result.pushes] == [(12_000, ()), (3, (2, 1))]
+    sent_shas = [c[1] for c in client.sent[0][:2]]
+    assert sent_shas == [
+        SCRIPTS[a][1] for a in (AlgorithmName.TOKEN_BUCKET, AlgorithmName.SLIDING_WINDOW)
+    ]
+    assert len({sha for _, sha in SCRIPTS.values()}) == len(SCRIPTS) == 3
 
 
 async def test_a_connection_the_server_closed_is_made_anew_before_sending() -> None:
