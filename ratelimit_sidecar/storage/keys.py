@@ -2,12 +2,14 @@
 
 Schema (with the default prefix `rls:`)::
 
-    rls:{<digest>}:<domain>:<keys>:<window>   fixed window: counter of one window (INCRBY, TTL
-                                              2 windows)
+    rls:{<digest>}:<domain>:<keys>:<window>   counter of one window (INCRBY, TTL 2 windows):
+                                              a fixed window's own; for the other algorithms
+                                              every push counts there too (nodes estimate)
     rls:{<digest>}:<domain>:<keys>:s<span>    sliding window: counter of one span, numbered from
                                               the epoch (INCRBY, TTL one window + 2 spans)
     rls:{<digest>}:<domain>:<keys>:tb         token bucket: its theoretical arrival time, epoch
-                                              ms as a decimal (TTL until the bucket is full)
+                                              ms as a decimal with 3 places, on the Redis
+                                              server's TIME (TTL until the bucket is full)
     rls:{<digest>}:<domain>:<keys>:log        sliding log (strict only): sorted set of admitted
                                               requests scored by epoch ms (TTL one window)
     rls:{<digest>}:block                      shared block flag (SET NX PX cooldown)
