@@ -95,6 +95,8 @@ class MemoryStorage:
 
     def _flag(self, key: KeyId, limit: RateLimit, total: int, now: int) -> int:
         """The block flag's ms left, set first (NX) if `total` crosses the limit."""
+        if not limit.cooldown:
+            return 0  # no flag for this limit (rules.blocks)
         if rules.blocks(limit, total) and self._flags.get(key, 0) <= now:
             self._flags[key] = now + limit.cooldown
         return max(0, self._flags.get(key, 0) - now)

@@ -82,5 +82,6 @@ def block_above(limit: RateLimit) -> float:
 
 
 def blocks(limit: RateLimit, total: int) -> bool:
-    """Whether a push answered `total` sets the shared block flag (SET NX PX cooldown)."""
+    """Whether a push answered `total` sets the shared block flag (SET NX PX cooldown). A
+    limit without a cooldown neither sets nor reads the flag: it is answered 0."""
     return limit.cooldown > 0 and total > block_above(limit)

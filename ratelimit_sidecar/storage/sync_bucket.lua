@@ -11,7 +11,8 @@
 --          or negative (tokens given back; the TAT never goes before now).
 --
 -- Returns one answer per entry, in order, joined by ";": "debt,left" (ceil(TAT - now) in ms
--- after the push, and the remaining ms of the block flag), or "E:<reason>" when nothing was
+-- after the push, and the remaining ms of the block flag, 0 if none or without a cooldown),
+-- or "E:<reason>" when nothing was
 -- applied for that key. `now` is this server's TIME, read once per call: the pushes of one
 -- call see one clock, so positive pushes commute.
 --
@@ -71,9 +72,14 @@ local function push(text)
   if cooldown > 0 and debt > tonumber(capacity) * window_ms / requests then
     redis.pcall('SET', tag .. ':block', '1', 'PX', cooldown, 'NX')
   end
-  local left = redis.pcall('PTTL', tag .. ':block')
-  if failed(left) or left < 0 then
-    left = 0
+  -- Without a cooldown this limit has no flag: nothing to read (a flag left by an earlier
+  -- config with one must not block it).
+  local left = 0
+  if cooldown > 0 then
+    left = redis.pcall('PTTL', tag .. ':block')
+    if failed(left) or left < 0 then
+      left = 0
+    end
   end
   return debt .. ',' .. left
 end

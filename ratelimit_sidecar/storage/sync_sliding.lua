@@ -9,9 +9,10 @@
 --          span counter n = prefix{digest}span_stem..n; window counter = prefix{digest}window_suffix;
 --          flag = prefix{digest}:block. count may be 0 (read only) or negative (given back).
 --
--- Returns one answer per entry, in order, joined by ";": "total,left,t1 t2 ... tN" (the span
--- totals of spans span-N+1 .. span, oldest first, their sum, and the remaining ms of the block
--- flag), or "E:<reason>" when nothing was applied for that key.
+-- Returns one answer per entry, in order, joined by ";": "total,left,t1 t2 ... tN" (t1 .. tN:
+-- the totals of spans span-N+1 .. span, oldest first; total: their sum; left: the remaining ms
+-- of the block flag, 0 if none or without a cooldown), or "E:<reason>" when nothing was
+-- applied for that key.
 --
 -- Keys are isolated as in sync.lua: every command runs under pcall. The span counter is
 -- written first: once it is counted the key is answered, and a failure after it (the window
@@ -28,11 +29,12 @@ local function reason(reply)
   return 'E:' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, 80)
 end
 
--- The totals of the spans before `span` (oldest first), 0 for a gone or unreadable one.
-local function older_totals(tag, stem, span, spans)
+-- The totals of the spans before `span` (oldest first), 0 for a gone or unreadable one;
+-- `base` is the span counters' name without the span number.
+local function older_totals(base, span, spans)
   local names = {}
   for n = span - spans + 1, span - 1 do
-    names[#names + 1] = tag .. stem .. n
+    names[#names + 1] = base .. n
   end
   local totals = {}
   if #names == 0 then
@@ -52,14 +54,16 @@ local function push(text)
     return 'E:malformed entry'
   end
   local tag = prefix .. '{' .. digest .. '}'
-  local pushed = redis.pcall('INCRBY', tag .. stem .. span, count)
+  local base = tag .. stem
+  local counter, window = base .. span, tag .. window_suffix
+  local pushed = redis.pcall('INCRBY', counter, count)
   if failed(pushed) then
     return reason(pushed)
   end
-  redis.pcall('PEXPIRE', tag .. stem .. span, span_ttl)
-  redis.pcall('INCRBY', tag .. window_suffix, count)
-  redis.pcall('PEXPIRE', tag .. window_suffix, window_ttl)
-  local totals = older_totals(tag, stem, tonumber(span), tonumber(spans))
+  redis.pcall('PEXPIRE', counter, span_ttl)
+  redis.pcall('INCRBY', window, count)
+  redis.pcall('PEXPIRE', window, window_ttl)
+  local totals = older_totals(base, tonumber(span), tonumber(spans))
   totals[#totals + 1] = pushed
   local total = 0
   for i = 1, #totals do
@@ -69,9 +73,14 @@ local function push(text)
   if total > tonumber(max) and cooldown > 0 then
     redis.pcall('SET', tag .. ':block', '1', 'PX', cooldown, 'NX')
   end
-  local left = redis.pcall('PTTL', tag .. ':block')
-  if failed(left) or left < 0 then
-    left = 0
+  -- Without a cooldown this limit has no flag: nothing to read (a flag left by an earlier
+  -- config with one must not block it).
+  local left = 0
+  if cooldown > 0 then
+    left = redis.pcall('PTTL', tag .. ':block')
+    if failed(left) or left < 0 then
+      left = 0
+    end
   end
   return total .. ',' .. left .. ',' .. table.concat(totals, ' ')
 end

@@ -144,6 +144,18 @@ async def test_random_pushes_of_three_nodes_match_a_plain_span_model(backend: Ba
         assert answers(await sync(rng.choice(nodes), pushes)) == expected
 
 
+async def test_a_limit_without_a_cooldown_never_reads_a_flag(backend: Backend) -> None:
+    # A flag left by the same key under a config with a cooldown (before a reload).
+    store, key = backend.store(), ("d", "k", "stale")
+    crossed = await sync(store, [span_push(key, 11, S0, SLIDING_COOL)])
+    after = await sync(
+        store,
+        [span_push(key, 0, S0, SLIDING), bucket_push(key, 20), bucket_push(key, 0, BUCKET_COOL)],
+    )
+    assert crossed.pushes[0].block_ms > 4_000
+    assert [p.block_ms > 0 for p in after.pushes] == [False, False, True]
+
+
 # --- token bucket -------------------------------------------------------------------------------
 
 
