@@ -81,7 +81,8 @@ class MemoryStorage:
         """Move the TAT by the push; answer the debt in ms."""
         tat, expires = self._buckets.get(push.key, (0.0, 0))
         tat = rules.next_tat(tat if now < expires else 0.0, now, push.count, push.limit)
-        self._buckets[push.key] = (tat, now + rules.bucket_ttl_ms(tat, now))
+        if push.count:  # a read leaves the state as it is (see sync_bucket.lua)
+            self._buckets[push.key] = (tat, now + rules.bucket_ttl_ms(tat, now))
         return rules.bucket_debt_ms(tat, now)
 
     def _add(self, name: CounterName, count: int, ttl_ms: int, now: int) -> int:

@@ -62,9 +62,13 @@ local function push(text)
     return err
   end
   local debt = math.ceil(math.max(0, tonumber(stored) - now))
-  local written = redis.pcall('SET', tag .. state, stored, 'PX', math.max(1, debt))
-  if failed(written) then
-    return reason(written)
+  -- A read (count 0) leaves the state as it is: it only moves the TAT up to now, which every
+  -- push does anyway, and its TTL already ends when the bucket is full.
+  if tonumber(count) ~= 0 then
+    local written = redis.pcall('SET', tag .. state, stored, 'PX', math.max(1, debt))
+    if failed(written) then
+      return reason(written)
+    end
   end
   redis.pcall('INCRBY', tag .. window_suffix, count)
   redis.pcall('PEXPIRE', tag .. window_suffix, window_ttl)

@@ -291,6 +291,17 @@ async def test_span_window_and_bucket_ttls(redis_backend: Backend) -> None:
     assert abs(stored - (now_ms() + 18_000)) < SLACK_MS  # epoch ms of the TAT
 
 
+async def test_a_bucket_read_writes_no_state(redis_backend: Backend) -> None:
+    store, admin = redis_store(redis_backend), redis_backend.admin
+    key, idle = ("d", "k", "bread"), ("d", "k", "bidle")
+    await sync(store, [bucket_push(key, 2)])
+    ttl_before = admin.pttl(store.keys.tag(key) + bucket_suffix(key))
+    read = await sync(store, [bucket_push(key, 0), bucket_push(idle, 0)])
+    assert admin.pttl(store.keys.tag(key) + bucket_suffix(key)) <= ttl_before
+    assert not admin.exists(store.keys.tag(idle) + bucket_suffix(idle))
+    assert 12_000 - SLACK_MS <= read.pushes[0].total <= 12_000 and read.pushes[1].total == 0
+
+
 async def test_a_key_of_the_wrong_type_fails_alone_for_every_algorithm(
     redis_backend: Backend,
 ) -> None:
