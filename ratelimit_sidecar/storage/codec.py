@@ -23,7 +23,7 @@ the whole sync (redis_store.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -122,15 +122,15 @@ class SyncCodec:
 
     def encode(self, batch: SyncBatch) -> Encoded:
         pushes = batch.pushes
-        calls = [(a, c) for a, group in self.groups(pushes).items() for c in self.chunks(group)]
-        unsent = tuple(i for i, p in enumerate(pushes) if p.limit.algorithm not in SCRIPT_FILES)
+        groups, unsent = self.groups(pushes)
+        calls = [(a, c) for a, group in groups.items() for c in self.chunks(pushes, group)]
         layout = Layout(
             pushes=len(pushes),
             chunks=tuple(chunk for _, chunk in calls),
             total_reads=len(batch.total_reads),
             heartbeat=self.heartbeat_on,
             scripts=tuple(algorithm for algorithm, _ in calls),
-            unsent=unsent,
+            unsent=tuple(unsent),
         )
         args = tuple(self.script_args(pushes, chunk) for chunk in layout.chunks)
         return Encoded(layout, args, tuple(self.commands(batch)))
@@ -151,22 +151,27 @@ class SyncCodec:
             store_time_ms=time_ms(parts.time),
         )
 
-    def groups(self, pushes: Sequence[Push]) -> dict[AlgorithmName, list[tuple[int, Push]]]:
-        """The pushes each sync script applies, in batch order, with their batch indexes."""
-        groups: dict[AlgorithmName, list[tuple[int, Push]]] = {}
+    @staticmethod
+    def groups(pushes: Sequence[Push]) -> tuple[dict[AlgorithmName, list[int]], list[int]]:
+        """The indexes of the pushes each sync script applies, in batch order, and of those
+        no script applies."""
+        groups: dict[AlgorithmName, list[int]] = {}
+        unsent: list[int] = []
         for index, push in enumerate(pushes):
-            if push.limit.algorithm in SCRIPT_FILES:
-                groups.setdefault(push.limit.algorithm, []).append((index, push))
-        return groups
+            algorithm = push.limit.algorithm
+            group = groups.setdefault(algorithm, []) if algorithm in SCRIPT_FILES else unsent
+            group.append(index)
+        return groups, unsent
 
-    def chunks(self, group: Sequence[tuple[int, Push]]) -> tuple[tuple[int, ...], ...]:
-        """One script's pushes (index, push) cut into calls; on Cluster a call may only touch
-        one slot."""
-        slots: list[list[int]] = [[index for index, _ in group]]
+    def chunks(self, pushes: Sequence[Push], group: list[int]) -> tuple[tuple[int, ...], ...]:
+        """One script's push indexes cut into calls; on Cluster a call may only touch one
+        slot."""
+        slots = [group]
         if self.cluster:
             by_slot: dict[int, list[int]] = {}
-            for index, push in group:
-                by_slot.setdefault(key_slot(self.keys.tag(push.key).encode()), []).append(index)
+            for index in group:
+                slot = key_slot(self.keys.tag(pushes[index].key).encode())
+                by_slot.setdefault(slot, []).append(index)
             slots = list(by_slot.values())
         return tuple(
             tuple(slot[i : i + CHUNK_KEYS])
@@ -176,8 +181,9 @@ class SyncCodec:
 
     def script_args(self, pushes: Sequence[Push], chunk: Sequence[int]) -> Command:
         """numkeys, KEYS and ARGV of the sync script for the pushes at `chunk` (one algorithm)."""
-        entries = [script_entry(pushes[index]) for index in chunk]
         first = pushes[chunk[0]]
+        entry = SCRIPT_ENTRIES[first.limit.algorithm]
+        entries = [entry(pushes[index]) for index in chunk]
         route = self.keys.counter(first.key, first.window)
         return (1, route, self.keys.prefix, ";".join(entries))
 
@@ -204,24 +210,40 @@ class SyncCodec:
         return commands
 
 
-def script_entry(push: Push) -> str:
-    """One push packed as its algorithm's sync script reads it (see the script's header)."""
+# One push packed as its algorithm's sync script reads it (see each script's header).
+
+
+def fixed_entry(push: Push) -> str:
     key, limit = push.key, push.limit
-    head = f"{digest(key)}|{counter_suffix(key, push.window)}"
-    tail = f"{limit.requests_per_unit}|{limit.cooldown}"
-    window_ttl = rules.window_ttl_ms(limit)
-    if limit.algorithm is AlgorithmName.SLIDING_WINDOW:
-        span = rules.pushed_span(push)
-        return (
-            f"{head}|{span_stem(key)}|{span}|{push.count}|{window_ttl}|"
-            f"{rules.span_ttl_ms(limit)}|{limit.spans}|{tail}"
-        )
-    if limit.algorithm is AlgorithmName.TOKEN_BUCKET:
-        return (
-            f"{head}|{bucket_suffix(key)}|{push.count}|{window_ttl}|{limit.window_ms}|"
-            f"{limit.requests_per_unit}|{limit.capacity}|{limit.cooldown}"
-        )
-    return f"{head}|{push.count}|{window_ttl}|{tail}"
+    return (
+        f"{digest(key)}|{counter_suffix(key, push.window)}|{push.count}|"
+        f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}"
+    )
+
+
+def sliding_entry(push: Push) -> str:
+    key, limit = push.key, push.limit
+    return (
+        f"{digest(key)}|{counter_suffix(key, push.window)}|{span_stem(key)}|"
+        f"{rules.pushed_span(push)}|{push.count}|{rules.window_ttl_ms(limit)}|"
+        f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}"
+    )
+
+
+def bucket_entry(push: Push) -> str:
+    key, limit = push.key, push.limit
+    return (
+        f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.count}|"
+        f"{rules.window_ttl_ms(limit)}|{limit.window_ms}|{limit.requests_per_unit}|"
+        f"{limit.capacity}|{limit.cooldown}"
+    )
+
+
+SCRIPT_ENTRIES: dict[AlgorithmName, Callable[[Push], str]] = {
+    AlgorithmName.FIXED_WINDOW: fixed_entry,
+    AlgorithmName.SLIDING_WINDOW: sliding_entry,
+    AlgorithmName.TOKEN_BUCKET: bucket_entry,
+}
 
 
 def split(layout: Layout, replies: Sequence[Any]) -> Replies:
