@@ -93,6 +93,15 @@ async def test_a_sliding_push_without_a_span_counts_in_its_windows_last_span(
     assert answers(result) == [(5, (0, 0, 0, 0, 0, 5))]
 
 
+async def test_a_sliding_window_of_one_span_reads_only_the_pushed_span(
+    backend: Backend,
+) -> None:
+    one = RateLimit(10, Unit.MINUTE, spans=1, algorithm=AlgorithmName.SLIDING_WINDOW)
+    store, key = backend.store(), ("d", "k", "one")
+    result = await sync(store, [span_push(key, 3, W, one), span_push(key, 4, W + 1, one)])
+    assert answers(result) == [(3, (3,)), (4, (4,))]
+
+
 async def test_sliding_pushes_in_one_batch_and_negative_counts(backend: Backend) -> None:
     store, key = backend.store(), ("d", "k", "many")
     pushes = [span_push(key, 5, S0 + 1), span_push(key, -2, S0 + 1), span_push(key, 4, S0 + 2)]
