@@ -25,9 +25,12 @@ from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
+from ratelimit_sidecar.service.strict import StrictDecider
 from ratelimit_sidecar.service.validation import Bounds
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.base import Storage
+from ratelimit_sidecar.storage.redis_store import RedisStorage
+from ratelimit_sidecar.storage.strict_store import StrictStore
 
 log = logging.getLogger("ratelimit_sidecar.server")
 
@@ -69,6 +72,7 @@ class Sidecar:
                     fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
                 ),
             )
+        self.strict = self._strict_decider(settings, storage)
         self.handler = RateLimitHandler(
             rules,
             self.limiter,
@@ -77,6 +81,7 @@ class Sidecar:
             options=ResponseOptions(settings.ietf_headers),
             observer=self.metrics,
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
+            strict=self.strict,
         )
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
@@ -102,6 +107,20 @@ class Sidecar:
         self._tasks: list[asyncio.Task[None]] = []
         self._server: grpc.aio.Server | None = None
         self.port = 0
+
+    def _strict_decider(self, settings: Settings, storage: Storage | None) -> StrictDecider | None:
+        """Strict rules check Redis on the request path. Without Redis (local-only) the limiter
+        decides them with their own algorithm, which is exact on one node."""
+        if not isinstance(storage, RedisStorage):
+            return None
+        decider = StrictDecider(
+            self.limiter,
+            StrictStore(storage),
+            timeout_ms=settings.strict_timeout_ms,
+            observer=self.metrics,
+        )
+        self.metrics.watch_breaker(lambda: decider.breaker.state)
+        return decider
 
     async def startup(self) -> None:
         """Bind and start serving; raises BindError if the address is not available."""

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.crc import key_slot
@@ -87,7 +87,7 @@ async def test_fixed_window_counts_in_the_eventual_sync_counter(store: StrictSto
     answer = await one(store, StrictCheck(k, HOUR, 3, False))
     window = answer.now_ms // HOUR.window_ms
     name = f"{store.keys.tag(k)}{counter_suffix(k, window)}"
-    assert int(await store.client.get(name)) == 3
+    assert int(cast(bytes, await store.client.get(name))) == 3
     assert 0 < await store.client.pttl(name) <= 2 * HOUR.window_ms
 
 
@@ -165,7 +165,9 @@ async def test_token_bucket_spends_and_refills_by_redis_time(store: StrictStore)
     assert 5 <= len(admitted) <= 6  # a token refills every 100 ms; at most one during the run
     refused = next(a for a in answers if not a.fits)
     assert 0 < refused.reset_ms <= 100
-    tat = float(await store.client.get(f"{store.keys.tag(k)}{counter_suffix(k, 'tb')}"))
+    tat = float(
+        cast(bytes, await store.client.get(f"{store.keys.tag(k)}{counter_suffix(k, 'tb')}"))
+    )
     assert tat - refused.now_ms == pytest.approx(limit.capacity * 100, abs=101)
     time.sleep(refused.reset_ms / 1000 + 0.01)
     assert (await one(store, StrictCheck(k, limit, 1, False))).fits
