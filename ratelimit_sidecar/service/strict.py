@@ -202,7 +202,7 @@ def eventual_twin(limit: RateLimit, cache: dict[RateLimit, RateLimit]) -> RateLi
 
 def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
     """The Verdict an eventual rule would give, from the store's answer."""
-    if not answer.fits and check.hits > 0:
+    if not answer.fits:
         return refusal(check, answer.reset_ms)
     limit = check.limit
     near = answer.remaining <= (1 - NEAR_LIMIT_RATIO) * limit.capacity

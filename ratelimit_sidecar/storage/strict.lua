@@ -175,7 +175,7 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   l.algorithm = algorithms[l.alg]
   l.algorithm.check(l)
   l.block = redis.call('PTTL', l.flag)
-  if l.block > 0 and l.hits > 0 then
+  if l.block > 0 then -- as an eventual key under a block: refused, even a check
     l.fits = false
   end
   refused = refused or (not l.fits and not l.shadow)
@@ -188,7 +188,7 @@ for _, l in ipairs(limits) do
     l.algorithm.count(l)
   end
   local remaining, reset = l.algorithm.answer(l)
-  if l.block > 0 and l.hits > 0 then
+  if l.block > 0 then
     reset = math.max(reset, l.block)
   end
   out[#out + 1] = l.fits and 1 or 0
