@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -34,6 +35,7 @@ from ratelimit_sidecar.storage.strict_store import StrictStore
 
 log = logging.getLogger("ratelimit_sidecar.server")
 
+PREPARE_TIMEOUT_S = 2.0  # Redis down at start: strict rules start on their on_store_failure
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -72,6 +74,7 @@ class Sidecar:
                     fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
                 ),
             )
+        self.strict_store: StrictStore | None = None
         self.strict = self._strict_decider(settings, storage)
         self.handler = RateLimitHandler(
             rules,
@@ -113,9 +116,10 @@ class Sidecar:
         decides them with their own algorithm, which is exact on one node."""
         if not isinstance(storage, RedisStorage):
             return None
+        self.strict_store = StrictStore(storage)
         decider = StrictDecider(
             self.limiter,
-            StrictStore(storage),
+            self.strict_store,
             timeout_ms=settings.strict_timeout_ms,
             observer=self.metrics,
         )
@@ -133,6 +137,9 @@ class Sidecar:
         except OSError as exc:
             address = self.settings.metrics_address
             raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
+        if self.strict_store is not None:  # slot map and script, before the first request
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
         await server.start()
         self._server, self._health = server, health
         await health.set("", SERVING)

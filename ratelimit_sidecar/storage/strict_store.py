@@ -3,8 +3,9 @@
 `StrictStore.check` packs the limits for `strict.lua`, groups them by Cluster hash slot (all of
 them in one group on a standalone or Sentinel server) and runs the groups concurrently, each as
 one EVALSHA (EVAL once after a restart or SCRIPT FLUSH: a NOSCRIPT reply means nothing ran).
-Each group is all-or-nothing on its own; groups in different slots cannot be one transaction,
-so on Cluster a refusal in one slot does not undo what another slot counted.
+Each group is all-or-nothing on its own. Groups in different slots cannot be one transaction:
+when one refuses, the groups that counted are sent the same hits negated (`_give_back`), so a
+refused request ends up counted nowhere, though other requests may see its hits in between.
 
 It uses the client and the key schema of the eventual store (`RedisStorage`, opened by
 `redis_urls.open_redis`): strict and eventual counts of a key land in the same Redis keys.
@@ -74,11 +75,41 @@ class StrictStore:
         if self.cluster:  # concurrent first calls on a client without a slot map fail
             await self._initialize()
         replies = await asyncio.gather(*(self._call([checks[i] for i in g]) for g in groups))
+        if len(groups) > 1 and not all(reply[0].counted for reply in replies):
+            replies = await self._give_back(checks, groups, replies)
         answers: list[StrictAnswer | None] = [None] * len(checks)
         for group, reply in zip(groups, replies, strict=True):
             for index, answer in zip(group, reply, strict=True):
                 answers[index] = answer
         return [a for a in answers if a is not None]
+
+    async def _give_back(
+        self,
+        checks: Sequence[StrictCheck],
+        groups: list[list[int]],
+        replies: Sequence[list[StrictAnswer]],
+    ) -> list[list[StrictAnswer]]:
+        """A slot refused: the slots that counted take their hits back (negative hits), so
+        that across slots too a refused request counts nowhere. Not atomic: in between, other
+        requests see those hits. If giving back fails, the hits stay counted (refusing more,
+        never admitting more)."""
+        undo = [
+            (group, reply)
+            for group, reply in zip(groups, replies, strict=True)
+            if reply[0].counted and any(checks[i].hits > 0 for i in group)
+        ]
+        calls = [self._call([checks[i]._replace(hits=-checks[i].hits) for i in g]) for g, _ in undo]
+        try:
+            await asyncio.gather(*calls)
+        except StoreError:
+            return list(replies)
+        undone = {id(reply) for _, reply in undo}
+        return [
+            [_not_counted(a, checks[i].hits) for i, a in zip(group, reply, strict=True)]
+            if id(reply) in undone
+            else reply
+            for group, reply in zip(groups, replies, strict=True)
+        ]
 
     def _groups(self, checks: Sequence[StrictCheck]) -> list[list[int]]:
         """Indexes of `checks` per hash slot (one group unless on Cluster)."""
@@ -89,6 +120,17 @@ class StrictStore:
             slot = key_slot(digest(check.key).encode())
             by_slot.setdefault(slot, []).append(index)
         return list(by_slot.values())
+
+    async def prepare(self) -> bool:
+        """Load the slot map (Cluster) and the script on every primary ahead of the first
+        request, whose timeout would not cover it. False if Redis is not there (yet)."""
+        try:
+            if self.cluster:
+                await self._initialize()
+            await self.client.script_load(STRICT_SCRIPT)
+        except Exception:  # the first strict check tries again; on_store_failure covers it
+            return False
+        return True
 
     async def _initialize(self) -> None:
         try:
@@ -136,6 +178,10 @@ def _answers(reply: Any, count: int) -> list[StrictAnswer]:
         StrictAnswer(values[i] == 1, values[i + 1], values[i + 2], counted, now)
         for i in range(2, len(values), 3)
     ]
+
+
+def _not_counted(answer: StrictAnswer, hits: int) -> StrictAnswer:
+    return answer._replace(counted=False, remaining=answer.remaining + max(0, hits))
 
 
 def _failure(exc: BaseException) -> StoreError:

@@ -172,5 +172,8 @@ def test_an_outage_is_answered_by_the_policy_within_the_strict_timeout(
     admitted = sum(a[1] == wire.Code.OK for a in local)
     assert 0 < admitted <= 3 * MAX * 2, admitted
     for node in fleet:
+        if node.proc.poll() is not None:  # pragma: no cover - diagnosis of a crash
+            node.stop()
+            raise AssertionError(f"sidecar exited {node.proc.returncode}:\n{node.stderr}")
         assert metric(node, 'ratelimit_sidecar_strict_checks_total{result="breaker_open"}') > 0
         assert metric(node, "ratelimit_sidecar_strict_breaker_state") in (1.0, 2.0)

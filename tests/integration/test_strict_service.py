@@ -48,12 +48,15 @@ def now() -> int:
 
 async def decider_on(url: str, **kw: Any) -> StrictDecider:
     storage = open_redis(url, prefix=f"t{uuid.uuid4().hex[:8]}:")
-    return StrictDecider(FleetLimiter(), StrictStore(storage), timeout_ms=50, **kw)
+    store = StrictStore(storage)
+    assert await store.prepare()  # as Sidecar.startup does
+    return StrictDecider(FleetLimiter(), store, timeout_ms=50, **kw)
 
 
-@pytest.fixture
-async def decider(redis_server: Any) -> AsyncIterator[StrictDecider]:
-    made = await decider_on(redis_server.url)
+@pytest.fixture(params=["standalone", "cluster"])
+async def decider(request: pytest.FixtureRequest) -> AsyncIterator[StrictDecider]:
+    name = "redis_server" if request.param == "standalone" else "redis_cluster"
+    made = await decider_on(request.getfixturevalue(name).url)
     try:
         yield made
     finally:

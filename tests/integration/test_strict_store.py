@@ -201,3 +201,28 @@ async def test_the_script_is_loaded_again_after_a_flush(store: StrictStore) -> N
     client: Any = store.client
     await client.script_flush()
     assert (await one(store, StrictCheck(k, HOUR, 1, False))).remaining == 8
+
+
+def other_slot_keys() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    first = key("x")
+    slot = key_slot(digest(first).encode())
+    for n in range(100):
+        other = (*first[:2], f"y{n}")
+        if key_slot(digest(other).encode()) != slot:
+            return first, other
+    raise AssertionError("no key found in another slot")
+
+
+async def test_a_refusal_in_one_slot_takes_back_the_hits_of_the_others(
+    store: StrictStore,
+) -> None:
+    """On Cluster two calls, the second giving back what the first counted; one on standalone."""
+    a, b = other_slot_keys()
+    small = replace(HOUR, requests_per_unit=2)
+    await one(store, StrictCheck(b, small, 2, False))
+    checks = [StrictCheck(a, HOUR, 3, False), StrictCheck(b, small, 1, False)]
+    assert len(store._groups(checks)) == (2 if store.cluster else 1)
+    answers = await store.check(checks)
+    assert [x.fits for x in answers] == [True, False]
+    assert not answers[0].counted and answers[0].remaining == 10
+    assert (await one(store, StrictCheck(a, HOUR, 0, False))).remaining == 10
