@@ -137,7 +137,9 @@ function log.check(l)
 end
 function log.count(l)
   if l.hits > 0 then
-    for n = 1, l.hits do
+    -- A shadow log over its limit is filled to max + 1 members, no further: enough to refuse
+    -- everything, and a huge hits_addend cannot keep the server in this loop.
+    for n = 1, math.min(l.hits, math.max(0, l.max + 1 - l.used)) do
       redis.call('ZADD', l.key, now, token .. ':' .. l.index .. ':' .. n)
     end
   elseif l.hits < 0 then

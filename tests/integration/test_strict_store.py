@@ -226,3 +226,13 @@ async def test_a_refusal_in_one_slot_takes_back_the_hits_of_the_others(
     assert [x.fits for x in answers] == [True, False]
     assert not answers[0].counted and answers[0].remaining == 10
     assert (await one(store, StrictCheck(a, HOUR, 0, False))).remaining == 10
+
+
+async def test_a_shadow_log_takes_a_huge_hits_addend_in_bounded_time(store: StrictStore) -> None:
+    limit = RateLimit(requests_per_unit=5, unit=Unit.SECOND, algorithm=AlgorithmName.SLIDING_LOG)
+    k = key("huge")
+    started = time.perf_counter()
+    answer = await one(store, StrictCheck(k, limit, 2**32 - 1, True))
+    assert time.perf_counter() - started < 1.0
+    assert not answer.fits and answer.counted
+    assert await store.client.zcard(f"{store.keys.tag(k)}{counter_suffix(k, 'log')}") == 6
