@@ -6,7 +6,8 @@ A pure state machine; the clock is a parameter. States:
 - OPEN: no call for `open_ms`; strict rules apply their `on_store_failure` at once, so a dead
   store costs no timeout per request. After `open_ms` the next check is let through as a probe.
 - HALF_OPEN: the one probe is in flight; the others still answer without the store. The probe's
-  success closes the breaker, its failure opens it again for another `open_ms`.
+  success closes the breaker, its failure opens it again for another `open_ms`. A probe that
+  never reports (its request was cancelled) is replaced by another after `open_ms`.
 
 A success in CLOSED resets the count of failures: only failures in a row open the breaker.
 """
@@ -43,6 +44,9 @@ class Breaker:
             return True
         if self.state is BreakerState.OPEN and now_ms >= self.opened_at + self.open_ms:
             self.state, self.probe_started = BreakerState.HALF_OPEN, now_ms
+            return True
+        if self.state is BreakerState.HALF_OPEN and now_ms >= self.probe_started + self.open_ms:
+            self.probe_started = now_ms  # the last probe never reported (its caller went away)
             return True
         return False
 

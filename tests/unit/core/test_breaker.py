@@ -63,3 +63,12 @@ def test_a_failed_probe_opens_it_for_another_period() -> None:
     breaker.failed(1040)
     assert state(breaker) is BreakerState.OPEN
     assert not breaker.allow(2039) and breaker.allow(2040)
+
+
+def test_a_probe_that_never_reports_is_replaced_after_open_ms() -> None:
+    breaker = opened()
+    assert breaker.allow(1000)  # this probe's request is cancelled: no success, no failure
+    assert not breaker.allow(1999)
+    assert breaker.allow(2000)
+    breaker.succeeded()
+    assert state(breaker) is BreakerState.CLOSED
