@@ -32,6 +32,7 @@ descriptors:
       unit_multiplier: {WINDOW_S}
       requests_per_unit: {MAX}
       consistency: strict
+      on_store_failure: deny  # a check that times out on a starved machine refuses
   - key: deny
     rate_limit:
       {{unit: second, requests_per_unit: 100000, consistency: strict, on_store_failure: deny}}
@@ -145,6 +146,8 @@ def test_three_nodes_admit_exactly_max_per_window(
     assert len(full) >= 2, counters  # the load far exceeds MAX: full windows, not just < MAX
     assert len(answers) > 10 * admitted  # the load was heavy
     latencies = [a[2] for a in answers]
+    failed = sum(metric(n, 'ratelimit_sidecar_strict_checks_total{result="failed"}') for n in fleet)
+    print(f"strict checks failed (timeout or error, denied): {failed:.0f}")
     p50_ms, p99_ms = sorted(latencies)[len(latencies) // 2] * 1e3, p99(latencies) * 1e3
     print(f"strict answers: n={len(answers)} p50={p50_ms:.2f} ms p99={p99_ms:.2f} ms")
 
