@@ -27,6 +27,8 @@ from ratelimit_sidecar.metriclabels import RuleLabels
 
 NS = "ratelimit_sidecar"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+STRICT_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+STRICT_RESULTS = ("admitted", "over_limit", "failed", "breaker_open")  # = service.strict's
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -79,6 +81,25 @@ class Metrics:
             ("rule",),
             registry=r,
         )
+        self.strict_checks = Counter(
+            f"{NS}_strict_checks",
+            "Requests' strict checks by result (breaker_open: Redis not called)",
+            ("result",),
+            registry=r,
+        )
+        self.strict_check_seconds = Histogram(
+            f"{NS}_strict_check_seconds",
+            "Duration of one request's strict check on Redis (failures included)",
+            buckets=STRICT_BUCKETS,
+            registry=r,
+        )
+        self.strict_breaker_state = Gauge(
+            f"{NS}_strict_breaker_state",
+            "Circuit breaker of strict checks: 0 closed, 1 open, 2 half-open (one probe)",
+            registry=r,
+        )
+        for result in STRICT_RESULTS:
+            self.strict_checks.labels(result)
         self._labels = RuleLabels(lambda rule_id: self.value_label_overflow.labels(rule_id).inc())
         for kind in ERROR_KINDS:  # export zeros, so rate() and alerts work before a failure
             self.sync_errors.labels(kind)
@@ -129,6 +150,16 @@ class Metrics:
 
     def unknown_domain(self, domain: str) -> None:  # noqa: ARG002 - one counter, no raw labels
         self.unknown_domains.inc()
+
+    # -- strict checks ------------------------------------------------------------------
+
+    def strict_checked(self, result: str, seconds: float) -> None:
+        self.strict_checks.labels(result).inc()
+        if result != "breaker_open":  # no call made: nothing to time
+            self.strict_check_seconds.observe(seconds)
+
+    def watch_breaker(self, state: Callable[[], int]) -> None:
+        self.strict_breaker_state.set_function(lambda: float(state()))
 
     # -- sync and config ----------------------------------------------------------------
 

@@ -66,9 +66,18 @@ class Limiter(ABC):
                     return Decision(Code.OK, (algorithm.admitted(state, now_ms),))
             assert verdict is not None  # a descriptor without a counter has its verdict
             return Decision(verdict.code, (verdict,))
+        return self._hit_all(now_ms, hits, False)
+
+    def hit_refused(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
+        """Decide as `hit` does, but count nothing: a strict limit of the same request refused
+        it (service/strict.py). The answers say what each descriptor alone would have got."""
+        return self._hit_all(now_ms, hits, True)
+
+    def _hit_all(self, now_ms: int, hits: Sequence[Hit], refused: bool) -> Decision:
+        """`hit`'s general case: any descriptors, any limits; `refused` counts nothing."""
         checked = [self._check_all(now_ms, hit) for hit in hits]
         over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
-        if not over:
+        if not (over or refused):
             for limits_checked, hit in zip(checked, hits, strict=True):
                 for _, state in limits_checked:
                     if state is not None and hit.hits:

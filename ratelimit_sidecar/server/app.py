@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -25,12 +26,16 @@ from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
+from ratelimit_sidecar.service.strict import StrictDecider
 from ratelimit_sidecar.service.validation import Bounds
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.base import Storage
+from ratelimit_sidecar.storage.redis_store import RedisStorage
+from ratelimit_sidecar.storage.strict_store import StrictStore
 
 log = logging.getLogger("ratelimit_sidecar.server")
 
+PREPARE_TIMEOUT_S = 2.0  # Redis down at start: strict rules start on their on_store_failure
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -69,6 +74,8 @@ class Sidecar:
                     fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
                 ),
             )
+        self.strict_store: StrictStore | None = None
+        self.strict = self._strict_decider(settings, storage)
         self.handler = RateLimitHandler(
             rules,
             self.limiter,
@@ -77,6 +84,7 @@ class Sidecar:
             options=ResponseOptions(settings.ietf_headers),
             observer=self.metrics,
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
+            strict=self.strict,
         )
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
@@ -103,6 +111,21 @@ class Sidecar:
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
+    def _strict_decider(self, settings: Settings, storage: Storage | None) -> StrictDecider | None:
+        """Strict rules check Redis on the request path. Without Redis (local-only) the limiter
+        decides them with their own algorithm, which is exact on one node."""
+        if not isinstance(storage, RedisStorage):
+            return None
+        self.strict_store = StrictStore(storage)
+        decider = StrictDecider(
+            self.limiter,
+            self.strict_store,
+            timeout_ms=settings.strict_timeout_ms,
+            observer=self.metrics,
+        )
+        self.metrics.watch_breaker(lambda: decider.breaker.state)
+        return decider
+
     async def startup(self) -> None:
         """Bind and start serving; raises BindError if the address is not available."""
         servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
@@ -114,6 +137,9 @@ class Sidecar:
         except OSError as exc:
             address = self.settings.metrics_address
             raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
+        if self.strict_store is not None:  # slot map and script, before the first request
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
         await server.start()
         self._server, self._health = server, health
         await health.set("", SERVING)

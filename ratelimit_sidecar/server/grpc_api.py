@@ -31,7 +31,9 @@ class RateLimitServicer:
     async def ShouldRateLimit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         started = time.perf_counter()
         try:
-            response = self.handler.decide(request)
+            response = self.handler.respond(request)
+            if not isinstance(response, bytes):  # a strict rule: one Redis call to wait for
+                response = await response
             if self._observe is not None:
                 self._observe(time.perf_counter() - started)
             return response

@@ -30,7 +30,8 @@ class CompiledRequest(NamedTuple):
     `counted` is the index of the request's only descriptor with a limit, or -1 if it has none
     or several, and `only` that descriptor alone (what the limiter needs to decide); the
     encoded statuses of the descriptors before and after it never change, nor does the start of
-    its own when it is admitted (`head`: code and current limit).
+    its own when it is admitted (`head`: code and current limit). A request with a strict
+    limit never has `only`: it leaves the synchronous path (`strict`).
     """
 
     domain: str
@@ -42,6 +43,7 @@ class CompiledRequest(NamedTuple):
     after: bytes = b""
     head: bytes = b""
     only: tuple[Hit, ...] = ()
+    strict: bool = False  # a strict limit applies: decided by `StrictDecider` (awaits Redis)
 
 
 class RequestCache:

@@ -1,13 +1,15 @@
 """ShouldRateLimit semantics: validate, match descriptors to rules, ask the core, build the answer.
 
-Synchronous and free of I/O: the gRPC servicer calls `decide` on the event loop thread with the
+Synchronous and free of I/O: the gRPC servicer calls `respond` on the event loop thread with the
 request's wire bytes; what the bytes mean is worked out once per distinct request
-(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder.
+(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder. The one
+exception is a request with a strict limit (when a store is configured): `respond` returns a
+coroutine for it, which the servicer awaits (`service.strict`: one Redis call per slot).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -26,6 +28,7 @@ from ratelimit_sidecar.service.response import (
     ResponseOptions,
     unmatched_response,
 )
+from ratelimit_sidecar.service.strict import StrictDecider, has_strict
 from ratelimit_sidecar.service.validation import (
     Bounds,
     Entries,
@@ -67,6 +70,7 @@ class RateLimitHandler:
         options: ResponseOptions | None = None,
         observer: DecisionObserver | None = None,
         cache_entries: int = DEFAULT_MAX_ENTRIES,
+        strict: StrictDecider | None = None,
     ) -> None:
         self.rules = rules  # replaced whole on reload: one attribute store, no lock needed
         self.limiter = limiter
@@ -76,6 +80,7 @@ class RateLimitHandler:
         self._observer = observer
         self._overrides: dict[tuple[Rule, int, int], Rule] = {}
         self._compiled = RequestCache(cache_entries)
+        self._strict = strict  # None: strict rules are decided by the limiter (local-only)
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
@@ -84,7 +89,16 @@ class RateLimitHandler:
         self.rules = rules
 
     def decide(self, raw: bytes) -> bytes:
-        """The encoded RateLimitResponse to an encoded RateLimitRequest.
+        """`respond` for a request without a strict limit (tests and benchmarks)."""
+        response = self.respond(raw)
+        if not isinstance(response, bytes):
+            response.close()
+            raise TypeError("a request with a strict limit is answered by awaiting `respond`")
+        return response
+
+    def respond(self, raw: bytes) -> bytes | Coroutine[Any, Any, bytes]:
+        """The encoded RateLimitResponse to an encoded RateLimitRequest; for a request with a
+        strict limit, a coroutine that gives it (the servicer awaits it).
 
         Raises InvalidRequest for a request that cannot be answered (malformed, empty, too big).
         """
@@ -97,6 +111,8 @@ class RateLimitHandler:
             return unmatched_response(len(compiled.hits))
         now = self._clock_ms()
         if not compiled.only:
+            if compiled.strict:
+                return self._decide_strict(now, compiled)
             decision = self.limiter.hit(now, compiled.hits)
         else:  # one counted descriptor; the others' answers never change
             decision = self.limiter.hit(now, compiled.only)
@@ -108,6 +124,13 @@ class RateLimitHandler:
                     compiled.before, compiled.head, verdict, compiled.after
                 )
             decision = Decision(decision.code, _with_constants(compiled, verdict))
+        if self._observer is not None:
+            self._observer.decided(compiled.tally, decision)
+        return self._encoder.encode(decision)
+
+    async def _decide_strict(self, now: int, compiled: CompiledRequest) -> bytes:
+        assert self._strict is not None
+        decision = await self._strict.decide(now, compiled.hits)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
         return self._encoder.encode(decision)
@@ -129,7 +152,9 @@ class RateLimitHandler:
         tally = None if self._observer is None else self._observer.tally(name, hits)
         known = domain is not None
         counted, limit = _only_counted(hits)
-        if limit is None or not known or self._encoder.options.ietf_headers:
+        if known and self._strict is not None and has_strict(hits):
+            compiled = CompiledRequest(name, tuple(hits), known, tally, strict=True)
+        elif limit is None or not known or self._encoder.options.ietf_headers:
             compiled = CompiledRequest(name, tuple(hits), known, tally)
         else:  # the others are unmatched or unlimited: always the same statuses
             before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:counted])

@@ -1,0 +1,244 @@
+"""Requests with strict limits: the strict ones checked on Redis, the rest from memory.
+
+`StrictDecider.decide` splits a matched request into strict checks (one per strict limit of
+each descriptor, with the counter key the limiter would use) and eventual hits, asks the store
+(one script call per hash slot, bounded by `--strict-timeout-ms`), then lets the limiter decide
+the eventual hits and merges every answer back in descriptor order.
+
+Order and counting, as in the reference service, which counts every descriptor it checks:
+
+- Strict limits go first. If one refuses, the eventual hits are only checked (nothing counted
+  in memory: `Limiter.hit_refused`).
+- Strict limits admitted by Redis were counted there, atomically, even if an eventual limit of
+  the same request then refuses it: the store call cannot wait for the memory's answer.
+
+When the store fails or times out, or the circuit breaker (core/breaker.py) is open, each
+strict limit applies its `on_store_failure` at once: `local` decides it from memory with an
+eventual twin of the limit (same key, so its counts reach Redis by the normal sync; a sliding
+log's twin is a sliding window), `allow` admits, `deny` refuses until the breaker retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import NamedTuple, Protocol
+
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, StoreFailure
+from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict
+from ratelimit_sidecar.core.breaker import Breaker
+from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
+from ratelimit_sidecar.core.limiter import _refusal_order, limit_key
+from ratelimit_sidecar.storage.strict_store import StrictAnswer, StrictCheck
+
+MAX_CACHED_RULES = 10_000
+# Results of one request's strict checks, as metrics label them.
+ADMITTED, OVER_LIMIT, FAILED, BREAKER_OPEN = "admitted", "over_limit", "failed", "breaker_open"
+
+
+class StrictChecker(Protocol):
+    async def check(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]: ...
+
+
+class StrictObserver(Protocol):
+    def strict_checked(self, result: str, seconds: float) -> None: ...
+
+
+class Part(NamedTuple):
+    """A piece of one descriptor's answer: a strict check's index, or an eventual hit's."""
+
+    descriptor: int
+    strict: bool
+    at: int  # index into the plan's checks (strict) or eventual hits
+
+
+class Plan(NamedTuple):
+    """A request split: `parts` in descriptor order; per check, its rule, the limit's position
+    in the rule and the index of its part."""
+
+    checks: list[StrictCheck]
+    eventual: list[Hit]
+    parts: list[Part]
+    origins: list[tuple[Rule, int, int]]
+
+
+def has_strict(hits: Sequence[Hit]) -> bool:
+    return any(h.rule is not None and any(lim.strict for lim in h.rule.limits) for h in hits)
+
+
+class StrictDecider:
+    def __init__(
+        self,
+        limiter: Limiter,
+        store: StrictChecker,
+        *,
+        timeout_ms: int,
+        breaker: Breaker | None = None,
+        observer: StrictObserver | None = None,
+    ) -> None:
+        self.limiter = limiter
+        self.store = store
+        self.timeout_s = timeout_ms / 1000
+        self.breaker = breaker or Breaker()
+        self._observer = observer
+        self._single: dict[tuple[Rule, int, bool], Rule] = {}  # a limit alone, or its twin
+        self._twins: dict[RateLimit, RateLimit] = {}
+
+    async def decide(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
+        plan = self.split(hits)
+        answers = await self._ask(plan.checks, now_ms)
+        strict: list[Verdict | None] = []
+        for index, answer in enumerate(answers):
+            verdict = self._strict_verdict(plan.checks[index], answer, now_ms)
+            if verdict is None:  # no store answer, on_store_failure local: the twin decides
+                rule, position, part = plan.origins[index]
+                plan.parts[part] = Part(plan.parts[part].descriptor, False, len(plan.eventual))
+                plan.eventual.append(self._twin_hit(rule, position, plan.checks[index]))
+            strict.append(verdict)
+        refused = any(v is not None and v.code is Code.OVER_LIMIT for v in strict)
+        decided = self._eventual(now_ms, plan.eventual, refused)
+        return merge(len(hits), plan.parts, strict, decided)
+
+    # -- splitting ---------------------------------------------------------------------------
+
+    def split(self, hits: Sequence[Hit]) -> Plan:
+        """Strict checks and eventual hits; `parts` says which descriptor each belongs to."""
+        plan = Plan([], [], [], [])
+        shadow_all = self.limiter.shadow_mode
+        for descriptor, hit in enumerate(hits):
+            rule = hit.rule
+            if rule is None or not any(lim.strict for lim in rule.limits):
+                plan.parts.append(Part(descriptor, False, len(plan.eventual)))
+                plan.eventual.append(hit)
+                continue
+            alone = len(rule.limits) == 1
+            for index, limit in enumerate(rule.limits):
+                key = hit.key if alone else limit_key(hit.key, index)
+                if limit.strict and limit.requests_per_unit > 0:
+                    shadow = rule.shadow_mode or shadow_all
+                    plan.origins.append((rule, index, len(plan.parts)))
+                    plan.parts.append(Part(descriptor, True, len(plan.checks)))
+                    plan.checks.append(StrictCheck(key, limit, hit.hits, shadow))
+                else:  # an eventual limit of the descriptor (or a deny-all: no store needed)
+                    plan.parts.append(Part(descriptor, False, len(plan.eventual)))
+                    single = self._single_rule(rule, index, limit)
+                    plan.eventual.append(Hit(single, key, hit.hits))
+        return plan
+
+    def _single_rule(self, rule: Rule, index: int, limit: RateLimit, twin: bool = False) -> Rule:
+        """`rule` with only its `index`-th limit (`limit`, or its eventual twin): the same
+        object every time, so that the limiter keeps the key's counts."""
+        found = self._single.get((rule, index, twin))
+        if found is None:
+            if len(self._single) >= MAX_CACHED_RULES:
+                self._single.clear()
+            found = replace(rule, limit=limit, limits=(limit,))
+            self._single[(rule, index, twin)] = found
+        return found
+
+    def _twin_hit(self, rule: Rule, position: int, check: StrictCheck) -> Hit:
+        twin = eventual_twin(check.limit, self._twins)
+        return Hit(self._single_rule(rule, position, twin, True), check.key, check.hits)
+
+    # -- the store ---------------------------------------------------------------------------
+
+    async def _ask(self, checks: list[StrictCheck], now_ms: int) -> list[StrictAnswer | None]:
+        """The store's answers; None each when it failed or was not asked."""
+        if not checks:
+            return []
+        if not self.breaker.allow(now_ms):
+            self._observe(BREAKER_OPEN, 0.0)
+            return [None] * len(checks)
+        started = time.perf_counter()
+        try:
+            answers = await asyncio.wait_for(self.store.check(checks), self.timeout_s)
+        except Exception:  # any failure, timeouts included: on_store_failure decides
+            self.breaker.failed(now_ms)
+            self._observe(FAILED, time.perf_counter() - started)
+            return [None] * len(checks)
+        self.breaker.succeeded()
+        refused = any(not a.fits and not c.shadow for c, a in zip(checks, answers, strict=True))
+        self._observe(OVER_LIMIT if refused else ADMITTED, time.perf_counter() - started)
+        return list(answers)
+
+    def _observe(self, result: str, seconds: float) -> None:
+        if self._observer is not None:
+            self._observer.strict_checked(result, seconds)
+
+    def _strict_verdict(
+        self, check: StrictCheck, answer: StrictAnswer | None, now_ms: int
+    ) -> Verdict | None:
+        if answer is not None:
+            return answer_verdict(check, answer)
+        policy = check.limit.on_store_failure
+        if policy is StoreFailure.LOCAL:
+            return None
+        if policy is StoreFailure.ALLOW:
+            remaining = max(0, check.limit.capacity - max(0, check.hits))
+            return Verdict(Code.OK, check.limit, remaining=remaining, shadow=check.shadow)
+        wait = self.breaker.retry_in_ms(now_ms) or self.breaker.open_ms
+        return refusal(check, wait)
+
+    def _eventual(self, now_ms: int, hits: list[Hit], refused: bool) -> tuple[Verdict, ...]:
+        if not hits:
+            return ()
+        decide = self.limiter.hit_refused if refused else self.limiter.hit
+        return decide(now_ms, hits).verdicts
+
+
+def eventual_twin(limit: RateLimit, cache: dict[RateLimit, RateLimit]) -> RateLimit:
+    """The limit decided from memory while the store is out; one object per limit, so the
+    limiter keeps its key state. A sliding log has no eventual form: a sliding window."""
+    twin = cache.get(limit)
+    if twin is None:
+        algorithm = limit.algorithm
+        if algorithm is AlgorithmName.SLIDING_LOG:
+            algorithm = AlgorithmName.SLIDING_WINDOW
+        twin = cache[limit] = replace(limit, strict=False, algorithm=algorithm)
+    return twin
+
+
+def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
+    """The Verdict an eventual rule would give, from the store's answer."""
+    if not answer.fits:
+        return refusal(check, answer.reset_ms)
+    limit = check.limit
+    near = answer.remaining <= (1 - NEAR_LIMIT_RATIO) * limit.capacity
+    return Verdict(
+        Code.OK, limit, False, answer.remaining, answer.reset_ms, False, check.shadow, near
+    )
+
+
+def refusal(check: StrictCheck, reset_ms: int) -> Verdict:
+    shadow = check.shadow
+    code = Code.OK if shadow else Code.OVER_LIMIT
+    return Verdict(code, check.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+
+
+def merge(
+    descriptors: int,
+    parts: Sequence[Part],
+    strict: Sequence[Verdict | None],
+    eventual: Sequence[Verdict],
+) -> Decision:
+    """Each descriptor's answer from its parts, as the limiter answers a descriptor with
+    several limits: a refusal (of several, the longest wait), else the fewest remaining."""
+    per_descriptor: list[list[Verdict]] = [[] for _ in range(descriptors)]
+    for part in parts:
+        verdict = strict[part.at] if part.strict else eventual[part.at]
+        assert verdict is not None
+        per_descriptor[part.descriptor].append(verdict)
+    verdicts = tuple(_combine(found) for found in per_descriptor)
+    over = any(v.code is Code.OVER_LIMIT for v in verdicts)
+    return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
+
+
+def _combine(verdicts: list[Verdict]) -> Verdict:
+    if len(verdicts) == 1:
+        return verdicts[0]
+    refusals = [v for v in verdicts if v.code is Code.OVER_LIMIT or v.shadowed]
+    if refusals:
+        return max(refusals, key=_refusal_order)
+    return min(verdicts, key=lambda verdict: verdict.remaining)

@@ -1,0 +1,200 @@
+-- One strict check: every strict limit of a request that lives in one hash slot, decided and
+-- counted atomically, dated by the server's own clock (TIME), never the caller's.
+--
+-- KEYS[1]  a key of the slot (routes the call on Redis Cluster; every key below shares it)
+-- ARGV[1]  the key prefix
+-- ARGV[2]  a token unique to this call (sliding log members are "<token>:<n>")
+-- ARGV[3]  one entry per limit, joined by ";":
+--          "algorithm|digest|base|hits|max|window_ms|spans|capacity|shadow"
+--          algorithm: 0 fixed window, 1 sliding window, 2 token bucket, 3 sliding log;
+--          base: the counter's name after its tag, without its last part (keys.py:
+--          counter_suffix(key, "")); hits may be 0 (check only) or negative (quota given back);
+--          shadow 1: a refusal is reported but does not stop the call from counting.
+--
+-- All or nothing: the hits are counted only if no limit refuses them (a shadow limit's refusal
+-- does not count as one); then every limit counts them, shadow ones included. Key names and
+-- stored values are the eventual sync's (sync.lua), so both count into the same state.
+--
+-- Returns {now_ms, counted, fits1, remaining1, reset_ms1, fits2, ...}: counted 1 if the hits
+-- were applied; per limit, fits 1 if it admits them, what it has left (after them when
+-- counted), and whole ms until it resets (admitted) or until a retry would fit (refused).
+-- A shared block flag (set by the eventual sync's cooldown) refuses until it expires.
+
+local prefix, token = ARGV[1], ARGV[2]
+local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$'
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+local function ceil(x)
+  return math.ceil(x - 1e-9)
+end
+
+local function parse(text)
+  local alg, digest, base, hits, max, window, spans, capacity, shadow = string.match(text, entry)
+  if not alg then
+    return redis.error_reply('malformed strict entry')
+  end
+  local tag = prefix .. '{' .. digest .. '}'
+  return {
+    alg = tonumber(alg), tag = tag, name = tag .. base, flag = tag .. ':block',
+    hits = tonumber(hits), max = tonumber(max), window = tonumber(window),
+    spans = tonumber(spans), capacity = tonumber(capacity), shadow = shadow == '1',
+  }
+end
+
+-- Fixed window: one counter per epoch window.
+local fixed = {}
+function fixed.check(l)
+  l.key = l.name .. math.floor(now / l.window)
+  l.used = tonumber(redis.call('GET', l.key) or '0')
+  l.ends = l.window - now % l.window
+  l.fits = l.hits <= 0 or l.used + l.hits <= l.max
+end
+function fixed.count(l)
+  local total = redis.call('INCRBY', l.key, math.max(l.hits, -l.used))
+  redis.call('PEXPIRE', l.key, 2 * l.window)
+  l.used = total
+end
+function fixed.answer(l)
+  if l.fits then
+    return math.max(0, l.max - l.used), l.ends
+  end
+  return 0, l.ends
+end
+
+-- Sliding window: counters per span (numbered from the epoch); the trailing window's count is
+-- the last N spans in full plus the span before them weighted by the share of it still inside.
+local function span_start(s, l)
+  local w, k = math.floor(s / l.spans), s % l.spans
+  return w * l.window + ceil(k * l.window / l.spans)
+end
+local sliding = {}
+function sliding.check(l)
+  local w = math.floor(now / l.window)
+  local cur = w * l.spans + math.floor((now % l.window) * l.spans / l.window)
+  l.key = l.name .. 's' .. cur
+  l.ends = span_start(cur + 1, l) - now -- ms until the current span ends
+  l.len = span_start(cur + 1, l) - span_start(cur, l)
+  l.recent, l.old = 0, tonumber(redis.call('GET', l.name .. 's' .. (cur - l.spans)) or '0')
+  l.own = tonumber(redis.call('GET', l.key) or '0')
+  for s = cur - l.spans + 1, cur do
+    l.recent = l.recent + tonumber(redis.call('GET', l.name .. 's' .. s) or '0')
+  end
+  -- recent + hits + old * ends / len <= max, in integers
+  l.fits = l.hits <= 0 or (l.recent + l.hits) * l.len + l.old * l.ends <= l.max * l.len
+end
+function sliding.count(l)
+  local delta = math.max(l.hits, -l.own)
+  redis.call('INCRBY', l.key, delta)
+  redis.call('PEXPIRE', l.key, l.window + 2 * ceil(l.window / l.spans))
+  l.recent = l.recent + delta
+end
+function sliding.answer(l)
+  local free = l.max * l.len - l.recent * l.len - l.old * l.ends
+  if l.fits then
+    return math.max(0, math.floor(free / l.len)), l.ends
+  end
+  local need = l.hits * l.len - free -- in hit-ms: what the old span must still give up
+  if l.old > 0 and l.hits + l.recent <= l.max and need <= l.old * l.ends then
+    return 0, math.max(1, ceil(need / l.old))
+  end
+  return 0, l.ends -- not before the current span ends: asked again then
+end
+
+-- Token bucket (GCRA): the theoretical arrival time TAT; each hit moves it T = window/rate on.
+local bucket = {}
+function bucket.check(l)
+  l.key = l.name .. 'tb'
+  l.t = l.window / l.max
+  l.tat = math.max(tonumber(redis.call('GET', l.key) or '0'), now)
+  l.next = math.max(now, l.tat + l.hits * l.t)
+  l.fits = l.hits <= 0 or l.next - now <= l.capacity * l.t + 1e-6
+end
+function bucket.count(l)
+  l.tat = l.next
+  local ahead = ceil(l.tat - now)
+  if ahead > 0 then
+    redis.call('SET', l.key, string.format('%.3f', l.tat), 'PX', ahead)
+  else
+    redis.call('DEL', l.key)
+  end
+end
+function bucket.answer(l)
+  local debt = l.tat - now
+  if l.fits then
+    return math.max(0, math.floor(l.capacity - debt / l.t + 1e-6)), ceil(debt)
+  end
+  return 0, math.max(1, ceil(l.next - now - l.capacity * l.t))
+end
+
+-- Sliding log: one member per admitted hit, scored by its time; the window is (now - W, now].
+local log = {}
+function log.check(l)
+  l.key = l.name .. 'log'
+  redis.call('ZREMRANGEBYSCORE', l.key, '-inf', now - l.window)
+  l.used = redis.call('ZCARD', l.key)
+  l.fits = l.hits <= 0 or l.used + l.hits <= l.max
+end
+function log.count(l)
+  if l.hits > 0 then
+    -- A shadow log over its limit is filled to max + 1 members, no further: enough to refuse
+    -- everything, and a huge hits_addend cannot keep the server in this loop.
+    for n = 1, math.min(l.hits, math.max(0, l.max + 1 - l.used)) do
+      redis.call('ZADD', l.key, now, token .. ':' .. l.index .. ':' .. n)
+    end
+  elseif l.hits < 0 then
+    redis.call('ZPOPMAX', l.key, -l.hits)
+  end
+  redis.call('PEXPIRE', l.key, l.window)
+  l.used = redis.call('ZCARD', l.key)
+end
+local function oldest_end(l, rank)
+  local found = redis.call('ZRANGE', l.key, rank, rank, 'WITHSCORES')
+  if #found == 0 then
+    return l.window
+  end
+  return math.max(1, tonumber(found[2]) + l.window - now)
+end
+function log.answer(l)
+  if l.fits then
+    return math.max(0, l.max - l.used), oldest_end(l, 0)
+  end
+  if l.hits > l.max then
+    return 0, l.window
+  end
+  return 0, oldest_end(l, l.used + l.hits - l.max - 1) -- the member whose leaving makes room
+end
+
+local algorithms = { [0] = fixed, [1] = sliding, [2] = bucket, [3] = log }
+
+local limits, refused = {}, false
+for text in string.gmatch(ARGV[3] or '', '[^;]+') do
+  local l = parse(text)
+  if l.err then
+    return l
+  end
+  l.index = #limits + 1
+  l.algorithm = algorithms[l.alg]
+  l.algorithm.check(l)
+  l.block = redis.call('PTTL', l.flag)
+  if l.block > 0 then -- as an eventual key under a block: refused, even a check
+    l.fits = false
+  end
+  refused = refused or (not l.fits and not l.shadow)
+  limits[#limits + 1] = l
+end
+
+local out = { now, refused and 0 or 1 }
+for _, l in ipairs(limits) do
+  if not refused and l.hits ~= 0 then
+    l.algorithm.count(l)
+  end
+  local remaining, reset = l.algorithm.answer(l)
+  if l.block > 0 then
+    reset = math.max(reset, l.block)
+  end
+  out[#out + 1] = l.fits and 1 or 0
+  out[#out + 1] = remaining
+  out[#out + 1] = reset
+end
+return out

@@ -1,0 +1,192 @@
+"""Strict checks on Redis: a request's strict limits decided by one script call per hash slot.
+
+`StrictStore.check` packs the limits for `strict.lua`, groups them by Cluster hash slot (all of
+them in one group on a standalone or Sentinel server) and runs the groups concurrently, each as
+one EVALSHA (EVAL once after a restart or SCRIPT FLUSH: a NOSCRIPT reply means nothing ran).
+Each group is all-or-nothing on its own. Groups in different slots cannot be one transaction:
+when one refuses, the groups that counted are sent the same hits negated (`_give_back`), so a
+refused request ends up counted nowhere, though other requests may see its hits in between.
+
+It uses the client and the key schema of the eventual store (`RedisStorage`, opened by
+`redis_urls.open_redis`): strict and eventual counts of a key land in the same Redis keys.
+Nothing here retries or times out on its own: the caller bounds the call (`--strict-timeout-ms`)
+and any failure raises `StoreError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import os
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, NamedTuple, cast
+
+from redis.asyncio import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import NoScriptError, ResponseError
+
+from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.types import KeyId
+from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
+from ratelimit_sidecar.storage.keys import counter_suffix, digest
+from ratelimit_sidecar.storage.redis_store import RedisStorage, sent_error
+
+STRICT_SCRIPT = resources.files(__package__).joinpath("strict.lua").read_text(encoding="utf-8")
+STRICT_SHA = hashlib.sha1(STRICT_SCRIPT.encode("utf-8")).hexdigest()
+
+
+class StrictCheck(NamedTuple):
+    """One strict limit of one descriptor: `key` is its counter (as the limiter names it)."""
+
+    key: KeyId
+    limit: RateLimit
+    hits: int
+    shadow: bool
+
+
+class StrictAnswer(NamedTuple):
+    """What Redis said of one limit: whether it admits the hits, what is left, and whole ms
+    until it resets (admitted) or until a retry would fit (refused)."""
+
+    fits: bool
+    remaining: int
+    reset_ms: int
+    counted: bool  # the call that held this limit applied its hits
+    now_ms: int  # Redis TIME when the check ran
+
+
+class StrictStore:
+    """Strict checks over the eventual store's Redis client."""
+
+    def __init__(self, storage: RedisStorage) -> None:
+        self.client = storage.client
+        self.keys = storage.keys
+        self.cluster = isinstance(storage.client, RedisCluster)
+        # Sliding log members must be unique across the fleet: a random token per process,
+        # then a sequence number per call.
+        self._token = os.urandom(6).hex()
+        self._calls = itertools.count()
+
+    async def check(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]:
+        """Every check's answer, in order; raises `StoreError` if any group failed."""
+        groups = self._groups(checks)
+        if self.cluster:  # concurrent first calls on a client without a slot map fail
+            await self._initialize()
+        replies = await asyncio.gather(*(self._call([checks[i] for i in g]) for g in groups))
+        if len(groups) > 1 and not all(reply[0].counted for reply in replies):
+            replies = await self._give_back(checks, groups, replies)
+        answers: list[StrictAnswer | None] = [None] * len(checks)
+        for group, reply in zip(groups, replies, strict=True):
+            for index, answer in zip(group, reply, strict=True):
+                answers[index] = answer
+        return [a for a in answers if a is not None]
+
+    async def _give_back(
+        self,
+        checks: Sequence[StrictCheck],
+        groups: list[list[int]],
+        replies: Sequence[list[StrictAnswer]],
+    ) -> list[list[StrictAnswer]]:
+        """A slot refused: the slots that counted take their hits back (negative hits), so
+        that across slots too a refused request counts nowhere. Not atomic: in between, other
+        requests see those hits. If giving back fails, the hits stay counted (refusing more,
+        never admitting more)."""
+        undo = [
+            (group, reply)
+            for group, reply in zip(groups, replies, strict=True)
+            if reply[0].counted and any(checks[i].hits > 0 for i in group)
+        ]
+        calls = [self._call([checks[i]._replace(hits=-checks[i].hits) for i in g]) for g, _ in undo]
+        try:
+            await asyncio.gather(*calls)
+        except StoreError:
+            return list(replies)
+        undone = {id(reply) for _, reply in undo}
+        return [
+            [_not_counted(a, checks[i].hits) for i, a in zip(group, reply, strict=True)]
+            if id(reply) in undone
+            else reply
+            for group, reply in zip(groups, replies, strict=True)
+        ]
+
+    def _groups(self, checks: Sequence[StrictCheck]) -> list[list[int]]:
+        """Indexes of `checks` per hash slot (one group unless on Cluster)."""
+        if not self.cluster:
+            return [list(range(len(checks)))]
+        by_slot: dict[int, list[int]] = {}
+        for index, check in enumerate(checks):
+            slot = key_slot(digest(check.key).encode())
+            by_slot.setdefault(slot, []).append(index)
+        return list(by_slot.values())
+
+    async def prepare(self) -> bool:
+        """Load the slot map (Cluster) and the script on every primary ahead of the first
+        request, whose timeout would not cover it. False if Redis is not there (yet)."""
+        try:
+            if self.cluster:
+                await self._initialize()
+            await self.client.script_load(STRICT_SCRIPT)
+        except Exception:  # the first strict check tries again; on_store_failure covers it
+            return False
+        return True
+
+    async def _initialize(self) -> None:
+        try:
+            await cast(RedisCluster, self.client).initialize()
+        except Exception as exc:
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _call(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]:
+        route = self.keys.flag(checks[0].key)
+        token = f"{self._token}.{next(self._calls)}"
+        args = (1, route, self.keys.prefix, token, ";".join(_entry(c) for c in checks))
+        try:
+            try:
+                reply = await self.client.execute_command("EVALSHA", STRICT_SHA, *args)
+            except NoScriptError:  # not run: safe to send again, and EVAL caches it
+                reply = await self.client.execute_command("EVAL", STRICT_SCRIPT, *args)
+        except Exception as exc:
+            raise _failure(exc) from exc
+        return _answers(reply, len(checks))
+
+
+def _entry(check: StrictCheck) -> str:
+    """The script's "algorithm|digest|base|hits|max|window_ms|spans|capacity|shadow"."""
+    limit, key = check.limit, check.key
+    fields = (
+        int(limit.algorithm),
+        digest(key),
+        counter_suffix(key, ""),
+        check.hits,
+        limit.requests_per_unit,
+        limit.window_ms,
+        limit.spans,
+        limit.capacity,
+        int(check.shadow),
+    )
+    return "|".join(str(f) for f in fields)
+
+
+def _answers(reply: Any, count: int) -> list[StrictAnswer]:
+    values = [int(v) for v in reply]
+    if len(values) != 2 + 3 * count:
+        raise StoreError(f"strict script answered {len(values)} values for {count} limits")
+    now, counted = values[0], values[1] == 1
+    return [
+        StrictAnswer(values[i] == 1, values[i + 1], values[i + 2], counted, now)
+        for i in range(2, len(values), 3)
+    ]
+
+
+def _not_counted(answer: StrictAnswer, hits: int) -> StrictAnswer:
+    return answer._replace(counted=False, remaining=answer.remaining + max(0, hits))
+
+
+def _failure(exc: BaseException) -> StoreError:
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, ResponseError):
+        return StoreError(f"strict script failed: {exc}")
+    return sent_error(exc)

@@ -1,0 +1,61 @@
+"""Where the handler sends a request with a strict limit: to the StrictDecider (awaited) when a
+store is configured, else to the limiter like any other rule (local-only: exact on one node)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from harness.grpc_client import request
+from ratelimit_sidecar import wire
+from ratelimit_sidecar.config.loader import load_rules
+from ratelimit_sidecar.core import LocalLimiter
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+from ratelimit_sidecar.service.strict import StrictDecider
+from ratelimit_sidecar.storage.strict_store import StrictAnswer, StrictCheck
+
+T0 = 1_700_000_040_000
+RULES = """\
+domain: d
+descriptors:
+  - key: strict
+    rate_limit: {unit: minute, requests_per_unit: 2, consistency: strict}
+  - key: eventual
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"""
+
+
+class UnusedStore:
+    """The handler must not reach a store on these paths."""
+
+    async def check(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]:
+        raise AssertionError(f"store called with {checks}")
+
+
+def make(tmp_path: Path, strict: bool) -> RateLimitHandler:
+    (tmp_path / "d.yaml").write_text(RULES)
+    limiter = LocalLimiter()
+    decider = StrictDecider(limiter, UnusedStore(), timeout_ms=50) if strict else None
+    return RateLimitHandler(load_rules(tmp_path / "d.yaml"), limiter, lambda: T0, strict=decider)
+
+
+def raw(key: str) -> bytes:
+    return request("d", [(key, "x")]).SerializeToString()
+
+
+def test_local_only_decides_strict_rules_in_memory_exactly(tmp_path: Path) -> None:
+    h = make(tmp_path, strict=False)
+    answers = [wire.RateLimitResponse.FromString(h.decide(raw("strict"))) for _ in range(3)]
+    assert [a.overall_code for a in answers] == [wire.Code.OK] * 2 + [wire.Code.OVER_LIMIT]
+
+
+def test_with_a_store_only_strict_requests_leave_the_synchronous_path(tmp_path: Path) -> None:
+    h = make(tmp_path, strict=True)
+    assert isinstance(h.respond(raw("eventual")), bytes)  # never awaits
+    pending = h.respond(raw("strict"))
+    assert not isinstance(pending, bytes)
+    pending.close()
+    with pytest.raises(TypeError):
+        h.decide(raw("strict"))
