@@ -1,0 +1,1 @@
+"""Exact decision rules, written apart from the core: references for tests and the simulator."""
