@@ -34,6 +34,9 @@ A span end:
 - The store's answer is the fleet's debt in ms (storage: TAT = max(TAT, now) + count x T, kept
   in the store): TAT = now + debt + the own hits counted since the push left (pending; the
   others' of that round trip show in the next answer). Own hits are pushed unscaled.
+  The store takes a span's hits as if they came at its end, so its debt may exceed the truth
+  by up to one span's refill (requests_per_unit / spans tokens): never lenient, but a bucket
+  not much larger than that refuses more than it should (more spans make up for it).
 - The store failed: nothing to add, the projection keeps counting each own hit for `nodes`.
 - Local-only mode: nothing to do, every hit moved TAT when it was counted.
 - `nodes` is learnt from the fleet's total of a finished window, as the fixed window does it (the
