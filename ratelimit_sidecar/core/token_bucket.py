@@ -24,7 +24,8 @@ A request of `hits` (`check`, then `count` and `admitted` when it is admitted):
    first request is never refused on a guess; the first store answer tells the fleet's debt.
 3. A refusal says when the request's tokens will be there (Retry-After); more hits than the
    capacity never fit, and are told when the bucket is full. It blocks for the cooldown only if
-   one is set and the bucket is over without the guessed hits of others.
+   one is set and the bucket is over without the guessed hits of others; a refusal that only
+   the guess makes counts as offered for the nodes estimate, as the fixed window's do.
 4. `count` moves TAT to the projection (negative hits give tokens back, TAT never before now),
    at the hit itself: the refill between two hits is exact. An admitted answer reports the
    whole tokens left and the time until the bucket is full again.
@@ -83,17 +84,20 @@ class TokenBucket:
         return self._over(state, hits, projected, now_ms)
 
     def _over(self, state: KeyState, hits: int, projected: float, now_ms: int) -> Verdict:
-        """Step 3: the wait until the request fits; a block if a cooldown is set and the bucket
-        is over on own hits alone (the others' share taken out: a lower bound of the known)."""
+        """Step 3: the wait until the request fits. Is the bucket over on what is known (the
+        guessed share of others taken out: a lower bound)? Then a cooldown, if set, blocks;
+        else the refusal rests on the guess, and counts as offered for `nodes` (the fleet's
+        total has only what nodes admitted; FixedWindow.learn_nodes)."""
         limit, rpu = state.limit, state.limit.requests_per_unit
         now, token = now_ms * rpu, limit.window_ms
         full = limit.capacity * token
-        if limit.cooldown > 0:
-            own = max(0, state.inflight + state.pending) * (state.nodes - 1) * token
-            if max(now, state.tat - own) + hits * token - now > full:
+        guessed = max(0, state.inflight + state.pending) * (state.nodes - 1) * token
+        if max(now, state.tat - guessed) + hits * token - now > full:
+            if limit.cooldown > 0:
                 state.block(now_ms + limit.cooldown)
                 return _refused(state, state.blocked_until - now_ms)
-        state.rejected += hits  # offered here: keeps `nodes` honest (FixedWindow.learn_nodes)
+        else:
+            state.rejected += hits
         wait = projected - now - full if hits <= limit.capacity else state.tat - now
         return _refused(state, _ceil_div(max(0, wait), rpu))
 

@@ -343,6 +343,17 @@ def test_others_are_spread_over_time_so_a_small_bucket_works_on_many_nodes() -> 
     assert (v.code, v.reset_ms) == (Code.OVER_LIMIT, 1)
 
 
+def test_only_refusals_on_the_guess_count_as_offered_for_the_nodes_estimate() -> None:
+    """A bucket known to be empty refuses every node alike: that does not skew `nodes`."""
+    limiter, r = fleet(4), bucket_rule(10)
+    assert [one(limiter, T0, hit(r)).code for _ in range(4)].count(Code.OK) == 3
+    assert state_of(limiter, hit(r)).rejected == 1  # own debt 3 tokens: the guess refused it
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(1000, 0),)))
+    assert one(limiter, T0 + 500, hit(r)).code is Code.OVER_LIMIT
+    assert state_of(limiter, hit(r)).rejected == 1  # the store's debt refused it
+
+
 def test_the_stores_debt_replaces_the_estimate() -> None:
     limiter, r = fleet(4), bucket_rule(10)
     one(limiter, T0, hit(r))
