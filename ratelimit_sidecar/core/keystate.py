@@ -39,6 +39,7 @@ class KeyState:
         "rule_id",
         "seen",
         "shadow",
+        "tat",
         "unsent",
         "unsent_window",
         "window",
@@ -70,6 +71,7 @@ class KeyState:
         self.rejected = 0  # hits rejected on the estimate alone in `window` (offered, not admitted)
         self.seen = 0  # the store's total for `window`, at the last sync
         self.resumed = 0  # what the key counted in `window` before it was evicted (an estimate)
+        self.tat: float = 0  # a token bucket's full-again time, 1/requests_per_unit ms ticks
         self.nodes = nodes
         self.nodes_prev = 0.0  # the estimate before the last one; 0 until there are two
         # The request check: an estimate over `ceiling`, computed with `check_nodes`, rejects.
@@ -123,8 +125,12 @@ class KeyState:
         return (
             now_ms - self.last_hit >= 2 * self.limit.window_ms
             and not (self.pending or self.inflight or self.unsent)
-            and now_ms >= self.blocked_until
+            and self.settled(now_ms)
         )
+
+    def settled(self, now_ms: int) -> bool:
+        """No active block, and a token bucket is full again: forgetting the key frees none."""
+        return now_ms >= self.blocked_until and now_ms * self.limit.requests_per_unit >= self.tat
 
     def snapshot(self) -> dict[str, object]:
         """Read-only view for /debug/keys."""

@@ -53,7 +53,7 @@ class LocalLimiter(Limiter):
     def _forget_if_done(self, state: KeyState, now_ms: int) -> None:
         if state.pending:  # its last span may still start a block
             self._close(state, state.next_sync)
-        if now_ms >= state.blocked_until:
+        if state.settled(now_ms):
             self.keys.remove(state)
 
     def _close(self, state: KeyState, end_ms: int) -> None:

@@ -1,0 +1,205 @@
+"""The token bucket rule: a bucket of `capacity` tokens (burst, or requests_per_unit), refilled
+continuously at requests_per_unit per window; a request takes one token per hit.
+
+It is kept as GCRA: one number per key, the bucket's theoretical arrival time (TAT), the moment
+the bucket would be full again. Each token is an emission interval T = window_ms /
+requests_per_unit of debt; the debt is how far TAT reaches ahead of now, and the tokens left are
+capacity - debt / T. Times are kept in ticks of 1/requests_per_unit ms, so that T is a whole
+number of ticks (window_ms) and a node alone decides with exact integers: no drift, no rounding
+at the edges of a refill. Windows play no part in the rule (the counts KeyState rolls per window
+serve the push and the nodes estimate only).
+
+A request of `hits` (`check`, then `count` and `admitted` when it is admitted):
+
+1. A key under an active block (only if `cooldown:` is set) is refused until the block ends.
+2. Otherwise the request's TAT is projected: each own hit stands for `nodes` hits of the fleet,
+   itself now and nodes - 1 others spread evenly since the TAT was last brought up to date
+   (the previous own hit or store answer), with the bucket's refill over that time:
+       projected = max(now, TAT + hits x (nodes - 1) x T) + hits x T
+   The request is admitted if projected - now <= capacity x T. Alone (nodes = 1) this is
+   GCRA itself. Others spread over time, rather than added at once, keep a small bucket usable
+   by many nodes: capacity 1 on 4 nodes admits own hits 4 T apart, as the fleet's bucket would
+   (added at once, the others' share would refuse every second hit of a span). A key new to
+   the node starts full (TAT 0: the others' share of its first hit is long refilled), so a
+   first request is never refused on a guess; the first store answer tells the fleet's debt.
+3. A refusal says when the request's tokens will be there (Retry-After); more hits than the
+   capacity never fit, and are told when the bucket is full. It blocks for the cooldown only if
+   one is set and the bucket is over without the guessed hits of others; a refusal that only
+   the guess makes counts as offered for the nodes estimate, as the fixed window's do.
+4. `count` moves TAT to the projection (negative hits give tokens back, TAT never before now),
+   at the hit itself: the refill between two hits is exact. An admitted answer reports the
+   whole tokens left and the time until the bucket is full again.
+
+A span end:
+
+- The store's answer is the fleet's debt in ms (storage: TAT = max(TAT, now) + count x T, kept
+  in the store): TAT = now + debt + the own hits counted since the push left (pending; the
+  others' of that round trip show in the next answer). Own hits are pushed unscaled.
+  The store takes a span's hits as if they came at its end, so its debt may exceed the truth
+  by up to one span's refill (requests_per_unit / spans tokens): never lenient, but a bucket
+  not much larger than that refuses more than it should (more spans make up for it).
+- The store failed: nothing to add, the projection keeps counting each own hit for `nodes`.
+- Local-only mode: nothing to do, every hit moved TAT when it was counted.
+- `nodes` is learnt from the fleet's total of a finished window, as the fixed window does it (the
+  store counts a token bucket's pushes in a window counter too).
+
+A key is not forgotten while its bucket is not full (KeyState.settled). An evicted key leaves its
+debt, in hits as of its last hit, to core/evicted.py; a key back in the same window resumes with
+that debt from its return (the refill meanwhile is not credited: an eviction never frees tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+from ratelimit_sidecar.core.verdicts import deny_verdict
+
+# KeyState.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBucket:
+    """The rule above; the nodes estimate is the fixed window's, by composition."""
+
+    nodes_rule: FixedWindow = field(default_factory=FixedWindow)
+
+    # -- a request ---------------------------------------------------------------------------
+
+    def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
+        """Step 1, a block; step 2, the projection over the capacity refuses (step 3)."""
+        if now_ms < state.blocked_until:
+            return _refused(state, state.blocked_until - now_ms)
+        if hits <= 0:
+            return None
+        limit = state.limit
+        now = now_ms * limit.requests_per_unit
+        token = limit.window_ms
+        projected = max(now, state.tat + hits * (state.nodes - 1) * token) + hits * token
+        if projected - now <= limit.capacity * token:
+            return None
+        return self._over(state, hits, projected, now_ms)
+
+    def _over(self, state: KeyState, hits: int, projected: float, now_ms: int) -> Verdict:
+        """Step 3: the wait until the request fits. Is the bucket over on what is known (the
+        guessed share of others taken out: a lower bound)? Then a cooldown, if set, blocks;
+        else the refusal rests on the guess, and counts as offered for `nodes` (the fleet's
+        total has only what nodes admitted; FixedWindow.learn_nodes)."""
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        now, token = now_ms * rpu, limit.window_ms
+        full = limit.capacity * token
+        guessed = max(0, state.inflight + state.pending) * (state.nodes - 1) * token
+        if max(now, state.tat - guessed) + hits * token - now > full:
+            if limit.cooldown > 0:
+                state.block(now_ms + limit.cooldown)
+                return _refused(state, state.blocked_until - now_ms)
+        else:
+            state.rejected += hits
+        wait = projected - now - full if hits <= limit.capacity else state.tat - now
+        return _refused(state, _ceil_div(max(0, wait), rpu))
+
+    def count(self, state: KeyState, hits: int, now_ms: int) -> None:
+        """Step 4. The debt stays within the capacity: only a shadow rule counts hits over it,
+        and an enforced bucket would not have taken them."""
+        limit = state.limit
+        now = now_ms * limit.requests_per_unit
+        token = limit.window_ms
+        if hits >= 0:
+            spread = max(now, state.tat + hits * (state.nodes - 1) * token)
+            state.tat = min(spread + hits * token, now + limit.capacity * token)
+        else:  # tokens given back; the push gives back no more than the bucket lacked
+            lacked = _ceil_div(max(0, state.tat - now), token)
+            state.tat = max(now, state.tat + hits * token)
+            hits = max(hits, -lacked)
+        state.pending += hits
+        state.local_cur = max(0, state.local_cur + hits)
+        state.last_hit = now_ms
+
+    def admitted(self, state: KeyState, now_ms: int) -> Verdict:
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        token, full = limit.window_ms, limit.capacity * limit.window_ms
+        debt = max(0, state.tat - now_ms * rpu)
+        remaining = int(max(0, full - debt) // token)
+        near = debt >= NEAR_LIMIT_RATIO * full
+        reset = _ceil_div(debt, rpu)  # until the bucket is full again
+        return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
+
+    def untracked(
+        self,
+        limit: RateLimit,
+        hits: int,
+        shadow: bool,
+        now_ms: int,  # noqa: ARG002  (a full bucket is the same at any time)
+    ) -> Verdict:
+        """Decided on this request alone: admitted if it fits in a full bucket."""
+        if hits <= limit.capacity:
+            reset = _ceil_div(max(0, hits) * limit.window_ms, limit.requests_per_unit)
+            remaining = limit.capacity - max(0, hits)
+            return Verdict(Code.OK, limit, remaining=remaining, reset_ms=reset)
+        return deny_verdict(limit, hits, shadow)
+
+    # -- eviction ----------------------------------------------------------------------------
+
+    def window_count(self, state: KeyState) -> int:
+        """The bucket's debt in hits as of the key's last hit (no clock here: the refill
+        since then is not credited)."""
+        limit = state.limit
+        debt = state.tat - state.last_hit * limit.requests_per_unit
+        return _ceil_div(max(0, debt), limit.window_ms)
+
+    def resume(self, state: KeyState, count: int) -> None:
+        """`count` hits of debt from the key's return (a new state's `last_hit`)."""
+        limit = state.limit
+        state.tat = state.last_hit * limit.requests_per_unit + count * limit.window_ms
+
+    # -- a span end --------------------------------------------------------------------------
+
+    def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
+        state.pending = 0  # in TAT since each was counted
+
+    def store_answer(
+        self,
+        state: KeyState,
+        push: Push,  # noqa: ARG002  (the debt says all a bucket needs)
+        answer: PushResult,
+        now_ms: int,
+    ) -> bool:
+        """The fleet's debt, plus own hits counted after the push left (the others' hits of
+        that round trip show in the next answer)."""
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        state.tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
+        if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
+            return False
+        was_blocked = now_ms < state.blocked_until
+        state.block(now_ms + limit.cooldown)
+        return not was_blocked
+
+    def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
+        """Nothing to add: the others' share of the span is in TAT already (step 2)."""
+        return False
+
+    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
+        self.nodes_rule.learn_nodes(state, window, total)
+
+    def after_sync(self, state: KeyState, sync_ms: int) -> None:
+        """Nothing to adjust: the answer's debt is the whole of the check."""
+
+    def after_failure(self, state: KeyState) -> None:
+        """Nothing only the store could tell: the projection goes on alone."""
+
+    def set_nodes(self, state: KeyState, nodes: float) -> None:
+        self.nodes_rule.set_nodes(state, nodes)
+
+
+def _refused(state: KeyState, reset_ms: int) -> Verdict:
+    shadow = state.shadow
+    code = Code.OK if shadow else Code.OVER_LIMIT
+    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+
+
+def _ceil_div(value: float, divisor: int) -> int:
+    """value / divisor rounded up (exact for integers: ticks to whole ms, ticks to tokens)."""
+    return -int(-value // divisor)
