@@ -11,7 +11,18 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from bench import decision, envoy, flood, overhead, per_request_redis, redis_sync, workers
+from bench import (
+    algorithms,
+    decision,
+    envoy,
+    flood,
+    overhead,
+    per_request_redis,
+    redis_sync,
+    strict,
+    strict_cost,
+    workers,
+)
 from bench.report import Options, Outcome
 
 SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
@@ -20,6 +31,10 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         "sidecar vs an empty grpc.aio handler under load: hot-10, distinct-100k, fresh-300k",
         overhead.run,
     ),
+    algorithms.NAME: (
+        "eventual rules of each algorithm vs the empty handler: hot-10, distinct-100k",
+        algorithms.run,
+    ),
     redis_sync.NAME: (
         "Redis round trips, commands and sync time per span; memory per key",
         redis_sync.run,
@@ -27,6 +42,14 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
     per_request_redis.NAME: (
         "sidecar vs a service calling Redis per request (`limits`); Redis hung and down",
         per_request_redis.run,
+    ),
+    strict.NAME: (
+        "strict rules of each algorithm vs the per-request-Redis `limits` service: hot-10",
+        strict.run,
+    ),
+    strict_cost.NAME: (
+        "in-process CPU per strict request, layer by layer, vs the `limits` call; profile",
+        strict_cost.run,
     ),
     envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
     workers.NAME: ("sidecar --workers 1 vs 2 under load; metrics cost per request", workers.run),

@@ -18,13 +18,21 @@ from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 
 DOMAIN = "bench"
 KEY = "client"
-# Every workload hits this rule: value-less `client`, a limit far above any reachable rate.
-RULES_YAML = f"""\
-domain: {DOMAIN}
-descriptors:
-  - key: {KEY}
-    rate_limit: {{unit: second, requests_per_unit: 1000000000}}
-"""
+UNREACHABLE = 1_000_000_000  # per second: no run comes near it, every answer is OK
+
+
+def rules_yaml(requests_per_unit: int = UNREACHABLE, extra: str = "") -> str:
+    """The bench rule: value-less `client`, one limit per second; `extra` adds fields to it
+    (e.g. "consistency: strict")."""
+    fields = f"unit: second, requests_per_unit: {requests_per_unit}"
+    return (
+        f"domain: {DOMAIN}\ndescriptors:\n  - key: {KEY}\n"
+        f"    rate_limit: {{{fields}{', ' + extra if extra else ''}}}\n"
+    )
+
+
+# Every workload hits this rule unless a section says otherwise: a limit far above any rate.
+RULES_YAML = rules_yaml()
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,11 +79,12 @@ def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:
     ]
 
 
-def start_sidecar(workdir: Path, pinning: Pinning, rules: Path, *extra: str) -> ServerProcess:
+def start_sidecar(
+    workdir: Path, pinning: Pinning, rules: Path, *extra: str, name: str = "sidecar"
+) -> ServerProcess:
+    """The sidecar, named `name` in tables and in its log file's name."""
     address = local_address()
-    server = ServerProcess(
-        "sidecar", sidecar_args(address, rules, *extra), address, workdir, pinning
-    )
+    server = ServerProcess(name, sidecar_args(address, rules, *extra), address, workdir, pinning)
     server.wait_ready()
     return server
 

@@ -1,0 +1,130 @@
+"""`bench overhead` for each algorithm: eventual (local-only) rules of fixed_window,
+sliding_window, token_bucket and sliding_log against the empty grpc.aio handler.
+
+Per workload (hot-10 with h2load, distinct-100k with the Node client) one empty handler and one
+sidecar per algorithm run side by side, each on the pinned server core, each warmed up as in
+`bench overhead`, then measured in alternating rounds (A B C D E, then E D C B A, ...). Each
+sidecar runs `--default-algorithm X` with the bench rule, its limit unreachable in a run:
+1,000,000,000 a second, but 100,000 a second for sliding_log (its most).
+
+Target: each algorithm at least 90 % of the empty handler in both workloads, as the median over
+rounds of the ratio within a round (RPS, or RPS per server CPU-second when a server was not
+CPU-bound). An algorithm not registered in core/algorithms.py (it would silently run the fixed
+window) is not measured, and said so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from bench import compare
+from bench.load import runs
+from bench.load.clients import H2load, LoadShape, Node
+from bench.load.runs import Bench, Run
+from bench.load.servers import ServerProcess, start_service, start_sidecar
+from bench.overhead import MAX_KEYS, TARGET_RATIO, Plan, warm_up
+from bench.report import Options, Outcome, conclude
+from bench.workload import UNREACHABLE, hot_10, key_values, rules_dir, rules_yaml, workload
+from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
+from ratelimit_sidecar.config.model import AlgorithmName
+from ratelimit_sidecar.core.algorithms import algorithms_with
+
+NAME = "algorithms"
+SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
+ROUNDS = 4  # five servers per round: fewer rounds than `overhead`, the same run length
+RETRY_BUDGET_S = 90.0
+EMPTY = "empty"
+
+
+def plans() -> list[Plan]:
+    return [
+        Plan(hot_10(), (H2load(),), judged=True),
+        Plan(workload("distinct-100k", key_values(100_000)), (Node(),), judged=True),
+    ]
+
+
+def unreachable_limit(algorithm: AlgorithmName) -> int:
+    """A per-second limit no run reaches, and valid for the algorithm."""
+    return MAX_LOG_REQUESTS if algorithm is AlgorithmName.SLIDING_LOG else UNREACHABLE
+
+
+def registered(algorithm: AlgorithmName) -> bool:
+    """False when the limiter would run the fixed window's fallback for `algorithm`."""
+    chosen = algorithms_with()
+    fixed = chosen[AlgorithmName.FIXED_WINDOW]
+    return algorithm is AlgorithmName.FIXED_WINDOW or chosen[algorithm] is not fixed
+
+
+def decided_by(algorithm: AlgorithmName) -> str:
+    return type(algorithms_with()[algorithm]).__name__
+
+
+def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
+    """A local-only sidecar whose rule (naming no algorithm) runs `algorithm`."""
+    home = bench.workdir / algorithm.text
+    home.mkdir(exist_ok=True)
+    rules: Path = rules_dir(home, rules_yaml(unreachable_limit(algorithm)))
+    extra = ("--max-keys", str(MAX_KEYS), "--default-algorithm", algorithm.text)
+    return start_sidecar(bench.workdir, bench.pinning, rules, *extra, name=algorithm.text)
+
+
+def measure_plan(
+    bench: Bench, plan: Plan, chosen: Sequence[AlgorithmName], rounds: int
+) -> list[Run]:
+    """The empty handler and one sidecar per algorithm, each warmed up, in alternating rounds."""
+    servers = [start_service(bench.workdir, bench.pinning, EMPTY)]
+    try:
+        for algorithm in chosen:
+            servers.append(start_algorithm(bench, algorithm))
+        for server in servers:
+            warm_up(bench, server, plan.clients[0], plan)
+            server.pause()
+        return runs.alternate(bench, servers, plan.clients, plan.workload, rounds)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def comparisons(
+    measured: Sequence[Run], all_plans: Sequence[Plan], chosen: Sequence[AlgorithmName]
+) -> list[compare.Comparison]:
+    """Each algorithm against the empty handler, per workload and client."""
+    return [
+        compare.compare(measured, a.text, EMPTY, p.workload.name, c.name, by_cpu=True)
+        for p in all_plans
+        for c in p.clients
+        for a in chosen
+    ]
+
+
+def run(options: Options) -> Outcome:
+    started, rounds = time.monotonic(), options.rounds or ROUNDS
+    print(f"[{NAME}] eventual rules of each algorithm vs an empty grpc.aio handler")
+    chosen = [a for a in AlgorithmName if registered(a)]
+    skipped = [f"{a.text}: not registered in core/algorithms.py" for a in AlgorithmName]
+    skipped = [s for s, a in zip(skipped, AlgorithmName, strict=True) if a not in chosen]
+    all_plans, measured = plans(), list[Run]()
+    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
+    with runs.session(shape, RETRY_BUDGET_S) as bench:
+        for plan in all_plans:
+            if runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
+                measured += measure_plan(bench, plan, chosen, rounds)
+    found = comparisons(measured, all_plans, chosen)
+    lines = runs.render(bench, measured, rounds)
+    lines += ["", compare.comparison_table(found, TARGET_RATIO), LEGEND]
+    lines += [f"  {a.text} decided by {decided_by(a)}" for a in chosen]
+    lines += [f"  not measured: {s}" for s in skipped]
+    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document["comparisons"] = [compare.as_json(c) for c in found]
+    verdicts = [c.passed(TARGET_RATIO) for c in found]
+    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+
+
+LEGEND = f"""\
+ratio = median over rounds of algorithm / empty in the same round (basis: RPS, or RPS per
+second of server CPU when a server was not CPU-bound); round range = the lowest and highest
+single round; p99 ratio = median over rounds of p99 / the empty handler's p99. Target: ratio
+>= {TARGET_RATIO:.0%}. Rule: {UNREACHABLE:,}/s ({MAX_LOG_REQUESTS:,}/s for sliding_log)."""

@@ -1,0 +1,161 @@
+"""Strict rules against the per-request-Redis baseline, on the same stack and the same Redis.
+
+The baseline is `bench per-request-redis`'s `limits` service: per descriptor one `limits`
+async-Redis call (the fixed window's INCRBY + EXPIRE). Each sidecar runs the bench rule with
+`consistency: strict` (and `on_store_failure: deny`, so that a failed check cannot pass for a
+decision) for one algorithm, with `--redis-url`: every request waits for one `strict.lua` call.
+Servers run on the server core, one at a time, in alternating rounds of hot-10 with h2load;
+Redis runs on the load generators' core, as in `per-request-redis`. Each sidecar's strict check
+results are read from its /metrics around every run: a failed or breaker-refused check is
+counted as a failed request.
+
+Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medians over
+rounds of the ratios within a round).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import replace
+
+from bench import compare
+from bench.algorithms import unreachable_limit
+from bench.load import runs
+from bench.load.clients import H2load, LoadShape
+from bench.load.cpu import Pinning
+from bench.load.runs import Bench, Run
+from bench.load.servers import ServerProcess, local_address, sidecar_args, start_service
+from bench.per_request_redis import pin
+from bench.report import Options, Outcome, conclude
+from bench.workload import Workload, hot_10, rules_dir, rules_yaml
+from harness.redis_servers import ServerGroup
+from ratelimit_sidecar.config.model import AlgorithmName
+
+NAME = "strict"
+SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
+ROUNDS = 4
+WARM_UP_S = 1.5
+RETRY_BUDGET_S = 60.0
+MAX_KEYS = 10_000
+TARGET_RATIO = 1.0
+BASELINE = "limits"
+STRICT_METRIC = 'ratelimit_sidecar_strict_checks_total{result="'
+NOT_DECIDED = ("failed", "breaker_open")  # strict check results that are failed requests
+
+
+def strict_rule(algorithm: AlgorithmName) -> str:
+    """The bench rule, strict, for `algorithm`, with a limit no run reaches (a sliding log's
+    most: strict.lua keeps one member per admitted hit); a failed check refuses."""
+    extra = f"algorithm: {algorithm.text}, consistency: strict, on_store_failure: deny"
+    return rules_yaml(unreachable_limit(algorithm), extra)
+
+
+class StrictSidecar(ServerProcess):
+    """A sidecar with one strict rule; its counters are its strict checks by result."""
+
+    def __init__(
+        self, bench: Bench, algorithm: AlgorithmName, redis_url: str, pinning: Pinning
+    ) -> None:
+        home = bench.workdir / f"strict-{algorithm.text}"
+        home.mkdir(exist_ok=True)
+        rules = rules_dir(home, strict_rule(algorithm))
+        address = local_address()
+        args = sidecar_args(address, rules, "--max-keys", str(MAX_KEYS), "--redis-url", redis_url)
+        self.metrics_url = f"http://{args[args.index('--metrics-address') + 1]}/metrics"
+        super().__init__(f"strict {algorithm.text}", args, address, bench.workdir, pinning)
+
+    def counters(self) -> dict[str, int]:
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
+            lines = reply.read().decode().splitlines()
+        return strict_counts(lines)
+
+
+def strict_counts(lines: Sequence[str]) -> dict[str, int]:
+    """Strict checks by result from Prometheus text lines."""
+    found = {}
+    for line in lines:
+        if line.startswith(STRICT_METRIC):
+            result, value = line[len(STRICT_METRIC) :].split('"', 1)
+            found[result] = int(float(value.rsplit(" ", 1)[-1]))
+    return found
+
+
+def undecided(row: Run) -> int:
+    """Strict checks that failed or were refused by the open breaker during the runs."""
+    return sum(row.counters.get(result, 0) for result in NOT_DECIDED)
+
+
+def measure(
+    bench: Bench, redis_url: str, chosen: Sequence[AlgorithmName], rounds: int
+) -> list[Run]:
+    work: Workload = hot_10()
+    client = H2load()
+    servers = [start_service(bench.workdir, bench.pinning, BASELINE, "--redis-url", redis_url)]
+    try:
+        for algorithm in chosen:
+            servers.append(StrictSidecar(bench, algorithm, redis_url, bench.pinning))
+            servers[-1].wait_ready()
+        for server in servers:
+            runs.warm_up(bench, server, client, work, WARM_UP_S)
+            server.pause()
+        return runs.alternate(bench, servers, [client], work, rounds)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def counted_failures(measured: Sequence[Run]) -> list[Run]:
+    """The runs, each sidecar's failed strict checks added to its failed requests."""
+    marked = []
+    for measured_run in measured:
+        lost, found = undecided(measured_run), measured_run
+        if lost:
+            reason = found.first_error or f"{lost} strict checks failed or breaker-refused"
+            found = replace(found, errors=found.errors + lost, first_error=reason)
+        marked.append(found)
+    return marked
+
+
+def run(options: Options) -> Outcome:
+    started, rounds = time.monotonic(), options.rounds or ROUNDS
+    print(f"[{NAME}] strict rules vs the per-request-Redis `limits` service, same Redis")
+    chosen = list(AlgorithmName)
+    skipped = list[str]()
+    clients = runs.usable([H2load()], skipped)
+    measured: list[Run] = []
+    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
+    with runs.session(shape, RETRY_BUDGET_S) as bench:
+        group = ServerGroup(bench.workdir / "redis")
+        try:
+            redis = group.standalone()
+            pin(redis, bench.pinning)
+            if clients:
+                measured = counted_failures(measure(bench, redis.url, chosen, rounds))
+        finally:
+            group.stop_all()
+    found = [
+        compare.compare(measured, f"strict {a.text}", BASELINE, "hot-10", H2load.name)
+        for a in chosen
+    ]
+    lines = runs.render(bench, measured, rounds, [("strict checks", checks_cell)])
+    lines += ["", compare.comparison_table(found, TARGET_RATIO, p99_no_worse=True), LEGEND]
+    lines += [f"  not measured: {s}" for s in skipped]
+    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document["comparisons"] = [compare.as_json(c) for c in found]
+    verdicts = [c.passed(TARGET_RATIO, p99_no_worse=True) for c in found]
+    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+
+
+def checks_cell(row: Run) -> str:
+    if not row.counters:
+        return ""
+    return " ".join(f"{name} {count:,}" for name, count in sorted(row.counters.items()) if count)
+
+
+LEGEND = """\
+ratio = median over rounds of the strict sidecar's RPS / the `limits` service's in the same
+round; p99 ratio = the same for p99 (target: <= 1). strict checks = the sidecar's strict checks
+by result over every run (failed and breaker_open are counted as failed requests). Redis runs
+on the load generators' CPU."""
