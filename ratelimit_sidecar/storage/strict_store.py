@@ -74,8 +74,10 @@ class StrictStore:
         groups = self._groups(checks)
         if self.cluster:  # concurrent first calls on a client without a slot map fail
             await self._initialize()
+        if len(groups) == 1:  # standalone and Sentinel always: awaited here, no task to gather
+            return await self._call(checks)
         replies = await asyncio.gather(*(self._call([checks[i] for i in g]) for g in groups))
-        if len(groups) > 1 and not all(reply[0].counted for reply in replies):
+        if not all(reply[0].counted for reply in replies):
             replies = await self._give_back(checks, groups, replies)
         answers: list[StrictAnswer | None] = [None] * len(checks)
         for group, reply in zip(groups, replies, strict=True):
