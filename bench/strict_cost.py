@@ -10,7 +10,10 @@ The rows take a strict request apart, from the whole handler down to one redis-p
 * decider: `StrictDecider.decide` of the matched hits (fixed window);
 * decider, no Redis: the same with a store that answers at once: the decider's own Python;
 * store: `StrictStore.check` of one fixed-window check (packing, EVALSHA, parsing);
-* limits: the baseline's call, `limits` async Redis storage `incr` (its INCRBY+EXPIRE script);
+* limits servicer: the baseline's whole ShouldRateLimit on a parsed request (its Redis call,
+  the key, the response built); grpc's parsing of the request is not in it;
+* limits incr: the baseline's call alone, `limits` async Redis storage `incr` (its INCRBY+EXPIRE
+  script);
 * redis-py INCR: one plain command, the least a call to Redis costs on this client.
 
 Then cProfile of the fixed-window handler row: the functions with the most own time.
@@ -35,6 +38,7 @@ from limits.aio.storage import RedisStorage as LimitsStorage
 from bench.load.cpu import choose_pinning
 from bench.per_request_redis import pin
 from bench.report import Options, Outcome, table, write_results
+from bench.services import Limits
 from bench.strict import strict_rule
 from bench.workload import DOMAIN, key_values, request, rules_dir
 from harness.redis_servers import ServerGroup
@@ -53,6 +57,7 @@ CONCURRENCY = 80
 CALLS = 8_000  # per row
 PROFILE_CALLS = 4_000
 TOP_FUNCTIONS = 18
+BASELINE = "limits servicer (the baseline)"
 Call = Callable[[int], Awaitable[object]]  # the i-th call
 
 
@@ -139,10 +144,13 @@ async def baseline_costs(redis_url: str) -> dict[str, float]:
     limits = LimitsStorage(f"async+{redis_url}", wrap_exceptions=True, implementation="redispy")
     item = RateLimitItemPerSecond(1_000_000_000)
     keys = [item.key_for(DOMAIN, f"client=c{i}") for i in range(10)]
+    servicer = Limits(redis_url)
+    parsed = [request(f"c{i}") for i in range(10)]
     costs = {
-        "limits incr (the baseline)": await cpu_us_per_call(
+        BASELINE: await cpu_us_per_call(lambda i: servicer.ShouldRateLimit(parsed[i % 10], None)),
+        "limits incr (the baseline's call)": await cpu_us_per_call(
             lambda i: limits.incr(keys[i % 10], item.get_expiry())
-        )
+        ),
     }
     client = open_redis(redis_url).client
     costs["redis-py INCR"] = await cpu_us_per_call(lambda i: client.incr(f"bench:{i % 10}"))
@@ -172,9 +180,9 @@ def run(options: Options) -> Outcome:
                 costs, profiled = runner.run(measure(Path(tmp), redis.url))
         finally:
             group.stop_all()
-    base = costs["limits incr (the baseline)"]
+    base = costs[BASELINE]
     rows = [[name, f"{us:.1f}", f"{us - base:+.1f}"] for name, us in costs.items()]
-    text = table(("call", "CPU µs/call", "vs limits µs"), rows, left=1)
+    text = table(("call", "CPU µs/call", "vs limits servicer µs"), rows, left=1)
     print(f"\n{CONCURRENCY} concurrent tasks, {CALLS:,} calls per row\n{text}")
     print(f"\ncProfile, fixed-window handler, {PROFILE_CALLS:,} calls:\n{profiled}")
     document = {"cpu_us_per_call": costs, "profile": profiled, "pinning": pinning.describe()}
