@@ -21,6 +21,8 @@ from ratelimit_sidecar.service.compiled import (
     CompiledRequest,
     RequestCache,
 )
+from ratelimit_sidecar.service.dynamic_metadata import dynamic_metadata_field
+from ratelimit_sidecar.service.overall import OverallCode
 from ratelimit_sidecar.service.response import (
     ResponseEncoder,
     ResponseOptions,
@@ -74,8 +76,13 @@ class RateLimitHandler:
         self._bounds = bounds or Bounds()
         self._encoder = ResponseEncoder(options)
         self._observer = observer
-        self._overrides: dict[tuple[Rule, int, int], Rule] = {}
+        self._overrides: dict[tuple[object, int, int], Rule] = {}
         self._compiled = RequestCache(cache_entries)
+        options = self._encoder.options
+        self._overall = OverallCode(
+            limiter, shadow_mode=options.shadow_mode, quota_mode=options.quota_mode
+        )
+        self._metadata = options.dynamic_metadata
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
@@ -94,7 +101,10 @@ class RateLimitHandler:
         if not compiled.known:
             if self._observer is not None:
                 self._observer.unknown_domain(compiled.domain)
-            return unmatched_response(len(compiled.hits))
+            unmatched = unmatched_response(len(compiled.hits))
+            if self._metadata:
+                return self._with_metadata(unmatched, raw, compiled.hits, ())
+            return unmatched
         now = self._clock_ms()
         if not compiled.only:
             decision = self.limiter.hit(now, compiled.hits)
@@ -108,9 +118,23 @@ class RateLimitHandler:
                     compiled.before, compiled.head, verdict, compiled.after
                 )
             decision = Decision(decision.code, _with_constants(compiled, verdict))
+        if decision.code is Code.OVER_LIMIT:  # quota or shadow mode may let it through
+            decision = self._overall.settle(now, compiled.hits, decision)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
-        return self._encoder.encode(decision)
+        response = self._encoder.encode(decision)
+        if self._metadata:
+            return self._with_metadata(response, raw, compiled.hits, decision.verdicts)
+        return response
+
+    def _with_metadata(
+        self, response: bytes, raw: bytes, hits: Sequence[Hit], verdicts: Sequence[Verdict]
+    ) -> bytes:
+        """`response` with the reference's dynamic metadata; the request is parsed again (an
+        opt-in setting: the compiled request keeps no copy of what only it needs)."""
+        request = RateLimitRequest.FromString(raw)
+        verdicts = verdicts or [unlimited_verdict(hit) for hit in hits]
+        return response + dynamic_metadata_field(request, hits, verdicts)
 
     def _compile(self, raw: bytes) -> CompiledRequest:
         """Parse, validate and match a request not seen since the rules last changed."""
@@ -129,7 +153,8 @@ class RateLimitHandler:
         tally = None if self._observer is None else self._observer.tally(name, hits)
         known = domain is not None
         counted, limit = _only_counted(hits)
-        if limit is None or not known or self._encoder.options.ietf_headers:
+        options = self._encoder.options
+        if limit is None or not known or options.ietf_headers or options.dynamic_metadata:
             compiled = CompiledRequest(name, tuple(hits), known, tally)
         else:  # the others are unmatched or unlimited: always the same statuses
             before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:counted])
@@ -158,22 +183,41 @@ class RateLimitHandler:
         self, domain: Domain, entries: Entries, descriptor: RateLimitDescriptor
     ) -> Rule | None:
         rule = match(domain, entries)
-        if rule is not None and descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
-            return self._override(rule, descriptor.limit.requests_per_unit, descriptor.limit.unit)
+        if descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
+            override = descriptor.limit.requests_per_unit, descriptor.limit.unit
+            return self._override(rule or _unmatched(domain.name, entries), *override)
         return rule
 
     def _override(self, rule: Rule, requests_per_unit: int, unit: int) -> Rule:
-        """The request carries its own limit (RateLimitOverride): same rule, other numbers."""
-        cache_key = (rule, requests_per_unit, unit)
+        """The request carries its own limit (RateLimitOverride), in any descriptor of a known
+        domain, matched or not: the rule's counter with other numbers. As in the reference, an
+        override is enforced and counted alone: no shadow or quota mode, no metadata."""
+        # A loaded rule is its own key; a rule made for an unmatched descriptor is new each time.
+        made = rule.source is None
+        cache_key = ((rule.domain, rule.path) if made else rule, requests_per_unit, unit)
         found = self._overrides.get(cache_key)
         if found is None:
             if len(self._overrides) >= MAX_OVERRIDES:
                 self._overrides.clear()
             base = rule.limit or RateLimit(requests_per_unit, Unit(unit))
             limit = replace(base, requests_per_unit=requests_per_unit, unit=Unit(unit))
-            found = replace(rule, limit=limit, limits=(limit,), unlimited=False)
+            found = replace(
+                rule,
+                limit=limit,
+                limits=(limit,),
+                unlimited=False,
+                shadow_mode=False,
+                quota_mode=False,
+                metadata=None,
+            )
             self._overrides[cache_key] = found
         return found
+
+
+def _unmatched(domain: str, entries: Entries) -> Rule:
+    """What an override applies to when no rule matches: a rule of its own, named by the
+    request's keys alone (values are the client's: a label per value would be unbounded)."""
+    return Rule(domain=domain, path=tuple((key, "") for key, _ in entries))
 
 
 def _with_constants(compiled: CompiledRequest, verdict: Verdict) -> tuple[Verdict, ...]:
