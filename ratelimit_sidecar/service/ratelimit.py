@@ -200,7 +200,10 @@ class RateLimitHandler:
             if len(self._overrides) >= MAX_OVERRIDES:
                 self._overrides.clear()
             base = rule.limit or RateLimit(requests_per_unit, Unit(unit))
-            limit = replace(base, requests_per_unit=requests_per_unit, unit=Unit(unit))
+            # The override's window is its unit alone (it carries no multiplier).
+            limit = replace(
+                base, requests_per_unit=requests_per_unit, unit=Unit(unit), unit_multiplier=1
+            )
             found = replace(
                 rule,
                 limit=limit,
