@@ -253,6 +253,13 @@ class RuleSet:
 
     domains: Mapping[str, Domain]
     version: str = ""
+    # Some rule has `quota_mode`: a refused request may still be answered OK. Derived once,
+    # where the rules are loaded, so that swapping them in costs no walk of the tree.
+    has_quota_mode: bool = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        rules = (rule for domain in self.domains.values() for rule in domain.rules())
+        object.__setattr__(self, "has_quota_mode", any(rule.quota_mode for rule in rules))
 
     def domain(self, name: str) -> Domain | None:
         return self.domains.get(name)

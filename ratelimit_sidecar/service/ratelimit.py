@@ -83,11 +83,13 @@ class RateLimitHandler:
             limiter, shadow_mode=options.shadow_mode, quota_mode=options.quota_mode
         )
         self._metadata = options.dynamic_metadata
+        self._lenient = _lets_refusals_through(rules, options)
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
         self._overrides = {}
         self._compiled.clear()
+        self._lenient = _lets_refusals_through(rules, self._encoder.options)
         self.rules = rules
 
     def decide(self, raw: bytes) -> bytes:
@@ -118,7 +120,7 @@ class RateLimitHandler:
                     compiled.before, compiled.head, verdict, compiled.after
                 )
             decision = Decision(decision.code, _with_constants(compiled, verdict))
-        if decision.code is Code.OVER_LIMIT:  # quota or shadow mode may let it through
+        if decision.code is Code.OVER_LIMIT and self._lenient:  # quota or shadow mode
             decision = self._overall.settle(now, compiled.hits, decision)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
@@ -221,6 +223,12 @@ def _unmatched(domain: str, entries: Entries) -> Rule:
     """What an override applies to when no rule matches: a rule of its own, named by the
     request's keys alone (values are the client's: a label per value would be unbounded)."""
     return Rule(domain=domain, path=tuple((key, "") for key, _ in entries))
+
+
+def _lets_refusals_through(rules: RuleSet, options: ResponseOptions) -> bool:
+    """Whether a refused request may still be answered OK (service/overall.py): otherwise the
+    refusals, a flood's answers, skip that check."""
+    return options.shadow_mode or options.quota_mode or rules.has_quota_mode
 
 
 def _with_constants(compiled: CompiledRequest, verdict: Verdict) -> tuple[Verdict, ...]:
