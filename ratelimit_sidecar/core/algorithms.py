@@ -5,6 +5,8 @@ from __future__ import annotations
 from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.fixed_window import FixedWindow
+from ratelimit_sidecar.core.sliding_log import SlidingLog
+from ratelimit_sidecar.core.sliding_window import SlidingWindow
 
 
 def algorithms_with(fixed_window: Algorithm | None = None) -> tuple[Algorithm, ...]:
@@ -12,6 +14,8 @@ def algorithms_with(fixed_window: Algorithm | None = None) -> tuple[Algorithm, .
     default fixed window (the simulator's variants are its parameters)."""
     chosen: dict[AlgorithmName, Algorithm] = {
         AlgorithmName.FIXED_WINDOW: fixed_window or FixedWindow(),
+        AlgorithmName.SLIDING_WINDOW: SlidingWindow(),
+        AlgorithmName.SLIDING_LOG: SlidingLog(),
     }
     fallback = chosen[AlgorithmName.FIXED_WINDOW]
     return tuple(chosen.get(name, fallback) for name in AlgorithmName)
