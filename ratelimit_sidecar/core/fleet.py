@@ -95,9 +95,9 @@ class FleetLimiter(Limiter):
         # were counted after it closed) already gets its flag back from that push: one push
         # per key and span either way.
         if state.pending or not retried:
-            # Hits go in the span of the last one; a read alone asks for the latest spans.
-            last = min(state.last_hit, now_ms - 1) if state.pending else now_ms - 1
-            span = span_number(last, limit)
+            # Hits go in the span of the last one (a later span than some of them: they stay
+            # in a trailing window longer, never shorter); a read alone asks for the latest.
+            span = span_number(state.last_hit if state.pending else now_ms - 1, limit)
             plan.push(state, Push(state.key, state.window, state.pending, limit, span))
             state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1

@@ -47,9 +47,13 @@ class ExactSlidingWindow:
         return range(first, bisect_right(self.times, now))
 
     def count(self, now: int) -> Fraction:
+        """The logged hits, weighted: all hits of a span weigh the same, so by span."""
+        per_span: dict[int, int] = {}  # first ms of a span -> its hits
+        for i in self._recent(now):
+            start = self.span_of(self.times[i])[0]
+            per_span[start] = per_span.get(start, 0) + self.hits[i]
         return sum(
-            (self.hits[i] * self.weight(self.times[i], now) for i in self._recent(now)),
-            Fraction(0),
+            (hits * self.weight(start, now) for start, hits in per_span.items()), Fraction(0)
         )
 
     def allows(self, now: int, hits: int) -> bool:
