@@ -42,7 +42,8 @@ class HitLog:
         self.total += count
         if len(self.times) > self.capacity:
             self.times.popleft()
-            self.counts[1] += self.counts.popleft()
+            oldest = self.counts.popleft()
+            self.counts[0] += oldest
 
     def take_newest(self, count: int) -> int:
         """Remove up to `count` hits, newest first; returns how many were removed."""

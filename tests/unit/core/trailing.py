@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
-from ratelimit_sidecar.core import KeyId, PushResult, SyncBatch, SyncResult
+from ratelimit_sidecar.core import FleetLimiter, KeyId, PushResult, SyncBatch, SyncResult
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
 WINDOW = AlgorithmName.SLIDING_WINDOW
@@ -87,3 +87,17 @@ class SpanStore:
             answers.append(PushResult(sum(totals), 0, spans=totals))
         reads = tuple(self.windows[read.key, read.window] for read in batch.total_reads)
         return SyncResult(tuple(answers), reads, live_nodes=live_nodes)
+
+
+class PromptStore:
+    """A store every span end of one fleet node syncs with as it happens."""
+
+    def __init__(self, limiter: FleetLimiter) -> None:
+        self.limiter, self.store, self.synced_ms = limiter, SpanStore(), T0
+
+    def sync_until(self, now: int) -> None:
+        limiter = self.limiter
+        while (end := limiter.next_span_end(self.synced_ms)) is not None and end <= now:
+            batch = limiter.end_span(end)
+            limiter.apply_sync(end, batch, self.store.execute(batch, live_nodes=1))
+            self.synced_ms = end
