@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.hitlog import HitLog
-from ratelimit_sidecar.core.spancounts import SpanCounts
+from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
@@ -87,7 +87,7 @@ class KeyState:
         # A sliding window's span counts (core/sliding_window.py), made at its first use: the
         # fleet's as the store last answered them, and this node's own not yet confirmed.
         # Unlike the fields above they outlive the window: a trailing window reaches back.
-        self.fleet_spans: SpanCounts | None = None
+        self.fleet_spans: FleetSpans | None = None
         self.own_spans: SpanCounts | None = None
         self.hit_log: HitLog | None = None  # a sliding log's admitted hits (core/sliding_log.py)
 

@@ -34,20 +34,26 @@ A span end:
 - The store failed: the hits stay in `own_spans`, scaled by `nodes`, until an answer confirms
   them or they leave the window. With a cooldown, an estimate over MAX then blocks the key.
 - Local-only mode: nothing to do, the own counts are already in place.
+- The store's answer has the pushed span before every node has pushed it: until the next
+  answer, that span counts at least this node's push times `nodes`, as it did before the push.
 - `nodes` is learnt as the fixed window learns it (the store counts every push into the
-  window's counter too): this rule delegates to a FixedWindow. There is no lenient ceiling: a
-  trailing window has no window pace to project.
+  window's counter too): this rule delegates to a FixedWindow, but from admitted counts only.
+  Over a trailing limit every node refuses on its estimate all the time; counting its own
+  refusals as offered, and no other node's, made a node of four see a fleet of 2.5 to 3 and
+  the fleet admit 118 per MAX of 100 (4 nodes, 5 x MAX offered; 98 with admitted counts).
+  There is no lenient ceiling: a trailing window has no window pace to project.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.spancounts import SpanCounts
+from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
 from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 
@@ -56,7 +62,8 @@ from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 class SlidingWindow:
     """The rule above."""
 
-    nodes_rule: FixedWindow = field(default_factory=FixedWindow)  # learns `nodes` for us
+    # Learns `nodes` (see the module's docstring for why from admitted counts only).
+    nodes_rule: FixedWindow = field(default_factory=lambda: FixedWindow(nodes_from_offered=False))
 
     # -- a request ---------------------------------------------------------------------------
 
@@ -64,7 +71,7 @@ class SlidingWindow:
         """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
         if now_ms < state.blocked_until:
             return refused(state, state.blocked_until - now_ms)
-        if hits <= 0 or _trailing(state, now_ms, state.nodes).fits(hits * state.nodes):
+        if hits <= 0 or _trailing(state, now_ms).fits(hits * state.nodes):
             return None
         return self._over(state, hits, now_ms)
 
@@ -73,7 +80,7 @@ class SlidingWindow:
         lasts until the request fits. Refusals on the estimate alone count as offered (see
         FixedWindow.learn_nodes)."""
         limit = state.limit
-        over_for_sure = not _trailing(state, now_ms, 1).fits(hits)
+        over_for_sure = not _trailing(state, now_ms, known=True).fits(hits)
         if over_for_sure and limit.cooldown > 0:
             state.block(now_ms + limit.cooldown)
             return refused(state, limit.cooldown)
@@ -86,7 +93,7 @@ class SlidingWindow:
         if own is None:
             own = state.own_spans = SpanCounts(state.limit.spans)
         if hits < 0:  # quota given back: only what the store has not confirmed yet
-            hits = -own.take_newest(-hits)
+            hits = -int(own.take_newest(-hits))
         else:
             own.add(span_number(now_ms, state.limit), hits)
         state.pending += hits  # what the next push carries
@@ -95,7 +102,7 @@ class SlidingWindow:
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
-        trailing = _trailing(state, now_ms, state.nodes)
+        trailing = _trailing(state, now_ms)
         used = trailing.scaled_count()
         remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
         reset = _until_oldest_leaves(state, now_ms)
@@ -121,7 +128,7 @@ class SlidingWindow:
         if not counted:
             return 0
         first = max(spans.newest for spans in counted) - state.limit.spans + 1
-        return sum(spans.since(first) for spans in counted)
+        return math.ceil(sum(spans.since(first) for spans in counted))
 
     def resume(self, state: KeyState, count: int) -> None:
         """Counted in the span the key comes back in: it leaves the window later than the
@@ -144,11 +151,12 @@ class SlidingWindow:
             fleet.put(newest - len(answer.spans) + 1 + offset, total)
         if push.count > 0 and state.own_spans is not None:
             state.own_spans.take_oldest(push.count)  # in the store's totals now
-        return _blocks_over(state, now_ms, 1)
+        fleet.raise_floor(newest, max(0, push.count) * state.nodes)
+        return _blocks_over(state, now_ms, known=True)
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
         """The hits stay in `own_spans`, scaled by `nodes` in every estimate."""
-        return _blocks_over(state, now_ms, state.nodes)
+        return _blocks_over(state, now_ms, known=False)
 
     def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
         self.nodes_rule.learn_nodes(state, window, total)
@@ -181,16 +189,21 @@ class Trailing(NamedTuple):
         return self.scaled_count() + extra * self.length <= self.max_hits * self.length
 
 
-def _trailing(state: KeyState, now_ms: int, nodes: float) -> Trailing:
-    """The trailing window at `now_ms`, this node's unconfirmed hits scaled by `nodes`."""
+def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
+    """The trailing window at `now_ms`: estimated (this node's unconfirmed hits scaled by
+    `nodes`, the span last pushed at least at its floor), or what is `known` for sure."""
     limit = state.limit
     span = span_number(now_ms, limit)
     start, end = span_bounds(span, limit)
     leaving = span - limit.spans
     whole: float = 0
     oldest: float = 0
-    if state.fleet_spans is not None:
-        whole, oldest = state.fleet_spans.since(leaving + 1), state.fleet_spans.get(leaving)
+    nodes = 1 if known else state.nodes
+    fleet = state.fleet_spans
+    if fleet is not None and known:
+        whole, oldest = fleet.since(leaving + 1), fleet.get(leaving)
+    elif fleet is not None:
+        whole, oldest = fleet.estimate_since(leaving + 1), fleet.estimate(leaving)
     own = state.own_spans
     if own is not None:
         whole += own.since(leaving + 1) * nodes
@@ -201,13 +214,13 @@ def _trailing(state: KeyState, now_ms: int, nodes: float) -> Trailing:
 def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     """How long until `hits` more fit if nobody sends more: the first moment, span by span,
     when the spans still inside (the oldest one weighted) leave room for them."""
-    limit, nodes = state.limit, state.nodes
-    extra, max_hits = hits * nodes, limit.requests_per_unit
+    limit = state.limit
+    extra, max_hits = hits * state.nodes, limit.requests_per_unit
     if extra > max_hits:
         return limit.window_ms  # never fits: as long as a window
     span = span_number(now_ms, limit)
     first = span - limit.spans  # counts[i] is span first + i
-    counts = [_span_count(state, j, nodes) for j in range(first, _newest(state, span) + 1)]
+    counts = [_span_count(state, j) for j in range(first, _newest(state, span) + 1)]
     for step in range(len(counts) + 1):
         start, end = span_bounds(span + step, limit)
         at = max(now_ms, start)
@@ -225,28 +238,33 @@ def _until_oldest_leaves(state: KeyState, now_ms: int) -> int:
     limit = state.limit
     span = span_number(now_ms, limit)
     _, end = span_bounds(span, limit)
-    if end - 1 > now_ms and _span_count(state, span - limit.spans, 1) > 0:
+    if end - 1 > now_ms and _span_count(state, span - limit.spans, known=True) > 0:
         return end - 1 - now_ms  # the leaving span, weighted down to 0 at the span's last ms
     for counted in range(span - limit.spans + 1, _newest(state, span) + 1):
-        if _span_count(state, counted, 1) > 0:
+        if _span_count(state, counted, known=True) > 0:
             _, counted_end = span_bounds(counted, limit)
             return counted_end - 1 + limit.window_ms - now_ms
     return 0
 
 
-def _blocks_over(state: KeyState, now_ms: int, nodes: float) -> bool:
+def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
     """With a cooldown, a count over MAX blocks the key; True if the block is new."""
     limit = state.limit
-    if limit.cooldown <= 0 or _trailing(state, now_ms, nodes).fits(0):
+    if limit.cooldown <= 0 or _trailing(state, now_ms, known).fits(0):
         return False
     was_blocked = now_ms < state.blocked_until
     state.block(now_ms + limit.cooldown)
     return not was_blocked
 
 
-def _span_count(state: KeyState, span: int, nodes: float) -> float:
-    fleet = state.fleet_spans.get(span) if state.fleet_spans is not None else 0
-    return fleet + (state.own_spans.get(span) * nodes if state.own_spans is not None else 0)
+def _span_count(state: KeyState, span: int, known: bool = False) -> float:
+    """One span's count in the trailing window, as `_trailing` counts it."""
+    fleet, own = state.fleet_spans, state.own_spans
+    nodes = 1 if known else state.nodes
+    counted = own.get(span) * nodes if own is not None else 0
+    if fleet is not None:
+        counted += fleet.get(span) if known else fleet.estimate(span)
+    return counted
 
 
 def _newest(state: KeyState, span: int) -> int:
@@ -256,9 +274,9 @@ def _newest(state: KeyState, span: int) -> int:
     return max([span, *held])
 
 
-def _fleet_spans(state: KeyState) -> SpanCounts:
+def _fleet_spans(state: KeyState) -> FleetSpans:
     if state.fleet_spans is None:
-        state.fleet_spans = SpanCounts(state.limit.spans)
+        state.fleet_spans = FleetSpans(state.limit.spans)
     return state.fleet_spans
 
 

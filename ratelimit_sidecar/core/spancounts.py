@@ -14,32 +14,32 @@ class SpanCounts:
     __slots__ = ("counts", "newest")
 
     def __init__(self, spans: int) -> None:
-        self.counts = [0] * (spans + 1)
+        self.counts: list[float] = [0] * (spans + 1)  # ints, but for a fleet's estimates
         self.newest = -1  # no span yet: the first one moves every counter out
 
-    def get(self, span: int) -> int:
+    def get(self, span: int) -> float:
         """The count of `span`; 0 if it is newer than any counted or too old to count."""
         index = span - self.newest + len(self.counts) - 1
         return self.counts[index] if 0 <= index < len(self.counts) else 0
 
-    def since(self, span: int) -> int:
+    def since(self, span: int) -> float:
         """The sum of the counts of `span` and every newer span."""
         first = max(0, span - self.newest + len(self.counts) - 1)
         return sum(self.counts[first:])
 
-    def add(self, span: int, count: int) -> None:
+    def add(self, span: int, count: float) -> None:
         self._move_to(span)
         index = span - self.newest + len(self.counts) - 1
         if index >= 0:  # older spans count in no trailing window of `newest` or later
             self.counts[index] += count
 
-    def put(self, span: int, count: int) -> None:
+    def put(self, span: int, count: float) -> None:
         self._move_to(span)
         index = span - self.newest + len(self.counts) - 1
         if index >= 0:
             self.counts[index] = count
 
-    def take_oldest(self, count: int) -> None:
+    def take_oldest(self, count: float) -> None:
         """Remove up to `count`, oldest spans first."""
         for index, held in enumerate(self.counts):
             if count <= 0:
@@ -47,16 +47,16 @@ class SpanCounts:
             taken = min(held, count)
             self.counts[index], count = held - taken, count - taken
 
-    def take_newest(self, count: int) -> int:
+    def take_newest(self, count: float) -> float:
         """Remove up to `count`, newest spans first; returns how many were removed."""
-        removed = 0
+        removed: float = 0
         for index in range(len(self.counts) - 1, -1, -1):
             taken = min(self.counts[index], count - removed)
             self.counts[index] -= taken
             removed += taken
         return removed
 
-    def total(self) -> int:
+    def total(self) -> float:
         return sum(self.counts)
 
     def _move_to(self, span: int) -> None:
@@ -68,3 +68,35 @@ class SpanCounts:
         kept = self.counts[shift:] if shift < size else []
         self.counts = kept + [0] * (size - len(kept))
         self.newest = span
+
+
+class FleetSpans(SpanCounts):
+    """The fleet's span totals as the store answered them, and a floor under one of them.
+
+    The store answers a span end before every node has pushed that span: until a later answer
+    has their counts, the span just pushed is estimated at no less than this node's own share
+    of it times the number of nodes (`floor`). The totals alone are what is known for sure."""
+
+    __slots__ = ("floor", "floor_span")
+
+    def __init__(self, spans: int) -> None:
+        super().__init__(spans)
+        self.floor_span = -1
+        self.floor = 0.0
+
+    def raise_floor(self, span: int, share: float) -> None:
+        """This node pushed `share` (already scaled) for `span`: the floor of the newest span
+        pushed, summed over its pushes."""
+        if span > self.floor_span:
+            self.floor_span, self.floor = span, share
+        elif span == self.floor_span:
+            self.floor += share
+
+    def estimate(self, span: int) -> float:
+        return self.get(span) + (self._lift() if span == self.floor_span else 0)
+
+    def estimate_since(self, span: int) -> float:
+        return self.since(span) + (self._lift() if self.floor_span >= span else 0)
+
+    def _lift(self) -> float:
+        return max(0.0, self.floor - self.get(self.floor_span))
