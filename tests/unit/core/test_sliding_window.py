@@ -332,15 +332,13 @@ def test_a_fleet_of_four_stays_near_max_in_every_trailing_window(
     offered: int, bursts: bool
 ) -> None:
     """Four nodes, MAX 100 per second: the fleet's admitted hits, counted by the exact
-    reference (span-weighted) and by a true trailing window, stay within a few percent of MAX
-    (the numbers measured for the report: see the module's docstring)."""
+    reference (span-weighted) and by a true trailing window, stay within a few percent of MAX.
+    Measured over seeds 0-9: weighted at most 105 (3x offered), 104 (5x), 101 (bursts); true
+    trailing window at most 105, 107, 115; admitted 98-99 per second (92-93 with bursts)."""
     admitted = run_fleet(4, offered, seconds=12, seed=offered, bursts=bursts)
     exact = ExactSlidingWindow(100, 1000, 6)
     exact.times, exact.hits = admitted, [1] * len(admitted)
     worst_weighted = max(exact.count(t) for t in sorted(set(admitted)))
-    print(
-        offered, bursts, len(admitted), float(worst_weighted), worst_trailing_count(admitted, 1000)
-    )
-    assert worst_weighted <= 105
-    assert worst_trailing_count(admitted, 1000) <= 115
-    assert 85 * 12 <= len(admitted) <= 100 * 12 + 100 * (1 if bursts else 0) + 50
+    assert worst_weighted <= 108
+    assert worst_trailing_count(admitted, 1000) <= 120
+    assert 85 * 12 <= len(admitted) <= 101 * 12
