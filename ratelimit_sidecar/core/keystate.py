@@ -130,7 +130,8 @@ class KeyState:
         self.blocked_until = max(self.blocked_until, until_ms)
 
     def idle(self, now_ms: int) -> bool:
-        """Forgettable: no traffic for two windows, nothing left to push, no active block."""
+        """Forgettable: no traffic for two windows (so none in a trailing window either),
+        nothing left to push, no active block."""
         return (
             now_ms - self.last_hit >= 2 * self.limit.window_ms
             and not (self.pending or self.inflight or self.unsent)

@@ -76,16 +76,13 @@ class SlidingWindow:
         return self._over(state, hits, now_ms)
 
     def _over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Step 2: over for sure blocks for the cooldown, if there is one; else the refusal
-        lasts until the request fits. Refusals on the estimate alone count as offered (see
-        FixedWindow.learn_nodes)."""
+        """Step 2: with a cooldown, a count over MAX for sure blocks the key for it; else the
+        refusal lasts until the request fits. (Unlike the fixed window's, refusals on the
+        estimate are not counted as offered: see `nodes` in the module's docstring.)"""
         limit = state.limit
-        over_for_sure = not _trailing(state, now_ms, known=True).fits(hits)
-        if over_for_sure and limit.cooldown > 0:
+        if limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits):
             state.block(now_ms + limit.cooldown)
             return refused(state, limit.cooldown)
-        if not over_for_sure:
-            state.rejected += hits
         return refused(state, _wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
@@ -105,7 +102,7 @@ class SlidingWindow:
         trailing = _trailing(state, now_ms)
         used = trailing.scaled_count()
         remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
-        reset = _until_oldest_leaves(state, now_ms)
+        reset = _until_oldest_leaves(state, trailing, now_ms)
         near = used >= NEAR_LIMIT_RATIO * rpu * trailing.length
         # Every field in order, by position, as the fixed window answers.
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
@@ -180,6 +177,7 @@ class Trailing(NamedTuple):
     overlap: int  # ... of which this many ms are still inside
     length: int  # ms of the current span (the oldest one, a window earlier, is as long)
     max_hits: int
+    span: int  # the current span's number
 
     def scaled_count(self) -> float:
         return self.whole * self.length + self.oldest * self.overlap
@@ -208,7 +206,7 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
     if own is not None:
         whole += own.since(leaving + 1) * nodes
         oldest += own.get(leaving) * nodes
-    return Trailing(whole, oldest, end - 1 - now_ms, end - start, limit.requests_per_unit)
+    return Trailing(whole, oldest, end - 1 - now_ms, end - start, limit.requests_per_unit, span)
 
 
 def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
@@ -233,18 +231,19 @@ def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     return limit.window_ms  # not reached: the last step has nothing left to count
 
 
-def _until_oldest_leaves(state: KeyState, now_ms: int) -> int:
-    """How long until the oldest span still counted leaves the trailing window (0: none)."""
+def _until_oldest_leaves(state: KeyState, trailing: Trailing, now_ms: int) -> int:
+    """How long until the oldest span still counted leaves the trailing window (0: none).
+    Span j stops counting at the last ms of span j + N, its weight down to 0."""
     limit = state.limit
-    span = span_number(now_ms, limit)
-    _, end = span_bounds(span, limit)
-    if end - 1 > now_ms and _span_count(state, span - limit.spans, known=True) > 0:
-        return end - 1 - now_ms  # the leaving span, weighted down to 0 at the span's last ms
-    for counted in range(span - limit.spans + 1, _newest(state, span) + 1):
-        if _span_count(state, counted, known=True) > 0:
-            _, counted_end = span_bounds(counted, limit)
-            return counted_end - 1 + limit.window_ms - now_ms
-    return 0
+    first = trailing.span - limit.spans + (0 if trailing.overlap > 0 else 1)
+    counted = [
+        c.oldest_counted(first) for c in (state.fleet_spans, state.own_spans) if c is not None
+    ]
+    oldest = min((span for span in counted if span is not None), default=None)
+    if oldest is None:
+        return 0
+    _, leaves = span_bounds(oldest + limit.spans, limit)
+    return leaves - 1 - now_ms
 
 
 def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:

@@ -27,6 +27,14 @@ class SpanCounts:
         first = max(0, span - self.newest + len(self.counts) - 1)
         return sum(self.counts[first:])
 
+    def oldest_counted(self, span: int) -> int | None:
+        """The oldest span from `span` on with a count; None if there is none."""
+        first = max(0, span - self.newest + len(self.counts) - 1)
+        for index in range(first, len(self.counts)):
+            if self.counts[index]:
+                return self.newest - len(self.counts) + 1 + index
+        return None
+
     def add(self, span: int, count: float) -> None:
         self._move_to(span)
         index = span - self.newest + len(self.counts) - 1

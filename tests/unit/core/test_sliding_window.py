@@ -5,6 +5,7 @@ unconfirmed hits times `nodes`."""
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import pytest
 
@@ -195,8 +196,6 @@ def test_the_estimate_is_the_stores_spans_plus_own_unconfirmed_hits_times_nodes(
     # Fits once span 0's weight is down to 48/50 in the next window: 1249 - 240 ms.
     assert (refusal.code, refusal.reset_ms) == (Code.OVER_LIMIT, 1009 - 270)
     assert limiter.hit(T0 + 280, [hit(r, hits=20)]).verdicts[0].remaining == 0
-    state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.rejected == 21  # refused on the estimate alone
 
 
 def test_the_oldest_span_is_weighted_as_it_leaves() -> None:
@@ -342,3 +341,14 @@ def test_a_fleet_of_four_stays_near_max_in_every_trailing_window(
     assert worst_weighted <= 108
     assert worst_trailing_count(admitted, 1000) <= 120
     assert 85 * 12 <= len(admitted) <= 101 * 12
+
+
+def test_the_reference_weighs_the_leaving_span_by_its_milliseconds_still_inside() -> None:
+    exact = ExactSlidingWindow(100, 1000, 3)  # spans of 334, 333, 333 ms
+    assert exact.span_of(T0 + 333) == (T0, T0 + 334)
+    assert exact.span_of(T0 + 334) == (T0 + 334, T0 + 667)
+    assert exact.hit(T0 + 333, 30)
+    assert exact.count(T0 + 999) == 30  # the span starts inside (T0 - 1, T0 + 999]
+    assert exact.count(T0 + 1000) == Fraction(30 * 333, 334)  # T0 itself has left
+    assert exact.count(T0 + 1333) == 0
+    assert exact.reset_ms(T0 + 1000) == 333
