@@ -8,13 +8,17 @@ import random
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Limiter, LocalLimiter, PushResult, SyncResult
 from ratelimit_sidecar.core.spans import span_end, span_number
 from ratelimit_sidecar.simulate.exact.sliding_window import ExactSlidingWindow
+from tests.unit.core import test_counted_alone as counted_alone
 from tests.unit.core.rules import hit, rule
 from tests.unit.core.trailing import (
+    LOG,
     T0,
     WINDOW,
     PromptStore,
@@ -352,3 +356,38 @@ def test_the_reference_weighs_the_leaving_span_by_its_milliseconds_still_inside(
     assert exact.count(T0 + 1000) == Fraction(30 * 333, 334)  # T0 itself has left
     assert exact.count(T0 + 1333) == 0
     assert exact.reset_ms(T0 + 1000) == 333
+
+
+SLIDING_RULES = (
+    trailing_rule(WINDOW, rpu=5, cooldown_ms=300),
+    trailing_rule(LOG, rpu=1, key="x"),
+    trailing_rule(WINDOW, rpu=40, spans=4, key="y"),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(counted_alone.steps, st.sampled_from([2, 4, 100]), st.booleans())
+def test_the_counted_descriptor_alone_decides_as_the_whole_request(
+    script: list[tuple[int, tuple[int, str, int, int, bool]]], max_keys: int, shared: bool
+) -> None:
+    """As tests/unit/core/test_counted_alone.py checks for the fixed window."""
+    kind = FleetLimiter if shared else LocalLimiter
+    alone, whole, now = kind(max_keys), kind(max_keys), T0
+    for dt, (index, value, count, companions, first) in script:
+        now += dt
+        if index < 0:
+            counted_alone.end_span(alone, now, count)
+            counted_alone.end_span(whole, now, count)
+            continue
+        counted, others = (
+            hit(SLIDING_RULES[index], value, count),
+            counted_alone.COMPANIONS[companions],
+        )
+        request = [counted, *others] if first else [*others, counted]
+        at = 0 if first else len(others)
+        single = companions != 3
+        mine = alone.hit(now, [counted]) if single else alone.hit(now, request)
+        theirs = whole.hit(now, request)
+        assert mine.code is theirs.code
+        assert mine.verdicts[0 if single else at] == theirs.verdicts[at]
+        assert counted_alone.snapshot(alone) == counted_alone.snapshot(whole)

@@ -29,11 +29,14 @@ def trailing_rule(
 
 
 def random_trace(seed: int, length: int, mean_gap_ms: int) -> Iterator[tuple[int, int]]:
-    """(time, hits) of requests: mostly small gaps, some same-millisecond, some long pauses."""
+    """(time, hits) of requests: mostly small gaps, some same-millisecond, a few silences of
+    up to a few windows (of a second)."""
     rnd = random.Random(seed)
     now = T0 + rnd.randrange(1000)
     for _ in range(length):
         now += rnd.choice([0, 0, 1, 2, mean_gap_ms // 2, mean_gap_ms, 3 * mean_gap_ms])
+        if rnd.random() < 0.01:
+            now += rnd.randrange(500, 3000)
         yield now, rnd.choice([1, 1, 1, 1, 2, 3])
 
 
