@@ -46,7 +46,6 @@ A span end:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -90,7 +89,7 @@ class SlidingWindow:
         if own is None:
             own = state.own_spans = SpanCounts(state.limit.spans)
         if hits < 0:  # quota given back: only what the store has not confirmed yet
-            hits = -int(own.take_newest(-hits))
+            hits = -own.take_newest(-hits)
         else:
             own.add(span_number(now_ms, state.limit), hits)
         state.pending += hits  # what the next push carries
@@ -125,7 +124,7 @@ class SlidingWindow:
         if not counted:
             return 0
         first = max(spans.newest for spans in counted) - state.limit.spans + 1
-        return math.ceil(sum(spans.since(first) for spans in counted))
+        return sum(spans.since(first) for spans in counted)
 
     def resume(self, state: KeyState, count: int) -> None:
         """Counted in the span the key comes back in: it leaves the window later than the

@@ -14,15 +14,15 @@ class SpanCounts:
     __slots__ = ("counts", "newest")
 
     def __init__(self, spans: int) -> None:
-        self.counts: list[float] = [0] * (spans + 1)  # ints, but for a fleet's estimates
+        self.counts = [0] * (spans + 1)
         self.newest = -1  # no span yet: the first one moves every counter out
 
-    def get(self, span: int) -> float:
+    def get(self, span: int) -> int:
         """The count of `span`; 0 if it is newer than any counted or too old to count."""
         index = span - self.newest + len(self.counts) - 1
         return self.counts[index] if 0 <= index < len(self.counts) else 0
 
-    def since(self, span: int) -> float:
+    def since(self, span: int) -> int:
         """The sum of the counts of `span` and every newer span."""
         first = max(0, span - self.newest + len(self.counts) - 1)
         return sum(self.counts[first:])
@@ -35,19 +35,19 @@ class SpanCounts:
                 return self.newest - len(self.counts) + 1 + index
         return None
 
-    def add(self, span: int, count: float) -> None:
+    def add(self, span: int, count: int) -> None:
         self._move_to(span)
         index = span - self.newest + len(self.counts) - 1
         if index >= 0:  # older spans count in no trailing window of `newest` or later
             self.counts[index] += count
 
-    def put(self, span: int, count: float) -> None:
+    def put(self, span: int, count: int) -> None:
         self._move_to(span)
         index = span - self.newest + len(self.counts) - 1
         if index >= 0:
             self.counts[index] = count
 
-    def take_oldest(self, count: float) -> None:
+    def take_oldest(self, count: int) -> None:
         """Remove up to `count`, oldest spans first."""
         for index, held in enumerate(self.counts):
             if count <= 0:
@@ -55,16 +55,16 @@ class SpanCounts:
             taken = min(held, count)
             self.counts[index], count = held - taken, count - taken
 
-    def take_newest(self, count: float) -> float:
+    def take_newest(self, count: int) -> int:
         """Remove up to `count`, newest spans first; returns how many were removed."""
-        removed: float = 0
+        removed = 0
         for index in range(len(self.counts) - 1, -1, -1):
             taken = min(self.counts[index], count - removed)
             self.counts[index] -= taken
             removed += taken
         return removed
 
-    def total(self) -> float:
+    def total(self) -> int:
         return sum(self.counts)
 
     def _move_to(self, span: int) -> None:
