@@ -139,6 +139,8 @@ class FixedWindow:
         answer: PushResult,
         now_ms: int,
     ) -> bool:
+        if push.window != state.window:  # a late push: its total no longer gates requests
+            return False
         total = answer.total
         state.seen = max(state.seen, total)
         state.resumed = 0  # the store's total holds what the key counted before its eviction
