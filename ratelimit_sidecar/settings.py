@@ -56,7 +56,16 @@ class Settings:
         default=1, metadata=_help("processes sharing the gRPC port (SO_REUSEPORT)")
     )
     shadow_mode: bool = field(
-        default=False, metadata=_help("count and report, never answer OVER_LIMIT")
+        default=False,
+        metadata=_help("count and report, answer OK overall (statuses stay OVER_LIMIT)"),
+    )
+    quota_mode: bool = field(
+        default=False,
+        metadata=_help("every descriptor in quota mode: refuse only if all of them are over"),
+    )
+    response_dynamic_metadata: bool = field(
+        default=False,
+        metadata=_help("add the request and its passing descriptors' metadata to each answer"),
     )
     log_format: str = field(default="text", metadata=_help("text or json"))
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))

@@ -3,6 +3,7 @@
 Keys of a `rate_limit` (the reference's, plus this product's extensions marked *):
     unit, requests_per_unit, unlimited, name, replaces,
     unit_multiplier*, spans*, cooldown*, algorithm*, burst*, consistency*, on_store_failure*
+(`cooldown` is a duration, or `window_end`: a fixed window's block ends with its window.)
 A descriptor may carry `rate_limits*` instead: a list of such mappings, every one of which must
 admit a request. Combinations that cannot work are reported where they are written: `burst`
 on anything but a token bucket, `on_store_failure` on an eventual rule, an eventual
@@ -47,6 +48,7 @@ UNIT_NAMES = "second, minute, hour, day, week, month, year"
 ALGORITHM_NAMES = ", ".join(name.text for name in AlgorithmName)
 CONSISTENCY_NAMES = ("eventual", "strict")
 STORE_FAILURE_NAMES = ", ".join(choice.value for choice in StoreFailure)
+WINDOW_END = "window_end"  # `cooldown: window_end`
 _COOLDOWN = re.compile(r"([0-9]+)(ms|s|m|h)")
 _COOLDOWN_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _COUNTING = ("unit", "requests_per_unit", "unit_multiplier", "spans", "cooldown", "algorithm")
@@ -121,6 +123,8 @@ class LimitReader(NodeChecker):
                     self.add(fields[extra], join_path(path, extra), message)
             return ParsedLimits((), True, replaces)
         counting = self.counting(fields, path)
+        cooldown = fields.get("cooldown")
+        window_end = self.window_end(cooldown, join_path(path, "cooldown"), counting.algorithm)
         limit = RateLimit(
             requests_per_unit=self.count(
                 fields, "requests_per_unit", path, minimum=0, maximum=MAX_REQUESTS_PER_UNIT
@@ -129,7 +133,8 @@ class LimitReader(NodeChecker):
             unit_multiplier=self.count(fields, "unit_multiplier", path, minimum=1),
             name=name,
             spans=self.count(fields, "spans", path, default=self.defaults.spans, minimum=2),
-            cooldown_ms=self.cooldown(fields.get("cooldown"), join_path(path, "cooldown")),
+            cooldown_ms=0 if window_end else self.cooldown(cooldown, join_path(path, "cooldown")),
+            cooldown_window_end=window_end,
             replaces=replaces,
             algorithm=counting.algorithm,
             burst=counting.burst,
@@ -217,14 +222,25 @@ class LimitReader(NodeChecker):
             self.add(node, key, f"invalid unit '{text}' (expected one of {UNIT_NAMES})")
         return unit
 
+    def window_end(self, node: Node | None, key: str, algorithm: AlgorithmName) -> bool:
+        """`cooldown: window_end`: blocked until the window ends, as in the reference."""
+        if not (isinstance(node, ScalarNode) and node.value == WINDOW_END):
+            return False
+        if algorithm is not AlgorithmName.FIXED_WINDOW:
+            message = (
+                f"window_end only applies to algorithm fixed_window (this one is {algorithm.text})"
+            )
+            self.add(node, key, message)
+        return True
+
     def cooldown(self, node: Node | None, key: str) -> int:
         if node is None:
             return 0  # the algorithm's default
         milliseconds = _cooldown_ms(node)
         if milliseconds is None or milliseconds <= 0:
             message = (
-                "must be a positive number of seconds or a duration like"
-                f" '500ms', '30s', '5m', '1h' (got {shown(node)})"
+                "must be a positive number of seconds, a duration like"
+                f" '500ms', '30s', '5m', '1h', or window_end (got {shown(node)})"
             )
             self.add(node, key, message)
             return 0

@@ -114,6 +114,9 @@ class RateLimit:
     name: str = ""
     spans: int = DEFAULT_SPANS
     cooldown_ms: int = 0  # 0: the algorithm's default (one window for a fixed window)
+    # `cooldown: window_end` (fixed window only): a block ends where its window ends, as in the
+    # reference service, instead of lasting a cooldown into the next window.
+    cooldown_window_end: bool = False
     replaces: tuple[str, ...] = ()
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
     burst: int = 0
@@ -123,7 +126,8 @@ class RateLimit:
     window_ms: int = field(init=False, compare=False, repr=False)
     # ms a key crossing the limit stays blocked. A fixed window blocks for one window unless
     # told otherwise; the other algorithms block only when `cooldown` is set (0), otherwise a
-    # refusal lasts until the request fits again.
+    # refusal lasts until the request fits again. 0 with `cooldown_window_end`: the block's
+    # length depends on when it starts, and no shared block flag may outlive the window.
     cooldown: int = field(init=False, compare=False, repr=False)
     capacity: int = field(init=False, compare=False, repr=False)  # burst or requests_per_unit
 
@@ -131,7 +135,8 @@ class RateLimit:
         window = self.unit.seconds * self.unit_multiplier * 1000
         object.__setattr__(self, "window_ms", window)
         fixed = self.algorithm is AlgorithmName.FIXED_WINDOW
-        object.__setattr__(self, "cooldown", self.cooldown_ms or (window if fixed else 0))
+        cooldown = 0 if self.cooldown_window_end else self.cooldown_ms or (window if fixed else 0)
+        object.__setattr__(self, "cooldown", cooldown)
         object.__setattr__(self, "capacity", self.burst or self.requests_per_unit)
 
     @property
@@ -162,6 +167,12 @@ class Rule:
     replaces: tuple[str, ...] = ()
     value_to_metric: bool = False  # this node's own `value_to_metric` flag
     limits: tuple[RateLimit, ...] = ()
+    # `quota_mode`: over its limit, this descriptor refuses the request only if every quota
+    # descriptor of the request is over too (the reference's quota mode, service/overall.py).
+    quota_mode: bool = False
+    # `metadata`: returned in the response's dynamic metadata when the descriptor passes
+    # (with --response-dynamic-metadata); JSON-like values, read only.
+    metadata: Mapping[str, object] | None = None
     # Indexes into `path` of wildcard levels marked `share_threshold` in the reference: every value
     # matching that wildcard shares one counter, named by the pattern instead of the request value.
     shared_levels: tuple[int, ...] = ()
@@ -242,6 +253,13 @@ class RuleSet:
 
     domains: Mapping[str, Domain]
     version: str = ""
+    # Some rule has `quota_mode`: a refused request may still be answered OK. Derived once,
+    # where the rules are loaded, so that swapping them in costs no walk of the tree.
+    has_quota_mode: bool = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        rules = (rule for domain in self.domains.values() for rule in domain.rules())
+        object.__setattr__(self, "has_quota_mode", any(rule.quota_mode for rule in rules))
 
     def domain(self, name: str) -> Domain | None:
         return self.domains.get(name)

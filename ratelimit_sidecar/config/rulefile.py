@@ -3,8 +3,8 @@
 Keys accepted, per level (the reference's `validKeys` in `src/config/config_impl.go`, plus this
 product's extensions marked *):
     top level:   domain, descriptors
-    descriptor:  key, value, rate_limit, rate_limits*, descriptors, shadow_mode,
-                 detailed_metric, value_to_metric, share_threshold
+    descriptor:  key, value, rate_limit, rate_limits*, descriptors, shadow_mode, quota_mode,
+                 detailed_metric, value_to_metric, share_threshold, metadata
     rate_limit:  see limitreader.py
 The reference checks key names against one flat list; here each level has its own list, so a key
 in the wrong place (e.g. `shadow_mode` inside `rate_limit`, where the reference silently ignores
@@ -17,6 +17,7 @@ means 0, and an empty `value` is the same as no value. Unlike the oldest referen
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
@@ -27,6 +28,7 @@ from yaml.nodes import Node, SequenceNode
 from .boundedyaml import compose
 from .limitreader import LimitReader
 from .limits import DescriptorBudget
+from .metadata import MetadataError, metadata_of
 from .model import (
     DescriptorNode,
     Domain,
@@ -47,9 +49,11 @@ DESCRIPTOR_KEYS = (
     "rate_limits",
     "descriptors",
     "shadow_mode",
+    "quota_mode",
     "detailed_metric",
     "value_to_metric",
     "share_threshold",
+    "metadata",
 )
 
 
@@ -177,6 +181,8 @@ class RuleFileReader(LimitReader):
             limits=limit.limits,
             unlimited=limit.unlimited,
             shadow_mode=self.flag(fields, "shadow_mode", path),
+            quota_mode=self.flag(fields, "quota_mode", path),
+            metadata=self.metadata(fields.get("metadata"), join_path(path, "metadata")),
             detailed_metric=self.flag(fields, "detailed_metric", path),
             source=Source(self.file, line_of(node)),
             replaces=limit.replaces,
@@ -185,6 +191,15 @@ class RuleFileReader(LimitReader):
             valued_levels=here.valued,
         )
         return None if key is None else (key, value, children.node(rule))
+
+    def metadata(self, node: Node | None, key: str) -> Mapping[str, object] | None:
+        if node is None or is_null(node):
+            return None
+        try:
+            return metadata_of(node)
+        except MetadataError as exc:
+            self.add(node, key, str(exc))
+            return None
 
     def ancestry(
         self,

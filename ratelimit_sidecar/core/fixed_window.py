@@ -81,7 +81,7 @@ class FixedWindow:
         limit = state.limit
         known = state.seen + state.inflight + state.pending + hits
         if known > limit.requests_per_unit or self.estimate_blocks:
-            state.block(now_ms + limit.cooldown)
+            state.block(_block_end(limit, now_ms, now_ms // limit.window_ms))
             return self._blocked(state, now_ms)
         state.rejected += hits  # offered here: keeps `nodes` honest (see learn_nodes)
         reset = span_end(now_ms, limit.window_ms, limit.spans) - now_ms
@@ -130,29 +130,31 @@ class FixedWindow:
         state.seen += state.pending
         state.pending = 0
         if state.seen > state.limit.requests_per_unit:
-            state.block(end_ms + state.limit.cooldown)
+            state.block(_block_end(state.limit, end_ms, state.window))
 
     def store_answer(
         self,
         state: KeyState,
-        push: Push,  # noqa: ARG002  (the window's total says all a fixed window needs)
+        push: Push,
         answer: PushResult,
         now_ms: int,
     ) -> bool:
+        if push.window != state.window:  # a late push: its total no longer gates requests
+            return False
         total = answer.total
         state.seen = max(state.seen, total)
         state.resumed = 0  # the store's total holds what the key counted before its eviction
         if total <= state.limit.requests_per_unit:
             return False
         was_blocked = now_ms < state.blocked_until
-        state.block(now_ms + state.limit.cooldown)
+        state.block(_block_end(state.limit, now_ms, push.window))
         return not was_blocked
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:
         limit, scaled = state.limit, count * state.nodes
         state.seen += int(scaled)
         if scaled > limit.requests_per_unit / limit.spans:
-            state.block(now_ms + limit.cooldown)
+            state.block(_block_end(limit, now_ms, state.window))
             return True
         return False
 
@@ -196,6 +198,15 @@ def _refused(state: KeyState, reset_ms: int) -> Verdict:
     shadow = state.shadow
     code = Code.OK if shadow else Code.OVER_LIMIT
     return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+
+
+def _block_end(limit: RateLimit, start_ms: int, window: int) -> int:
+    """When a block starting at `start_ms` over the count of `window` ends: after the cooldown,
+    or with `cooldown: window_end` where that window ends (the reference's behaviour: a key
+    admits again at the next window boundary; a block for a finished window ends at once)."""
+    if limit.cooldown_window_end:
+        return (window + 1) * limit.window_ms
+    return start_ms + limit.cooldown
 
 
 def _noise(state: KeyState, elapsed_ms: int) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter
@@ -31,6 +32,11 @@ class FleetLimiter(Limiter):
         algorithm: Algorithm | None = None,
     ) -> None:
         super().__init__(max_keys, shadow_mode, algorithm=algorithm)
+        # A store sums span totals and cannot merge logs: a sliding log is decided as a
+        # sliding window here (core/sliding_log.py).
+        chosen = list(self.algorithms)
+        chosen[AlgorithmName.SLIDING_LOG] = chosen[AlgorithmName.SLIDING_WINDOW]
+        self.algorithms = tuple(chosen)
         self._orphans: list[Push] = []  # unpushed hits of keys that left the table
         self._plan: SyncPlan | None = None
 
@@ -84,23 +90,32 @@ class FleetLimiter(Limiter):
         if state.idle(now_ms):
             self.keys.remove(state)
             return
-        retried = self._plan_unsent(plan, state) if state.unsent else False
+        retried = self._plan_unsent(plan, state, now_ms) if state.unsent else False
         # A key whose last span's hits are being pushed for the window that just ended (they
         # were counted after it closed) already gets its flag back from that push: one push
         # per key and span either way.
         if state.pending or not retried:
-            span = span_number(min(state.last_hit, now_ms - 1), limit)
+            # Hits go in the span of the last one (a later span than some of them: they stay
+            # in a trailing window longer, never shorter); a read alone asks for the latest.
+            span = span_number(state.last_hit if state.pending else now_ms - 1, limit)
             plan.push(state, Push(state.key, state.window, state.pending, limit, span))
             state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.estimate_window))
 
-    def _plan_unsent(self, plan: SyncPlan, state: KeyState) -> bool:
-        """Push hits left from an earlier span (or count them dropped); True if pushed."""
+    def _plan_unsent(self, plan: SyncPlan, state: KeyState, now_ms: int) -> bool:
+        """Push hits left from an earlier span (or count them dropped); True if pushed.
+
+        Their span is the one that just ended, or the last of their window if that ended
+        before: never earlier than they were counted, so they never leave a trailing window
+        too soon."""
         pushed = state.window - state.unsent_window <= 1
         if pushed:
-            retry = Push(state.key, state.unsent_window, state.unsent, state.limit)
+            limit = state.limit
+            last_of_window = (state.unsent_window + 1) * limit.spans - 1
+            span = min(span_number(now_ms - 1, limit), last_of_window)
+            retry = Push(state.key, state.unsent_window, state.unsent, limit, span)
             plan.push(state, retry, fresh=False)
         else:
             self.dropped_hits += state.unsent

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.hitlog import HitLog
+from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
@@ -25,6 +27,8 @@ class KeyState:
         "estimate_local",
         "estimate_rejected",
         "estimate_window",
+        "fleet_spans",
+        "hit_log",
         "inflight",
         "key",
         "last_hit",
@@ -33,6 +37,7 @@ class KeyState:
         "next_sync",
         "nodes",
         "nodes_prev",
+        "own_spans",
         "pending",
         "rejected",
         "resumed",
@@ -81,6 +86,12 @@ class KeyState:
         self.estimate_window = NO_WINDOW  # a finished window whose global total we still want
         self.estimate_local = 0  # what this node admitted in that window
         self.estimate_rejected = 0  # ... and rejected on its estimate alone
+        # A sliding window's span counts (core/sliding_window.py), made at its first use: the
+        # fleet's as the store last answered them, and this node's own not yet confirmed.
+        # Unlike the fields above they outlive the window: a trailing window reaches back.
+        self.fleet_spans: FleetSpans | None = None
+        self.own_spans: SpanCounts | None = None
+        self.hit_log: HitLog | None = None  # a sliding log's admitted hits (core/sliding_log.py)
 
     def roll(self, now_ms: int) -> int:
         """Move to the window holding `now_ms`; returns hits dropped by the move."""
@@ -121,7 +132,8 @@ class KeyState:
         self.blocked_until = max(self.blocked_until, until_ms)
 
     def idle(self, now_ms: int) -> bool:
-        """Forgettable: no traffic for two windows, nothing left to push, no active block."""
+        """Forgettable: no traffic for two windows (so none in a trailing window either),
+        nothing left to push, no active block."""
         return (
             now_ms - self.last_hit >= 2 * self.limit.window_ms
             and not (self.pending or self.inflight or self.unsent)
@@ -134,7 +146,7 @@ class KeyState:
 
     def snapshot(self) -> dict[str, object]:
         """Read-only view for /debug/keys."""
-        return {
+        view: dict[str, object] = {
             "key": list(self.key),
             "rule": self.rule_id,
             "window": self.window,
@@ -147,3 +159,9 @@ class KeyState:
             "nodes": round(self.nodes, 3),
             "blocked_until_ms": self.blocked_until,
         }
+        for name, spans in (("fleet_spans", self.fleet_spans), ("own_spans", self.own_spans)):
+            if spans is not None:  # oldest first, ending with span number `newest`
+                view[name] = {"newest": spans.newest, "counts": list(spans.counts)}
+        if self.hit_log is not None:
+            view["log_hits"] = self.hit_log.total
+        return view

@@ -71,11 +71,11 @@ class SyncPlan:
 
     def _take_answer(self, now_ms: int, push: Push, state: KeyState, answer: PushResult) -> bool:
         """One applied push: the window's total and the shared flag; True if it blocks."""
-        blocks = False
-        # A late push for a finished window: its total no longer gates requests.
         if push.window == state.window:
             state.inflight = 0
-            blocks = self._algorithm(state).store_answer(state, push, answer, now_ms)
+        # Even a late push (for a window that has ended) may be news: a sliding window's spans
+        # and a bucket's debt outlive their window. The algorithm knows.
+        blocks = self._algorithm(state).store_answer(state, push, answer, now_ms)
         if answer.block_ms > 0:
             state.block(now_ms + answer.block_ms)
         return blocks

@@ -63,10 +63,10 @@ class Sidecar:
         self.limiter: Limiter
         self.sync: SyncLoop | SweepLoop
         if storage is None:  # local-only: counts stay in memory, nothing to sync
-            local = LocalLimiter(settings.max_keys, settings.shadow_mode)
+            local = LocalLimiter(settings.max_keys)
             self.limiter, self.sync = local, SweepLoop(local, clock_ms)
         else:
-            fleet = FleetLimiter(settings.max_keys, settings.shadow_mode)
+            fleet = FleetLimiter(settings.max_keys)
             timeout = settings.sync_timeout_ms
             self.limiter, self.sync = (
                 fleet,
@@ -81,7 +81,14 @@ class Sidecar:
             self.limiter,
             clock_ms,
             bounds=Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes),
-            options=ResponseOptions(settings.ietf_headers),
+            # Shadow and quota mode settle the overall code (service/overall.py), after the
+            # limiter has decided and counted as usual.
+            options=ResponseOptions(
+                settings.ietf_headers,
+                shadow_mode=settings.shadow_mode,
+                quota_mode=settings.quota_mode,
+                dynamic_metadata=settings.response_dynamic_metadata,
+            ),
             observer=self.metrics,
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
             strict=self.strict,

@@ -36,10 +36,13 @@ def rule_view(rule: Rule) -> dict[str, object]:
             "window_s": limit.window_seconds,
             "spans": limit.spans,
             "cooldown_ms": limit.cooldown,
+            "cooldown_window_end": limit.cooldown_window_end,
             "name": limit.name,
         },
         "unlimited": rule.unlimited,
         "shadow_mode": rule.shadow_mode,
+        "quota_mode": rule.quota_mode,
+        "metadata": None if rule.metadata is None else dict(rule.metadata),
         "source": str(rule.source) if rule.source else None,
     }
 

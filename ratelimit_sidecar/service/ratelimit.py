@@ -23,6 +23,8 @@ from ratelimit_sidecar.service.compiled import (
     CompiledRequest,
     RequestCache,
 )
+from ratelimit_sidecar.service.dynamic_metadata import dynamic_metadata_field
+from ratelimit_sidecar.service.overall import OverallCode
 from ratelimit_sidecar.service.response import (
     ResponseEncoder,
     ResponseOptions,
@@ -78,14 +80,24 @@ class RateLimitHandler:
         self._bounds = bounds or Bounds()
         self._encoder = ResponseEncoder(options)
         self._observer = observer
-        self._overrides: dict[tuple[Rule, int, int], Rule] = {}
+        self._overrides: dict[tuple[object, int, int], Rule] = {}
         self._compiled = RequestCache(cache_entries)
         self._strict = strict  # None: strict rules are decided by the limiter (local-only)
+        options = self._encoder.options
+        self._overall = OverallCode(
+            limiter,
+            shadow_mode=options.shadow_mode,
+            quota_mode=options.quota_mode,
+            strict_in_store=strict is not None,
+        )
+        self._metadata = options.dynamic_metadata
+        self._lenient = _lets_refusals_through(rules, options)
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
         self._overrides = {}
         self._compiled.clear()
+        self._lenient = _lets_refusals_through(rules, self._encoder.options)
         self.rules = rules
 
     def decide(self, raw: bytes) -> bytes:
@@ -108,11 +120,14 @@ class RateLimitHandler:
         if not compiled.known:
             if self._observer is not None:
                 self._observer.unknown_domain(compiled.domain)
-            return unmatched_response(len(compiled.hits))
+            unmatched = unmatched_response(len(compiled.hits))
+            if self._metadata:
+                return self._with_metadata(unmatched, raw, compiled.hits, ())
+            return unmatched
         now = self._clock_ms()
         if not compiled.only:
             if compiled.strict:
-                return self._decide_strict(now, compiled)
+                return self._decide_strict(now, raw, compiled)
             decision = self.limiter.hit(now, compiled.hits)
         else:  # one counted descriptor; the others' answers never change
             decision = self.limiter.hit(now, compiled.only)
@@ -124,16 +139,32 @@ class RateLimitHandler:
                     compiled.before, compiled.head, verdict, compiled.after
                 )
             decision = Decision(decision.code, _with_constants(compiled, verdict))
+        return self._answer(now, raw, compiled, decision)
+
+    def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
+        """The response to a decided request: the overall code, metrics, the encoding."""
+        if decision.code is Code.OVER_LIMIT and self._lenient:  # quota or shadow mode
+            decision = self._overall.settle(now, compiled.hits, decision)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
-        return self._encoder.encode(decision)
+        response = self._encoder.encode(decision)
+        if self._metadata:
+            return self._with_metadata(response, raw, compiled.hits, decision.verdicts)
+        return response
 
-    async def _decide_strict(self, now: int, compiled: CompiledRequest) -> bytes:
+    def _with_metadata(
+        self, response: bytes, raw: bytes, hits: Sequence[Hit], verdicts: Sequence[Verdict]
+    ) -> bytes:
+        """`response` with the reference's dynamic metadata; the request is parsed again (an
+        opt-in setting: the compiled request keeps no copy of what only it needs)."""
+        request = RateLimitRequest.FromString(raw)
+        verdicts = verdicts or [unlimited_verdict(hit) for hit in hits]
+        return response + dynamic_metadata_field(request, hits, verdicts)
+
+    async def _decide_strict(self, now: int, raw: bytes, compiled: CompiledRequest) -> bytes:
         assert self._strict is not None
         decision = await self._strict.decide(now, compiled.hits)
-        if self._observer is not None:
-            self._observer.decided(compiled.tally, decision)
-        return self._encoder.encode(decision)
+        return self._answer(now, raw, compiled, decision)
 
     def _compile(self, raw: bytes) -> CompiledRequest:
         """Parse, validate and match a request not seen since the rules last changed."""
@@ -152,9 +183,10 @@ class RateLimitHandler:
         tally = None if self._observer is None else self._observer.tally(name, hits)
         known = domain is not None
         counted, limit = _only_counted(hits)
+        options = self._encoder.options
         if known and self._strict is not None and has_strict(hits):
             compiled = CompiledRequest(name, tuple(hits), known, tally, strict=True)
-        elif limit is None or not known or self._encoder.options.ietf_headers:
+        elif limit is None or not known or options.ietf_headers or options.dynamic_metadata:
             compiled = CompiledRequest(name, tuple(hits), known, tally)
         else:  # the others are unmatched or unlimited: always the same statuses
             before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:counted])
@@ -183,22 +215,50 @@ class RateLimitHandler:
         self, domain: Domain, entries: Entries, descriptor: RateLimitDescriptor
     ) -> Rule | None:
         rule = match(domain, entries)
-        if rule is not None and descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
-            return self._override(rule, descriptor.limit.requests_per_unit, descriptor.limit.unit)
+        if descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
+            override = descriptor.limit.requests_per_unit, descriptor.limit.unit
+            return self._override(rule or _unmatched(domain.name, entries), *override)
         return rule
 
     def _override(self, rule: Rule, requests_per_unit: int, unit: int) -> Rule:
-        """The request carries its own limit (RateLimitOverride): same rule, other numbers."""
-        cache_key = (rule, requests_per_unit, unit)
+        """The request carries its own limit (RateLimitOverride), in any descriptor of a known
+        domain, matched or not: the rule's counter with other numbers. As in the reference, an
+        override is enforced and counted alone: no shadow or quota mode, no metadata."""
+        # A loaded rule is its own key; a rule made for an unmatched descriptor is new each time.
+        made = rule.source is None
+        cache_key = ((rule.domain, rule.path) if made else rule, requests_per_unit, unit)
         found = self._overrides.get(cache_key)
         if found is None:
             if len(self._overrides) >= MAX_OVERRIDES:
                 self._overrides.clear()
             base = rule.limit or RateLimit(requests_per_unit, Unit(unit))
-            limit = replace(base, requests_per_unit=requests_per_unit, unit=Unit(unit))
-            found = replace(rule, limit=limit, limits=(limit,), unlimited=False)
+            # The override's window is its unit alone (it carries no multiplier).
+            limit = replace(
+                base, requests_per_unit=requests_per_unit, unit=Unit(unit), unit_multiplier=1
+            )
+            found = replace(
+                rule,
+                limit=limit,
+                limits=(limit,),
+                unlimited=False,
+                shadow_mode=False,
+                quota_mode=False,
+                metadata=None,
+            )
             self._overrides[cache_key] = found
         return found
+
+
+def _unmatched(domain: str, entries: Entries) -> Rule:
+    """What an override applies to when no rule matches: a rule of its own, named by the
+    request's keys alone (values are the client's: a label per value would be unbounded)."""
+    return Rule(domain=domain, path=tuple((key, "") for key, _ in entries))
+
+
+def _lets_refusals_through(rules: RuleSet, options: ResponseOptions) -> bool:
+    """Whether a refused request may still be answered OK (service/overall.py): otherwise the
+    refusals, a flood's answers, skip that check."""
+    return options.shadow_mode or options.quota_mode or rules.has_quota_mode
 
 
 def _with_constants(compiled: CompiledRequest, verdict: Verdict) -> tuple[Verdict, ...]:

@@ -33,6 +33,11 @@ MAX_CACHED_RESETS = 65_536  # distinct `duration_until_reset` values kept encode
 @dataclass(frozen=True, slots=True)
 class ResponseOptions:
     ietf_headers: bool = False  # add RateLimit-Policy / RateLimit (draft-ietf-httpapi)
+    # The reference's global settings (service/overall.py): a refused request answered OK with
+    # every descriptor's own status kept; quota mode for every descriptor.
+    shadow_mode: bool = False
+    quota_mode: bool = False
+    dynamic_metadata: bool = False  # add the reference's dynamic_metadata (dynamic_metadata.py)
 
 
 _SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
@@ -103,8 +108,6 @@ class ResponseEncoder:
 
         Only without IETF headers: those are computed from every status (see `encode`).
         """
-        if verdict.shadow:  # not enforced, so not reported (see _status)
-            return _OK_CODE + before + _UNMATCHED_FIELD + after
         # Every admitted request comes here: joins instead of chains of +, the usual reset
         # field straight from its cache, and a status length that always takes one byte.
         reset = self._resets.get(verdict.reset_ms) or self._reset(verdict.reset_ms)
@@ -126,9 +129,9 @@ class ResponseEncoder:
         return _field(_STATUS, self._status(verdict))
 
     def _status(self, verdict: Verdict) -> bytes:
+        # A shadow rule is reported like any other (OK even when over, by the limiter), so that
+        # Envoy's x-ratelimit-* headers describe it, as the reference service does.
         limit = verdict.limit
-        if verdict.shadow:  # not enforced, so not reported: Envoy's x-ratelimit-* stay truthful
-            return _OK_STATUS
         code = b"\x08\x02" if verdict.code is Code.OVER_LIMIT else _OK_STATUS
         if limit is None:
             return code + _REMAINING + varint(UNLIMITED_REMAINING) if verdict.unlimited else code
@@ -136,7 +139,10 @@ class ResponseEncoder:
         return code + self._current_limit(limit) + remaining + self._reset(verdict.reset_ms)
 
     def _reset(self, ms: int) -> bytes:
-        """The encoded `duration_until_reset` field; few distinct values, so kept once encoded."""
+        """The encoded `duration_until_reset` field; few distinct values, so kept once encoded.
+
+        Whole seconds, rounded up as Retry-After is: Envoy's `x-ratelimit-reset` shows only
+        the seconds field, and the reference service answers whole seconds too."""
         found = self._resets.get(ms)
         if found is None:
             if len(self._resets) >= MAX_CACHED_RESETS:
@@ -177,10 +183,9 @@ def _limit(limit: RateLimit) -> bytes:
 
 
 def _duration(ms: int) -> bytes:
-    """google.protobuf.Duration: seconds=1, nanos=2."""
-    seconds, nanos = divmod(ms, 1000)
-    out = b"\x08" + varint(seconds) if seconds else b""
-    return out + (b"\x10" + varint(nanos * 1_000_000) if nanos else b"")
+    """google.protobuf.Duration of whole seconds (field 1), `ms` rounded up."""
+    seconds = -(-ms // 1000)
+    return b"\x08" + varint(seconds) if seconds else b""
 
 
 def _header(key: str, value: str) -> bytes:

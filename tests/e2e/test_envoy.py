@@ -70,6 +70,19 @@ def test_over_limit_reply_has_retry_after_headers_and_json_body(single: Gateway)
     assert error["retry_after"] == int(over.headers["retry-after"])
 
 
+def test_x_ratelimit_reset_counts_whole_seconds_like_retry_after(single: Gateway) -> None:
+    """Envoy builds x-ratelimit-reset from the seconds of duration_until_reset alone: a reset
+    of 0.9 s must read 1, not 0, on a 429 beside `retry-after: 1`."""
+    wait_for_window_start(1)
+    ok, over = (get(single.url, x_api_key="per-second") for _ in range(2))
+    assert (ok.status, over.status) == (200, 429)
+    assert ok.headers["x-ratelimit-reset"] == "1"
+    assert over.headers["x-ratelimit-reset"] == over.headers["retry-after"] == "1"
+    assert over.headers["x-ratelimit-remaining"] == "0"
+    wait_for_window_start(1)  # cooldown: window_end: admitted again at the next second
+    assert get(single.url, x_api_key="per-second").status == 200
+
+
 def test_envoys_default_hits_addend_counts_as_one(single: Gateway) -> None:
     remaining = [get(single.url + "/counted", x_api_key="one").headers["x-ratelimit-remaining"]]
     remaining.append(get(single.url + "/counted", x_api_key="one").headers["x-ratelimit-remaining"])
@@ -80,8 +93,12 @@ def test_unlimited_deny_and_shadow_rules(single: Gateway) -> None:
     internal = [get(single.url, x_api_key="vip", x_tier="internal").status for _ in range(3)]
     assert internal == [200] * 3
     assert get(single.url, x_api_key="banned").status == 429
-    shadowed = [get(single.url, x_api_key="shadowed").status for _ in range(5)]
-    assert shadowed == [200] * 5  # limit 1 per hour, but shadow mode never answers 429
+    shadowed = [get(single.url, x_api_key="shadowed") for _ in range(5)]
+    assert [r.status for r in shadowed] == [200] * 5  # 1 per hour, but shadow mode admits
+    # reported as the reference reports it: its limit, what remains (none), when it resets
+    assert {r.headers["x-ratelimit-limit"].split(",")[0] for r in shadowed} == {"1"}
+    assert [r.headers["x-ratelimit-remaining"] for r in shadowed] == ["0"] * 5
+    assert 0 < int(shadowed[-1].headers["x-ratelimit-reset"]) <= 3600
 
 
 def test_ietf_headers_pass_through_envoy(single: Gateway) -> None:

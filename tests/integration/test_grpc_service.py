@@ -114,8 +114,10 @@ async def test_deny_list_and_shadow_mode(stub: Any) -> None:
     assert denied.overall_code == OVER
     shadow = await stub.ShouldRateLimit(request("gateway", [("remote_address", "10.9.1.2")]))
     assert shadow.overall_code == OK  # requests_per_unit 0, but shadow_mode
-    # a shadow rule is not enforced, so it is not reported (Envoy's x-ratelimit-* stay true)
-    assert not shadow.statuses[0].HasField("current_limit")
+    # reported as the reference does: OK, with its limit and nothing remaining
+    [status] = shadow.statuses
+    assert (status.code, status.current_limit.requests_per_unit) == (OK, 0)
+    assert status.limit_remaining == 0
 
 
 async def test_unknown_domain_is_ok(stub: Any) -> None:

@@ -294,13 +294,13 @@ RATE_LIMIT_KEYS = (
     " algorithm, burst, consistency, on_store_failure"
 )
 DESCRIPTOR_KEYS = (
-    "key, value, rate_limit, rate_limits, descriptors, shadow_mode, detailed_metric,"
-    " value_to_metric, share_threshold"
+    "key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric,"
+    " value_to_metric, share_threshold, metadata"
 )
 EXPECTED_ERRORS: dict[str, list[str]] = {
     "bad_cooldown.yaml": [
-        "7: descriptors[0].rate_limit.cooldown: must be a positive number of seconds or a duration"
-        " like '500ms', '30s', '5m', '1h' (got '5min')"
+        "7: descriptors[0].rate_limit.cooldown: must be a positive number of seconds, a duration"
+        " like '500ms', '30s', '5m', '1h', or window_end (got '5min')"
     ],
     "bad_flag.yaml": ["4: descriptors[0].shadow_mode: must be true or false (got 'sometimes')"],
     "bad_unit.yaml": [

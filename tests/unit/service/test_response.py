@@ -55,9 +55,7 @@ def test_encoded_responses_parse_to_the_intended_fields(items: list[Verdict], ie
 
 
 def _check_status(verdict: Verdict, status: wire.DescriptorStatus) -> None:
-    if verdict.shadow:
-        assert status == wire.DescriptorStatus(code=wire.Code.OK)
-        return
+    # Shadow rules are reported like the others (the limiter answers them OK when over).
     assert status.code == int(verdict.code)
     limit = verdict.limit
     if limit is None:
@@ -75,7 +73,36 @@ def _check_status(verdict: Verdict, status: wire.DescriptorStatus) -> None:
     )
     assert status.limit_remaining == verdict.remaining
     assert status.HasField("duration_until_reset")
-    assert status.duration_until_reset.ToMilliseconds() == verdict.reset_ms
+    # Whole seconds, rounded up like Retry-After: Envoy's x-ratelimit-reset reads only seconds.
+    assert status.duration_until_reset.seconds == -(-verdict.reset_ms // 1000)
+    assert status.duration_until_reset.nanos == 0
+
+
+def test_reset_is_whole_seconds_rounded_up_on_admitted_and_refused_statuses() -> None:
+    encoder, limit = ResponseEncoder(), RateLimit(5, Unit.SECOND)
+    admitted = Verdict(Code.OK, limit, remaining=3, reset_ms=54)
+    refused = Verdict(Code.OVER_LIMIT, limit, reset_ms=946)
+    head = encoder.admitted_head(limit)
+
+    fast = wire.RateLimitResponse.FromString(encoder.admitted(b"", head, admitted, b""))
+    slow = wire.RateLimitResponse.FromString(encoder.encode(Decision(Code.OVER_LIMIT, (refused,))))
+
+    assert fast.statuses[0].duration_until_reset.ToMilliseconds() == 1000
+    assert slow.statuses[0].duration_until_reset.ToMilliseconds() == 1000
+    headers = {h.key: h.value for h in slow.response_headers_to_add}
+    assert headers["retry-after"] == "1"
+
+
+def test_a_shadow_rule_reports_its_limit_remaining_and_reset() -> None:
+    limit = RateLimit(10, Unit.MINUTE)
+    verdict = Verdict(Code.OK, limit, remaining=7, reset_ms=30_000, shadow=True)
+    encoder = ResponseEncoder()
+
+    fast = encoder.admitted(b"", encoder.admitted_head(limit), verdict, b"")
+    [status] = wire.RateLimitResponse.FromString(fast).statuses
+
+    assert (status.code, status.current_limit.requests_per_unit) == (wire.Code.OK, 10)
+    assert (status.limit_remaining, status.duration_until_reset.seconds) == (7, 30)
 
 
 def test_unknown_domain_answer() -> None:

@@ -1,0 +1,44 @@
+"""A descriptor's `metadata`: any YAML mapping, kept as the JSON-like values of a protobuf Struct.
+
+The reference service turns the mapping into a `google.protobuf.Struct` when it loads the file
+and refuses values a Struct cannot hold; this does the same, so a file it loads loads here too.
+Mapping keys become strings (`1: x` is "1"), numbers stay numbers (a Struct holds doubles).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node
+
+
+class MetadataError(ValueError):
+    """The node is not a mapping of values a protobuf Struct can hold."""
+
+
+def metadata_of(node: Node) -> Mapping[str, object]:
+    """The mapping under `metadata`, read only at the top; raises MetadataError."""
+    if not isinstance(node, MappingNode):
+        raise MetadataError("must be a mapping")
+    try:
+        value = SafeConstructor().construct_object(node, deep=True)
+    except ConstructorError as exc:
+        raise MetadataError(str(exc.problem or exc)) from None
+    converted = _struct_value(value)
+    assert isinstance(converted, dict)
+    return MappingProxyType(converted)
+
+
+def _struct_value(value: object) -> object:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {str(key): _struct_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_struct_value(item) for item in value]
+    if isinstance(value, datetime.date):
+        raise MetadataError(f"a date or time ({value}) is not a Struct value: quote it")
+    raise MetadataError(f"{type(value).__name__} values are not allowed (got {value!r})")

@@ -1,0 +1,305 @@
+"""The sliding-window rule, counted in spans: at most MAX requests in any trailing window.
+
+Windows are cut into N spans on the epoch, as for the fixed window, but nothing resets at a
+window's end. At `now` in span s, the trailing window (now - W, now] holds spans s-N+1 .. s
+whole and the span s-N in part: its count is weighted by the share of its milliseconds still
+inside, (end of s - 1 - now) / (length of s). So a client that sends MAX at the end of one
+window and MAX at the start of the next gets about MAX admitted, not 2 x MAX; within one span
+the weight assumes the oldest span's hits were spread evenly (a burst at its very end can be
+under-weighted by up to that span's count).
+
+A request (`check`, then `count` and `admitted` when it is admitted):
+
+1. A key under an active block (only when the limit sets a `cooldown`) is refused until the
+   block ends.
+2. The trailing count is estimated from the fleet's span totals as the store last answered them
+   (`fleet_spans`) plus this node's own hits the store has not confirmed yet (`own_spans`, by
+   the span they were counted in), each standing for `nodes` nodes' worth of traffic, as the
+   fixed window scales its own hits. Local-only mode has no store: every own hit stays in
+   `own_spans` and `nodes` is 1, so the count is exact.
+   If this request's hits, scaled the same way, take the estimate past MAX, it is refused
+   with a Retry-After of the time until it would fit if nobody sent more (spans leave the
+   window, the oldest one gradually). If even the count known for sure (the store's totals
+   plus own hits, unscaled) is over MAX and the limit sets a cooldown, the key is blocked for
+   it instead. A request of more than MAX hits never fits: it is refused for one window.
+3. Admitted: `remaining` is the whole requests left in the trailing window; `reset_ms` is the
+   time until the oldest span still counted leaves the window, when quota first comes back
+   (0 when nothing is counted: the whole quota is there).
+
+A span end:
+
+- The store's answer (`PushResult.spans`: the fleet's totals of the N spans ending with the
+  pushed one) replaces those spans in `fleet_spans`, and confirms the push's own hits: they
+  leave `own_spans`, oldest first. An answer without spans confirms nothing.
+- The store failed: the hits stay in `own_spans`, scaled by `nodes`, until an answer confirms
+  them or they leave the window. With a cooldown, an estimate over MAX then blocks the key.
+- Local-only mode: nothing to do, the own counts are already in place.
+- The store's answer has the pushed span before every node has pushed it: until the next
+  answer, that span counts at least this node's push times `nodes`, as it did before the push.
+- `nodes` is learnt as the fixed window learns it (the store counts every push into the
+  window's counter too): this rule delegates to a FixedWindow, but from admitted counts only.
+  Over a trailing limit every node refuses on its estimate all the time; counting its own
+  refusals as offered, and no other node's, made a node of four see a fleet of 2.5 to 3 and
+  the fleet admit 118 per MAX of 100 (4 nodes, 5 x MAX offered; 98 with admitted counts).
+  There is no lenient ceiling: a trailing window has no window pace to project.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
+from ratelimit_sidecar.core.spans import span_number
+from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindow:
+    """The rule above."""
+
+    # Learns `nodes` (see the module's docstring for why from admitted counts only).
+    nodes_rule: FixedWindow = field(default_factory=lambda: FixedWindow(nodes_from_offered=False))
+
+    # -- a request ---------------------------------------------------------------------------
+
+    def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
+        """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
+        if now_ms < state.blocked_until:
+            return refused(state, state.blocked_until - now_ms)
+        if hits <= 0 or _trailing(state, now_ms).fits(hits * state.nodes):
+            return None
+        return self._over(state, hits, now_ms)
+
+    def _over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
+        """Step 2: with a cooldown, a count over MAX for sure blocks the key for it; else the
+        refusal lasts until the request fits. (Unlike the fixed window's, refusals on the
+        estimate are not counted as offered: see `nodes` in the module's docstring.)"""
+        limit = state.limit
+        if limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits):
+            state.block(now_ms + limit.cooldown)
+            return refused(state, limit.cooldown)
+        return refused(state, _wait_ms(state, hits, now_ms))
+
+    def count(self, state: KeyState, hits: int, now_ms: int) -> None:
+        own = state.own_spans
+        if own is None:
+            own = state.own_spans = SpanCounts(state.limit.spans)
+        if hits < 0:  # quota given back: only what the store has not confirmed yet
+            hits = -own.take_newest(-hits)
+        else:
+            own.add(span_number(now_ms, state.limit), hits)
+        state.pending += hits  # what the next push carries
+        state.local_cur = max(0, state.local_cur + hits)
+        state.last_hit = now_ms
+
+    def admitted(self, state: KeyState, now_ms: int) -> Verdict:
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        trailing = _trailing(state, now_ms)
+        used = trailing.scaled_count()
+        remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
+        reset = _until_oldest_leaves(state, trailing, now_ms)
+        near = used >= NEAR_LIMIT_RATIO * rpu * trailing.length
+        # Every field in order, by position, as the fixed window answers.
+        return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
+
+    def untracked(self, limit: RateLimit, hits: int, shadow: bool, now_ms: int) -> Verdict:
+        """Decided on this request alone: admitted if it fits in an empty window."""
+        if hits > limit.requests_per_unit:
+            code = Code.OK if shadow else Code.OVER_LIMIT
+            return Verdict(code, limit, reset_ms=limit.window_ms, shadowed=shadow, shadow=shadow)
+        _, end = span_bounds(span_number(now_ms, limit), limit)
+        remaining = min(limit.requests_per_unit, limit.requests_per_unit - hits)
+        reset = end - 1 + limit.window_ms - now_ms  # when its own span leaves the window
+        return Verdict(Code.OK, limit, remaining=remaining, reset_ms=reset, shadow=shadow)
+
+    # -- eviction ----------------------------------------------------------------------------
+
+    def window_count(self, state: KeyState) -> int:
+        """The N spans up to the newest counted one, the store's and this node's own."""
+        counted = [spans for spans in (state.fleet_spans, state.own_spans) if spans is not None]
+        if not counted:
+            return 0
+        first = max(spans.newest for spans in counted) - state.limit.spans + 1
+        return sum(spans.since(first) for spans in counted)
+
+    def resume(self, state: KeyState, count: int) -> None:
+        """Counted in the span the key comes back in: it leaves the window later than the
+        hits it stands for did (an over-count, never an under-count), or is replaced by the
+        store's total of that span."""
+        _fleet_spans(state).add(span_number(state.last_hit, state.limit), count)
+
+    # -- a span end --------------------------------------------------------------------------
+
+    def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
+        state.pending = 0  # local-only: the own counts are the fleet's, already in place
+
+    def store_answer(self, state: KeyState, push: Push, answer: PushResult, now_ms: int) -> bool:
+        if not answer.spans:
+            return False
+        limit = state.limit
+        newest = push.span if push.span >= 0 else (push.window + 1) * limit.spans - 1
+        fleet = _fleet_spans(state)
+        for offset, total in enumerate(answer.spans):
+            fleet.put(newest - len(answer.spans) + 1 + offset, total)
+        if push.count > 0 and state.own_spans is not None:
+            state.own_spans.take_oldest(push.count)  # in the store's totals now
+        fleet.raise_floor(newest, max(0, push.count) * state.nodes)
+        return _blocks_over(state, now_ms, known=True)
+
+    def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
+        """The hits stay in `own_spans`, scaled by `nodes` in every estimate."""
+        return _blocks_over(state, now_ms, known=False)
+
+    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
+        self.nodes_rule.learn_nodes(state, window, total)
+
+    def after_sync(self, state: KeyState, sync_ms: int) -> None:
+        """Nothing to adjust: the ceiling is always MAX."""
+
+    def after_failure(self, state: KeyState) -> None:
+        """Nothing to forget: no pace was projected."""
+
+    def set_nodes(self, state: KeyState, nodes: float) -> None:
+        self.nodes_rule.set_nodes(state, nodes)
+
+
+class Trailing(NamedTuple):
+    """A trailing window's count, kept in integers where it can be (local-only mode), so that
+    it compares exactly: everything is multiplied by the span's `length`."""
+
+    whole: float  # hits of the spans wholly inside
+    oldest: float  # hits of the span the window is leaving ...
+    overlap: int  # ... of which this many ms are still inside
+    length: int  # ms of the current span (the oldest one, a window earlier, is as long)
+    max_hits: int
+    span: int  # the current span's number
+
+    def scaled_count(self) -> float:
+        return self.whole * self.length + self.oldest * self.overlap
+
+    def fits(self, extra: float) -> bool:
+        """The count stays within MAX with `extra` more hits."""
+        return self.scaled_count() + extra * self.length <= self.max_hits * self.length
+
+
+def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
+    """The trailing window at `now_ms`: estimated (this node's unconfirmed hits scaled by
+    `nodes`, the span last pushed at least at its floor), or what is `known` for sure."""
+    limit = state.limit
+    span, start, end = _span_at(now_ms, limit)
+    leaving = span - limit.spans
+    whole: float = 0
+    oldest: float = 0
+    nodes = 1 if known else state.nodes
+    fleet = state.fleet_spans
+    if fleet is not None and known:
+        whole, oldest = fleet.since(leaving + 1), fleet.get(leaving)
+    elif fleet is not None:
+        whole, oldest = fleet.estimate_since(leaving + 1), fleet.estimate(leaving)
+    own = state.own_spans
+    if own is not None:
+        whole += own.since(leaving + 1) * nodes
+        oldest += own.get(leaving) * nodes
+    return Trailing(whole, oldest, end - 1 - now_ms, end - start, limit.requests_per_unit, span)
+
+
+def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    """How long until `hits` more fit if nobody sends more: the first moment, span by span,
+    when the spans still inside (the oldest one weighted) leave room for them."""
+    limit = state.limit
+    extra, max_hits = hits * state.nodes, limit.requests_per_unit
+    if extra > max_hits:
+        return limit.window_ms  # never fits: as long as a window
+    span = span_number(now_ms, limit)
+    first = span - limit.spans  # counts[i] is span first + i
+    counts = [_span_count(state, j) for j in range(first, _newest(state, span) + 1)]
+    for step in range(len(counts) + 1):
+        start, end = span_bounds(span + step, limit)
+        at = max(now_ms, start)
+        oldest = counts[step] if step < len(counts) else 0
+        room = (max_hits - sum(counts[step + 1 :]) - extra) * (end - start)
+        if room >= 0 and oldest * (end - 1 - at) <= room:
+            return at - now_ms
+        if room >= 0:  # later in this span, once enough of the oldest span is out
+            return end - 1 - int(room // oldest) - now_ms
+    return limit.window_ms  # not reached: the last step has nothing left to count
+
+
+def _until_oldest_leaves(state: KeyState, trailing: Trailing, now_ms: int) -> int:
+    """How long until the oldest span still counted leaves the trailing window (0: none).
+    Span j stops counting at the last ms of span j + N, its weight down to 0."""
+    limit = state.limit
+    first = trailing.span - limit.spans + (0 if trailing.overlap > 0 else 1)
+    counted = [
+        c.oldest_counted(first) for c in (state.fleet_spans, state.own_spans) if c is not None
+    ]
+    oldest = min((span for span in counted if span is not None), default=None)
+    if oldest is None:
+        return 0
+    _, leaves = span_bounds(oldest + limit.spans, limit)
+    return leaves - 1 - now_ms
+
+
+def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
+    """With a cooldown, a count over MAX blocks the key; True if the block is new."""
+    limit = state.limit
+    if limit.cooldown <= 0 or _trailing(state, now_ms, known).fits(0):
+        return False
+    was_blocked = now_ms < state.blocked_until
+    state.block(now_ms + limit.cooldown)
+    return not was_blocked
+
+
+def _span_count(state: KeyState, span: int, known: bool = False) -> float:
+    """One span's count in the trailing window, as `_trailing` counts it."""
+    fleet, own = state.fleet_spans, state.own_spans
+    nodes = 1 if known else state.nodes
+    counted = own.get(span) * nodes if own is not None else 0
+    if fleet is not None:
+        counted += fleet.get(span) if known else fleet.estimate(span)
+    return counted
+
+
+def _newest(state: KeyState, span: int) -> int:
+    """The newest span with a count, or `span` if later (a store's answer may count a later
+    span: a retried push lands in the last span of its window)."""
+    held = [c.newest for c in (state.fleet_spans, state.own_spans) if c is not None]
+    return max([span, *held])
+
+
+def _fleet_spans(state: KeyState) -> FleetSpans:
+    if state.fleet_spans is None:
+        state.fleet_spans = FleetSpans(state.limit.spans)
+    return state.fleet_spans
+
+
+def _span_at(now_ms: int, limit: RateLimit) -> tuple[int, int, int]:
+    """The number of the span holding `now_ms`, its first ms and the first ms after it: what
+    `span_number` and `span_bounds` say, in one step (twice per request)."""
+    window_ms, spans = limit.window_ms, limit.spans
+    offset = now_ms % window_ms
+    index = offset * spans // window_ms
+    base = now_ms - offset
+    start = base + (index * window_ms + spans - 1) // spans
+    end = base + ((index + 1) * window_ms + spans - 1) // spans
+    return now_ms // window_ms * spans + index, start, end
+
+
+def span_bounds(span: int, limit: RateLimit) -> tuple[int, int]:
+    """The first ms of span number `span` and the first ms after it (core/spans.py tiling)."""
+    window, index = divmod(span, limit.spans)
+    base, window_ms, spans = window * limit.window_ms, limit.window_ms, limit.spans
+    return base + (index * window_ms + spans - 1) // spans, (
+        base + ((index + 1) * window_ms + spans - 1) // spans
+    )
+
+
+def refused(state: KeyState, reset_ms: int) -> Verdict:
+    """A refusal, answered OK (and marked shadowed) under a shadow rule."""
+    shadow = state.shadow
+    code = Code.OK if shadow else Code.OVER_LIMIT
+    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)

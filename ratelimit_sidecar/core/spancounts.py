@@ -1,0 +1,110 @@
+"""Counts of a key's most recent spans, by epoch span number (core/spans.py `span_number`).
+
+A sliding window of N spans reads the N spans up to the current one and the span its trailing
+edge is leaving: N + 1 counts. Older spans can never count again, so they are forgotten as
+newer ones arrive, whatever window they belong to: the counts outlive window boundaries.
+"""
+
+from __future__ import annotations
+
+
+class SpanCounts:
+    """N + 1 counters; `counts[i]` is the count of span `newest - N + i`."""
+
+    __slots__ = ("counts", "newest")
+
+    def __init__(self, spans: int) -> None:
+        self.counts = [0] * (spans + 1)
+        self.newest = -1  # no span yet: the first one moves every counter out
+
+    def get(self, span: int) -> int:
+        """The count of `span`; 0 if it is newer than any counted or too old to count."""
+        index = span - self.newest + len(self.counts) - 1
+        return self.counts[index] if 0 <= index < len(self.counts) else 0
+
+    def since(self, span: int) -> int:
+        """The sum of the counts of `span` and every newer span."""
+        first = max(0, span - self.newest + len(self.counts) - 1)
+        return sum(self.counts[first:])
+
+    def oldest_counted(self, span: int) -> int | None:
+        """The oldest span from `span` on with a count; None if there is none."""
+        first = max(0, span - self.newest + len(self.counts) - 1)
+        for index in range(first, len(self.counts)):
+            if self.counts[index]:
+                return self.newest - len(self.counts) + 1 + index
+        return None
+
+    def add(self, span: int, count: int) -> None:
+        self._move_to(span)
+        index = span - self.newest + len(self.counts) - 1
+        if index >= 0:  # older spans count in no trailing window of `newest` or later
+            self.counts[index] += count
+
+    def put(self, span: int, count: int) -> None:
+        self._move_to(span)
+        index = span - self.newest + len(self.counts) - 1
+        if index >= 0:
+            self.counts[index] = count
+
+    def take_oldest(self, count: int) -> None:
+        """Remove up to `count`, oldest spans first."""
+        for index, held in enumerate(self.counts):
+            if count <= 0:
+                return
+            taken = min(held, count)
+            self.counts[index], count = held - taken, count - taken
+
+    def take_newest(self, count: int) -> int:
+        """Remove up to `count`, newest spans first; returns how many were removed."""
+        removed = 0
+        for index in range(len(self.counts) - 1, -1, -1):
+            taken = min(self.counts[index], count - removed)
+            self.counts[index] -= taken
+            removed += taken
+        return removed
+
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def _move_to(self, span: int) -> None:
+        """Make `span` the newest, if it is newer: the counts it pushes out are too old."""
+        shift = span - self.newest
+        if shift <= 0:
+            return
+        size = len(self.counts)
+        kept = self.counts[shift:] if shift < size else []
+        self.counts = kept + [0] * (size - len(kept))
+        self.newest = span
+
+
+class FleetSpans(SpanCounts):
+    """The fleet's span totals as the store answered them, and a floor under one of them.
+
+    The store answers a span end before every node has pushed that span: until a later answer
+    has their counts, the span just pushed is estimated at no less than this node's own share
+    of it times the number of nodes (`floor`). The totals alone are what is known for sure."""
+
+    __slots__ = ("floor", "floor_span")
+
+    def __init__(self, spans: int) -> None:
+        super().__init__(spans)
+        self.floor_span = -1
+        self.floor = 0.0
+
+    def raise_floor(self, span: int, share: float) -> None:
+        """This node pushed `share` (already scaled) for `span`: the floor of the newest span
+        pushed, summed over its pushes."""
+        if span > self.floor_span:
+            self.floor_span, self.floor = span, share
+        elif span == self.floor_span:
+            self.floor += share
+
+    def estimate(self, span: int) -> float:
+        return self.get(span) + (self._lift() if span == self.floor_span else 0)
+
+    def estimate_since(self, span: int) -> float:
+        return self.since(span) + (self._lift() if self.floor_span >= span else 0)
+
+    def _lift(self) -> float:
+        return max(0.0, self.floor - self.get(self.floor_span))
