@@ -52,7 +52,7 @@ class FakeClock:
         return int(self.now)
 
 
-def _loop_us(decide: Callable[[bytes], bytes], bodies: Sequence[bytes]) -> float:
+def loop_us(decide: Callable[[bytes], bytes], bodies: Sequence[bytes]) -> float:
     started = time.perf_counter()
     for body in bodies:
         decide(body)
@@ -70,10 +70,10 @@ def decide_costs() -> Costs:
     gc.freeze()  # as the server does after startup
     try:
         return {
-            f"first sight ({DISTINCT:,} new requests)": _loop_us(big.decide, distinct),
-            f"seen before ({DISTINCT:,} requests, each again)": _loop_us(big.decide, distinct),
-            f"repeated ({HOT_KEYS} requests, {HOT_CALLS:,} calls)": _loop_us(big.decide, hot),
-            f"first sight, half evicting (--max-keys {small_table:,})": _loop_us(
+            f"first sight ({DISTINCT:,} new requests)": loop_us(big.decide, distinct),
+            f"seen before ({DISTINCT:,} requests, each again)": loop_us(big.decide, distinct),
+            f"repeated ({HOT_KEYS} requests, {HOT_CALLS:,} calls)": loop_us(big.decide, hot),
+            f"first sight, half evicting (--max-keys {small_table:,})": loop_us(
                 small.decide, distinct
             ),
         }

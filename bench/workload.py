@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.config.model import RuleSet
+from ratelimit_sidecar.config.model import RuleDefaults, RuleSet
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -83,9 +83,10 @@ def rules_dir(workdir: Path, text: str = RULES_YAML, domain: str = DOMAIN) -> Pa
     return directory
 
 
-def bench_rules(text: str = RULES_YAML) -> RuleSet:
+def bench_rules(text: str = RULES_YAML, defaults: RuleDefaults | None = None) -> RuleSet:
+    """`text` loaded as `serve` would, with the flags' `defaults` (e.g. the default algorithm)."""
     with tempfile.TemporaryDirectory(prefix="rls-bench-rules-") as tmp:
-        return load_rules(rules_dir(Path(tmp), text))
+        return load_rules(rules_dir(Path(tmp), text), defaults=defaults or RuleDefaults())
 
 
 def limiter(max_keys: int) -> LocalLimiter:
