@@ -19,16 +19,18 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
+
+import redis
 
 from bench import compare
 from bench.algorithms import unreachable_limit
 from bench.load import runs
 from bench.load.clients import H2load, LoadShape
-from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
-from bench.load.servers import ServerProcess, local_address, sidecar_args, start_service
+from bench.load.servers import ServerProcess, local_address, sidecar_args
 from bench.per_request_redis import pin
-from bench.report import Options, Outcome, conclude
+from bench.report import Options, Outcome, conclude, fmt
 from bench.workload import Workload, hot_10, rules_dir, rules_yaml
 from harness.redis_servers import ServerGroup
 from ratelimit_sidecar.config.model import AlgorithmName
@@ -43,6 +45,8 @@ TARGET_RATIO = 1.0
 BASELINE = "limits"
 STRICT_METRIC = 'ratelimit_sidecar_strict_checks_total{result="'
 NOT_DECIDED = ("failed", "breaker_open")  # strict check results that are failed requests
+STRICT_RESULTS = ("admitted", "over_limit", *NOT_DECIDED)
+SCRIPT_CALLS, SCRIPT_USEC = "evalsha calls", "evalsha µs"
 
 
 def strict_rule(algorithm: AlgorithmName) -> str:
@@ -52,11 +56,25 @@ def strict_rule(algorithm: AlgorithmName) -> str:
     return rules_yaml(unreachable_limit(algorithm), extra)
 
 
-class StrictSidecar(ServerProcess):
-    """A sidecar with one strict rule; its counters are its strict checks by result."""
+class RedisClientServer(ServerProcess):
+    """A server calling Redis per request; its counters add Redis's own EVALSHA statistics
+    (calls, and µs spent running them), which both servers' calls are."""
 
     def __init__(
-        self, bench: Bench, algorithm: AlgorithmName, redis_url: str, pinning: Pinning
+        self, name: str, args: list[str], address: str, bench: Bench, client: redis.Redis
+    ) -> None:
+        super().__init__(name, args, address, bench.workdir, bench.pinning)
+        self.redis = client
+
+    def counters(self) -> dict[str, int]:
+        return script_counts(self.redis.info("commandstats"))
+
+
+class StrictSidecar(RedisClientServer):
+    """A sidecar with one strict rule; its counters add its strict checks by result."""
+
+    def __init__(
+        self, bench: Bench, algorithm: AlgorithmName, redis_url: str, client: redis.Redis
     ) -> None:
         home = bench.workdir / f"strict-{algorithm.text}"
         home.mkdir(exist_ok=True)
@@ -64,12 +82,33 @@ class StrictSidecar(ServerProcess):
         address = local_address()
         args = sidecar_args(address, rules, "--max-keys", str(MAX_KEYS), "--redis-url", redis_url)
         self.metrics_url = f"http://{args[args.index('--metrics-address') + 1]}/metrics"
-        super().__init__(f"strict {algorithm.text}", args, address, bench.workdir, pinning)
+        super().__init__(f"strict {algorithm.text}", args, address, bench, client)
 
     def counters(self) -> dict[str, int]:
         with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
             lines = reply.read().decode().splitlines()
-        return strict_counts(lines)
+        return {**strict_counts(lines), **super().counters()}
+
+
+def start_baseline(bench: Bench, redis_url: str, client: redis.Redis) -> RedisClientServer:
+    """`python -m bench.services limits` (what `start_service` starts), with Redis's counts."""
+    address = local_address()
+    args = ["bench.services", BASELINE, "--address", address, "--redis-url", redis_url]
+    server = RedisClientServer(BASELINE, args, address, bench, client)
+    server.wait_ready()
+    return server
+
+
+def script_counts(commandstats: dict[str, Any]) -> dict[str, int]:
+    """EVALSHA calls and the µs Redis spent in them, from INFO commandstats."""
+    found = commandstats.get("cmdstat_evalsha", {})
+    return {SCRIPT_CALLS: int(found.get("calls", 0)), SCRIPT_USEC: int(found.get("usec", 0))}
+
+
+def script_us(row: Run) -> float | None:
+    """µs Redis spent per script call during the runs."""
+    calls = row.counters.get(SCRIPT_CALLS, 0)
+    return row.counters.get(SCRIPT_USEC, 0) / calls if calls else None
 
 
 def strict_counts(lines: Sequence[str]) -> dict[str, int]:
@@ -91,19 +130,21 @@ def measure(
     bench: Bench, redis_url: str, chosen: Sequence[AlgorithmName], rounds: int
 ) -> list[Run]:
     work: Workload = hot_10()
-    client = H2load()
-    servers = [start_service(bench.workdir, bench.pinning, BASELINE, "--redis-url", redis_url)]
+    h2load = H2load()
+    client = redis.Redis.from_url(redis_url)
+    servers = [start_baseline(bench, redis_url, client)]
     try:
         for algorithm in chosen:
-            servers.append(StrictSidecar(bench, algorithm, redis_url, bench.pinning))
+            servers.append(StrictSidecar(bench, algorithm, redis_url, client))
             servers[-1].wait_ready()
         for server in servers:
-            runs.warm_up(bench, server, client, work, WARM_UP_S)
+            runs.warm_up(bench, server, h2load, work, WARM_UP_S)
             server.pause()
-        return runs.alternate(bench, servers, [client], work, rounds)
+        return runs.alternate(bench, servers, [h2load], work, rounds)
     finally:
         for server in servers:
             server.stop()
+        client.close()
 
 
 def counted_failures(measured: Sequence[Run]) -> list[Run]:
@@ -129,17 +170,19 @@ def run(options: Options) -> Outcome:
     with runs.session(shape, RETRY_BUDGET_S) as bench:
         group = ServerGroup(bench.workdir / "redis")
         try:
-            redis = group.standalone()
-            pin(redis, bench.pinning)
+            store = group.standalone()
+            pin(store, bench.pinning)
             if clients:
-                measured = counted_failures(measure(bench, redis.url, chosen, rounds))
+                measured = counted_failures(measure(bench, store.url, chosen, rounds))
         finally:
             group.stop_all()
     found = [
         compare.compare(measured, f"strict {a.text}", BASELINE, "hot-10", H2load.name)
         for a in chosen
     ]
-    lines = runs.render(bench, measured, rounds, [("strict checks", checks_cell)])
+    lines = runs.render(
+        bench, measured, rounds, [("Redis µs/call", script_cell), ("strict checks", checks_cell)]
+    )
     lines += ["", compare.comparison_table(found, TARGET_RATIO, p99_no_worse=True), LEGEND]
     lines += [f"  not measured: {s}" for s in skipped]
     document = {**runs.document(bench, measured, rounds), "skipped": skipped}
@@ -149,13 +192,17 @@ def run(options: Options) -> Outcome:
 
 
 def checks_cell(row: Run) -> str:
-    if not row.counters:
-        return ""
-    return " ".join(f"{name} {count:,}" for name, count in sorted(row.counters.items()) if count)
+    found = {k: v for k, v in row.counters.items() if k in STRICT_RESULTS and v}
+    return " ".join(f"{name} {count:,}" for name, count in sorted(found.items()))
+
+
+def script_cell(row: Run) -> str:
+    return fmt(script_us(row), 1)
 
 
 LEGEND = """\
 ratio = median over rounds of the strict sidecar's RPS / the `limits` service's in the same
 round; p99 ratio = the same for p99 (target: <= 1). strict checks = the sidecar's strict checks
-by result over every run (failed and breaker_open are counted as failed requests). Redis runs
-on the load generators' CPU."""
+by result over every run (failed and breaker_open are counted as failed requests). Redis µs/call
+= Redis's own time per EVALSHA (INFO commandstats: the `limits` INCRBY+EXPIRE script, or
+strict.lua). Redis runs on the load generators' CPU."""

@@ -101,3 +101,27 @@ def test_failed_strict_checks_count_as_failed_requests() -> None:
     assert marked[0].errors == 10
     assert "10 strict checks" in marked[0].first_error
     assert marked[1].errors == 0
+
+
+def test_script_counts_and_the_cells_of_a_row() -> None:
+    stats = {"cmdstat_evalsha": {"calls": 40, "usec": 100, "usec_per_call": 2.5}}
+    counts = strict.script_counts(stats)
+    assert strict.script_counts({}) == {strict.SCRIPT_CALLS: 0, strict.SCRIPT_USEC: 0}
+    found = Run(
+        "hot-10",
+        "h2load",
+        "strict fixed_window",
+        0,
+        40,
+        1.0,
+        0,
+        "",
+        [],
+        Latency(1.0, 1.0, 1.0),
+        CpuWindow(1.0, {"server": 100.0}, 10.0, 0.0, 0.0),
+        {**counts, "admitted": 40, "failed": 0},
+    )
+    assert strict.script_us(found) == 2.5
+    assert strict.script_cell(found) == "2.5"
+    assert strict.checks_cell(found) == "admitted 40"
+    assert strict.script_us(replace(found, counters={})) is None
