@@ -260,7 +260,8 @@ async def test_every_algorithm_agrees_with_its_core_module(store: StrictStore, n
     core module is the rule, the script must take every decision it takes."""
     limit, k = AGREEING_LIMITS[name], key(name)
     rng = random.Random(name)
-    answers, sent = [], []
+    answers: list[StrictAnswer] = []
+    sent: list[int] = []
     deadline = time.monotonic() + 1.6  # more than a window: spans and windows roll over
     while time.monotonic() < deadline and len(answers) < 200:
         hits = rng.choice((0, 1, 1, 1, 2, 3))
