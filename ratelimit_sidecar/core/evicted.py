@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from itertools import islice
 
-from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import KeyId
 
 PROBES = 16
@@ -53,12 +53,14 @@ class EvictedCounts:
         if not self._records:
             return 0
         found = self._records.get(hash((key, limit)))
-        return found[2] if found is not None and found[1] == window else 0
+        if found is None or not 0 <= window - found[1] <= lasting_windows(limit):
+            return 0
+        return found[2]
 
     def _make_room(self, now_ms: int) -> None:
         oldest = list(islice(self._records.items(), PROBES))
         for name, (limit, window, _) in oldest:
-            if window < now_ms // limit.window_ms:  # its window has ended: worth nothing
+            if now_ms // limit.window_ms - window > lasting_windows(limit):  # worth nothing
                 del self._records[name]
                 return
         smallest = min(oldest, key=lambda item: item[1][2])[0]
@@ -66,3 +68,10 @@ class EvictedCounts:
         for name, _ in oldest:  # a second chance for the larger ones
             if name != smallest:
                 self._records.move_to_end(name)
+
+
+def lasting_windows(limit: RateLimit) -> int:
+    """How many windows after its own a count still matters: none for a fixed window; one for
+    the others, whose trailing window (or bucket's debt) reaches into the next window. A
+    record read in that next window over-counts (it is as of the eviction), never under."""
+    return 0 if limit.algorithm is AlgorithmName.FIXED_WINDOW else 1

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.algorithms import algorithms_with
-from ratelimit_sidecar.core.evicted import EvictedCounts
+from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.spans import span_end
@@ -163,7 +163,7 @@ class Limiter(ABC):
 
     def _remember(self, victim: KeyState, now_ms: int) -> None:
         """An evicted key's count, so that coming back cannot reset it (core/evicted.py)."""
-        if victim.window == now_ms // victim.limit.window_ms:  # else its window has ended
+        if now_ms // victim.limit.window_ms - victim.window <= lasting_windows(victim.limit):
             count = self.algorithms[victim.limit.algorithm].window_count(victim)
             self._evicted_counts.record(victim.key, victim.limit, count, now_ms)
 

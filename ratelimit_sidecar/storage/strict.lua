@@ -5,10 +5,12 @@
 -- ARGV[1]  the key prefix
 -- ARGV[2]  a token unique to this call (sliding log members are "<token>:<n>")
 -- ARGV[3]  one entry per limit, joined by ";":
---          "algorithm|digest|base|hits|max|window_ms|spans|capacity|shadow"
+--          "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow"
 --          algorithm: 0 fixed window, 1 sliding window, 2 token bucket, 3 sliding log;
 --          base: the counter's name after its tag, without its last part (keys.py:
 --          counter_suffix(key, "")); hits may be 0 (check only) or negative (quota given back);
+--          cooldown_ms > 0: a refusal of hits starts a block for that long (the shared flag,
+--          SET NX), as the same count in the limiter's own rule would;
 --          shadow 1: a refusal is reported but does not stop the call from counting.
 --
 -- All or nothing: the hits are counted only if no limit refuses them (a shadow limit's refusal
@@ -18,10 +20,11 @@
 -- Returns {now_ms, counted, fits1, remaining1, reset_ms1, fits2, ...}: counted 1 if the hits
 -- were applied; per limit, fits 1 if it admits them, what it has left (after them when
 -- counted), and whole ms until it resets (admitted) or until a retry would fit (refused).
--- A shared block flag (set by the eventual sync's cooldown) refuses until it expires.
+-- A shared block flag (set by a refusal here or by the eventual sync's cooldown) refuses until
+-- it expires.
 
 local prefix, token = ARGV[1], ARGV[2]
-local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$'
+local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -30,7 +33,8 @@ local function ceil(x)
 end
 
 local function parse(text)
-  local alg, digest, base, hits, max, window, spans, capacity, shadow = string.match(text, entry)
+  local alg, digest, base, hits, max, window, spans, capacity, cooldown, shadow =
+    string.match(text, entry)
   if not alg then
     return redis.error_reply('malformed strict entry')
   end
@@ -38,7 +42,8 @@ local function parse(text)
   return {
     alg = tonumber(alg), tag = tag, name = tag .. base, flag = tag .. ':block',
     hits = tonumber(hits), max = tonumber(max), window = tonumber(window),
-    spans = tonumber(spans), capacity = tonumber(capacity), shadow = shadow == '1',
+    spans = tonumber(spans), capacity = tonumber(capacity), cooldown = tonumber(cooldown),
+    shadow = shadow == '1',
   }
 end
 
@@ -74,14 +79,15 @@ function sliding.check(l)
   local cur = w * l.spans + math.floor((now % l.window) * l.spans / l.window)
   l.key = l.name .. 's' .. cur
   l.ends = span_start(cur + 1, l) - now -- ms until the current span ends
+  l.inside = l.ends - 1 -- ms of the old span still in the trailing window (now - W, now]
   l.len = span_start(cur + 1, l) - span_start(cur, l)
   l.recent, l.old = 0, tonumber(redis.call('GET', l.name .. 's' .. (cur - l.spans)) or '0')
   l.own = tonumber(redis.call('GET', l.key) or '0')
   for s = cur - l.spans + 1, cur do
     l.recent = l.recent + tonumber(redis.call('GET', l.name .. 's' .. s) or '0')
   end
-  -- recent + hits + old * ends / len <= max, in integers
-  l.fits = l.hits <= 0 or (l.recent + l.hits) * l.len + l.old * l.ends <= l.max * l.len
+  -- recent + hits + old * inside / len <= max, in integers (core/sliding_window.py)
+  l.fits = l.hits <= 0 or (l.recent + l.hits) * l.len + l.old * l.inside <= l.max * l.len
 end
 function sliding.count(l)
   local delta = math.max(l.hits, -l.own)
@@ -90,12 +96,12 @@ function sliding.count(l)
   l.recent = l.recent + delta
 end
 function sliding.answer(l)
-  local free = l.max * l.len - l.recent * l.len - l.old * l.ends
+  local free = l.max * l.len - l.recent * l.len - l.old * l.inside
   if l.fits then
     return math.max(0, math.floor(free / l.len)), l.ends
   end
   local need = l.hits * l.len - free -- in hit-ms: what the old span must still give up
-  if l.old > 0 and l.hits + l.recent <= l.max and need <= l.old * l.ends then
+  if l.old > 0 and l.hits + l.recent <= l.max and need <= l.old * l.inside then
     return 0, math.max(1, ceil(need / l.old))
   end
   return 0, l.ends -- not before the current span ends: asked again then
@@ -179,6 +185,9 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   l.block = redis.call('PTTL', l.flag)
   if l.block > 0 then -- as an eventual key under a block: refused, even a check
     l.fits = false
+  elseif not l.fits and l.hits > 0 and l.cooldown > 0 then -- over: the cooldown starts now
+    redis.call('SET', l.flag, '1', 'PX', l.cooldown, 'NX')
+    l.block = l.cooldown
   end
   refused = refused or (not l.fits and not l.shadow)
   limits[#limits + 1] = l

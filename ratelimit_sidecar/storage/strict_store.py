@@ -155,7 +155,7 @@ class StrictStore:
 
 
 def _entry(check: StrictCheck) -> str:
-    """The script's "algorithm|digest|base|hits|max|window_ms|spans|capacity|shadow"."""
+    """The script's "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow"."""
     limit, key = check.limit, check.key
     fields = (
         int(limit.algorithm),
@@ -166,6 +166,7 @@ def _entry(check: StrictCheck) -> str:
         limit.window_ms,
         limit.spans,
         limit.capacity,
+        limit.cooldown,
         int(check.shadow),
     )
     return "|".join(str(f) for f in fields)

@@ -1,14 +1,13 @@
 """strict.lua on real Redis (standalone and Cluster): each algorithm's answers, all-or-nothing
 across limits, Redis TIME as the clock, NOSCRIPT recovery.
 
-The fixed window is checked against the pure core (`FixedWindow` in a `LocalLimiter`, fed the
-Redis times of the answers). The other algorithms are checked against the rules stated in
-docs/common notes (span-weighted trailing count, GCRA TAT, sorted log) until their core modules
-exist (see the TODO in the report).
+Every algorithm is checked against its pure core module (in a `LocalLimiter`, fed the Redis
+times of the answers): the core module is the rule, the script must take its decisions.
 """
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -104,9 +103,18 @@ async def test_check_only_and_negative_hits(store: StrictStore) -> None:
     assert (await one(store, StrictCheck(k, HOUR, 10, False))).remaining == 0
     check_only = await one(store, StrictCheck(k, HOUR, 0, False))
     assert check_only.fits and check_only.remaining == 0
-    assert not (await one(store, StrictCheck(k, HOUR, 1, False))).fits
     assert (await one(store, StrictCheck(k, HOUR, -4, False))).remaining == 4
     assert (await one(store, StrictCheck(k, HOUR, -40, False))).remaining == 10  # never below 0
+
+
+async def test_a_refusal_starts_the_cooldown_as_the_core_does(store: StrictStore) -> None:
+    k = key("cool")
+    assert (await one(store, StrictCheck(k, HOUR, 10, False))).remaining == 0
+    refused = await one(store, StrictCheck(k, HOUR, 1, False))
+    assert not refused.fits and refused.reset_ms == HOUR.cooldown
+    blocked = await one(store, StrictCheck(k, HOUR, 0, False))  # even a check, as in the core
+    assert not blocked.fits and 0 < blocked.reset_ms <= HOUR.cooldown
+    assert 0 < await store.client.pttl(store.keys.flag(k)) <= HOUR.cooldown
 
 
 async def test_all_or_nothing_across_limits(store: StrictStore) -> None:
@@ -147,7 +155,7 @@ async def test_sliding_window_weights_the_span_before_the_trailing_window(
     await store.client.set(f"{base}s{cur - 1}", 30)
     answer = await one(store, StrictCheck(k, limit, 1, False))
     ends = (cur + 1) * span_ms - answer.now_ms
-    expected = 100 - 30 - 1 - 60 * ends / span_ms
+    expected = 100 - 30 - 1 - 60 * (ends - 1) / span_ms  # its ms after now - W still count
     assert answer.fits == (expected >= 0)
     assert answer.remaining == max(0, int(expected // 1))
     big = await one(store, StrictCheck(k, limit, 70, False))
@@ -236,3 +244,37 @@ async def test_a_shadow_log_takes_a_huge_hits_addend_in_bounded_time(store: Stri
     assert time.perf_counter() - started < 1.0
     assert not answer.fits and answer.counted
     assert await store.client.zcard(f"{store.keys.tag(k)}{counter_suffix(k, 'log')}") == 6
+
+
+AGREEING_LIMITS = {
+    "fixed_window": RateLimit(5, Unit.SECOND, spans=4),
+    "sliding_window": RateLimit(5, Unit.SECOND, spans=4, algorithm=AlgorithmName.SLIDING_WINDOW),
+    "token_bucket": RateLimit(5, Unit.SECOND, algorithm=AlgorithmName.TOKEN_BUCKET, burst=3),
+    "sliding_log": RateLimit(5, Unit.SECOND, algorithm=AlgorithmName.SLIDING_LOG),
+}
+
+
+@pytest.mark.parametrize("name", list(AGREEING_LIMITS))
+async def test_every_algorithm_agrees_with_its_core_module(store: StrictStore, name: str) -> None:
+    """A random sequence of checks, replayed in the local-only core at Redis's own times: the
+    core module is the rule, the script must take every decision it takes."""
+    limit, k = AGREEING_LIMITS[name], key(name)
+    rng = random.Random(name)
+    answers: list[StrictAnswer] = []
+    sent: list[int] = []
+    deadline = time.monotonic() + 1.6  # more than a window: spans and windows roll over
+    while time.monotonic() < deadline and len(answers) < 200:
+        hits = rng.choice((0, 1, 1, 1, 2, 3))
+        answers.append(await one(store, StrictCheck(k, limit, hits, False)))
+        sent.append(hits)
+        time.sleep(rng.choice((0.0, 0.005, 0.02, 0.06)))
+    local = LocalLimiter()
+    rule = Rule("strict", (("user", ""),), limit=limit)
+    refused = 0
+    for index, (answer, hits) in enumerate(zip(answers, sent, strict=True)):
+        verdict = local.hit(answer.now_ms, [Hit(rule, k, hits)]).verdicts[0]
+        seen = (index, sent[: index + 1], answers[: index + 1], verdict)
+        assert answer.fits == (verdict.code is Code.OK), seen
+        assert answer.remaining == verdict.remaining, (index, answer, verdict)
+        refused += not answer.fits
+    assert refused > 0 and len(answers) > 20  # the sequence did reach the limit

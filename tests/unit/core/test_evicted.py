@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.core.evicted import EvictedCounts
 from tests.unit.core.rules import hit, rule
@@ -99,4 +99,18 @@ def test_a_heavy_key_evicted_and_back_in_its_window_resumes_its_count() -> None:
             limiter.hit(T0 + i, [hit(r, "heavy")])
         limiter.hit(T0 + 100_000 % 60_000, [hit(r, "other")])  # evicts "heavy"
         codes = [limiter.hit(T0 + 50_000 + i, [hit(r, "heavy")]).code for i in range(3)]
+        assert codes == [Code.OK, Code.OK, Code.OVER_LIMIT], type(limiter).__name__
+
+
+def test_a_sliding_key_evicted_at_a_window_end_resumes_in_the_next_window() -> None:
+    """A trailing window reaches into the next fixed window: the record must too (a fixed
+    window's record would be worth nothing there)."""
+    limit = RateLimit(10, Unit.MINUTE, spans=6, algorithm=AlgorithmName.SLIDING_WINDOW)
+    r = Rule("d", (("k", ""),), limit)
+    start = T0 - T0 % 60_000 + 50_000  # the last span of a window
+    for limiter in (LocalLimiter(max_keys=1), FleetLimiter(max_keys=1)):
+        for i in range(8):
+            limiter.hit(start + i, [hit(r, "heavy")])
+        limiter.hit(start + 15_000, [hit(r, "other")])  # the next window: evicts "heavy"
+        codes = [limiter.hit(start + 16_000 + i, [hit(r, "heavy")]).code for i in range(3)]
         assert codes == [Code.OK, Code.OK, Code.OVER_LIMIT], type(limiter).__name__
