@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ratelimit_sidecar.config.model import AlgorithmName
+from ratelimit_sidecar.simulate.metrics import Summary
 from ratelimit_sidecar.simulate.params import SimParams, parse_duration_ms
 from ratelimit_sidecar.simulate.report import render
 from ratelimit_sidecar.simulate.runner import Run, run_scenario
@@ -144,6 +145,23 @@ def _plot(runs: list[Run], path: str, many: bool, args: argparse.Namespace) -> N
     print(f"plot: {target}", file=sys.stderr)
 
 
+def _run_all(
+    args: argparse.Namespace, names: list[str], base: SimParams, systems: list[str]
+) -> list[Summary]:
+    """Every algorithm asked for, on every scenario named, with the systems that can run it."""
+    summaries = []
+    runnable = {a: _runnable(a, systems) for a in _algorithms(args)}
+    many = len(names) > 1 or len(runnable) > 1
+    for algorithm, runs_it in runnable.items():
+        for name in names:
+            params = replace(base, scenario=name, algorithm=algorithm)
+            runs = run_scenario(params, runs_it, args.repeat)
+            summaries += [run.summary for run in runs]
+            if args.plot:
+                _plot(runs, args.plot, many, args)
+    return summaries
+
+
 def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     argv = list(argv)
@@ -160,14 +178,7 @@ def main(argv: Sequence[str]) -> int:
             from ratelimit_sidecar.simulate.plot import pyplot
 
             pyplot()  # a missing matplotlib is reported before minutes of simulation
-        summaries = []
-        for algorithm in _algorithms(args):
-            for name in names:
-                params = replace(base, scenario=name, algorithm=algorithm)
-                runs = run_scenario(params, _runnable(algorithm, systems), args.repeat)
-                summaries += [run.summary for run in runs]
-                if args.plot:
-                    _plot(runs, args.plot, len(names) > 1 or args.algorithm == "all", args)
+        summaries = _run_all(args, names, base, systems)
     except (ValueError, RuntimeError) as exc:
         print(f"ratelimit-sidecar simulate: error: {exc}", file=sys.stderr)
         return 2
