@@ -150,3 +150,14 @@ def test_the_cli_refuses_what_cannot_run(capsys: pytest.CaptureFixture[str]) -> 
         main(["--algorithm", "leaky_bucket"])
     assert main(["--algorithm", "sliding_log", "--systems", "core", *SMALL]) == 2
     assert "sliding_log runs only as local and exact" in capsys.readouterr().err
+
+
+def test_sub_second_windows_derive_cooldown_and_capacity_per_algorithm() -> None:
+    bucket = build_rule(10, 1_500, 3, 0, AlgorithmName.TOKEN_BUCKET, 4).limit
+    sliding = build_rule(10, 1_500, 3, 0, AlgorithmName.SLIDING_WINDOW).limit
+    assert bucket is not None and (bucket.window_ms, bucket.cooldown, bucket.capacity) == (
+        1_500,
+        0,
+        4,
+    )
+    assert sliding is not None and (sliding.cooldown, sliding.capacity) == (0, 10)
