@@ -122,7 +122,9 @@ def build_rule(  # noqa: PLR0917 - mirrors the limit's own fields, each named at
 
 def rule_for(p: SimParams, share: int = 1) -> Rule:
     """The run's rule; with `share` > 1, one node's 1/share of it (local-only mode): MAX and
-    a set burst divided, at least 1 each."""
+    a set burst divided, at least 1 each. Only a token bucket has a burst (as in rule files),
+    so that `--algorithm all --burst N` gives the other algorithms their usual rule."""
     max_ = max(1, p.max // share)
-    burst = max(1, p.burst // share) if p.burst else 0
+    bucket = p.algorithm is AlgorithmName.TOKEN_BUCKET
+    burst = max(1, p.burst // share) if p.burst and bucket else 0
     return build_rule(max_, p.window_ms, p.spans, p.cooldown_ms, p.algorithm, burst)

@@ -95,6 +95,8 @@ def test_local_nodes_share_the_limit_and_the_burst() -> None:
     assert trailing_bound(resolve(p).rule.limit) == 300  # type: ignore[arg-type]
     tiny = rule_for(SimParams(max=3, algorithm=AlgorithmName.TOKEN_BUCKET, burst=2), 4).limit
     assert tiny is not None and (tiny.requests_per_unit, tiny.capacity) == (1, 1)
+    window = rule_for(SimParams(algorithm=AlgorithmName.SLIDING_WINDOW, burst=60)).limit
+    assert window is not None and (window.burst, window.capacity) == (0, 240)
 
 
 @pytest.mark.parametrize(
