@@ -16,10 +16,12 @@ import pytest
 
 from harness.exact import (
     EVENTUAL,
+    FLUSH_LIMITS,
     admitted_times,
     drive_keys,
     exact_admitted_times,
     exact_reference,
+    stored_hits,
     worst_trailing,
 )
 from harness.grpc_client import request, rls_stub
@@ -28,7 +30,6 @@ from harness.redis_servers import ServerGroup, ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar import wire
-from ratelimit_sidecar.storage.keys import KeySchema, bucket_suffix, span_stem
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,16 +39,8 @@ SHARES = [0.6, 0.3, 0.1]
 # Trailing windows are counted on client send times, the sidecars decide on arrival: a request
 # sent just before a span edge and decided just after it may land on either side. Two hits.
 EDGE_SLACK = 2
-DAY_MS = 86_400_000
 RULE = "  - key: {key}\n    rate_limit: {{{limit}}}\n"
 LIMIT = f"unit: second, unit_multiplier: {WINDOW_S}, requests_per_unit: {MAX}, spans: {SPANS}"
-# Limits never reached, for the flush check: hour windows, and a bucket of a million tokens
-# that refills one a day, so the bucket's debt in days is its count of hits.
-FLUSH_LIMITS = {
-    "fixed_window": "unit: hour, requests_per_unit: 1000000, spans: 4",
-    "sliding_window": "unit: hour, requests_per_unit: 1000000, spans: 4",
-    "token_bucket": "unit: day, requests_per_unit: 1, burst: 1000000",
-}
 RULES = "domain: gateway\ndescriptors:\n" + "".join(
     RULE.format(key=name, limit=f"{LIMIT}, algorithm: {name}")
     + RULE.format(key=f"flush_{name}", limit=f"{FLUSH_LIMITS[name]}, algorithm: {name}")
@@ -244,7 +237,8 @@ def test_outage_fallback_enforces_then_sync_resumes_and_sigterm_loses_no_count(
             for node in fleet:
                 node.stop()
         for algorithm, admitted in flushed.items():
-            stored = stored_count(redis, algorithm, ("gateway", f"flush_{algorithm}", "s"))
+            with redis.client() as client:
+                stored = stored_hits(client, algorithm, ("gateway", f"flush_{algorithm}", "s"))
             print(f"{algorithm}: {admitted} admitted, {stored} in Redis after SIGTERM")
             assert stored == admitted > 100, (algorithm, stored, admitted)
     finally:
@@ -292,22 +286,3 @@ def _sigterm_during_traffic(fleet: list[SidecarProcess]) -> dict[str, int]:
     load.join(timeout=60)
     assert codes == [0, 0, 0]
     return {name: sum(a.code == wire.Code.OK for a in result[f"flush_{name}"]) for name in EVENTUAL}
-
-
-def stored_count(redis: ServerProcess, algorithm: str, key: tuple[str, ...]) -> int:
-    """The hits Redis holds for `key`: a fixed window's counters, a sliding window's span
-    counters, a token bucket's debt in emission intervals (one a day)."""
-    schema = KeySchema()
-    with redis.client() as client:
-        if algorithm == "fixed_window":
-            hour = int(time.time() // 3600)
-            values = [client.get(schema.counter(key, w)) for w in (hour - 1, hour)]
-            return sum(int(v) for v in values if v is not None)
-        if algorithm == "sliding_window":
-            names = client.keys(f"{schema.tag(key)}{span_stem(key)}*")
-            return sum(int(client.get(name) or 0) for name in names)
-        tat = float(client.get(f"{schema.tag(key)}{bucket_suffix(key)}") or 0)
-        seconds, micros = client.time()
-        debt_days = (tat - (int(seconds) * 1000 + int(micros) / 1000)) / DAY_MS
-        assert abs(debt_days - round(debt_days)) < 0.01, debt_days  # whole hits, seconds of refill
-        return round(debt_days)
