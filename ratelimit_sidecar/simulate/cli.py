@@ -8,12 +8,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ratelimit_sidecar.config.model import AlgorithmName
+from ratelimit_sidecar.simulate.metrics import Summary
 from ratelimit_sidecar.simulate.params import SimParams, parse_duration_ms
 from ratelimit_sidecar.simulate.report import render
 from ratelimit_sidecar.simulate.runner import Run, run_scenario
 from ratelimit_sidecar.simulate.scenarios import SCENARIOS
 from ratelimit_sidecar.simulate.variants import BASELINES, SYSTEMS, VARIANTS, system_for
 
+ALGORITHMS = [name.text for name in AlgorithmName]
 EPILOG = "Definitions of every column: docs/ACCURACY.md. Times: 10, 10s, 1.5s, 500ms, 2m."
 
 
@@ -22,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="ratelimit-sidecar simulate", description=__doc__, epilog=EPILOG
     )
-    ap.add_argument("--scenario", default="all", help=f"all, or one of: {', '.join(SCENARIOS)}")
+    ap.add_argument("--scenario", default="all", help=f"all, or some of: {', '.join(SCENARIOS)}")
+    ap.add_argument("--algorithm", choices=(*ALGORITHMS, "all"), help="per-rule view (see docs)")
+    ap.add_argument("--burst", type=int, default=0, help="token bucket capacity (0: MAX)")
     ap.add_argument("--nodes", type=int, default=d.nodes, help="sidecars (default %(default)s)")
     ap.add_argument("--rate", type=float, help="offered requests/s in total (default: --load)")
     ap.add_argument("--load", type=float, help="offered / limit (default: per scenario)")
@@ -83,7 +88,32 @@ def _params(args: argparse.Namespace) -> SimParams:
         weights=args.weights,
         timeout_ms=args.timeout_ms,
         node_ttl_ms=args.node_ttl_ms,
+        burst=args.burst,
     )
+
+
+def _algorithms(args: argparse.Namespace) -> list[AlgorithmName]:
+    if args.algorithm in {None, "fixed_window"}:
+        return [AlgorithmName.FIXED_WINDOW]
+    if args.algorithm == "all":
+        return list(AlgorithmName)
+    return [AlgorithmName[args.algorithm.upper()]]
+
+
+def _runnable(algorithm: AlgorithmName, systems: list[str]) -> list[str]:
+    """A sliding log cannot be summed in a store (a fleet runs it as a sliding window):
+    only the local-only baseline and the exact reference run it."""
+    if algorithm is not AlgorithmName.SLIDING_LOG:
+        return systems
+    kept = [name for name in systems if name in {"local", "exact"}]
+    if kept != systems:
+        print(
+            "sliding_log: fleet systems skipped (a fleet runs it as sliding_window)",
+            file=sys.stderr,
+        )
+    if not kept:
+        raise ValueError("sliding_log runs only as local and exact (--systems local,exact)")
+    return kept
 
 
 def _systems(args: argparse.Namespace) -> list[str]:
@@ -107,10 +137,29 @@ def _plot(runs: list[Run], path: str, many: bool, args: argparse.Namespace) -> N
     from ratelimit_sidecar.simulate.plot import plot_runs
 
     target = Path(path)
+    setup = runs[0].setup
     if many:
-        target = target.with_name(f"{target.stem}-{runs[0].setup.name}{target.suffix}")
+        tag = f"{setup.params.algorithm.text}-" if args.algorithm else ""
+        target = target.with_name(f"{target.stem}-{tag}{setup.name}{target.suffix}")
     plot_runs(runs, str(target), args.plot_from, args.plot_windows)
     print(f"plot: {target}", file=sys.stderr)
+
+
+def _run_all(
+    args: argparse.Namespace, names: list[str], base: SimParams, systems: list[str]
+) -> list[Summary]:
+    """Every algorithm asked for, on every scenario named, with the systems that can run it."""
+    summaries = []
+    runnable = {a: _runnable(a, systems) for a in _algorithms(args)}
+    many = len(names) > 1 or len(runnable) > 1
+    for algorithm, runs_it in runnable.items():
+        for name in names:
+            params = replace(base, scenario=name, algorithm=algorithm)
+            runs = run_scenario(params, runs_it, args.repeat)
+            summaries += [run.summary for run in runs]
+            if args.plot:
+                _plot(runs, args.plot, many, args)
+    return summaries
 
 
 def main(argv: Sequence[str]) -> int:
@@ -122,21 +171,16 @@ def main(argv: Sequence[str]) -> int:
     if args.list:
         print(_listing())
         return 0
-    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
     try:
         base, systems = _params(args), _systems(args)
         if args.plot:
             from ratelimit_sidecar.simulate.plot import pyplot
 
             pyplot()  # a missing matplotlib is reported before minutes of simulation
-        summaries = []
-        for name in names:
-            runs = run_scenario(replace(base, scenario=name), systems, args.repeat)
-            summaries += [run.summary for run in runs]
-            if args.plot:
-                _plot(runs, args.plot, len(names) > 1, args)
+        summaries = _run_all(args, names, base, systems)
     except (ValueError, RuntimeError) as exc:
         print(f"ratelimit-sidecar simulate: error: {exc}", file=sys.stderr)
         return 2
-    print(render(summaries, args.format))
+    print(render(summaries, args.format, "classic" if args.algorithm is None else "rule"))
     return 0

@@ -29,10 +29,11 @@ from ratelimit_sidecar.core import (
 )
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
 from ratelimit_sidecar.simulate.metrics import Recorder
-from ratelimit_sidecar.simulate.params import build_rule
+from ratelimit_sidecar.simulate.params import rule_for
+from ratelimit_sidecar.simulate.references import reference_for, trailing_bound
 from ratelimit_sidecar.simulate.scenarios import Setup
 from ratelimit_sidecar.simulate.traffic import Traffic
-from ratelimit_sidecar.simulate.variants import ExactCounter, System
+from ratelimit_sidecar.simulate.variants import System
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
 from ratelimit_sidecar.storage.memory import MemoryStorage
 
@@ -93,9 +94,14 @@ class Engine:
         self.recorder = Recorder(setup.start_ms, p.window_ms, p.spans, p.windows, p.max)
         self.recorder.allowance = p.cooldown + setup.slack_ms
         self.rule = setup.rule
-        if not system.shared:  # local-only: each node enforces its share of the fleet's MAX
-            self.rule = build_rule(max(1, p.max // p.nodes), p.window_ms, p.spans, p.cooldown_ms)
-        self.central = ExactCounter(p.max, p.window_ms, p.cooldown)
+        if not system.shared:  # local-only: each node enforces its share of the fleet's limit
+            self.rule = rule_for(p, p.nodes)
+        limit = setup.rule.limit
+        assert limit is not None
+        # The exact reference, run centrally on every arrival: it is the `exact` system, and
+        # what every other system is measured against (metrics.py, trailing and versus).
+        self.reference = reference_for(limit)
+        self.recorder.algorithm, self.recorder.bound = p.algorithm.text, trailing_bound(limit)
         self.jitter = Random(p.seed + 1)  # its own stream: the offered traffic stays the same
 
     def run(self) -> Recorder:
@@ -132,14 +138,16 @@ class Engine:
         heapq.heappush(self.heap, (t, self.seq, kind, index, payload))
 
     def _request(self, t: int, index: int) -> None:
+        exact = self.reference.hit(t)
         if self.system.central:
-            ok = self.central.hit(t)
+            ok = exact
         else:
             node = self.nodes[index]
             ok = node.limiter.hit(t + node.offset, node.hits).code is Code.OK
             if not node.tracking:
                 self._first_key(node)
         self.recorder.request(t, index, ok)
+        self.recorder.versus(t, ok, exact)
 
     def _dispatch(self, kind: int, index: int, payload: object) -> None:
         if kind == BOOT:
@@ -255,7 +263,7 @@ class Engine:
         truth = self.setup.membership.inverse_share(node.index, self.now)
         for state in node.limiter.keys:
             if self.system.oracle_nodes:
-                self.system.algorithm.set_nodes(state, truth)
+                node.limiter.algorithm_of(state).set_nodes(state, truth)
             self.recorder.nodes_sample(state.nodes, truth)
 
 

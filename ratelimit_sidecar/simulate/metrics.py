@@ -18,12 +18,29 @@ which is what clients experience whatever the nodes' clocks say.
   is false rejections / eligible requests (those meeting (1) and (2), admitted or not).
   Under the limit every request is eligible.
 * nodes error: |nodes - global/local share| / that share, sampled after every store answer.
+
+Per-rule measures, for every algorithm (the columns `--algorithm` shows). The exact reference
+of the run's algorithm (references.py) decides every arrival centrally, alongside the system:
+
+* worst trailing-window admitted: the maximum over all instants t of the admitted requests
+  with arrival in (t - W, t] (reached at an admission, so checked at each). `trail` is the
+  system's, `exact` the reference's on the same arrivals; pooled seeds take the maximum of each.
+* overshoot vs exact: trail / exact - 1. overshoot vs the limit: trail / bound - 1, where
+  bound is what the exact rule can admit in a trailing window: MAX for the window algorithms,
+  burst + requests_per_unit for the token bucket (a full bucket, then one window's refill).
+* false rejection vs exact: a request the system refused that the reference admitted at that
+  time (as it decides it, on the same arrivals and its own admissions). The rate is over the
+  requests the reference admitted. Under the limit the reference admits everything (`exact
+  rej` = 0 shows it), so there every rejection is a false one. Over the limit it is a
+  comparison of two deciders, not of a truth: a system that admitted more earlier can refuse
+  a request the reference, having admitted less, takes.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -57,6 +74,16 @@ class Summary:
     nodes_error_pct: float | None  # None: the system has no nodes estimate
     dropped_hits: int
     cpu_s: float = 0.0
+    algorithm: str = "fixed_window"
+    bound: int = 0  # the most the exact rule admits in a trailing window
+    trailing_max: int = 0  # worst trailing-window admitted, this system
+    trailing_exact: int = 0  # ... the exact reference on the same arrivals
+    trailing_over_exact_pct: float = 0.0
+    trailing_over_bound_pct: float = 0.0
+    false_vs_exact: int = 0  # refused here, admitted by the reference
+    exact_admitted: int = 0
+    exact_rejected: int = 0
+    false_vs_exact_pct: float = 0.0
 
 
 class Recorder:
@@ -77,6 +104,10 @@ class Recorder:
         self.eligible = 0
         self.nodes_errors: list[float] = []
         self.dropped_hits = 0
+        self.algorithm, self.bound = "fixed_window", max_  # set by the engine
+        self.admitted_times: list[int] = []  # arrivals of admitted requests, in order
+        self.exact_times: list[int] = []  # ... of those the exact reference admitted
+        self.false_vs_exact = 0
 
     def request(self, t: int, node: int, ok: bool) -> None:
         offset = t - self.start
@@ -99,6 +130,14 @@ class Recorder:
             if self.admitted[w] == self.max:
                 self.crossing[w] = t
 
+    def versus(self, t: int, ok: bool, exact: bool) -> None:
+        """The system's decision next to the exact reference's, on the same arrival."""
+        if ok:
+            self.admitted_times.append(t)
+        if exact:
+            self.exact_times.append(t)
+            self.false_vs_exact += not ok
+
     def _lag(self, w: int, node: int, since: int, ok: bool) -> None:
         pair = (w, node)
         if pair in self.first_reject:
@@ -109,6 +148,40 @@ class Recorder:
 
     def nodes_sample(self, estimate: float, truth: float) -> None:
         self.nodes_errors.append(abs(estimate - truth) / truth)
+
+
+def worst_trailing(times: list[int], window_ms: int) -> int:
+    """max over t of #{s in times : t - W < s <= t}, for `times` in order."""
+    worst, first = 0, 0
+    for last, t in enumerate(times):
+        while times[first] <= t - window_ms:
+            first += 1
+        worst = max(worst, last - first + 1)
+    return worst
+
+
+def _pct(value: float, of: float) -> float:
+    return 100 * (value / of - 1) if of else 0.0
+
+
+def trailing(recs: list[Recorder]) -> dict[str, Any]:
+    """The per-rule measures of pooled runs (the `Summary` fields they fill)."""
+    first = recs[0]
+    worst = max(worst_trailing(r.admitted_times, r.window_ms) for r in recs)
+    exact = max(worst_trailing(r.exact_times, r.window_ms) for r in recs)
+    false, admitted = sum(r.false_vs_exact for r in recs), sum(len(r.exact_times) for r in recs)
+    return {
+        "algorithm": first.algorithm,
+        "bound": first.bound,
+        "trailing_max": worst,
+        "trailing_exact": exact,
+        "trailing_over_exact_pct": _pct(worst, exact),
+        "trailing_over_bound_pct": _pct(worst, first.bound),
+        "false_vs_exact": false,
+        "exact_admitted": admitted,
+        "exact_rejected": sum(sum(r.offered) for r in recs) - admitted,
+        "false_vs_exact_pct": 100 * false / max(1, admitted),
+    }
 
 
 def summarize(recs: list[Recorder], scenario: str, system: str, has_nodes: bool) -> Summary:
@@ -141,4 +214,5 @@ def summarize(recs: list[Recorder], scenario: str, system: str, has_nodes: bool)
         false_rejection_pct=100 * false / max(1, eligible),
         nodes_error_pct=100 * sum(errors) / len(errors) if has_nodes and errors else None,
         dropped_hits=sum(r.dropped_hits for r in recs),
+        **trailing(recs),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _SCALE_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
@@ -46,6 +46,8 @@ class SimParams:
     weights: tuple[float, ...] | None = None  # load balancer shares per node
     timeout_ms: int = 250  # the sync loop's store timeout (serve --sync-timeout-ms)
     node_ttl_ms: int | None = None  # heartbeat TTL for live_nodes; 0 turns heartbeats off
+    algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
+    burst: int = 0  # a token bucket's capacity; 0: one window's worth (MAX)
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.max < 1 or self.windows < 1:
@@ -54,6 +56,8 @@ class SimParams:
             raise ValueError("spans must be at least 2")
         if self.window_ms < self.spans * 50:
             raise ValueError("the window must be at least spans x 50 ms, as in the config")
+        if self.burst < 0:
+            raise ValueError("burst must be at least 0")
 
     @property
     def span_ms(self) -> int:
@@ -61,7 +65,10 @@ class SimParams:
 
     @property
     def cooldown(self) -> int:
-        return self.cooldown_ms or self.window_ms
+        """As the config derives it: a fixed window blocks one window by default, the other
+        algorithms only when a cooldown is set."""
+        fixed = self.algorithm is AlgorithmName.FIXED_WINDOW
+        return self.cooldown_ms or (self.window_ms if fixed else 0)
 
     def per_second(self, load: float) -> float:
         """Requests per second that offer `load` times the limit."""
@@ -78,15 +85,27 @@ class MsRateLimit(RateLimit):
     def __post_init__(self) -> None:
         # RateLimit derives window_ms and cooldown once, from whole units; override both.
         object.__setattr__(self, "window_ms", self.exact_window_ms)
-        object.__setattr__(self, "cooldown", self.cooldown_ms or self.exact_window_ms)
+        fixed = self.algorithm is AlgorithmName.FIXED_WINDOW
+        cooldown = self.cooldown_ms or (self.exact_window_ms if fixed else 0)
+        object.__setattr__(self, "cooldown", cooldown)
+        object.__setattr__(self, "capacity", self.burst or self.requests_per_unit)
 
 
-def build_rule(max_: int, window_ms: int, spans: int, cooldown_ms: int) -> Rule:
+def build_rule(  # noqa: PLR0917 - mirrors the limit's own fields, each named at call sites
+    max_: int,
+    window_ms: int,
+    spans: int,
+    cooldown_ms: int,
+    algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW,
+    burst: int = 0,
+) -> Rule:
     """The one rule every simulated request hits, built as the config loader would."""
     limit: RateLimit
     if window_ms % 1000 == 0:
         seconds = window_ms // 1000
-        limit = RateLimit(max_, Unit.SECOND, seconds, "sim", spans, cooldown_ms)
+        limit = RateLimit(
+            max_, Unit.SECOND, seconds, "sim", spans, cooldown_ms, algorithm=algorithm, burst=burst
+        )
     else:
         limit = MsRateLimit(
             max_,
@@ -94,6 +113,18 @@ def build_rule(max_: int, window_ms: int, spans: int, cooldown_ms: int) -> Rule:
             name="sim",
             spans=spans,
             cooldown_ms=cooldown_ms,
+            algorithm=algorithm,
+            burst=burst,
             exact_window_ms=window_ms,
         )
     return Rule("sim", (("client", ""),), limit)
+
+
+def rule_for(p: SimParams, share: int = 1) -> Rule:
+    """The run's rule; with `share` > 1, one node's 1/share of it (local-only mode): MAX and
+    a set burst divided, at least 1 each. Only a token bucket has a burst (as in rule files),
+    so that `--algorithm all --burst N` gives the other algorithms their usual rule."""
+    max_ = max(1, p.max // share)
+    bucket = p.algorithm is AlgorithmName.TOKEN_BUCKET
+    burst = max(1, p.burst // share) if p.burst and bucket else 0
+    return build_rule(max_, p.window_ms, p.spans, p.cooldown_ms, p.algorithm, burst)

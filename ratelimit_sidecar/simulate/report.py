@@ -41,11 +41,33 @@ COLUMNS: list[tuple[str, Cell]] = [
 ]
 
 
-def render(summaries: Sequence[Summary], fmt: str) -> str:
+# `--algorithm`: each rule against its exact reference (definitions in metrics.py).
+RULE_COLUMNS: list[tuple[str, Cell]] = [
+    ("scenario", lambda s: s.scenario),
+    ("system", lambda s: s.system),
+    ("algorithm", lambda s: s.algorithm),
+    ("win", lambda s: str(s.windows)),
+    ("offered/w", lambda s: f"{s.offered_per_window:.0f}"),
+    ("adm/w", lambda s: f"{s.admitted_mean:.1f}"),
+    ("bound", lambda s: str(s.bound)),
+    ("trail", lambda s: str(s.trailing_max)),
+    ("exact", lambda s: str(s.trailing_exact)),
+    ("over exact%", lambda s: f"{s.trailing_over_exact_pct:.1f}"),
+    ("over bound%", lambda s: f"{s.trailing_over_bound_pct:.1f}"),
+    ("false-rej%", lambda s: f"{s.false_vs_exact_pct:.2f}"),
+    ("(n/exact adm)", lambda s: f"{s.false_vs_exact}/{s.exact_admitted}"),
+    ("exact rej", lambda s: str(s.exact_rejected)),
+    ("cpu s", lambda s: f"{s.cpu_s:.2f}"),
+]
+VIEWS = {"classic": COLUMNS, "rule": RULE_COLUMNS}
+
+
+def render(summaries: Sequence[Summary], fmt: str, view: str = "classic") -> str:
     if fmt == "json":
         return json.dumps([asdict(s) for s in summaries], indent=2)
-    rows = [[cell(s) for _, cell in COLUMNS] for s in summaries]
-    headers = [h for h, _ in COLUMNS]
+    columns = VIEWS[view]
+    rows = [[cell(s) for _, cell in columns] for s in summaries]
+    headers = [h for h, _ in columns]
     if fmt == "markdown":
         return _markdown(headers, rows)
     if fmt == "table":

@@ -11,12 +11,20 @@ from dataclasses import dataclass, replace
 from random import Random
 
 from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.simulate.params import SimParams, build_rule
-from ratelimit_sidecar.simulate.traffic import Bursty, Change, Membership, RateSchedule, Steady
+from ratelimit_sidecar.simulate.params import SimParams, rule_for
+from ratelimit_sidecar.simulate.traffic import (
+    Boundary,
+    Bursty,
+    Change,
+    Membership,
+    RateSchedule,
+    Steady,
+)
 
 T0_MS = 1_700_000_000_000  # an arbitrary epoch; the run starts at the next window boundary
 BOOT_LEAD_MS = 2_000  # initial nodes start before traffic, so heartbeats have registered
 BURST_FRACTION = 0.5
+BOUNDARY_FRACTION = 0.9
 
 ScheduleFactory = Callable[[Random], RateSchedule]
 
@@ -28,6 +36,7 @@ class Defaults:
     load: float
     about: str
     bursty: bool = False
+    boundary: bool = False  # bursts across every other window boundary (traffic.Boundary)
     weights: tuple[float, ...] | None = None
     skew_ms: int = 0
     latency_ms: int = 0
@@ -37,6 +46,10 @@ class Defaults:
 
 SCENARIOS: dict[str, Defaults] = {
     "steady": Defaults(2.0, "steady over-limit load (2x), even split"),
+    "steady_under": Defaults(0.8, "steady under-limit load (0.8x), even split"),
+    "boundary": Defaults(
+        2.0, "over-limit (2x), 90% in one-span bursts across every other window end", boundary=True
+    ),
     "near_limit": Defaults(0.95, "near the limit (0.95x), even split: some windows cross"),
     "bursty": Defaults(0.6, "under-limit bursty: 0.6x on average, half of it in one-span bursts"),
     "skewed": Defaults(2.0, "over-limit (2x), load balancer 60/30/10", weights=(6, 3, 1)),
@@ -94,9 +107,9 @@ def resolve(params: SimParams) -> Setup:
     return Setup(
         name=params.scenario,
         params=params,
-        rule=build_rule(params.max, params.window_ms, params.spans, params.cooldown_ms),
+        rule=rule_for(params),
         rate_per_s=rate,
-        schedule=_schedule(params, rate, d.bursty, start),
+        schedule=_schedule(params, rate, d, start),
         membership=membership,
         offsets=_offsets(len(membership.weights), skew),
         outages=_outages(params, d, start),
@@ -119,9 +132,11 @@ def _membership(
     return Membership((1.0,) * (p.nodes + extra), p.nodes, tuple(joins + leaves))
 
 
-def _schedule(p: SimParams, rate_per_s: float, bursty: bool, start: int) -> ScheduleFactory:
+def _schedule(p: SimParams, rate_per_s: float, d: Defaults, start: int) -> ScheduleFactory:
     per_ms = rate_per_s / 1000
-    if not bursty:
+    if d.boundary:
+        return lambda _rng: Boundary(per_ms, p.window_ms, p.span_ms, BOUNDARY_FRACTION, start)
+    if not d.bursty:
         return lambda _rng: Steady(per_ms)
     return lambda rng: Bursty(per_ms, p.window_ms, p.span_ms, BURST_FRACTION, start, rng)
 

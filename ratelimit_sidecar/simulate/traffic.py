@@ -55,6 +55,27 @@ class Bursty:
         return self._base, window_start + self._window_ms
 
 
+class Boundary:
+    """Every other window end, `fraction` of two windows' traffic in one burst of `burst_ms`
+    centred on it; the rest as a background all along. Half of each burst ends one window and
+    half starts the next: the pattern that lets a fixed window admit up to 2 x MAX within one
+    trailing window, and that a trailing-window rule must hold to MAX."""
+
+    def __init__(
+        self, per_ms: float, window_ms: int, burst_ms: int, fraction: float, start: int
+    ) -> None:
+        self._base = (1 - fraction) * per_ms
+        self._peak = self._base + fraction * per_ms * 2 * window_ms / burst_ms
+        self._period, self._half, self._start = 2 * window_ms, burst_ms // 2, start + window_ms
+
+    def at(self, t: float) -> tuple[float, float]:
+        k = (t - self._start + self._half) // self._period  # the last burst begun by t
+        centre = self._start + k * self._period
+        if t < centre + self._half:
+            return self._peak, centre + self._half
+        return self._base, centre + self._period - self._half
+
+
 @dataclass(frozen=True)
 class Change:
     """Node `node` joins (or leaves) the load balancer at true time `at_ms`."""

@@ -11,6 +11,7 @@ import pytest
 
 from ratelimit_sidecar.simulate.cli import main
 from ratelimit_sidecar.simulate.params import MsRateLimit, build_rule, parse_duration_ms
+from ratelimit_sidecar.simulate.scenarios import SCENARIOS
 
 SMALL = ["--windows", "12", "--max", "60", "--window", "2s", "--spans", "4"]
 
@@ -38,7 +39,7 @@ def test_all_scenarios_and_the_listing(capsys: pytest.CaptureFixture[str]) -> No
     assert "skewed_under" in capsys.readouterr().out
     assert main(["--scenario", "all", *SMALL, "--systems", "core", "--repeat", "2"]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
-    assert len(rows) == 9 and all(r.split()[2] == "24" for r in rows)  # 2 seeds pooled
+    assert len(rows) == len(SCENARIOS) and all(r.split()[2] == "24" for r in rows)  # 2 seeds
 
 
 def test_bad_input_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
