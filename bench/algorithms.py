@@ -135,8 +135,8 @@ def run(options: Options) -> Outcome:
     started, rounds = time.monotonic(), options.rounds or ROUNDS
     print(f"[{NAME}] eventual rules of each algorithm vs an empty grpc.aio handler")
     chosen = [a for a in AlgorithmName if registered(a)]
-    skipped = [f"{a.text}: not registered in core/algorithms.py" for a in AlgorithmName]
-    skipped = [s for s, a in zip(skipped, AlgorithmName, strict=True) if a not in chosen]
+    unregistered = [a for a in AlgorithmName if a not in chosen]
+    skipped = [f"{a.text}: not registered in core/algorithms.py" for a in unregistered]
     all_plans, measured = plans(), list[Run]()
     shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
     with runs.session(shape, RETRY_BUDGET_S) as bench:
