@@ -154,8 +154,8 @@ class SlidingWindow:
         """The hits stay in `own_spans`, scaled by `nodes` in every estimate."""
         return _blocks_over(state, now_ms, known=False)
 
-    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
-        self.nodes_rule.learn_nodes(state, window, total)
+    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
+        self.nodes_rule.learn_nodes(state, window, total, live_nodes)
 
     def after_sync(self, state: KeyState, sync_ms: int) -> None:
         """Nothing to adjust: the ceiling is always MAX."""
