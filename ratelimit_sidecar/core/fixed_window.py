@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
-from ratelimit_sidecar.core.nodes_estimate import learn_window
+from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
 from ratelimit_sidecar.core.spans import span_end, window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict
@@ -222,9 +222,7 @@ def _noise(state: KeyState, elapsed_ms: int) -> float:
 
 
 def _refresh_check(state: KeyState) -> None:
-    """A lenient ceiling uses the lower of the last two `nodes` estimates (each already the
-    larger of two windows' ratios, core/nodes_estimate.py): near the limit a window whose
-    share looks small by chance must not refuse requests of a window that ends under MAX."""
+    """A lenient ceiling uses the lower of the last two `nodes` estimates: near the limit a
+    share that looks small by chance must not refuse requests of a window that ends under MAX."""
     lenient = state.ceiling > state.limit.requests_per_unit
-    prev = state.nodes_prev or state.nodes
-    state.check_nodes = min(state.nodes, prev) if lenient else state.nodes
+    state.check_nodes = lower_of_last_two(state) if lenient else state.nodes

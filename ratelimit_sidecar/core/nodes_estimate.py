@@ -28,8 +28,9 @@ memory far more than its share (the fixed window admitted 510 per window of 240)
    a larger fleet is believed at once. The first ratio replaces the guess of a new key
    (the live node count, which assumes an even split) at once.
 
-Sliding windows learn from admitted counts only (`offered=False`, see core/sliding_window.py):
-then 2. is the plain ratio of the sums.
+Sliding windows learn from admitted counts only (see core/sliding_window.py): then 2. is the
+plain ratio of the sums. Checks that must not refuse under the limit take the lower of the last
+two estimates (`lower_of_last_two`).
 """
 
 from __future__ import annotations
@@ -61,3 +62,11 @@ def _ratio(state: KeyState, live_nodes: int) -> float:
         return max(1.0, offered)
     cap = max(state.nodes_ratio or state.nodes, live_nodes)
     return max(1.0, offered, min(fleet / admitted, cap))
+
+
+def lower_of_last_two(state: KeyState) -> float:
+    """`nodes` for a check that must not refuse requests under the limit: the lower of the
+    last two estimates. Each is the larger of two windows' ratios, so this is about the middle
+    of the last three: a single high window does not refuse, a single low one does not admit
+    (a fixed window's lenient ceiling, a sliding window's check)."""
+    return min(state.nodes, state.nodes_prev or state.nodes)

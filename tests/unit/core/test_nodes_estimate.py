@@ -7,7 +7,8 @@ import pytest
 
 from ratelimit_sidecar.core import FleetLimiter, PushResult, SyncResult
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.nodes_estimate import learn_window
+from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
+from ratelimit_sidecar.core.sliding_window import SlidingWindow
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary
@@ -92,3 +93,12 @@ def test_refusals_on_the_estimate_cannot_run_nodes_away() -> None:
     # the refusals on both sides, may: (240 + 30) / (70 + 30) = 2.7.
     state = learnt([(120, 0, 240), (10, 30, 120)], live_nodes=0)
     assert state.nodes == pytest.approx(2.7)
+
+
+def test_a_sliding_windows_check_takes_the_lower_of_the_last_two_estimates() -> None:
+    # It has no lenient ceiling: one window whose share looked small by chance (a high
+    # estimate) must not refuse requests under the limit.
+    state = learnt([])
+    SlidingWindow().set_nodes(state, 4.0)
+    SlidingWindow().set_nodes(state, 5.0)
+    assert (state.nodes, state.check_nodes) == (5.0, 4.0) == (5.0, lower_of_last_two(state))
