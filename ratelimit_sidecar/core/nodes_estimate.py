@@ -4,14 +4,15 @@ over 4 nodes, 1.67 for a node that gets 60 %, 10 for one that gets 10 %. Every a
 learns it here, at span ends only (never on the request path), from finished windows: the
 fleet's total of the window (the store's counter) against what this node counted in it.
 
-One window alone is a poor sample (docs/ACCURACY.md, "The nodes estimate on boundary
-bursts"): a window with a handful of requests makes the ratio noise (one own request among 117
-said 117; four among six would say 1.5), and a burst decided inside one span makes it wrong, not just noisy. Nodes that
-pushed before a window crossed MAX are not told of the block, so they alone admit the next
-window's first span, and from its total each of them sees a fleet of two. And when every node
-refuses on its own estimate, the store counts none of the others' refusals: a node that counts
-its own as offered sees 2.7 nodes of 4. An estimate that low lets every node admit from
-memory far more than its share (the fixed window admitted 510 per window of 240). So:
+One window alone is a poor sample (docs/ACCURACY.md, "The nodes estimate on boundary bursts"):
+a window with a handful of requests makes the ratio noise (one own request among 117 said 117;
+four among six would say 1.5), and a burst decided inside one span makes it wrong, not just
+noisy. Nodes that pushed before a window crossed MAX are not told of the block, so they alone
+admit the next window's first span, and from its total each of them sees a fleet of two. And
+when every node refuses on its own estimate, the store counts none of the others' refusals: a
+node that counts its own as offered sees 2.7 nodes of 4. An estimate that low lets every node
+admit from memory far more than its share (the fixed window admitted 510 per window of 240).
+So:
 
 1. Sums, not one window's ratio: the fleet's totals and this node's admitted and refused
    counts are added up over the windows, halving the weight of the earlier ones at each new
