@@ -60,8 +60,9 @@ class Algorithm(Protocol):
         """The push of this span's `count` hits failed; True if the fallback blocks the key."""
         ...
 
-    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
-        """The fleet's total of a finished window, to learn how many nodes share the key."""
+    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
+        """The fleet's total of a finished window, to learn how many nodes share the key
+        (`live_nodes`: the store's heartbeat count, 0 if unknown)."""
         ...
 
     def after_sync(self, state: KeyState, sync_ms: int) -> None:

@@ -27,9 +27,10 @@ A span end (with the store's answer, without it, or with no store at all):
   MAX / N it blocks the key for the cooldown. The ceiling goes back to MAX.
 - Local-only mode: the span's hits join `seen` (the node is the fleet) and a window over MAX
   blocks for the cooldown, as a shared store's total would.
-- `nodes` is learnt from each finished window: the fleet's total over this node's own count,
-  both counted as offered (admitted plus refused on the estimate), so a node's own refusals do
-  not feed back into a larger estimate.
+- `nodes` is learnt from finished windows (core/nodes_estimate.py, shared by every algorithm):
+  the fleet's totals over this node's own counts, summed over windows with decaying weights,
+  own refusals on the estimate counted as offered, and a fall believed only when two windows
+  agree.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
+from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
 from ratelimit_sidecar.core.spans import span_end, window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict
@@ -158,15 +160,17 @@ class FixedWindow:
             return True
         return False
 
-    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
-        """nodes = the fleet's total / this node's count in the finished `window`.
+    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
+        """The fleet's `total` of the finished `window` against this node's count in it.
 
-        Blocks from the store's total or the shared flag hit every node alike, so they do not
-        skew the ratio; refusals on a node's own estimate do, so they count on both sides."""
+        Hits refused by a block are not counted (a block mostly hits every node alike; when it
+        does not, core/nodes_estimate.py copes); refusals on the node's own estimate count on
+        both sides."""
         rejected = state.estimate_rejected if self.nodes_from_offered else 0
         offered = state.estimate_local + rejected
         if window == state.estimate_window and offered > 0 and total > 0:
-            self.set_nodes(state, max(1.0, (total + rejected) / offered))
+            nodes = learn_window(state, total, state.estimate_local, rejected, live_nodes)
+            self.set_nodes(state, nodes)
         state.estimate_window = NO_WINDOW
 
     def after_sync(self, state: KeyState, sync_ms: int) -> None:
@@ -218,8 +222,7 @@ def _noise(state: KeyState, elapsed_ms: int) -> float:
 
 
 def _refresh_check(state: KeyState) -> None:
-    """A lenient ceiling uses the lower of the last two `nodes` estimates: one window's share
-    is noisy (a node blocked earlier than the others in it looks smaller)."""
+    """A lenient ceiling uses the lower of the last two `nodes` estimates: near the limit a
+    share that looks small by chance must not refuse requests of a window that ends under MAX."""
     lenient = state.ceiling > state.limit.requests_per_unit
-    prev = state.nodes_prev or state.nodes
-    state.check_nodes = min(state.nodes, prev) if lenient else state.nodes
+    state.check_nodes = lower_of_last_two(state) if lenient else state.nodes

@@ -21,6 +21,7 @@ class KeyState:
     """
 
     __slots__ = (
+        "admitted_sum",
         "blocked_until",
         "ceiling",
         "check_nodes",
@@ -28,6 +29,7 @@ class KeyState:
         "estimate_rejected",
         "estimate_window",
         "fleet_spans",
+        "fleet_sum",
         "hit_log",
         "inflight",
         "key",
@@ -37,9 +39,11 @@ class KeyState:
         "next_sync",
         "nodes",
         "nodes_prev",
+        "nodes_ratio",
         "own_spans",
         "pending",
         "rejected",
+        "rejected_sum",
         "resumed",
         "rule_id",
         "seen",
@@ -78,6 +82,10 @@ class KeyState:
         self.resumed = 0  # what the key counted in `window` before it was evicted (an estimate)
         self.tat: float = 0  # a token bucket's full-again time, 1/requests_per_unit ms ticks
         self.nodes = nodes
+        # What `nodes` is learnt from (core/nodes_estimate.py): the last window's ratio (0
+        # until there is one) and decayed sums of the fleet's totals and own counts.
+        self.nodes_ratio = 0.0
+        self.fleet_sum = self.admitted_sum = self.rejected_sum = 0.0
         self.nodes_prev = 0.0  # the estimate before the last one; 0 until there are two
         # The request check: an estimate over `ceiling`, computed with `check_nodes`, rejects.
         # MAX itself, not a float copy: one object every key of the limit shares.

@@ -119,8 +119,8 @@ class SlidingLog:
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
         return False
 
-    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
-        self.nodes_rule.learn_nodes(state, window, total)
+    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
+        self.nodes_rule.learn_nodes(state, window, total, live_nodes)
 
     def after_sync(self, state: KeyState, sync_ms: int) -> None:
         """Nothing to adjust: the log is exact."""

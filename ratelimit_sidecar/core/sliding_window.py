@@ -41,7 +41,10 @@ A span end:
   Over a trailing limit every node refuses on its estimate all the time; counting its own
   refusals as offered, and no other node's, made a node of four see a fleet of 2.5 to 3 and
   the fleet admit 118 per MAX of 100 (4 nodes, 5 x MAX offered; 98 with admitted counts).
-  There is no lenient ceiling: a trailing window has no window pace to project.
+  There is no lenient ceiling: a trailing window has no window pace to project. Every
+  estimate scales own hits by the lower of the last two `nodes` estimates
+  (core/nodes_estimate.py, `check_nodes`), as a fixed window's lenient ceiling does: the
+  larger one refused 0.1 % of bursty traffic at 0.6 x the limit, where nothing should be.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import NamedTuple
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.nodes_estimate import lower_of_last_two
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
 from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
@@ -70,7 +74,7 @@ class SlidingWindow:
         """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
         if now_ms < state.blocked_until:
             return refused(state, state.blocked_until - now_ms)
-        if hits <= 0 or _trailing(state, now_ms).fits(hits * state.nodes):
+        if hits <= 0 or _trailing(state, now_ms).fits(hits * state.check_nodes):
             return None
         return self._over(state, hits, now_ms)
 
@@ -147,15 +151,16 @@ class SlidingWindow:
             fleet.put(newest - len(answer.spans) + 1 + offset, total)
         if push.count > 0 and state.own_spans is not None:
             state.own_spans.take_oldest(push.count)  # in the store's totals now
-        fleet.raise_floor(newest, max(0, push.count) * state.nodes)
+        fleet.raise_floor(newest, max(0, push.count) * state.check_nodes)
         return _blocks_over(state, now_ms, known=True)
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
         """The hits stay in `own_spans`, scaled by `nodes` in every estimate."""
         return _blocks_over(state, now_ms, known=False)
 
-    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
-        self.nodes_rule.learn_nodes(state, window, total)
+    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
+        self.nodes_rule.learn_nodes(state, window, total, live_nodes)
+        state.check_nodes = lower_of_last_two(state)  # see `nodes` in the module's docstring
 
     def after_sync(self, state: KeyState, sync_ms: int) -> None:
         """Nothing to adjust: the ceiling is always MAX."""
@@ -165,6 +170,7 @@ class SlidingWindow:
 
     def set_nodes(self, state: KeyState, nodes: float) -> None:
         self.nodes_rule.set_nodes(state, nodes)
+        state.check_nodes = lower_of_last_two(state)
 
 
 class Trailing(NamedTuple):
@@ -194,7 +200,7 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
     leaving = span - limit.spans
     whole: float = 0
     oldest: float = 0
-    nodes = 1 if known else state.nodes
+    nodes = 1 if known else state.check_nodes
     fleet = state.fleet_spans
     if fleet is not None and known:
         whole, oldest = fleet.since(leaving + 1), fleet.get(leaving)
@@ -211,7 +217,7 @@ def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     """How long until `hits` more fit if nobody sends more: the first moment, span by span,
     when the spans still inside (the oldest one weighted) leave room for them."""
     limit = state.limit
-    extra, max_hits = hits * state.nodes, limit.requests_per_unit
+    extra, max_hits = hits * state.check_nodes, limit.requests_per_unit
     if extra > max_hits:
         return limit.window_ms  # never fits: as long as a window
     span = span_number(now_ms, limit)
@@ -257,7 +263,7 @@ def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
 def _span_count(state: KeyState, span: int, known: bool = False) -> float:
     """One span's count in the trailing window, as `_trailing` counts it."""
     fleet, own = state.fleet_spans, state.own_spans
-    nodes = 1 if known else state.nodes
+    nodes = 1 if known else state.check_nodes
     counted = own.get(span) * nodes if own is not None else 0
     if fleet is not None:
         counted += fleet.get(span) if known else fleet.estimate(span)

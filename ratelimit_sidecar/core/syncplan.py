@@ -83,7 +83,7 @@ class SyncPlan:
     def _learn_nodes(self, result: SyncResult) -> None:
         reads = zip(self.batch.total_reads, self._total_states, result.totals, strict=True)
         for read, state, total in reads:
-            self._algorithm(state).learn_nodes(state, read.window, total)
+            self._algorithm(state).learn_nodes(state, read.window, total, result.live_nodes)
 
     def _after_sync(self, result: SyncResult, failed: set[KeyState]) -> None:
         """Every answer is in (totals and nodes): each key that synced adjusts its check."""

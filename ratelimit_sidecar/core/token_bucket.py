@@ -181,8 +181,8 @@ class TokenBucket:
         """Nothing to add: the others' share of the span is in TAT already (step 2)."""
         return False
 
-    def learn_nodes(self, state: KeyState, window: int, total: int) -> None:
-        self.nodes_rule.learn_nodes(state, window, total)
+    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
+        self.nodes_rule.learn_nodes(state, window, total, live_nodes)
 
     def after_sync(self, state: KeyState, sync_ms: int) -> None:
         """Nothing to adjust: the answer's debt is the whole of the check."""

@@ -327,7 +327,7 @@ def test_a_known_count_over_max_starts_the_cooldown() -> None:
     assert state.blocked_until == T0 + 503 + 5000
 
 
-def test_nodes_counts_the_hits_a_node_rejected_on_its_estimate_as_offered() -> None:
+def test_nodes_falls_towards_the_offered_ratio_only_as_far_as_admitted_counts_support() -> None:
     # bug 2: from admitted counts alone, a node that rejected part of its traffic looks like a
     # smaller share of the fleet than it is, and over-estimates nodes, and rejects more.
     limiter, r = FleetLimiter(), rule(rpu=1000, spans=2)
@@ -339,4 +339,7 @@ def test_nodes_counts_the_hits_a_node_rejected_on_its_estimate_as_offered() -> N
     batch = limiter.end_span(T0 + 1500)
     limiter.apply_sync(T0 + 1500, batch, SyncResult((_answer(0),), totals=(40,)))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.nodes == (40 + 5) / (10 + 5)  # not 40 / 10
+    # The offered ratio, (40 + 5) / (10 + 5) = 3, is where the estimate may fall; it falls
+    # only as far as the admitted ratio, 40 / 10, supports (core/nodes_estimate.py). That one
+    # cannot lift it: see tests/unit/core/test_nodes_estimate.py for the runaway of bug 2.
+    assert state is not None and state.nodes == 40 / 10
