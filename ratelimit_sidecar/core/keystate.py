@@ -25,6 +25,8 @@ class KeyState:
         "blocked_until",
         "ceiling",
         "check_nodes",
+        "early_fleet",
+        "early_own",
         "estimate_local",
         "estimate_rejected",
         "estimate_window",
@@ -42,6 +44,8 @@ class KeyState:
         "nodes_ratio",
         "own_spans",
         "pending",
+        "pushed_count",
+        "pushed_span",
         "rejected",
         "rejected_sum",
         "resumed",
@@ -99,6 +103,13 @@ class KeyState:
         # Unlike the fields above they outlive the window: a trailing window reaches back.
         self.fleet_spans: FleetSpans | None = None
         self.own_spans: SpanCounts | None = None
+        # A new key's first share, before it has a finished window to learn from (a sliding
+        # window's, core/sliding_window.py): the span of the last push answered and its count,
+        # and the sums of the fleet's and this node's counts of the spans since.
+        self.pushed_span = -1
+        self.pushed_count = 0
+        self.early_fleet = 0
+        self.early_own = 0
         self.hit_log: HitLog | None = None  # a sliding log's admitted hits (core/sliding_log.py)
 
     def roll(self, now_ms: int) -> int:

@@ -49,6 +49,7 @@ A span end:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -59,6 +60,8 @@ from ratelimit_sidecar.core.nodes_estimate import lower_of_last_two
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
 from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+
+MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its first guess
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,34 @@ class SlidingWindow:
         if push.count > 0 and state.own_spans is not None:
             state.own_spans.take_oldest(push.count)  # in the store's totals now
         fleet.raise_floor(newest, max(0, push.count) * state.check_nodes)
+        self._learn_from_spans(state, newest, push.count, answer.spans)
         return _blocks_over(state, now_ms, known=True)
+
+    def _learn_from_spans(
+        self, state: KeyState, newest: int, count: int, spans: tuple[int, ...]
+    ) -> None:
+        """A new key guesses an even split (`nodes` = live nodes) until its first finished
+        window says better. A node with more than its even share then counts each own hit for
+        too many, and with no lenient ceiling refused 3 of 60 requests at 0.8 x the limit in
+        a new key's first window (3 nodes, 60/30/10 %). So, until then, each span before the
+        pushed one (every node pushed it a span ago) adds to sums of the fleet's and this
+        node's counts, whose ratio may lower the guess, never raise it. The own sum is taken
+        one standard deviation low (a small sample must not look like a big share: 4 even
+        nodes with bursts at window ends admitted 123 per MAX of 100 from single spans), and
+        spans are skipped once the fleet's trailing count is within a span's share of MAX
+        (near the limit the nodes that decide first admit more than their share)."""
+        previous, own = state.pushed_span, state.pushed_count
+        state.pushed_span, state.pushed_count = newest, max(0, count)
+        limit = state.limit
+        busy = sum(spans) * limit.spans >= limit.requests_per_unit * (limit.spans - 1)
+        if state.nodes_ratio or previous != newest - 1 or len(spans) < 2 or busy:
+            return
+        state.early_fleet += spans[-2]
+        state.early_own += own
+        sure = state.early_own - math.sqrt(state.early_own)
+        ratio = state.early_fleet / sure if sure >= MIN_EARLY_OWN else 0.0
+        if 1.0 <= ratio < state.nodes:
+            self.set_nodes(state, ratio)
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
         """The hits stay in `own_spans`, scaled by `nodes` in every estimate."""

@@ -147,26 +147,24 @@ def test_at_80_percent_of_the_limit_nothing_is_refused(
 
 
 # A new key starts with `nodes` = the fleet's size on every node, so until it learns its share
-# the 60 % node counts each own hit unconfirmed by the store for 3: the sliding window (which
-# has no lenient ceiling) then refuses a few requests at the end of spans. Measured: 3 of the
-# key's first 60 requests in each of 4 runs of this test; 0 to 3 in 5 runs started at any
-# phase, all on node 0, 1.7 to 2.2 s after the key's first request. A known product issue
-# (not a flake): remove the mark when a new key learns its share sooner.
-NEW_KEY_TRANSIENT = pytest.mark.xfail(
-    reason="sliding window: a new key's nodes estimate before its first window", strict=False
-)
+# (from its first finished window) the 60 % node counts each own hit the store has not
+# confirmed for 3. A fixed window's lenient ceiling absorbs that; a sliding window has none,
+# and lowers the guess from its first spans only with a margin for their noise (see
+# core/sliding_window.py): measured 1 to 2 refusals of the first 60 requests (3 before that
+# rule), all on node 0 near the end of the first window. A known transient, bounded here: at
+# most 5 % of the first window's requests, none for the others.
+FIRST_WINDOW_REFUSALS = {"fixed_window": 0.0, "sliding_window": 0.05, "token_bucket": 0.0}
 
 
-@pytest.mark.parametrize(
-    "algorithm",
-    [pytest.param(a, marks=NEW_KEY_TRANSIENT) if a == "sliding_window" else a for a in EVENTUAL],
-)
-def test_at_80_percent_a_new_key_is_not_refused_in_its_first_window(
+@pytest.mark.parametrize("algorithm", EVENTUAL)
+def test_at_80_percent_a_new_key_is_at_most_briefly_refused_in_its_first_window(
     under_limit: dict[str, list[Answer]], algorithm: str
 ) -> None:
-    refused = refused_at_80_percent(under_limit[algorithm], settled=False)
-    print(f"{algorithm}: at 80 %, {refused} refused in the new key's first window")
-    assert refused == 0, refused
+    answers = under_limit[algorithm]
+    refused = refused_at_80_percent(answers, settled=False)
+    first = sum(a.at < answers[0].at + WINDOW_S + WINDOW_S / SPANS for a in answers)
+    print(f"{algorithm}: at 80 %, {refused} of {first} refused in the new key's first window")
+    assert refused <= FIRST_WINDOW_REFUSALS[algorithm] * first, (refused, first)
 
 
 def test_reload_changing_an_algorithm_starts_a_fresh_counter(

@@ -234,7 +234,49 @@ def test_store_failure_keeps_own_hits_scaled_until_an_answer_confirms_them() -> 
     assert state is not None and state.blocked_until == 0
     batch = limiter.end_span(T0 + 1000)  # nothing more from anyone: the span holds 25
     limiter.apply_sync(T0 + 1000, batch, SyncResult((PushResult(25, 0, spans=(0, 0, 25, 0)),)))
-    assert limiter.hit(T0 + 1010, [hit(r)]).verdicts[0].remaining == 71  # 25 + 1 x 4
+    # The span before held 25 in all, this node's own 25: a new key learns it has most of the
+    # traffic (see the next test; 25 / (25 - 5) = 1.25 nodes): 100 - 25 - 1 x 1.25.
+    assert limiter.hit(T0 + 1010, [hit(r)]).verdicts[0].remaining == 73
+
+
+def test_a_new_key_lowers_its_even_split_guess_from_a_span_every_node_has_pushed() -> None:
+    r = trailing_rule(WINDOW, rpu=100, spans=4)
+    limiter = _fleet_of(nodes=3)
+    limiter.hit(T0 + 10, [hit(r, hits=4)])  # 60 % of a span's 7: too few to learn from
+    batch = limiter.end_span(T0 + 250)
+    limiter.apply_sync(T0 + 250, batch, SyncResult((PushResult(4, 0, spans=(0, 0, 0, 4)),)))
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.nodes == 3  # the pushed span may still be growing
+    limiter.hit(T0 + 260, [hit(r, hits=26)])
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(33, 0, spans=(0, 0, 7, 26)),)))
+    assert state.nodes == 3  # 4 own hits, taken one deviation low: under MIN_EARLY_OWN
+    limiter.hit(T0 + 510, [hit(r)])
+    batch = limiter.end_span(T0 + 750)
+    limiter.apply_sync(T0 + 750, batch, SyncResult((PushResult(77, 0, spans=(0, 7, 43, 1)),)))
+    sure = 30 - 30**0.5  # own 4 + 26, one standard deviation low; fleet 7 + 43
+    assert state.nodes == pytest.approx(50 / sure)
+    assert state.check_nodes == pytest.approx(50 / sure)
+
+
+def test_a_span_never_raises_the_guess_nor_overrides_a_learnt_window() -> None:
+    r = trailing_rule(WINDOW, rpu=100, spans=4)
+    limiter = _fleet_of(nodes=3)
+    limiter.hit(T0 + 10, [hit(r, hits=5)])
+    limiter.apply_sync(T0 + 250, limiter.end_span(T0 + 250), None)  # failed: kept unsent
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(5, 0, spans=(0, 0, 0, 5)),)))
+    limiter.hit(T0 + 510, [hit(r, hits=5)])
+    batch = limiter.end_span(T0 + 750)
+    answer = PushResult(55, 0, spans=(0, 0, 50, 5))  # the span before: 50 in all, 5 own
+    limiter.apply_sync(T0 + 750, batch, SyncResult((answer,)))
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.nodes == 3  # 10 > 3: an even split is no lower bound
+    state.nodes_ratio = 2.0  # a finished window has been learnt
+    limiter.hit(T0 + 760, [hit(r, hits=5)])
+    batch = limiter.end_span(T0 + 1000)
+    limiter.apply_sync(T0 + 1000, batch, SyncResult((PushResult(5, 0, spans=(0, 5, 5, 5)),)))
+    assert state.nodes == 3  # windows teach it from now on
 
 
 def test_a_fallback_over_max_blocks_when_a_cooldown_is_set() -> None:
