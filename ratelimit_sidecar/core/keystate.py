@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.hitlog import HitLog
-from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
+from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
@@ -25,6 +25,7 @@ class KeyState:
         "blocked_until",
         "ceiling",
         "check_nodes",
+        "checked",
         "early_fleet",
         "early_own",
         "estimate_local",
@@ -111,6 +112,9 @@ class KeyState:
         self.early_fleet = 0
         self.early_own = 0
         self.hit_log: HitLog | None = None  # a sliding log's admitted hits (core/sliding_log.py)
+        # A sliding window's last request check: (now_ms, pending once its hits are counted,
+        # the trailing count it saw, those hits scaled), for the answer that follows it.
+        self.checked: tuple[int, int, Trailing, float] | None = None
 
     def roll(self, now_ms: int) -> int:
         """Move to the window holding `now_ms`; returns hits dropped by the move."""

@@ -51,13 +51,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.nodes_estimate import lower_of_last_two
-from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts
+from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
 from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 
@@ -77,7 +76,14 @@ class SlidingWindow:
         """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
         if now_ms < state.blocked_until:
             return refused(state, state.blocked_until - now_ms)
-        if hits <= 0 or _trailing(state, now_ms).fits(hits * state.check_nodes):
+        if hits <= 0:
+            return None
+        extra = hits * state.check_nodes
+        trailing = _trailing(state, now_ms)
+        if trailing.fits(extra):
+            # Kept for `admitted`, which the same request calls once these hits are counted:
+            # one trailing count per request instead of two (8.5 -> 7.4 µs per decision).
+            state.checked = (now_ms, state.pending + hits, trailing, extra)
             return None
         return self._over(state, hits, now_ms)
 
@@ -105,8 +111,13 @@ class SlidingWindow:
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
-        trailing = _trailing(state, now_ms)
-        used = trailing.scaled_count()
+        checked = state.checked
+        if checked is not None and checked[0] == now_ms and checked[1] == state.pending:
+            trailing, extra = checked[2], checked[3]  # as checked, plus the hits it admitted
+            used = trailing.scaled_count() + extra * trailing.length
+        else:
+            trailing = _trailing(state, now_ms)
+            used = trailing.scaled_count()
         remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
         reset = _until_oldest_leaves(state, trailing, now_ms)
         near = used >= NEAR_LIMIT_RATIO * rpu * trailing.length
@@ -201,25 +212,6 @@ class SlidingWindow:
     def set_nodes(self, state: KeyState, nodes: float) -> None:
         self.nodes_rule.set_nodes(state, nodes)
         state.check_nodes = lower_of_last_two(state)
-
-
-class Trailing(NamedTuple):
-    """A trailing window's count, kept in integers where it can be (local-only mode), so that
-    it compares exactly: everything is multiplied by the span's `length`."""
-
-    whole: float  # hits of the spans wholly inside
-    oldest: float  # hits of the span the window is leaving ...
-    overlap: int  # ... of which this many ms are still inside
-    length: int  # ms of the current span (the oldest one, a window earlier, is as long)
-    max_hits: int
-    span: int  # the current span's number
-
-    def scaled_count(self) -> float:
-        return self.whole * self.length + self.oldest * self.overlap
-
-    def fits(self, extra: float) -> bool:
-        """The count stays within MAX with `extra` more hits."""
-        return self.scaled_count() + extra * self.length <= self.max_hits * self.length
 
 
 def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:

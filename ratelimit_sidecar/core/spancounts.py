@@ -7,6 +7,8 @@ newer ones arrive, whatever window they belong to: the counts outlive window bou
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 
 class SpanCounts:
     """N + 1 counters; `counts[i]` is the count of span `newest - N + i`."""
@@ -108,3 +110,22 @@ class FleetSpans(SpanCounts):
 
     def _lift(self) -> float:
         return max(0.0, self.floor - self.get(self.floor_span))
+
+
+class Trailing(NamedTuple):
+    """A trailing window's count, kept in integers where it can be (local-only mode), so that
+    it compares exactly: everything is multiplied by the span's `length`."""
+
+    whole: float  # hits of the spans wholly inside
+    oldest: float  # hits of the span the window is leaving ...
+    overlap: int  # ... of which this many ms are still inside
+    length: int  # ms of the current span (the oldest one, a window earlier, is as long)
+    max_hits: int
+    span: int  # the current span's number
+
+    def scaled_count(self) -> float:
+        return self.whole * self.length + self.oldest * self.overlap
+
+    def fits(self, extra: float) -> bool:
+        """The count stays within MAX with `extra` more hits."""
+        return self.scaled_count() + extra * self.length <= self.max_hits * self.length
