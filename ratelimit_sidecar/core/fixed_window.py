@@ -43,7 +43,7 @@ from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
 from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
 from ratelimit_sidecar.core.spans import span_end, window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import deny_verdict
+from ratelimit_sidecar.core.verdicts import deny_verdict, refused
 
 NEAR_LIMIT_RATIO = 0.8  # an admitted answer says `near_limit` from this share of MAX on
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
@@ -87,10 +87,10 @@ class FixedWindow:
             return self._blocked(state, now_ms)
         state.rejected += hits  # offered here: keeps `nodes` honest (see learn_nodes)
         reset = span_end(now_ms, limit.window_ms, limit.spans) - now_ms
-        return _refused(state, reset)
+        return refused(state, reset)
 
     def _blocked(self, state: KeyState, now_ms: int) -> Verdict:
-        return _refused(state, state.blocked_until - now_ms)
+        return refused(state, state.blocked_until - now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
@@ -196,12 +196,6 @@ class FixedWindow:
         state.nodes_prev = state.nodes if state.nodes_prev else nodes
         state.nodes = nodes
         _refresh_check(state)
-
-
-def _refused(state: KeyState, reset_ms: int) -> Verdict:
-    shadow = state.shadow
-    code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
 
 
 def _block_end(limit: RateLimit, start_ms: int, window: int) -> int:

@@ -31,8 +31,8 @@ from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.sliding_window import refused
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+from ratelimit_sidecar.core.verdicts import refused
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from ratelimit_sidecar.core.nodes_estimate import lower_of_last_two
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
 from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+from ratelimit_sidecar.core.verdicts import refused
 
 MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its first guess
 
@@ -324,10 +325,3 @@ def span_bounds(span: int, limit: RateLimit) -> tuple[int, int]:
     return base + (index * window_ms + spans - 1) // spans, (
         base + ((index + 1) * window_ms + spans - 1) // spans
     )
-
-
-def refused(state: KeyState, reset_ms: int) -> Verdict:
-    """A refusal, answered OK (and marked shadowed) under a shadow rule."""
-    shadow = state.shadow
-    code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)

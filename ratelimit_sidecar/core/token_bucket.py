@@ -56,7 +56,7 @@ from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import deny_verdict
+from ratelimit_sidecar.core.verdicts import deny_verdict, refused
 
 # KeyState.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
 
@@ -72,7 +72,7 @@ class TokenBucket:
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         """Step 1, a block; step 2, the projection over the capacity refuses (step 3)."""
         if now_ms < state.blocked_until:
-            return _refused(state, state.blocked_until - now_ms)
+            return refused(state, state.blocked_until - now_ms)
         if hits <= 0:
             return None
         limit = state.limit
@@ -95,11 +95,11 @@ class TokenBucket:
         if max(now, state.tat - guessed) + hits * token - now > full:
             if limit.cooldown > 0:
                 state.block(now_ms + limit.cooldown)
-                return _refused(state, state.blocked_until - now_ms)
+                return refused(state, state.blocked_until - now_ms)
         else:
             state.rejected += hits
         wait = projected - now - full if hits <= limit.capacity else state.tat - now
-        return _refused(state, _ceil_div(max(0, wait), rpu))
+        return refused(state, _ceil_div(max(0, wait), rpu))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Step 4. The debt stays within the capacity: only a shadow rule counts hits over it,
@@ -192,12 +192,6 @@ class TokenBucket:
 
     def set_nodes(self, state: KeyState, nodes: float) -> None:
         self.nodes_rule.set_nodes(state, nodes)
-
-
-def _refused(state: KeyState, reset_ms: int) -> Verdict:
-    shadow = state.shadow
-    code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
 
 
 def _ceil_div(value: float, divisor: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Hit, Verdict
 
 UNMATCHED = Verdict(Code.OK)
@@ -20,3 +21,10 @@ def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
     code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
     over = shadow and hits > 0
     return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=over, shadow=shadow)
+
+
+def refused(state: KeyState, reset_ms: int) -> Verdict:
+    """A counted key's refusal, answered OK (and marked shadowed) under a shadow rule."""
+    shadow = state.shadow
+    code = Code.OK if shadow else Code.OVER_LIMIT
+    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
