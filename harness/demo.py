@@ -56,6 +56,12 @@ One API key has 10 requests per 10 s across BOTH gateways (5 spans of 2 s each):
 See the 429 with Retry-After, x-ratelimit-* headers and the JSON body:
   curl -si -H 'x-api-key: k1' {b}/
 
+Two limits on /v1/search, across both gateways: a token bucket (a burst of 4, refilled at 1
+a second) and a sliding window (20 in any minute); a 429 reports the limit that refused and
+the wait until a token is back (one gateway alone first gets half the burst: a new key
+assumes every gateway spends alike until the first sync tells it otherwise):
+  {_alternate(a, b, "k4", "/v1/search", 3)}
+
 Per-endpoint limit (3 per minute on /v1/orders), allow list and deny list:
   curl -si -H 'x-api-key: k2' {a}/v1/orders
   curl -si -H 'x-api-key: k3' -H 'x-tier: internal' {a}/
@@ -69,9 +75,15 @@ Ctrl-C stops everything.""",
     )
 
 
-def _burst(url: str) -> str:
-    curl = f"curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-api-key: k1' {url}/"
-    return f"for i in $(seq 1 8); do {curl}; done; echo"
+def _burst(url: str, key: str = "k1", path: str = "/", count: int = 8) -> str:
+    curl = f"curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-api-key: {key}' {url}{path}"
+    return f"for i in $(seq 1 {count}); do {curl}; done; echo"
+
+
+def _alternate(a: str, b: str, key: str, path: str, rounds: int) -> str:
+    """`rounds` requests to each gateway in turn, printing each status."""
+    curl = f"curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-api-key: {key}'"
+    return f"for i in $(seq 1 {rounds}); do {curl} {a}{path}; {curl} {b}{path}; done; echo"
 
 
 def _wait_for_signal() -> None:
