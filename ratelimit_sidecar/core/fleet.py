@@ -27,11 +27,10 @@ class FleetLimiter(Limiter):
     def __init__(
         self,
         max_keys: int = DEFAULT_MAX_KEYS,
-        shadow_mode: bool = False,
         *,
         algorithm: Algorithm | None = None,
     ) -> None:
-        super().__init__(max_keys, shadow_mode, algorithm=algorithm)
+        super().__init__(max_keys, algorithm=algorithm)
         # A store sums span totals and cannot merge logs: a sliding log is decided as a
         # sliding window here (core/sliding_log.py).
         chosen = list(self.algorithms)

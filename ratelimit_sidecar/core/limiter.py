@@ -34,12 +34,12 @@ class Limiter(ABC):
     def __init__(
         self,
         max_keys: int = DEFAULT_MAX_KEYS,
-        shadow_mode: bool = False,
         *,
         algorithm: Algorithm | None = None,
     ) -> None:
+        # Global shadow mode is the service's (service/overall.py): it changes only the
+        # overall code, every descriptor keeps its own status. A rule's `shadow_mode` is here.
         self.keys = KeyTable(max_keys)
-        self.shadow_mode = shadow_mode
         # Indexed by AlgorithmName; `algorithm` replaces the fixed window (simulator variants).
         self.algorithms: tuple[Algorithm, ...] = algorithms_with(algorithm)
         self.live_nodes = 1  # node-level estimate for keys without history
@@ -103,7 +103,7 @@ class Limiter(ABC):
 
     def _check_limit(self, now_ms: int, hit: Hit, limit: RateLimit, key: KeyId) -> Checked:
         assert hit.rule is not None
-        shadow = hit.rule.shadow_mode or self.shadow_mode
+        shadow = hit.rule.shadow_mode
         if limit.requests_per_unit == 0:
             return deny_verdict(limit, hit.hits, shadow), None
         state = self.keys.get(key)

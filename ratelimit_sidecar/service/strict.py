@@ -106,7 +106,6 @@ class StrictDecider:
     def split(self, hits: Sequence[Hit]) -> Plan:
         """Strict checks and eventual hits; `parts` says which descriptor each belongs to."""
         plan = Plan([], [], [], [])
-        shadow_all = self.limiter.shadow_mode
         for descriptor, hit in enumerate(hits):
             rule = hit.rule
             if rule is None or not any(lim.strict for lim in rule.limits):
@@ -117,10 +116,10 @@ class StrictDecider:
             for index, limit in enumerate(rule.limits):
                 key = hit.key if alone else limit_key(hit.key, index)
                 if limit.strict and limit.requests_per_unit > 0:
-                    shadow = rule.shadow_mode or shadow_all
+                    # Global shadow mode settles the overall code later (service/overall.py).
                     plan.origins.append((rule, index, len(plan.parts)))
                     plan.parts.append(Part(descriptor, True, len(plan.checks)))
-                    plan.checks.append(StrictCheck(key, limit, hit.hits, shadow))
+                    plan.checks.append(StrictCheck(key, limit, hit.hits, rule.shadow_mode))
                 else:  # an eventual limit of the descriptor (or a deny-all: no store needed)
                     plan.parts.append(Part(descriptor, False, len(plan.eventual)))
                     single = self._single_rule(rule, index, limit)

@@ -72,11 +72,6 @@ def test_shadow_mode_answers_ok_but_counts() -> None:
     assert state is not None and state.local_cur == 3
 
 
-def test_global_shadow_mode() -> None:
-    limiter, r = FleetLimiter(shadow_mode=True), rule(rpu=1)
-    assert [limiter.hit(T0, [hit(r)]).code for _ in range(3)] == [Code.OK] * 3
-
-
 def test_span_end_pushes_the_span_and_seen_gates_the_rest_of_the_window() -> None:
     limiter, store, r = FleetLimiter(), MemoryStorage(), rule(rpu=10, spans=2)
     for _ in range(6):
@@ -267,8 +262,8 @@ def test_local_only_applies_the_counts_in_memory() -> None:
 def test_local_only_blocks_from_the_span_end_that_saw_the_window_over_max() -> None:
     """Span ends do no work per key with a private store: a span's hits are applied when the
     key is next used, as of that span's end, so the block starts where it would have."""
-    r = rule(rpu=4, spans=2, cooldown_ms=2000)
-    limiter = LocalLimiter(shadow_mode=True)  # shadow admits over the limit
+    r = rule(rpu=4, spans=2, cooldown_ms=2000, shadow=True)  # shadow admits over the limit
+    limiter = LocalLimiter()
     for t in range(T0, T0 + 6):
         assert limiter.hit(t, [hit(r)]).code is Code.OK
     verdict = limiter.hit(T0 + 1700, [hit(r)]).verdicts[0]  # no end_span call in between
