@@ -43,9 +43,14 @@ from ratelimit_sidecar.storage.errors import (
 from ratelimit_sidecar.storage.keys import DEFAULT_PREFIX, KeySchema
 
 
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
 def _script(name: str) -> tuple[str, str]:
-    """A packaged Lua script's source and SHA1 (the name EVALSHA calls it by)."""
-    source = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    """A packaged sync script's source, after the helpers every sync script shares, and its
+    SHA1 (the name EVALSHA calls it by)."""
+    source = _lua("sync_common.lua") + "\n" + _lua(name)
     return source, hashlib.sha1(source.encode("utf-8")).hexdigest()
 
 

@@ -1,4 +1,5 @@
 -- One span's deltas for many counters (key names: ratelimit_sidecar/storage/keys.py).
+-- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
 --
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
@@ -21,15 +22,6 @@
 local prefix = ARGV[1]
 local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)$'
 
-local function failed(reply)
-  return type(reply) == 'table' and reply.err ~= nil
-end
-
--- The reason of an error reply, short and without the answer's separators.
-local function reason(reply)
-  return 'E:' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, 80)
-end
-
 local function push(text)
   local digest, suffix, count, ttl, max, cooldown = string.match(text, entry)
   if not digest then
@@ -50,15 +42,8 @@ local function push(text)
     -- NX: the first node to see the crossing starts the cooldown; later pushes don't extend it.
     redis.pcall('SET', flag, '1', 'PX', cooldown, 'NX')
   end
-  local left = redis.pcall('PTTL', flag)
-  if failed(left) or left < 0 then
-    left = 0
-  end
-  return total .. ',' .. left
+  -- Read even without a cooldown: a fixed window honours a flag another config set.
+  return total .. ',' .. block_left(flag)
 end
 
-local out = {}
-for text in string.gmatch(ARGV[2] or '', '[^;]+') do
-  out[#out + 1] = push(text)
-end
-return table.concat(out, ';')
+return answer_each(push)

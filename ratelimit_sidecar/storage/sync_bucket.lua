@@ -1,4 +1,5 @@
 -- One span's deltas for many token buckets (key names: storage/keys.py; the rules, in the same
+-- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
 -- order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
@@ -23,14 +24,6 @@ local prefix = ARGV[1]
 local entry = '^([^|]+)|([^|]*)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$'
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-
-local function failed(reply)
-  return type(reply) == 'table' and reply.err ~= nil
-end
-
-local function reason(reply)
-  return 'E:' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, 80)
-end
 
 -- The TAT after the push, as stored (3 decimals), or nil and the error of the read.
 local function next_tat(state, count, window_ms, requests)
@@ -72,24 +65,9 @@ local function push(text)
   end
   redis.pcall('INCRBY', tag .. window_suffix, count)
   redis.pcall('PEXPIRE', tag .. window_suffix, window_ttl)
-  cooldown = tonumber(cooldown)
-  if cooldown > 0 and debt > tonumber(capacity) * window_ms / requests then
-    redis.pcall('SET', tag .. ':block', '1', 'PX', cooldown, 'NX')
-  end
-  -- Without a cooldown this limit has no flag: nothing to read (a flag left by an earlier
-  -- config with one must not block it).
-  local left = 0
-  if cooldown > 0 then
-    left = redis.pcall('PTTL', tag .. ':block')
-    if failed(left) or left < 0 then
-      left = 0
-    end
-  end
+  local over = debt > tonumber(capacity) * window_ms / requests
+  local left = cooled(tag .. ':block', tonumber(cooldown), over)
   return debt .. ',' .. left
 end
 
-local out = {}
-for text in string.gmatch(ARGV[2] or '', '[^;]+') do
-  out[#out + 1] = push(text)
-end
-return table.concat(out, ';')
+return answer_each(push)

@@ -1,4 +1,5 @@
 -- One span's deltas for many sliding window counters (key names: storage/keys.py; the rules,
+-- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
 -- in the same order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
@@ -20,14 +21,6 @@
 
 local prefix = ARGV[1]
 local entry = '^([^|]+)|([^|]*)|([^|]*)|(%d+)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$'
-
-local function failed(reply)
-  return type(reply) == 'table' and reply.err ~= nil
-end
-
-local function reason(reply)
-  return 'E:' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, 80)
-end
 
 -- The totals of the spans before `span` (oldest first), 0 for a gone or unreadable one;
 -- `base` is the span counters' name without the span number.
@@ -69,24 +62,8 @@ local function push(text)
   for i = 1, #totals do
     total = total + totals[i]
   end
-  cooldown = tonumber(cooldown)
-  if total > tonumber(max) and cooldown > 0 then
-    redis.pcall('SET', tag .. ':block', '1', 'PX', cooldown, 'NX')
-  end
-  -- Without a cooldown this limit has no flag: nothing to read (a flag left by an earlier
-  -- config with one must not block it).
-  local left = 0
-  if cooldown > 0 then
-    left = redis.pcall('PTTL', tag .. ':block')
-    if failed(left) or left < 0 then
-      left = 0
-    end
-  end
+  local left = cooled(tag .. ':block', tonumber(cooldown), total > tonumber(max))
   return total .. ',' .. left .. ',' .. table.concat(totals, ' ')
 end
 
-local out = {}
-for text in string.gmatch(ARGV[2] or '', '[^;]+') do
-  out[#out + 1] = push(text)
-end
-return table.concat(out, ';')
+return answer_each(push)
