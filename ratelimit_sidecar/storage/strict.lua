@@ -191,7 +191,7 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
     redis.call('SET', l.flag, '1', 'PX', l.cooldown, 'NX')
     l.block = l.cooldown
     if blocks_channel ~= '' then -- every node refuses the key at once (its eventual checks too)
-      redis.call('PUBLISH', blocks_channel, l.digest .. '|' .. l.cooldown .. '|0')
+      redis.pcall('PUBLISH', blocks_channel, l.digest .. '|' .. l.cooldown .. '|0') -- best effort
     end
   end
   refused = refused or (not l.fits and not l.shadow)
