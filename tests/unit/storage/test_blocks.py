@@ -59,15 +59,15 @@ def counting(calls: list[KeyId]) -> object:
 
 
 def test_the_index_hashes_each_key_about_once() -> None:
-    keys = [("d", "k", str(i)) for i in range(50)]
-    table, calls = table_with(keys), []
+    keys: list[KeyId] = [("d", "k", str(i)) for i in range(50)]
+    table, calls = table_with(keys), list[KeyId]()
     index = DigestIndex(table, counting(calls))  # type: ignore[arg-type]
     assert index.find(digest(keys[3])) == keys[3]
     assert len(calls) == 50
     assert index.find(digest(("d", "k", "untracked"))) is None  # table unchanged: no work
     assert index.find(digest(keys[40])) == keys[40]
     assert len(calls) == 50
-    more = [("d", "k", f"new{i}") for i in range(5)]
+    more: list[KeyId] = [("d", "k", f"new{i}") for i in range(5)]
     for key in more:
         table.insert(KeyState(key, rule().limit, T0, 1, False), T0)  # type: ignore[arg-type]
     assert index.find(digest(more[0])) == more[0]
@@ -75,7 +75,7 @@ def test_the_index_hashes_each_key_about_once() -> None:
 
 
 def test_a_key_that_left_the_table_is_not_found_and_stale_entries_are_bounded() -> None:
-    keys = [("d", "k", str(i)) for i in range(10)]
+    keys: list[KeyId] = [("d", "k", str(i)) for i in range(10)]
     table = table_with(keys, max_keys=10)
     index = DigestIndex(table)
     assert index.find(digest(keys[0])) == keys[0]
