@@ -140,9 +140,8 @@ class Crosser:
     def _push_crossing(self, key: tuple[str, ...]) -> None:
         now = int(time.time() * 1000)
         batch = SyncBatch(now, pushes=[Push(key, now // LIMIT.window_ms, MAX + 1, LIMIT)])
-        (args,) = self.codec.encode(batch).script_args
-        source = SCRIPTS[AlgorithmName.FIXED_WINDOW][0]
-        self.redis.execute_command("EVAL", source, *args)
+        ((numkeys, *args),) = self.codec.encode(batch).script_args
+        self.redis.eval(SCRIPTS[AlgorithmName.FIXED_WINDOW][0], numkeys, *args)
 
     @staticmethod
     def _probe(stub: Any, probe: wire.RateLimitRequest, refused: list[float], i: int) -> None:
