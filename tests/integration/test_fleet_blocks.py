@@ -241,6 +241,10 @@ def test_without_the_subscription_blocks_come_at_span_ends_and_it_comes_back(
             assert admin.client_kill_filter(_type="pubsub") >= len(fleet)
             wait_for(lambda: not any(subscribed(node) for node in fleet), 5.0)
             latency, until_span_end = crosser.cross()
+            print(
+                f"\nsubscription down: every node refusing after {latency * 1000:.0f} ms, ", end=""
+            )
+            print(f"the span ended {until_span_end * 1000:.0f} ms after the push")
             # Learnt from the flag at the span end, not before (and soon after it).
             assert until_span_end - 0.05 <= latency <= until_span_end + 0.5, (
                 latency,
