@@ -18,17 +18,18 @@ from typing import Any
 
 import grpc
 import pytest
+from redis.crc import key_slot
 
 from harness.grpc_client import request, rls_stub
 from harness.load import Answer, drive
-from harness.redis_servers import ServerGroup, ServerProcess
+from harness.redis_servers import Cluster, ServerGroup, ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from ratelimit_sidecar.storage.codec import SyncCodec
-from ratelimit_sidecar.storage.keys import KeySchema
+from ratelimit_sidecar.storage.keys import KeySchema, digest
 from ratelimit_sidecar.storage.redis_store import SCRIPTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -102,20 +103,22 @@ def subscribed(node: SidecarProcess) -> bool:
 class Crosser:
     """Makes every node track a key, pushes its crossing, times each node's first refusal."""
 
-    def __init__(self, fleet: list[SidecarProcess], redis: ServerProcess) -> None:
+    def __init__(
+        self, fleet: list[SidecarProcess], redis: ServerProcess | Cluster, prefix: str = "rls:"
+    ) -> None:
         self.channels = [grpc.insecure_channel(node.address) for node in fleet]
         self.stubs = [rls_stub(channel) for channel in self.channels]
         self.redis = redis.client()
-        self.codec = SyncCodec(KeySchema(), cluster=False)
+        self.codec = SyncCodec(KeySchema(prefix), cluster=isinstance(redis, Cluster))
 
     def close(self) -> None:
         for channel in self.channels:
             channel.close()
         self.redis.close()
 
-    def cross(self) -> tuple[float, float]:
+    def cross(self, value: str = "") -> tuple[float, float]:
         """(seconds from the crossing push until every node refused, until the span end)."""
-        value = f"x-{uuid.uuid4().hex[:8]}"
+        value = value or f"x-{uuid.uuid4().hex[:8]}"
         for stub in self.stubs:  # every node tracks the key, well under its limit
             assert stub.ShouldRateLimit(request("gateway", [("client", value)])).overall_code == 1
         wait_early_in_span()
@@ -255,3 +258,38 @@ def test_without_the_subscription_blocks_come_at_span_ends_and_it_comes_back(
     wait_for(lambda: all(subscribed(node) for node in fleet), 10.0)
     latency, until_span_end = crosser.cross()
     assert latency < min(LATENCY_BOUND_S, until_span_end), (latency, until_span_end)
+
+
+def test_on_cluster_a_block_pushed_on_any_master_reaches_every_node(
+    tmp_path_factory: pytest.TempPathFactory, redis_cluster: Cluster
+) -> None:
+    """Two sidecars on a 3-master Cluster: crossings of keys in every master's slots (each
+    published by the master that ran the script) reach both at once."""
+    prefix = f"fb{uuid.uuid4().hex[:6]}:"
+    rules = write_rules(tmp_path_factory.mktemp("rules"), RULES)
+    args = ("--redis-url", redis_cluster.url, "--redis-prefix", prefix)
+    nodes = [SidecarProcess(rules, *args, "--node-id", f"c{i}") for i in range(2)]
+    try:
+        ready = [node.wait_ready() for node in nodes]
+        wait_for(lambda: all(subscribed(node) for node in ready), 10.0)
+        crosser = Crosser(ready, redis_cluster, prefix)
+        try:
+            for value in values_on_every_master(len(redis_cluster.nodes)):
+                latency, until_span_end = crosser.cross(value)
+                assert latency < min(LATENCY_BOUND_S, until_span_end), (latency, until_span_end)
+        finally:
+            crosser.close()
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def values_on_every_master(masters: int) -> list[str]:
+    """Descriptor values whose keys hash into each master's share of the slots (harness
+    Cluster: equal ranges in node order), two per master."""
+    step, found = 16384 // masters, dict[int, list[str]]()
+    while any(len(found.get(m, [])) < 2 for m in range(masters)):
+        value = f"c-{uuid.uuid4().hex[:8]}"
+        slot = key_slot(digest(("gateway", "client", value)).encode())
+        found.setdefault(min(slot // step, masters - 1), []).append(value)
+    return [v for m in range(masters) for v in found[m][:2]]
