@@ -13,6 +13,7 @@ The subscriber (storage/subscriber.py) reconnects by itself and logs it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
@@ -21,13 +22,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import FleetLimiter
-from ratelimit_sidecar.storage.blocks import BLOCKS, DigestIndex, parse_notice
+from ratelimit_sidecar.storage.blocks import BLOCKS, BlockNotice, DigestIndex, parse_notice
 from ratelimit_sidecar.storage.keys import KeySchema
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.subscriber import Subscriber
 
 log = logging.getLogger("ratelimit_sidecar.blocks")
 NS = "ratelimit_sidecar"
+MAX_WAITING = 1000  # notices kept while the key table is being indexed
 
 
 class FleetBlocks:
@@ -40,6 +42,8 @@ class FleetBlocks:
         self.received = 0  # well-formed notices
         self.applied = 0  # ... that blocked a key of this node (or blocked it longer)
         self.malformed = 0
+        self._rebuilding: asyncio.Task[None] | None = None
+        self._waiting: list[tuple[BlockNotice, int]] = []  # notices for keys not indexed yet
 
     def handle(self, data: bytes) -> None:
         """One message of the blocks channel."""
@@ -50,9 +54,48 @@ class FleetBlocks:
                 log.warning("ignoring a malformed message on the blocks channel: %.60r", data)
             return
         self.received += 1
+        now = self._clock_ms()
+        if not self._apply(notice, notice.left_ms, now) and self.index.rebuild_wanted:
+            self._wait(notice, now)
+
+    def _apply(self, notice: BlockNotice, left_ms: int, now_ms: int) -> bool:
         key = self.index.find(notice.digest)
-        if key is not None and self.limiter.apply_block(key, notice.left_ms, self._clock_ms()):
-            self.applied += 1
+        if key is None or not self.limiter.apply_block(key, left_ms, now_ms):
+            return False
+        self.applied += 1
+        return True
+
+    def _wait(self, notice: BlockNotice, now_ms: int) -> None:
+        """The index does not know every key yet (the first notice after a long quiet spell):
+        keep the notice until the key table is indexed, in slices beside requests."""
+        if len(self._waiting) < MAX_WAITING:
+            self._waiting.append((notice, now_ms))
+        if self._rebuilding is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside an event loop (tests): at once
+            for _ in self.index.rebuild_steps():
+                pass
+            self._apply_waiting()
+            return
+        self._rebuilding = loop.create_task(self._rebuild(), name="block-index")
+
+    async def _rebuild(self) -> None:
+        try:
+            for _ in self.index.rebuild_steps():
+                await asyncio.sleep(0)
+            self._apply_waiting()
+        finally:
+            self._rebuilding = None
+
+    def _apply_waiting(self) -> None:
+        """The notices kept during a rebuild, for what is left of their blocks."""
+        now, waiting, self._waiting = self._clock_ms(), self._waiting, []
+        for notice, received_ms in waiting:
+            left_ms = notice.left_ms - (now - received_ms)
+            if left_ms > 0:
+                self._apply(notice, left_ms, now)
 
 
 def subscribe_blocks(

@@ -16,7 +16,7 @@ the other beside the key table, off the request path (see its docstring).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from ratelimit_sidecar.core.keytable import KeyTable
@@ -26,6 +26,8 @@ from ratelimit_sidecar.storage.keys import DIGEST_HEX, digest
 BLOCKS = "blocks"  # the channel name, under the deployment's prefix (KeySchema.channel)
 MAX_MESSAGE = 256  # bytes: anything longer is not ours
 STALE_SLACK = 1024  # index entries allowed beyond twice the table before a rebuild
+MAX_CATCH_UP = 500  # new keys one lookup may hash (1-5 ms); beyond, a rebuild in slices
+REBUILD_STEP = 500  # keys a rebuild hashes between two yields to the event loop
 
 
 class BlockNotice(NamedTuple):
@@ -65,9 +67,10 @@ class DigestIndex:
     Filled lazily: a lookup that misses hashes the keys the table took in since the last look,
     newest first (the table keeps insertion order), and stops once it has seen that many new
     ones; so each key is hashed about once, and a digest the node does not track costs nothing
-    while the table is unchanged. Entries of keys that left the table are checked on use (the
-    table lookup) and dropped by a full rebuild once they outnumber the live keys: memory stays
-    within twice the table plus a constant.
+    while the table is unchanged. More new keys than a lookup may hash at once (MAX_CATCH_UP:
+    the first message after a long quiet spell) or too many entries of keys gone from the
+    table: `rebuild_wanted`, and the caller runs `rebuild_steps` in slices between requests.
+    Memory stays within about twice the table.
     """
 
     def __init__(self, table: KeyTable, name: Callable[[KeyId], str] = digest) -> None:
@@ -75,12 +78,14 @@ class DigestIndex:
         self._name = name
         self._keys: dict[str, KeyId] = {}
         self._added_seen = 0  # table.added when the index last caught up with it
+        self.rebuild_wanted = False
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def find(self, name: str) -> KeyId | None:
-        """The tracked key whose digest is `name`, None if the table holds none."""
+        """The tracked key whose digest is `name`, None if the table holds none (or none the
+        index knows yet: then a rebuild is wanted)."""
         key = self._keys.get(name)
         if key is None and self._table.added != self._added_seen:
             self._catch_up()
@@ -91,17 +96,30 @@ class DigestIndex:
 
     def _catch_up(self) -> None:
         added = self._table.added
-        if len(self._keys) > 2 * len(self._table) + STALE_SLACK:
-            self._keys.clear()  # mostly keys gone: start over from the table
-            new = len(self._table)
-        else:
-            new = added - self._added_seen
-        self._added_seen = added
+        new = added - self._added_seen
+        if new > MAX_CATCH_UP or len(self._keys) > 2 * len(self._table) + STALE_SLACK:
+            self.rebuild_wanted = True
+            return
         found = 0
-        for key in self._table.newest_first():
+        for looked, key in enumerate(self._table.newest_first()):
             if found >= new:
                 break
+            if looked >= 2 * MAX_CATCH_UP:  # new keys evicted meanwhile, or moved ones
+                self.rebuild_wanted = True
+                return
             name = self._name(key)
             if self._keys.get(name) != key:
                 self._keys[name] = key
                 found += 1
+        self._added_seen = added
+
+    def rebuild_steps(self, keys_per_step: int = REBUILD_STEP) -> Iterator[int]:
+        """Index the whole table anew, yielding after every `keys_per_step` keys (a caller on
+        an event loop answers requests in between); the old index serves until it is done."""
+        added, keys = self._table.added, list(self._table.newest_first())
+        fresh: dict[str, KeyId] = {}
+        for index, key in enumerate(keys):
+            fresh[self._name(key)] = key
+            if index % keys_per_step == keys_per_step - 1:
+                yield index + 1
+        self._keys, self._added_seen, self.rebuild_wanted = fresh, added, False

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from ratelimit_sidecar.core import Code, FleetLimiter
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.types import KeyId
 from ratelimit_sidecar.server.fleetblocks import FleetBlocks
 from ratelimit_sidecar.storage.blocks import (
+    MAX_CATCH_UP,
     STALE_SLACK,
     BlockNotice,
     DigestIndex,
@@ -84,11 +87,54 @@ def test_a_key_that_left_the_table_is_not_found_and_stale_entries_are_bounded() 
     table.remove(state)
     assert index.find(digest(keys[0])) is None
     # A flood of new keys through a small table: the index never holds much more than it.
+    rebuilds = 0
     for i in range(3 * STALE_SLACK):
         flood = ("d", "k", f"flood{i}")
         table.insert(KeyState(flood, rule().limit, T0 + 2000, 1, False), T0 + 2000)  # type: ignore[arg-type]
-        assert index.find(digest(flood)) == flood
-    assert len(index) <= 2 * len(table) + STALE_SLACK + 1
+        if index.find(digest(flood)) is None:
+            assert index.rebuild_wanted
+            rebuilds += 1
+            for _ in index.rebuild_steps():
+                pass
+            assert not index.rebuild_wanted
+            assert index.find(digest(flood)) == flood
+        assert len(index) <= 2 * len(table) + STALE_SLACK + 1
+    assert 1 <= rebuilds <= 3
+
+
+def test_a_long_quiet_spell_is_caught_up_in_slices() -> None:
+    keys: list[KeyId] = [("d", "k", str(i)) for i in range(4 * MAX_CATCH_UP + 1)]
+    table = table_with(keys, max_keys=len(keys))
+    index = DigestIndex(table)
+    assert index.find(digest(keys[0])) is None  # too many to hash in one lookup
+    assert index.rebuild_wanted
+    steps = list(index.rebuild_steps(keys_per_step=MAX_CATCH_UP))
+    assert steps == [MAX_CATCH_UP * n for n in (1, 2, 3, 4)]
+    assert index.find(digest(keys[0])) == keys[0] and not index.rebuild_wanted
+
+
+def test_fleet_blocks_rebuild_the_index_beside_requests() -> None:
+    limiter, r = FleetLimiter(), rule(rpu=100)
+    for i in range(4 * MAX_CATCH_UP + 1):
+        limiter.hit(T0, [hit(r, value=str(i))])
+    blocks = FleetBlocks(limiter, lambda: T0 + 5)
+    first, second = (
+        notice_message(BlockNotice(digest(hit(r, str(i)).key), 900, 0)) for i in (1, 2)
+    )
+
+    async def run() -> None:
+        blocks.handle(first)  # not indexed yet: kept while the table is indexed in slices
+        assert blocks.applied == 0
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert blocks.applied == 1  # applied once indexed
+        blocks.handle(second)
+
+    asyncio.run(run())
+    assert (blocks.received, blocks.applied) == (2, 2)
+    for value in ("1", "2"):
+        assert limiter.hit(T0 + 10, [hit(r, value=value)]).code is Code.OVER_LIMIT
+    assert limiter.hit(T0 + 10, [hit(r, value="3")]).code is Code.OK
 
 
 def test_fleet_blocks_apply_a_notice_to_the_named_key() -> None:
