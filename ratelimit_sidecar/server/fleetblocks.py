@@ -140,12 +140,14 @@ def wire_blocks(
     limiter: object,
     clock_ms: Callable[[], int],
     registry: CollectorRegistry,
+    subscriber: Subscriber | None = None,
 ) -> tuple[Subscriber | None, FleetBlocks | None]:
-    """The node's subscriber with the blocks channel handled and its metrics registered, when
-    counts go to Redis (else nothing to subscribe to: (None, None)). The caller runs it."""
+    """The node's subscriber (`subscriber`, or a new one on the store's client) with the
+    blocks channel handled and its metrics registered, when counts go to Redis; else (None,
+    None): nothing to subscribe to. The caller runs the subscriber."""
     if not isinstance(storage, RedisStorage) or not isinstance(limiter, FleetLimiter):
         return None, None
-    subscriber = Subscriber(storage.client)
+    subscriber = subscriber or Subscriber(storage.client)
     blocks = subscribe_blocks(subscriber, storage.keys, limiter, clock_ms)
     registry.register(BlocksCollector(blocks, subscriber))
     return subscriber, blocks
