@@ -1,4 +1,4 @@
-"""Blocks announced by Redis itself (standalone and Cluster): the sync scripts and strict.lua
+"""Blocks announced by Redis itself (standalone, Cluster and Sentinel): the sync scripts and strict.lua
 publish each block they start, once, and a subscribed node receives it from any Cluster node."""
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ class Listening:
     notices: list[BlockNotice]
 
 
-@pytest.fixture(params=["standalone", "cluster"])
+FIXTURES = {"standalone": "redis_server", "cluster": "redis_cluster", "sentinel": "redis_sentinel"}
+
+
+@pytest.fixture(params=list(FIXTURES))
 async def listening(request: pytest.FixtureRequest) -> AsyncIterator[Listening]:
     """A store with its own prefix, and a subscriber of its blocks channel on its own client."""
-    where = request.getfixturevalue(
-        "redis_server" if request.param == "standalone" else "redis_cluster"
-    )
+    url = request.getfixturevalue(FIXTURES[request.param]).url
     prefix = f"b{uuid.uuid4().hex[:8]}:"
-    storage, listener = open_redis(where.url, prefix=prefix), open_redis(where.url, prefix=prefix)
+    storage, listener = open_redis(url, prefix=prefix), open_redis(url, prefix=prefix)
     subscriber = Subscriber(listener.client, retry_s=0.05, quiet_s=0.5)
     notices: list[BlockNotice] = []
     subscriber.on(storage.keys.channel(BLOCKS), lambda data: notices.append(notice_of(data)))
