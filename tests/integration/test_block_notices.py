@@ -1,5 +1,6 @@
-"""Blocks announced by Redis itself (standalone, Cluster and Sentinel): the sync scripts and strict.lua
-publish each block they start, once, and a subscribed node receives it from any Cluster node."""
+"""Blocks announced by Redis itself (standalone, Cluster and Sentinel): the sync scripts and
+strict.lua publish each block they start, once, and a subscribed node receives it from any
+Cluster node."""
 
 from __future__ import annotations
 
