@@ -70,6 +70,8 @@ class Subscriber:
             except (RedisError, RedisClusterException, OSError) as exc:
                 if self.connected:
                     log.warning("subscription lost (%s); reconnecting", type(exc).__name__)
+                elif self._pause == self._retry_s:  # once per streak (say, an ACL without it)
+                    log.warning("cannot subscribe (%s: %s); retrying", type(exc).__name__, exc)
             except Exception:  # a client bug must not end the subscription for good
                 log.exception("subscription failed; reconnecting")
             if not self._stop.is_set():

@@ -9,10 +9,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import pytest
 from redis.crc import key_slot
 
+from harness.redis_servers import ServerProcess
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch
 from ratelimit_sidecar.storage.blocks import BLOCKS, BlockNotice, parse_notice
@@ -21,6 +23,7 @@ from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
 from ratelimit_sidecar.storage.strict_store import StrictCheck, StrictStore
 from ratelimit_sidecar.storage.subscriber import Subscriber
+from tests.integration.conftest import ACL_PASSWORD, ACL_USER
 
 pytestmark = pytest.mark.integration
 
@@ -118,3 +121,34 @@ async def test_a_strict_refusal_announces_its_block(listening: Listening) -> Non
     assert admitted.fits and not refused.fits
     await eventually(lambda: len(listening.notices) == 1)
     assert listening.notices == [BlockNotice(digest(key), COOLDOWN_MS, 0)]
+
+
+async def test_a_user_without_rights_on_the_channel_still_syncs_and_blocks(
+    redis_server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis 7 gives a new ACL user no channels: the announcement fails inside the script
+    (pcall) without failing the push, and the subscriber says once that it cannot subscribe;
+    the node learns blocks at span ends, as before."""
+    password = quote(ACL_PASSWORD, safe="")
+    url = f"redis://{ACL_USER}:{password}@127.0.0.1:{redis_server.port}/0"
+    storage = open_redis(url, prefix=f"b{uuid.uuid4().hex[:8]}:")
+    subscriber = Subscriber(storage.client, retry_s=0.05, quiet_s=0.5)
+    subscriber.on(storage.keys.channel(BLOCKS), lambda _data: None)
+    task = asyncio.create_task(subscriber.run())
+    try:
+        key, lim = keys_on_every_slot_range(1)[0], limit(AlgorithmName.FIXED_WINDOW)
+        window = int(time.time() * 1000) // lim.window_ms
+        now = int(time.time() * 1000)
+        result = await storage.sync(SyncBatch(now, pushes=[Push(key, window, 10, lim)]))
+        (answer,) = result.pushes
+        assert not answer.error and answer.block_ms > 0  # counted and blocked all the same
+        (refused,) = await StrictStore(storage).check([StrictCheck(key, lim, 1, False)])
+        assert not refused.fits
+        await asyncio.sleep(0.5)
+        assert not subscriber.connected
+    finally:
+        subscriber.stop()
+        await asyncio.wait_for(task, WAIT_S)
+        await storage.close()
+    failures = [r for r in caplog.records if "cannot subscribe" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in caplog.records]
