@@ -16,6 +16,7 @@ the other beside the key table, off the request path (see its docstring).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -28,6 +29,7 @@ MAX_MESSAGE = 256  # bytes: anything longer is not ours
 STALE_SLACK = 1024  # index entries allowed beyond twice the table before a rebuild
 MAX_CATCH_UP = 500  # new keys one lookup may hash (1-5 ms); beyond, a rebuild in slices
 REBUILD_STEP = 500  # keys a rebuild hashes between two yields to the event loop
+_DIGEST = re.compile(rb"[0-9a-f]{%d}" % DIGEST_HEX)
 
 
 class BlockNotice(NamedTuple):
@@ -43,17 +45,15 @@ def parse_notice(data: bytes) -> BlockNotice | None:
     if len(data) > MAX_MESSAGE:
         return None
     fields = data.split(b"|")
-    if len(fields) < 3 or len(fields[0]) != DIGEST_HEX:
+    if len(fields) < 3 or not _DIGEST.fullmatch(fields[0]):
         return None
     try:
-        name = fields[0].decode("ascii")
-        int(name, 16)
         left_ms, level = int(fields[1]), int(fields[2])
     except ValueError:
         return None
     if left_ms <= 0 or level < 0:
         return None
-    return BlockNotice(name, left_ms, level)
+    return BlockNotice(fields[0].decode("ascii"), left_ms, level)
 
 
 def notice_message(notice: BlockNotice) -> bytes:

@@ -35,6 +35,8 @@ def test_anything_else_is_not_a_notice() -> None:
         b"",
         b"0123456789abcdef|1500",  # no level
         b"0123456789abcdeg|1500|0",  # not hex
+        b"0x23456789abcdef|1500|0",
+        b"0123456789ABCDEF|1500|0",  # digests are lower case
         b"0123456789abcde|1500|0",  # too short
         b"0123456789abcdef|0|0",  # an empty block
         b"0123456789abcdef|-5|0",
