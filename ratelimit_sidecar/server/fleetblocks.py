@@ -4,7 +4,8 @@ Redis announces each block it starts (storage/blocks.py); every node subscribed 
 its own counter of that key through the core (`FleetLimiter.apply_block`), so a node that did
 not push the crossing refuses within milliseconds instead of at its next span end. Nothing
 here runs on the request path: the handler runs on the event loop when a message arrives (a
-parse, a dict lookup and, after new keys, a short catch-up of the digest index).
+parse, a dict lookup and, after new keys, a catch-up of the digest index of at most 500 keys;
+after more, the index is rebuilt in slices between requests and the notice waits for it).
 
 Pub/sub is only the fast path. A message published while this node's subscription is down is
 lost; the node then learns the block as before, from the flag its next span-end sync reads.
