@@ -28,6 +28,7 @@ from harness.sidecar import SidecarProcess
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import Push, SyncBatch
+from ratelimit_sidecar.storage.blocks import BLOCKS
 from ratelimit_sidecar.storage.codec import SyncCodec
 from ratelimit_sidecar.storage.keys import KeySchema, digest
 from ratelimit_sidecar.storage.redis_store import SCRIPTS
@@ -52,6 +53,7 @@ CROSSINGS = 20
 PUSH_BEFORE_END_S = 0.55
 LATENCY_BOUND_S = 0.4
 PROBE_S = 3.0
+ANNOUNCED_S = 0.2  # from an announcement until every node's next request is surely refused
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +193,19 @@ def test_a_crossing_reaches_every_node_in_milliseconds(
     assert [a - b for a, b in zip(after, before, strict=True)] == [CROSSINGS] * 3
 
 
-def test_every_node_refuses_within_one_span_of_the_crossing(fleet: list[SidecarProcess]) -> None:
-    """Real traffic, 60/30/10 %, at twice the limit for two windows."""
+def test_every_node_refuses_within_one_span_of_the_crossing(
+    fleet: list[SidecarProcess], redis: ServerProcess
+) -> None:
+    """Real traffic, 60/30/10 %, at twice the limit for two windows. Every node refuses within
+    one span of the true crossing; and once the block is announced, every node's next request
+    is refused by that block (a refusal on a node's estimate alone says to retry at the span
+    end, 1 s; a block, at its end, 2 s or more)."""
     time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.02)  # from a window's start
     rates = [2 * MAX / WINDOW_S * share for share in SHARES]
     value = f"t-{uuid.uuid4().hex[:8]}"
-    answers = drive([n.address for n in fleet], rates, 2 * WINDOW_S - 0.1, [("client", value)])
+    with Announcements(redis, digest(("gateway", "client", value))) as announced:
+        addresses = [n.address for n in fleet]
+        answers = drive(addresses, rates, 2 * WINDOW_S - 0.1, [("client", value)])
     windows: dict[int, list[Answer]] = {}
     for answer in answers:
         windows.setdefault(int(answer.at // WINDOW_S), []).append(answer)
@@ -211,6 +220,43 @@ def test_every_node_refuses_within_one_span_of_the_crossing(fleet: list[SidecarP
             late = first_refusal(answers, node, crossing) - crossing
             assert late <= SPAN_S + gap + 0.05, (node, late)
     assert crossings >= 1
+    pushes = [at for at in announced.times if at + 0.5 < answers[-1].at]
+    assert pushes, "no block announced"
+    for pushed in pushes:
+        for node in range(len(fleet)):
+            first = next(a for a in answers if a.node == node and a.at > pushed + ANNOUNCED_S)
+            assert first.code == wire.Code.OVER_LIMIT and first.reset_s >= 2, (node, first)
+
+
+class Announcements:
+    """Records when the blocks of one key are announced (a subscriber of our own)."""
+
+    def __init__(self, redis: ServerProcess, key_digest: str) -> None:
+        self._client = redis.client()
+        self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+        self._prefix = key_digest.encode() + b"|"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen)
+        self.times: list[float] = []
+
+    def __enter__(self) -> Announcements:
+        self._pubsub.subscribe(KeySchema().channel(BLOCKS))
+        confirmed = self._pubsub.get_message(timeout=5)
+        assert confirmed is not None and confirmed["type"] == "subscribe"
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._pubsub.close()
+        self._client.close()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            message = self._pubsub.get_message(timeout=0.05)
+            if message is not None and bytes(message["data"]).startswith(self._prefix):
+                self.times.append(time.time())
 
 
 def crossing_time(window: list[Answer]) -> float | None:
