@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.algorithms import algorithms_with
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
@@ -139,8 +139,13 @@ class Limiter(ABC):
         state = self.keys.get(key)
         if state is not None and state.limit is limit:
             return state
-        if state is not None and state.limit == limit:  # same rule reloaded: keep the counts
+        if state is not None and same_counting(state.limit, limit):  # keep the counts
+            if limit.requests_per_unit > state.limit.requests_per_unit:
+                state.blocked_until = 0  # a raised limit applies to the window's count so far
             state.limit, state.shadow = limit, shadow
+            state.ceiling = limit.requests_per_unit
+            if hit.rule is not None:
+                state.rule_id = hit.rule.id
             return state
         rule_id = hit.rule.id if hit.rule is not None else ""
         # live_nodes as it is (an int): one object shared by every new key, not a float each
@@ -194,6 +199,27 @@ class Limiter(ABC):
 
     def algorithm_of(self, state: KeyState) -> Algorithm:
         return self.algorithms[state.limit.algorithm]
+
+
+_SUMMED = (AlgorithmName.FIXED_WINDOW, AlgorithmName.SLIDING_WINDOW)
+
+
+def same_counting(old: RateLimit, new: RateLimit) -> bool:
+    """Whether a key counted under `old` keeps its counts under `new`: the same rule reloaded,
+    or one whose number alone changed (a reload or a runtime override raising or lowering the
+    limit counts on from the window's count so far). Only the windows count plain sums: a token
+    bucket keeps its state in ticks of its rate and a log is sized by its limit, and another
+    algorithm, window or schedule counts differently: those start over."""
+    if old == new:
+        return True
+    return (
+        old.algorithm is new.algorithm
+        and old.algorithm in _SUMMED
+        and old.window_ms == new.window_ms
+        and old.spans == new.spans
+        and old.strict == new.strict
+        and new.requests_per_unit > 0
+    )
 
 
 def limit_key(key: KeyId, index: int) -> KeyId:

@@ -20,6 +20,7 @@ from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
+from ratelimit_sidecar.server.overrides import keeper_for
 from ratelimit_sidecar.server.reload import RuleWatcher
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
@@ -93,6 +94,10 @@ class Sidecar:
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
             strict=self.strict,
         )
+        # Runtime overrides (admin API): kept across reloads, applied before /readyz answers.
+        self.overrides = keeper_for(
+            settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
+        )
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
         mode = "local-only" if storage is None else storage.description
@@ -139,6 +144,7 @@ class Sidecar:
         server, health, self.port = build_server(
             servicer, self.settings.grpc_address, self._reuse_port
         )
+        await self.overrides.start()
         try:
             await self.http.start(self.settings.metrics_address)
         except OSError as exc:
@@ -152,6 +158,7 @@ class Sidecar:
         await health.set("", SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
+        self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
         # Everything built so far (rules, protobuf descriptors, metrics) lives until exit: move it
         # out of the cyclic collector's reach, so its collections scan only what requests create.
         gc.freeze()
@@ -203,9 +210,11 @@ class Sidecar:
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
         self.watcher.stop()
+        self.overrides.stop()
         for task in self._tasks:
             await task
         lost = await self.sync.flush()
+        await self.overrides.close()
         if self.storage is not None:
             await self.storage.close()
         await self.http.stop()
