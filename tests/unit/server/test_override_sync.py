@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ratelimit_sidecar.server.override_sync import OverrideFollower
-from ratelimit_sidecar.storage.errors import StoreUnavailable
+from ratelimit_sidecar.server.override_sync import OverrideFollower, follow_overrides
 from ratelimit_sidecar.storage.keys import KeySchema
+from ratelimit_sidecar.storage.overrides import OverrideSnapshot
+from ratelimit_sidecar.storage.redis_urls import open_redis
 from ratelimit_sidecar.storage.subscriber import Subscriber
 
 
@@ -14,19 +15,28 @@ class FakeKeeper:
     """A keeper whose full read takes the store's version, when `gate` lets it finish."""
 
     def __init__(self) -> None:
-        self.version = 0
+        self.snapshot = OverrideSnapshot(0, {})
         self.store_version = 0
         self.reads = 0
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail = False
+        self.lags: list[float] = []
 
-    async def refresh(self) -> None:
+    @property
+    def version(self) -> int:
+        return self.snapshot.version
+
+    async def refresh(self) -> bool:
         self.reads += 1
         await self.gate.wait()
         if self.fail:
-            raise StoreUnavailable("down")
-        self.version = self.store_version
+            return False
+        self.snapshot = OverrideSnapshot(self.store_version, {})
+        return True
+
+    def observe_propagation(self, seconds: float) -> None:
+        self.lags.append(seconds)
 
 
 async def settle() -> None:
@@ -35,8 +45,7 @@ async def settle() -> None:
 
 
 def follower(keeper: FakeKeeper, now_ms: int = 10_000) -> tuple[OverrideFollower, list[float]]:
-    lags: list[float] = []
-    return OverrideFollower(keeper, lambda: now_ms, lags.append, interval_s=3600), lags
+    return OverrideFollower(keeper, lambda: now_ms), keeper.lags
 
 
 async def test_a_newer_version_is_read_and_its_lag_observed() -> None:
@@ -73,7 +82,7 @@ async def test_bad_messages_and_restores_are_not_lags() -> None:
     follow.on_message(b"garbage")
     follow.on_message(b"\xff\xfe")
     await settle()
-    assert keeper.reads == 0
+    assert (keeper.reads, follow.malformed) == (0, 2)
     keeper.store_version = 5
     follow.on_message(b"5|0")  # a restore: no write time
     await settle()
@@ -86,7 +95,7 @@ async def test_a_failed_read_keeps_the_set_and_the_next_trigger_reads_again() ->
     keeper.store_version, keeper.fail = 2, True
     follow.on_message(b"2|9000")
     await settle()
-    assert (keeper.reads, keeper.version, follow.failures) == (1, 0, 1)
+    assert (keeper.reads, keeper.version, lags) == (1, 0, [])
     keeper.fail = False
     follow.request()  # the reconnection or the periodic read
     await settle()
@@ -107,11 +116,11 @@ async def test_reconnection_reads_and_keeps_the_other_hook() -> None:
     assert "p:events:overrides" in subscriber._handlers
 
 
-async def test_the_periodic_read_runs_until_stopped() -> None:
+def test_only_a_redis_store_is_followed() -> None:
     keeper = FakeKeeper()
-    follow = OverrideFollower(keeper, lambda: 0, lambda _lag: None, interval_s=0.01)
-    task = asyncio.create_task(follow.run())
-    await asyncio.sleep(0.1)
-    await follow.stop()
-    await asyncio.wait_for(task, 1)
-    assert keeper.reads >= 2
+    assert follow_overrides(None, keeper, lambda: 0) == (None, None)
+    storage = open_redis("redis://127.0.0.1:1/0", "p:")  # connects lazily: never here
+    subscriber, follow = follow_overrides(storage, keeper, lambda: 0)
+    assert subscriber is not None and follow is not None
+    shared = Subscriber(storage.client)
+    assert follow_overrides(storage, keeper, lambda: 0, shared)[0] is shared
