@@ -17,6 +17,7 @@ from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
@@ -103,6 +104,7 @@ class Sidecar:
         self.override_subscriber, self.follower = follow_overrides(
             storage, self.overrides, clock_ms
         )
+        self.admin = AdminServer(settings, self.overrides, clock_ms, self.metrics)
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
         mode = "local-only" if storage is None else storage.description
@@ -112,6 +114,7 @@ class Sidecar:
             self.sync,
             mode,
             show_values=settings.debug_show_values,
+            overrides=self.overrides.view,
         )
         self.http = HttpApi(endpoints.routes(self._scrape))
         self.watcher = RuleWatcher(
@@ -155,6 +158,7 @@ class Sidecar:
         except OSError as exc:
             address = self.settings.metrics_address
             raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
+        await self.admin.start()
         if self.strict_store is not None:  # slot map and script, before the first request
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
@@ -187,9 +191,9 @@ class Sidecar:
         rules = sum(len(d.rules()) for d in domains)
         host = s.grpc_address.rsplit(":", 1)[0]
         log.info(
-            "serving on %s:%d (metrics on port %d); mode %s; node %s; %d domains, %d rules%s",
+            "serving on %s:%d (metrics on port %d); mode %s; node %s; %d domains, %d rules%s; %s",
             host, self.port, self.http.port, mode, s.node_id, len(domains), rules,
-            "; shadow mode" if s.shadow_mode else "",
+            "; shadow mode" if s.shadow_mode else "", self.admin.describe(),
         )  # fmt: skip
 
     def request_exit(self) -> None:
@@ -228,6 +232,7 @@ class Sidecar:
         await self.overrides.close()
         if self.storage is not None:
             await self.storage.close()
+        await self.admin.stop()
         await self.http.stop()
         log.info("stopped")
         return lost

@@ -95,7 +95,7 @@ class OverrideKeeper:
         self.last_error = ""
         self._apply_to_handler = apply
         self._clock_ms = clock_ms
-        self._bounds = bounds
+        self.bounds = bounds
         self._refresh_s = refresh_s
         self._metrics = metrics
         self._parsed: dict[str, tuple[Document, Override]] = {}  # by id: reused while unchanged
@@ -203,7 +203,7 @@ class OverrideKeeper:
             return known[1]
         body = {key: value for key, value in document.items() if key != "id"}
         try:
-            override = parse_override(body, self._bounds)
+            override = parse_override(body, self.bounds)
         except OverrideError as exc:
             log.warning("override %s skipped: %s", override_id, exc)
             return None

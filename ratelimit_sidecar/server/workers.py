@@ -38,8 +38,14 @@ def worker_settings(settings: Settings, index: int) -> Settings:
         settings,
         node_id=f"{settings.node_id}-w{index}",
         metrics_address=f"{host}:{port + index if port else 0}",
+        admin_address=_offset(settings.admin_address, index),
         workers=1,
     )
+
+
+def _offset(address: str, index: int) -> str:
+    host, port = split_address(address)
+    return f"{host}:{port + index if port else 0}"
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
