@@ -107,7 +107,9 @@ def test_crud_history_rollback_and_a_restart_keeps_the_set(tmp_path: Path, node:
     assert node.call("POST", "/v1/overrides/rollback", {"version": 1})[1] == {"version": 3}
     assert node.codes("pro", 1) == [OVER]
     _, history = node.call("GET", "/v1/overrides/history")
-    assert [c["action"] for c in history["changes"]] == ["rollback", "put", "put"]  # type: ignore[union-attr, index]
+    changes = history["changes"]
+    assert isinstance(changes, list)
+    assert [c["action"] for c in changes] == ["rollback", "put", "put"]
 
     rules = json.loads(node.get("/debug/rules"))
     assert rules["overrides"]["version"] == 3 and len(rules["overrides"]["in_force"]) == 1
