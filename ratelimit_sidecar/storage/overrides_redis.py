@@ -43,7 +43,7 @@ from ratelimit_sidecar.storage.overrides import (
     documents_at,
     rollback_touches,
 )
-from ratelimit_sidecar.storage.redis_store import RedisStorage, sent_error
+from ratelimit_sidecar.storage.redis_store import RedisStorage, _ready, sent_error, unsent_error
 
 log = logging.getLogger("ratelimit_sidecar.overrides")
 SCRIPT = resources.files(__package__).joinpath("overrides.lua").read_text(encoding="utf-8")
@@ -153,15 +153,44 @@ class RedisOverrideStore:
 
     async def _call(self, *args: str) -> Any:
         """One script call (EVAL once if the server does not know the script: nothing ran)."""
+        command: tuple[str | int, ...] = ("EVALSHA", SHA, 3, *self._keys, *args)
         try:
-            if isinstance(self.client, RedisCluster):  # concurrent first calls need the map
-                await self.client.initialize()
             try:
-                return await self.client.execute_command("EVALSHA", SHA, 3, *self._keys, *args)
+                return await self._send(command)
             except NoScriptError:
-                return await self.client.execute_command("EVAL", SCRIPT, 3, *self._keys, *args)
+                return await self._send(("EVAL", SCRIPT, *command[2:]))
         except Exception as exc:
             raise _failure(exc) from exc
+
+    async def _send(self, command: tuple[str | int, ...]) -> Any:
+        """On Cluster, through the client (the slot map first: concurrent first calls need
+        it). Else on a pooled connection made ready before anything is written, so that a
+        connection the server closed meanwhile (a restart, an idle timeout) is made again
+        instead of failing a write that surely did not run."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            await client.initialize()
+            return await client.execute_command(*command)
+        pool = client.connection_pool
+        try:
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            raise unsent_error(exc) from exc
+        try:
+            try:
+                await _ready(connection)
+            except Exception as exc:
+                raise unsent_error(exc) from exc
+            try:
+                await connection.send_command(*command)
+                return await connection.read_response()
+            except ResponseError:
+                raise  # an error reply: the connection is fine
+            except BaseException:
+                await connection.disconnect()  # half a reply may be left on it
+                raise
+        finally:
+            await pool.release(connection)
 
 
 def _triple(override_id: str, after: Document | None) -> tuple[str, str, str]:
@@ -198,5 +227,5 @@ def _failure(exc: BaseException) -> StoreError:
     if isinstance(exc, ResponseError):
         return StoreRefused(f"overrides script refused: {exc}")
     if isinstance(exc, RedisConnectionError | OSError) and "connecting" in str(exc):
-        return StoreUnavailable(f"{type(exc).__name__}: {exc}")
+        return StoreUnavailable(f"{type(exc).__name__}: {exc}")  # Cluster: before sending
     return sent_error(exc)
