@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from harness.override_fleet import FILE_LIMIT, RULES, OverrideNode, all_at, wait_until
-from harness.redis_servers import ServerGroup, ServerProcess
+from harness.redis_servers import Cluster, ServerGroup, ServerProcess
 from harness.rules import write_rules
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -153,3 +153,24 @@ def test_redis_down_keeps_the_set_refuses_writes_and_converges_after(
     assert code == 200, answer
     assert max(enforced_within(fleet, "tk_after", 66)) < WITHIN_S
     assert [node.version() for node in fleet] == [int(answer["version"])] * 3  # type: ignore[call-overload]
+
+
+def test_on_cluster_a_put_reaches_every_node(redis_cluster: Cluster, tmp_path: Path) -> None:
+    """Cluster: the write runs on the overrides' slot's node; its announcement crosses the
+    cluster bus to subscriptions made on any node."""
+    rules = write_rules(tmp_path, RULES)
+    nodes = [
+        OverrideNode(rules, redis_cluster.url, f"c{i}", "--redis-prefix", "ovc:") for i in range(3)
+    ]
+    try:
+        for node in nodes:
+            node.start()
+        code, answer = nodes[0].put("tk_cluster", 321)
+        assert code == 200, answer
+        assert max(enforced_within(nodes[1:], "tk_cluster", 321)) < WITHIN_S
+        code, _ = nodes[2].admin("DELETE", f"/v1/overrides/{answer['id']}")
+        assert code == 200
+        assert max(enforced_within(nodes, "tk_cluster", FILE_LIMIT)) < WITHIN_S
+    finally:
+        for node in nodes:
+            node.stop()
