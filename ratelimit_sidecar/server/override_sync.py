@@ -1,7 +1,7 @@
 """Following the shared override set: every node applies a change within a second.
 
 Each write on Redis publishes "<version>|<Redis TIME ms>" (storage/overrides_redis.py). A node
-that hears of a version newer than its own has its keeper read the whole set again; a burst of
+that hears of a version other than its own has its keeper read the whole set again; a burst of
 writes costs few reads, because while one read runs, any number of messages ask for one more
 read after it, no more. Messages are the fast path only: on every (re)subscription the set is
 read in full, and the keeper reads it every `--overrides-refresh-s` besides, which repairs
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -30,6 +31,7 @@ from ratelimit_sidecar.storage.subscriber import Subscriber
 log = logging.getLogger("ratelimit_sidecar.overrides")
 
 MAX_PENDING = 1000  # announced versions awaiting a read, for the lag: the newest are kept
+MAX_READS_KEPT = 64  # recent reads (version, when), for messages that arrive after their read
 
 
 class Refreshable(Protocol):
@@ -53,6 +55,7 @@ class OverrideFollower:
         self._announced: dict[int, int] = {}  # version -> its write's Redis TIME ms
         self._task: asyncio.Task[None] | None = None
         self._again = False
+        self._reads_done: deque[tuple[int, int]] = deque(maxlen=MAX_READS_KEPT)  # (version, ms)
         self.reads = 0  # full reads started (tests and the bench count them)
         self.malformed = 0
 
@@ -69,7 +72,7 @@ class OverrideFollower:
         subscriber.on_connect = on_connect
 
     def on_message(self, data: bytes) -> None:
-        """A write was announced: read the set unless this node has that version already."""
+        """A write was announced: read the set unless this node has that very version."""
         version_text, _, written_text = data.decode("ascii", "replace").partition("|")
         try:
             version, written_ms = int(version_text), int(written_text or 0)
@@ -78,13 +81,15 @@ class OverrideFollower:
             if self.malformed == 1:  # once: a foreign publisher must not flood the log
                 log.warning("ignoring a malformed message on the overrides channel: %.60r", data)
             return
-        if version <= self.keeper.snapshot.version:
-            return
-        if written_ms > 0:
+        own = self.keeper.snapshot.version
+        if version <= own and self._late(version, written_ms):
+            return  # a read made after that write has it already
+        if version > own and written_ms > 0:
             self._announced[version] = written_ms
             while len(self._announced) > MAX_PENDING:
                 del self._announced[min(self._announced)]
-        self.request()
+        if version != own:  # older and unexplained: Redis lost the set and began again
+            self.request()
 
     def request(self) -> None:
         """Read the set now, or once more after the read under way (bursts coalesce)."""
@@ -110,9 +115,18 @@ class OverrideFollower:
     def _applied(self) -> None:
         """Each announced version now in force took this long from its write to here."""
         version, now_ms = self.keeper.snapshot.version, self._clock_ms()
+        self._reads_done.append((version, now_ms))
         for announced in [v for v in self._announced if v <= version]:
             lag_ms = max(0, now_ms - self._announced.pop(announced))
             self.keeper.observe_propagation(lag_ms / 1000)
+
+    def _late(self, version: int, written_ms: int) -> bool:
+        """A message for a version not above this node's: if a read made after that write got
+        it (a burst's message delivered after the read), its lag ended at that read."""
+        applied = [at for got, at in self._reads_done if got >= version and at >= written_ms]
+        if applied and written_ms > 0:
+            self.keeper.observe_propagation((min(applied) - written_ms) / 1000)
+        return bool(applied)
 
 
 def follow_overrides(

@@ -55,10 +55,13 @@ async def test_a_newer_version_is_read_and_its_lag_observed() -> None:
     follow.on_message(b"3|9750")
     await settle()
     assert (keeper.reads, keeper.version, lags) == (1, 3, [0.25])
-    follow.on_message(b"3|9800")  # already in force: no read
-    follow.on_message(b"2|9800")
+    follow.on_message(b"2|9800")  # older, and the read at 10,000 had it: no read
     await settle()
-    assert keeper.reads == 1
+    assert (keeper.reads, lags) == (1, [0.25, 0.2])
+    keeper.store_version = 1
+    follow.on_message(b"1|10100")  # older yet written after that read: Redis began again
+    await settle()
+    assert (keeper.reads, keeper.version) == (2, 1)
 
 
 async def test_a_burst_of_messages_costs_two_reads() -> None:
@@ -124,3 +127,16 @@ def test_only_a_redis_store_is_followed() -> None:
     assert subscriber is not None and follow is not None
     shared = Subscriber(storage.client)
     assert follow_overrides(storage, keeper, lambda: 0, shared)[0] is shared
+
+
+async def test_a_message_that_comes_after_its_read_counts_until_that_read() -> None:
+    keeper = FakeKeeper()
+    now = [10_000]
+    follow = OverrideFollower(keeper, lambda: now[0])
+    keeper.store_version = 5  # versions 4 and 5 written; the message of 5 comes first
+    follow.on_message(b"5|9900")
+    await settle()
+    now[0] = 10_400
+    follow.on_message(b"4|9800")  # read at 10,000 had it: 200 ms, not 600
+    await settle()
+    assert (keeper.reads, keeper.lags) == (1, [0.1, 0.2])
