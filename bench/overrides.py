@@ -15,6 +15,7 @@ costs the request path.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import tempfile
@@ -258,22 +259,27 @@ def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrid
 
 
 def in_process_costs() -> list[tuple[str, float, float]]:
-    """µs per `decide` without and with `LOADED` overrides (alternating, best of `REPEAT`):
-    by how often the request was seen, and seen before but right after a change of the set
-    (each change makes every distinct request compile again)."""
+    """µs per `decide` without and with `LOADED` overrides (best of `REPEAT`, the order of the
+    two sides alternating): by how often the request was seen, and seen before but right after
+    a change of the set (each change makes every distinct request compile again)."""
     distinct = [request(v).SerializeToString() for v in key_values(100_000)]
     hot = distinct[:10] * 10_000
-    applied = applied_overrides(loaded_values())
+    applied = {"none": applied_overrides([]), "with": applied_overrides(loaded_values())}
     best: dict[str, list[float]] = {}
-    for _ in range(REPEAT):
-        for name, overrides in (("none", None), ("with", applied)):
+    for repeat in range(REPEAT):
+        for name in ("none", "with") if repeat % 2 == 0 else ("with", "none"):
             handler = bench_handler(2 * len(distinct), FakeClock(), metrics=Metrics())
-            if overrides is not None:
-                handler.swap_overrides(overrides)
-            costs = [loop_us(handler.decide, distinct), loop_us(handler.decide, distinct)]
-            costs.append(loop_us(handler.decide, hot))
-            handler.swap_overrides(applied_overrides([], 2) if overrides is None else overrides)
-            costs.append(loop_us(handler.decide, distinct))
+            handler.swap_overrides(applied[name])
+            gc.collect()
+            gc.freeze()  # as the server does after start-up: the collector skips the set
+            try:
+                costs = [loop_us(handler.decide, distinct), loop_us(handler.decide, distinct)]
+                costs.append(loop_us(handler.decide, hot))
+                handler.swap_overrides(replace(applied[name], version=2))
+                costs.append(loop_us(handler.decide, distinct))
+            finally:
+                gc.unfreeze()
+            del handler
             for label, cost in zip(IN_PROCESS, costs, strict=True):
                 best.setdefault(f"{label}|{name}", []).append(cost)
     return [(label, min(best[f"{label}|none"]), min(best[f"{label}|with"])) for label in IN_PROCESS]
@@ -285,7 +291,7 @@ IN_PROCESS = (
     "repeated (10 requests, 100,000 calls)",
     "seen before, just after a change of the set",
 )
-REPEAT = 2
+REPEAT = 4
 
 
 def in_process_table(costs: Sequence[tuple[str, float, float]]) -> str:
