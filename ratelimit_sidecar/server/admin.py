@@ -74,7 +74,9 @@ class AdminServer:
         self._token: bytes | None = None
         self._write_lock = asyncio.Lock()  # one write and its refresh at a time
         observe = None if metrics is None else (lambda code: _count(metrics, code))
-        self.http = HttpApi(dispatch=self.dispatch, max_body=MAX_BODY_BYTES, observe=observe)
+        self.http = HttpApi(
+            dispatch=self.dispatch, max_body=MAX_BODY_BYTES, guard=self._guard, observe=observe
+        )
 
     @property
     def enabled(self) -> bool:
@@ -100,9 +102,16 @@ class AdminServer:
     async def stop(self) -> None:
         await self.http.stop()
 
+    def _guard(self, headers: dict[str, str]) -> Reply | None:
+        """Before a body is read: a request without the token gets 401, whatever it sends."""
+        if self._authorized(headers.get("authorization", "")):
+            return None
+        return json_error(401, "unauthorized", "missing or wrong bearer token")
+
     async def dispatch(self, request: Request) -> Reply:
-        if not self._authorized(request.headers.get("authorization", "")):
-            return json_error(401, "unauthorized", "missing or wrong bearer token")
+        refused = self._guard(request.headers)
+        if refused is not None:
+            return refused
         path = request.path.rstrip("/") or "/"
         if path == PREFIX:
             return await self._collection(request)

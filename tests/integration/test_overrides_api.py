@@ -173,9 +173,11 @@ def test_the_token_is_checked_and_shown_nowhere(tmp_path: Path) -> None:
         for token in (None, "", "wrong", TOKEN[:-1], TOKEN + "x", TOKEN.upper()):
             assert node.call("GET", "/v1/overrides", token=token)[0] == 401
         assert node.call("PUT", "/v1/overrides", BODY, token="wrong")[0] == 401
+        oversized = b"PUT /v1/overrides HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n{"
+        assert _raw(node.admin_port, oversized) == 401  # refused before any body is read
         assert node.call("PUT", "/v1/overrides", BODY)[0] == 200
         shown = [node.get(p) for p in ("/metrics", "/debug/rules", "/debug/keys", "/readyz")]
-        assert 'admin_requests_total{code="401"} 7.0' in shown[0]
+        assert 'admin_requests_total{code="401"} 8.0' in shown[0]
         shown += [json.dumps(node.call("GET", "/v1/overrides/history")[1])]
     finally:
         log = node.stop()
