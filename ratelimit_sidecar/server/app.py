@@ -21,6 +21,7 @@ from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
+from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
 from ratelimit_sidecar.server.reload import RuleWatcher
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
@@ -99,6 +100,10 @@ class Sidecar:
         self.overrides = keeper_for(
             settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
         )
+        # Shared overrides: a change announced on Redis is read at once (server/override_sync.py).
+        self.override_subscriber, self.follower = follow_overrides(
+            storage, self.overrides, clock_ms
+        )
         self.admin = AdminServer(settings, self.overrides, clock_ms, self.metrics)
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
@@ -163,6 +168,8 @@ class Sidecar:
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
         self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
+        if self.override_subscriber is not None:
+            self._tasks.append(asyncio.create_task(self.override_subscriber.run(), name="sub"))
         # Everything built so far (rules, protobuf descriptors, metrics) lives until exit: move it
         # out of the cyclic collector's reach, so its collections scan only what requests create.
         gc.freeze()
@@ -215,9 +222,13 @@ class Sidecar:
         self.sync.stop()
         self.watcher.stop()
         self.overrides.stop()
+        if self.override_subscriber is not None:
+            self.override_subscriber.stop()
         for task in self._tasks:
             await task
         lost = await self.sync.flush()
+        if self.follower is not None:
+            await self.follower.stop()
         await self.overrides.close()
         if self.storage is not None:
             await self.storage.close()

@@ -31,6 +31,8 @@ from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.base import Storage
 from ratelimit_sidecar.storage.errors import StoreError
 from ratelimit_sidecar.storage.overrides import Document, OverrideSnapshot, OverrideStore
+from ratelimit_sidecar.storage.overrides_redis import RedisOverrideStore
+from ratelimit_sidecar.storage.redis_store import RedisStorage
 
 log = logging.getLogger("ratelimit_sidecar.overrides")
 
@@ -42,7 +44,8 @@ EMPTY = OverrideSnapshot(0, {})
 def override_store(settings: Settings, storage: Storage | None) -> OverrideStore | None:
     """Where overrides are kept: the shared store with `--redis-url` (added by the Redis
     override store), else a file under `--state-dir`, else none (writes answer 409)."""
-    del storage  # the Redis override store is built from it
+    if isinstance(storage, RedisStorage):  # beside the counters: same client and prefix
+        return RedisOverrideStore.sharing(storage)
     if settings.local_only and settings.state_dir:
         from ratelimit_sidecar.storage.override_file import FileOverrideStore
 
@@ -101,7 +104,7 @@ class OverrideKeeper:
         self._next_expiry: int | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self._refreshing = asyncio.Lock()
+        self._reading = asyncio.Lock()  # a write's, the periodic and the change messages' reads
 
     async def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """The current set, read before the node answers ready (bounded: the store down, it
@@ -114,7 +117,7 @@ class OverrideKeeper:
         message's): a set never replaces a newer one read after it."""
         if self.store is None:
             return True
-        async with self._refreshing:
+        async with self._reading:  # one read at a time: an older answer never lands last
             try:
                 snapshot = await asyncio.wait_for(self.store.read(), read_timeout_s)
             except (StoreError, TimeoutError) as exc:
