@@ -8,9 +8,10 @@ import json
 import random
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -269,3 +270,47 @@ def _raw(port: int, message: bytes) -> int:
         while chunk := connection.recv(65536):
             answer += chunk
     return int(answer.split(b" ", 2)[1])
+
+
+def test_workers_have_one_admin_api_and_follow_the_state_file(tmp_path: Path) -> None:
+    grpc_port, metrics, admin = free_port(), free_port(), free_port()
+    args = [
+        "serve", "--config", str(write_rules(tmp_path, RULES)), "--workers", "2",
+        "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics}",
+        "--admin-address", f"127.0.0.1:{admin}", "--state-dir", str(tmp_path / "state"),
+        "--overrides-refresh-s", "0.2",
+    ]  # fmt: skip
+    overlapping = [*args[:-6], "--admin-address", f"127.0.0.1:{metrics + 1}", *args[-4:]]
+    refused = _cli(overlapping, {"RLS_ADMIN_TOKEN": TOKEN})
+    assert refused.returncode == 1 and "workers' metrics ports" in refused.stderr
+
+    parent = start_cli(args, {"RLS_ADMIN_TOKEN": TOKEN})
+    try:
+        urls = [f"http://127.0.0.1:{metrics + i}/debug/rules" for i in (0, 1)]
+        _wait(lambda: all(_version(url) == 0 for url in urls))
+        message = urllib.request.Request(
+            f"http://127.0.0.1:{admin}/v1/overrides", json.dumps(BODY).encode(), method="PUT"
+        )
+        message.add_header("Authorization", f"Bearer {TOKEN}")
+        with urllib.request.urlopen(message, timeout=5) as answer:
+            assert json.loads(answer.read())["version"] == 1
+        _wait(lambda: all(_version(url) == 1 for url in urls))
+    finally:
+        parent.terminate()
+        _, err = parent.communicate(timeout=30)
+    assert err.count("admin API on") == 1 and "admin API off (--admin-address off)" in err
+
+
+def _version(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return int(json.loads(answer.read())["overrides"]["version"])
+    except OSError:
+        return -1
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.1)
