@@ -140,6 +140,8 @@ class Settings:
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
+        if self.overrides_refresh_s <= 0:
+            raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
 

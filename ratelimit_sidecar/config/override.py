@@ -21,7 +21,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from yaml import Mark
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -36,6 +36,8 @@ MAX_NOTE_CHARS = 1024
 MAX_DOMAIN_BYTES = 1024
 SOURCE_FILE = "override"  # Problem.file of a rate_limit problem: dropped from the message
 _MARK = Mark(SOURCE_FILE, 0, 0, 0, None, 0)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Entries = tuple[tuple[str, str], ...]
 
@@ -174,7 +176,7 @@ def _expiry(value: object) -> tuple[int | None, str]:
     if moment.utcoffset() is None or moment.utcoffset().total_seconds() != 0:  # type: ignore[union-attr]
         raise OverrideError("expires_at: must be in UTC (end with Z or +00:00)")
     moment = moment.astimezone(UTC)
-    milliseconds = int(moment.timestamp() * 1000)
+    milliseconds = (moment - _EPOCH) // timedelta(milliseconds=1)  # exact: no float on the way
     text = moment.isoformat(timespec="milliseconds" if moment.microsecond else "seconds")
     return milliseconds, text.replace("+00:00", "Z")
 

@@ -35,11 +35,16 @@ from ratelimit_sidecar.storage.overrides import OverrideSnapshot, OverrideStore,
 log = logging.getLogger("ratelimit_sidecar.admin")
 
 TOKEN_ENV = "RLS_ADMIN_TOKEN"
+ADMIN_OFF = "off"  # --admin-address off: no admin API on this process (workers after the first)
 MAX_BODY_BYTES = 64 * 1024
 PREFIX = "/v1/overrides"
 NO_STORE = (
     "overrides cannot be kept: no shared store (--redis-url) and no --state-dir; set one of them"
 )
+
+
+def admin_token_configured(settings: Settings) -> bool:
+    return bool(settings.admin_token_file or os.environ.get(TOKEN_ENV, "").strip())
 
 
 def admin_token(settings: Settings) -> bytes | None:
@@ -74,7 +79,9 @@ class AdminServer:
         self._token: bytes | None = None
         self._write_lock = asyncio.Lock()  # one write and its refresh at a time
         observe = None if metrics is None else (lambda code: _count(metrics, code))
-        self.http = HttpApi(dispatch=self.dispatch, max_body=MAX_BODY_BYTES, observe=observe)
+        self.http = HttpApi(
+            dispatch=self.dispatch, max_body=MAX_BODY_BYTES, guard=self._guard, observe=observe
+        )
 
     @property
     def enabled(self) -> bool:
@@ -82,12 +89,16 @@ class AdminServer:
 
     def describe(self) -> str:
         """For the start-up line."""
+        if self._settings.admin_address == ADMIN_OFF:
+            return "admin API off (--admin-address off)"
         if self._token is None:
             return "admin API off (no token: --admin-token-file or RLS_ADMIN_TOKEN)"
         host = self._settings.admin_address.rpartition(":")[0] or "127.0.0.1"
         return f"admin API on {host}:{self.http.port}"
 
     async def start(self) -> None:
+        if self._settings.admin_address == ADMIN_OFF:
+            return
         self._token = admin_token(self._settings)
         if self._token is None:
             return
@@ -100,9 +111,16 @@ class AdminServer:
     async def stop(self) -> None:
         await self.http.stop()
 
+    def _guard(self, headers: dict[str, str]) -> Reply | None:
+        """Before a body is read: a request without the token gets 401, whatever it sends."""
+        if self._authorized(headers.get("authorization", "")):
+            return None
+        return json_error(401, "unauthorized", "missing or wrong bearer token")
+
     async def dispatch(self, request: Request) -> Reply:
-        if not self._authorized(request.headers.get("authorization", "")):
-            return json_error(401, "unauthorized", "missing or wrong bearer token")
+        refused = self._guard(request.headers)
+        if refused is not None:
+            return refused
         path = request.path.rstrip("/") or "/"
         if path == PREFIX:
             return await self._collection(request)

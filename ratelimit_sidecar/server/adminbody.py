@@ -24,11 +24,22 @@ def json_body(raw: bytes) -> object:
     if _depth(text) > MAX_DEPTH:
         raise BodyError(f"the body nests deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique)
     except BodyError:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, an integer too long
         raise BodyError(f"invalid JSON: {str(exc)[:200]}") from None
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """An object whose keys are all different: a repeated key is refused, not silently
+    overwritten."""
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise BodyError(f"invalid JSON: key {key[:80]!r} is repeated")
+        found[key] = value
+    return found
 
 
 def _no_constant(name: str) -> object:

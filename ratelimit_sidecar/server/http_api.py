@@ -67,6 +67,7 @@ class HttpApi:
         *,
         dispatch: Dispatch | None = None,
         max_body: int = 0,
+        guard: Callable[[dict[str, str]], Reply | None] | None = None,
         observe: Callable[[int], None] | None = None,
         timeout_s: float = CLIENT_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
@@ -74,6 +75,7 @@ class HttpApi:
         self._routes = routes or {}
         self._dispatch = dispatch
         self._max_body = max_body
+        self._guard = guard  # sees the headers before the body is read: its reply ends there
         self._observe = observe  # every answer's status (metrics)
         self._server: asyncio.Server | None = None
         self._timeout_s = timeout_s
@@ -152,6 +154,9 @@ class HttpApi:
             name, colon, value = line.partition(":")
             if colon:
                 headers[name.strip().lower()] = value.strip()
+        refused = None if self._guard is None else self._guard(headers)
+        if refused is not None:
+            return refused
         if "transfer-encoding" in headers:
             return json_error(411, "length_required", "send the body with Content-Length")
         length_text = headers.get("content-length", "0")

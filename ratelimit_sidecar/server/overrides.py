@@ -25,6 +25,7 @@ from ratelimit_sidecar.config.override import (
     parse_override,
 )
 from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.server.endpoints import value_digest
 from ratelimit_sidecar.service.overrides import AppliedOverrides
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.base import Storage
@@ -35,6 +36,7 @@ from ratelimit_sidecar.storage.redis_store import RedisStorage
 
 log = logging.getLogger("ratelimit_sidecar.overrides")
 
+PARSE_SLICE = 100  # new documents parsed between two yields to the event loop
 START_TIMEOUT_S = 2.0  # the first read at start-up; the store down: start with no overrides
 EMPTY = OverrideSnapshot(0, {})
 
@@ -102,39 +104,59 @@ class OverrideKeeper:
         self._next_expiry: int | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self._reading = asyncio.Lock()  # the periodic read and the change messages' reads
+        self._reading = asyncio.Lock()  # a write's, the periodic and the change messages' reads
 
     async def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """The current set, read before the node answers ready (bounded: the store down, it
         starts with none and the periodic read catches up)."""
-        try:
-            await asyncio.wait_for(self.refresh(), timeout_s)
-        except TimeoutError:
-            self._failed("no answer in time")
+        await self.refresh(read_timeout_s=timeout_s)
 
-    async def refresh(self) -> bool:
+    async def refresh(self, read_timeout_s: float | None = None) -> bool:
         """Read the whole set; apply it if its version changed. False: the store could not be
-        read, the last set stays in force."""
+        read, the last set stays in force. One at a time (a write's, the periodic one, a change
+        message's): a set never replaces a newer one read after it."""
         if self.store is None:
             return True
         async with self._reading:  # one read at a time: an older answer never lands last
             try:
-                snapshot = await self.store.read()
-            except StoreError as exc:
+                snapshot = await asyncio.wait_for(self.store.read(), read_timeout_s)
+            except (StoreError, TimeoutError) as exc:
                 self._failed(str(exc) or type(exc).__name__)
                 return False
             self.store_up, self.last_error = True, ""
             if snapshot.version != self.snapshot.version or not self.snapshot.version:
-                self.install(snapshot)
+                self._install_parsed(snapshot, await self._parse_all(snapshot))
         return True
 
     def install(self, snapshot: OverrideSnapshot) -> None:
-        """Make `snapshot` the set in force (what `refresh` does with a new version)."""
+        """Make `snapshot` the set in force at once (`refresh` does it without holding the event
+        loop for long: new documents are parsed in slices)."""
         parsed: dict[str, tuple[Document, Override]] = {}
         for override_id, document in snapshot.documents.items():
             found = self._parse(override_id, document)
             if found is not None:
                 parsed[override_id] = (document, found)
+        self._install_parsed(snapshot, parsed)
+
+    async def _parse_all(self, snapshot: OverrideSnapshot) -> dict[str, tuple[Document, Override]]:
+        """Every document's override; unchanged ones reused, new ones parsed `PARSE_SLICE` at a
+        time between which requests are served (about 0.1 ms each)."""
+        parsed: dict[str, tuple[Document, Override]] = {}
+        fresh = 0
+        for override_id, document in snapshot.documents.items():
+            known = self._parsed.get(override_id)
+            if known is None or known[0] != document:
+                fresh += 1
+                if fresh % PARSE_SLICE == 0:
+                    await asyncio.sleep(0)
+            found = self._parse(override_id, document)
+            if found is not None:
+                parsed[override_id] = (document, found)
+        return parsed
+
+    def _install_parsed(
+        self, snapshot: OverrideSnapshot, parsed: dict[str, tuple[Document, Override]]
+    ) -> None:
         self.snapshot, self._parsed = snapshot, parsed
         self.apply_current()
         self._wake.set()
@@ -185,8 +207,6 @@ class OverrideKeeper:
     def view(self, show_values: bool) -> dict[str, object]:
         """/debug/rules' part: the version and the overrides in force (values as digests
         unless `show_values`: they are often API keys)."""
-        from ratelimit_sidecar.server.endpoints import value_digest
-
         shown = []
         for override in self.in_force:
             document = dict(override.document)

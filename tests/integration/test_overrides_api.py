@@ -8,9 +8,10 @@ import json
 import random
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -173,9 +174,11 @@ def test_the_token_is_checked_and_shown_nowhere(tmp_path: Path) -> None:
         for token in (None, "", "wrong", TOKEN[:-1], TOKEN + "x", TOKEN.upper()):
             assert node.call("GET", "/v1/overrides", token=token)[0] == 401
         assert node.call("PUT", "/v1/overrides", BODY, token="wrong")[0] == 401
+        oversized = b"PUT /v1/overrides HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n{"
+        assert _raw(node.admin_port, oversized) == 401  # refused before any body is read
         assert node.call("PUT", "/v1/overrides", BODY)[0] == 200
         shown = [node.get(p) for p in ("/metrics", "/debug/rules", "/debug/keys", "/readyz")]
-        assert 'admin_requests_total{code="401"} 7.0' in shown[0]
+        assert 'admin_requests_total{code="401"} 8.0' in shown[0]
         shown += [json.dumps(node.call("GET", "/v1/overrides/history")[1])]
     finally:
         log = node.stop()
@@ -267,3 +270,47 @@ def _raw(port: int, message: bytes) -> int:
         while chunk := connection.recv(65536):
             answer += chunk
     return int(answer.split(b" ", 2)[1])
+
+
+def test_workers_have_one_admin_api_and_follow_the_state_file(tmp_path: Path) -> None:
+    grpc_port, metrics, admin = free_port(), free_port(), free_port()
+    args = [
+        "serve", "--config", str(write_rules(tmp_path, RULES)), "--workers", "2",
+        "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics}",
+        "--admin-address", f"127.0.0.1:{admin}", "--state-dir", str(tmp_path / "state"),
+        "--overrides-refresh-s", "0.2",
+    ]  # fmt: skip
+    overlapping = [*args[:-6], "--admin-address", f"127.0.0.1:{metrics + 1}", *args[-4:]]
+    refused = _cli(overlapping, {"RLS_ADMIN_TOKEN": TOKEN})
+    assert refused.returncode == 1 and "workers' metrics ports" in refused.stderr
+
+    parent = start_cli(args, {"RLS_ADMIN_TOKEN": TOKEN})
+    try:
+        urls = [f"http://127.0.0.1:{metrics + i}/debug/rules" for i in (0, 1)]
+        _wait(lambda: all(_version(url) == 0 for url in urls))
+        message = urllib.request.Request(
+            f"http://127.0.0.1:{admin}/v1/overrides", json.dumps(BODY).encode(), method="PUT"
+        )
+        message.add_header("Authorization", f"Bearer {TOKEN}")
+        with urllib.request.urlopen(message, timeout=5) as answer:
+            assert json.loads(answer.read())["version"] == 1
+        _wait(lambda: all(_version(url) == 1 for url in urls))
+    finally:
+        parent.terminate()
+        _, err = parent.communicate(timeout=30)
+    assert err.count("admin API on") == 1 and "admin API off (--admin-address off)" in err
+
+
+def _version(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return int(json.loads(answer.read())["overrides"]["version"])
+    except OSError:
+        return -1
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.1)

@@ -86,6 +86,8 @@ def test_expiry_is_optional_and_normalised_to_utc() -> None:
     assert never.expires_at_ms is None and not never.expired(2**62)
     assert offset.document["expires_at"] == "2026-12-01T00:00:00.250Z"
     assert offset.expired(1_796_083_200_250) and not offset.expired(1_796_083_200_249)
+    micro = parse_override(_with(expires_at="2026-12-01T00:00:00.123999Z"), BOUNDS)
+    assert micro.expires_at_ms == 1_796_083_200_123
 
 
 def test_a_sliding_log_cannot_be_shared_through_redis_as_in_rule_files() -> None:

@@ -127,6 +127,7 @@ async def test_every_call_needs_the_token(admin: Admin, headers: dict[str, str])
         ("PUT", "/v1/overrides", b"\xff\xfe", 400),
         ("PUT", "/v1/overrides", b"[" * 1000 + b"]" * 1000, 400),
         ("PUT", "/v1/overrides", b'{"domain": NaN}', 400),
+        ("PUT", "/v1/overrides", b'{"domain": "a", "domain": "b"}', 400),
         ("PUT", "/v1/overrides", b"1" * 5000, 400),
         ("PUT", "/v1/overrides", {**BODY, "extra": 1}, 400),
         ("PUT", "/v1/overrides", {**BODY, "expires_at": "2020-01-01T00:00:00Z"}, 400),
