@@ -305,10 +305,11 @@ def run(options: Options) -> Outcome:
     propagation = measure_propagation()
     lines = propagation_table(propagation)
     print("\n".join(lines))
+    print(f"[{NAME}] decide() in-process with {LOADED:,} overrides loaded vs none")
     costs = in_process_costs()
     lines.append(in_process_table(costs))
     print(lines[-1])
-    print(f"[{NAME}] request path with {LOADED:,} overrides loaded vs none")
+    print(f"[{NAME}] request path under load with {LOADED:,} overrides loaded vs none")
     shape = replace(overhead.SHAPE, duration_s=options.duration_s or overhead.SHAPE.duration_s)
     distinct = make_workload("distinct-100k", key_values(100_000))
     plans: list[tuple[Workload, Client]] = [(hot_10(), H2load()), (distinct, Node())]
