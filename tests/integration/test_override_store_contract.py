@@ -1,7 +1,7 @@
 """The override store contract: one table of behaviours, run against every override store.
 
 MemoryOverrideStore is the reference; the file store (`--state-dir`) and RedisOverrideStore, on
-standalone Redis and on Cluster (3 masters), must answer the same. Redis-only checks (key
+standalone Redis, Cluster (3 masters) and Sentinel, must answer the same. Redis-only checks (key
 slots, the announcement, sharing between nodes, failures) follow the table.
 """
 
@@ -46,9 +46,21 @@ class Backend:
         return self.stores[-1]
 
 
+class OpenedStore(RedisOverrideStore):
+    """A store on a client of its own: closing it closes every connection opened for it
+    (Sentinel's to the sentinels too)."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.storage = open_redis(url, prefix)
+        storage = self.storage
+        super().__init__(storage.client, storage.keys, storage.description, owns=False)
+
+    async def close(self) -> None:
+        await self.storage.close()
+
+
 def redis_store(url: str, prefix: str) -> RedisOverrideStore:
-    storage = open_redis(url, prefix)
-    return RedisOverrideStore(storage.client, storage.keys, storage.description, owns=True)
+    return OpenedStore(url, prefix)
 
 
 @contextlib.asynccontextmanager
@@ -64,6 +76,9 @@ async def open_backend(request: pytest.FixtureRequest, name: str) -> AsyncIterat
     if name == "cluster":
         cluster = request.getfixturevalue("redis_cluster")
         url, admin = f"{cluster.url}?{PATIENT}", cluster.client()
+    elif name == "sentinel":
+        sentinel = request.getfixturevalue("redis_sentinel")
+        url, admin = f"{sentinel.url}?{PATIENT}", sentinel.master.client()
     else:
         server = request.getfixturevalue("redis_server")
         url, admin = f"{server.url}?{PATIENT}", server.client()
@@ -77,7 +92,7 @@ async def open_backend(request: pytest.FixtureRequest, name: str) -> AsyncIterat
         admin.close()
 
 
-REDIS_BACKENDS = ["standalone", "cluster"]
+REDIS_BACKENDS = ["standalone", "cluster", "sentinel"]
 
 
 @pytest.fixture(params=["memory", "file", *REDIS_BACKENDS])
