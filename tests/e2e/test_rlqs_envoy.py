@@ -123,14 +123,25 @@ def _first_requests(seen: Observed) -> None:
         assert status(seen.envoys[domain].url, domain) == 200
     names = [*PLAIN_SILENT, *PLAIN_ANSWERS, "slow", "reuse", "fallback"]
     server.wait_for(lambda s: all(s.usages({"name": n}) for n in names), 3.0, "first reports")
-    seen.outage_server.wait_for(lambda s: bool(s.reports), 3.0, "outage first report")
+    assert status(seen.envoys["outage"].url, "held") == 200
+    seen.outage_server.wait_for(
+        lambda s: all(s.usages({"name": n}) for n in ("outage", "held")), 3.0, "outage reports"
+    )
+    _wait_status(seen.envoys["outage"].url, "held", 429)
     for domain in ("reuse", "fallback"):
         server.answer({"name": domain}, None)  # answered once: the 1 s TTL then runs out
 
 
+def _wait_status(url: str, bucket: str, expected: int, timeout_s: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while status(url, bucket) != expected:
+        assert time.monotonic() < deadline, f"{bucket} never answered {expected}"
+        time.sleep(0.05)
+
+
 def _bursts(seen: Observed) -> None:
     plain = seen.envoys["plain"]
-    seen.burst = _statuses(plain.url, dict.fromkeys(PLAIN_ANSWERS, 5))
+    seen.burst |= _statuses(plain.url, dict.fromkeys(PLAIN_ANSWERS, 5))
     for domain in ("reuse", "fallback"):
         seen.burst |= _statuses(seen.envoys[domain].url, {domain: 3})
     time.sleep(2.5)  # past the 1 s TTLs and two 1 s fill intervals
@@ -148,15 +159,19 @@ def _outage(seen: Observed) -> None:
         name: [status(url, name) for _ in range(count)].count(200)
         for name, count in (("outage", 5), ("offline", 7))
     }
+    seen.burst["held"] = [status(url, "held") for _ in range(3)]
     _bursts(seen)
     seen.server.wait_for(
         lambda s: any(u.elapsed_s > 0 for _, u in s.usages({"name": "abandon-me"})),
         REPORT_PERIOD_S + 2,
         "a timer report of abandon-me",
     )
-    seen.server.push(action(bucket_key({"name": "abandon-me"}), abandon=True))
+    # to every stream: `reuse` is all its Envoy has; the others know neither bucket
+    abandon = [action(bucket_key({"name": n}), abandon=True) for n in ("abandon-me", "reuse")]
+    seen.server.push(*abandon)
     seen.abandoned_at = time.monotonic()
     time.sleep(max(0.0, gone + OUTAGE_S - time.monotonic()))
+    outage.answer({"name": "held"}, None)
     outage.start()
     seen.restarted_at = time.monotonic()
     assert [status(url, "outage") for _ in range(2)] == [200, 200]
@@ -166,6 +181,7 @@ def _outage(seen: Observed) -> None:
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     workdir: Path = tmp_path_factory.mktemp("rlqs-envoy")
     server, outage_server = ScriptedRlqsServer().start(), ScriptedRlqsServer().start()
+    outage_server.answer({"name": "held"}, assignment(blanket("DENY_ALL"), TTL_S))
     for name, quota in PLAIN_ANSWERS.items():
         server.answer({"name": name}, quota)
     for domain in ("reuse", "fallback"):
@@ -197,6 +213,11 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             lambda s: len(seen.periodic("plain")) >= 2 and len(seen.periodic("slow")) >= 2,
             2 * REPORT_PERIOD_S + 2,
             "two timer reports from each Envoy",
+        )
+        server.wait_for(
+            lambda s: any(r.at > seen.abandoned_at + 0.2 for r in seen.reports("reuse")),
+            REPORT_PERIOD_S + 2,
+            "a report after the abandon",
         )
         outage_server.wait_for(
             lambda s: any(r.stream > 0 for r in s.reports), REPORT_PERIOD_S + 2, "reconnect"
@@ -248,6 +269,26 @@ def test_idle_bucket_is_reported_as_zero_until_abandoned(observed: Observed) -> 
     assert all("abandon-me" not in {name_of(u) for u in r.usages} for r in after)
 
 
+def test_an_assignment_triggers_no_report(observed: Observed) -> None:
+    # the API says a bucket's usage is reported when an assignment arrives; 1.40 waits
+    at_once = [r for r in observed.reports("plain") if not is_periodic(r)]
+    assert all(len(r.usages) == 1 for r in at_once), at_once
+    names = sorted(name_of(r.usages[0]) for r in at_once)
+    assert names == sorted([*PLAIN_SILENT, *PLAIN_ANSWERS])  # one each: its first request
+
+
+def test_abandoning_every_bucket_leaves_empty_reports(observed: Observed) -> None:
+    after = [r for r in observed.reports("reuse") if r.at > observed.abandoned_at + 0.2]
+    assert after and all(r.usages == () for r in after), after
+
+
+def test_actions_for_buckets_a_stream_never_reported_are_dropped(observed: Observed) -> None:
+    # `slow` got the abandon of `abandon-me` and `reuse`, which it never had
+    log = observed.envoys["slow"].log.read_text()
+    assert "unexpected bucket that isn't present in the bucket cache" in log
+    assert len(observed.usages("slow")) >= 3  # and carried on reporting its own
+
+
 # --- assignments ----------------------------------------------------------------------------
 
 
@@ -288,6 +329,11 @@ def test_reuse_last_assignment_is_ignored(observed: Observed) -> None:
     assert observed.later["fallback"] == [429] * 3
 
 
+def test_an_assignment_outlives_the_stream_until_its_ttl(observed: Observed) -> None:
+    # DENY_ALL with a 60 s TTL, then the server goes away: still denied
+    assert observed.burst["held"] == [429] * 3
+
+
 # --- outages and stats ----------------------------------------------------------------------
 
 
@@ -298,6 +344,9 @@ def test_usage_counted_while_the_server_is_unreachable_is_never_reported(
     assert observed.outage_allowed == {"outage": 5, "offline": 7}  # ALLOW_ALL meanwhile
     reconnected = [r for r in server.reports if r.stream > 0]
     assert reconnected and reconnected[0].at > observed.restarted_at
+    # Envoy reopens the stream at its next timer report, not when the server is back
+    assert is_periodic(reconnected[0])
+    assert {name_of(u) for u in reconnected[0].usages} == {"outage", "offline", "held"}
     reported = {
         name: sum(u.allowed for u in observed.usages(name, server))
         for name in ("outage", "offline")
