@@ -149,9 +149,13 @@ class QuotaServicer:
 async def _read(
     reports: AsyncIterator[RateLimitQuotaUsageReports], inbox: asyncio.Queue[object]
 ) -> None:
+    """Envoy's reports into `inbox`, then the end mark; a broken stream (Envoy gone, the call
+    cancelled) is an end like any other."""
     try:
         async for report in reports:
             inbox.put_nowait(report)
+    except (grpc.RpcError, grpc.aio.UsageError, OSError):
+        pass
     finally:
         inbox.put_nowait(_END)
 
