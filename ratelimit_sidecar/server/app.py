@@ -24,6 +24,7 @@ from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
 from ratelimit_sidecar.server.reload import RuleWatcher
+from ratelimit_sidecar.server.rlqs_api import quota_wiring
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
@@ -125,6 +126,10 @@ class Sidecar:
             ConfigLimits.of(settings),
             defaults=settings.rule_defaults,
         )
+        # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
+        self.quota, self._add_quota = quota_wiring(
+            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry
+        )
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -150,7 +155,7 @@ class Sidecar:
         """Bind and start serving; raises BindError if the address is not available."""
         servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
         server, health, self.port = build_server(
-            servicer, self.settings.grpc_address, self._reuse_port
+            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,)
         )
         await self.overrides.start()
         try:
@@ -218,6 +223,7 @@ class Sidecar:
         log.info("shutting down: draining requests and flushing counts")
         if self._server is not None:
             await self._health.set("", NOT_SERVING)
+            self.quota.end_streams()  # RLQS streams last for ever: end them, counted
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
         self.watcher.stop()
