@@ -28,9 +28,11 @@ from ratelimit_sidecar.core import (
     SyncSchedule,
 )
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
+from ratelimit_sidecar.simulate.envoy_quota import REPORT_PERIOD_MS, EnvoyBucket
 from ratelimit_sidecar.simulate.metrics import Recorder
 from ratelimit_sidecar.simulate.params import rule_for
 from ratelimit_sidecar.simulate.references import reference_for, trailing_bound
+from ratelimit_sidecar.simulate.rlqs import QuotaServer, RlqsPlan, RlqsStats, leave, report
 from ratelimit_sidecar.simulate.scenarios import Setup
 from ratelimit_sidecar.simulate.traffic import Traffic
 from ratelimit_sidecar.simulate.variants import System
@@ -40,7 +42,8 @@ from ratelimit_sidecar.storage.memory import MemoryStorage
 # Real timers wake a millisecond or two late; the jitter also shuffles which node pushes
 # first at a shared span boundary, as in a real fleet (a fixed order would bias `seen`).
 WAKE_JITTER_MS = 3
-BOOT, LEAVE, SYNC, EXEC, APPLY = range(5)
+BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT = range(6)
+PERIODIC, FIRST = "periodic", "first"  # a REPORT's payload: the 5 s timer, or a new bucket's
 KEY = ("sim", "client", "c1")
 
 
@@ -75,6 +78,7 @@ class SimNode:
     timed_out: bool = False
     dropped: int = 0  # the limiter's dropped_hits already recorded
     tracking: bool = False  # has a key, hence span ends to wake for
+    envoy: EnvoyBucket | None = None  # an RLQS gateway: its Envoy decides (rlqs.py)
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,7 +86,7 @@ class SimNode:
 
 
 class Engine:
-    def __init__(self, setup: Setup, system: System) -> None:
+    def __init__(self, setup: Setup, system: System, quota: QuotaServer | None = None) -> None:
         self.setup, self.system = setup, system
         p = setup.params
         self.now = setup.boot_ms
@@ -103,6 +107,13 @@ class Engine:
         self.reference = reference_for(limit)
         self.recorder.algorithm, self.recorder.bound = p.algorithm.text, trailing_bound(limit)
         self.jitter = Random(p.seed + 1)  # its own stream: the offered traffic stays the same
+        self.rlqs = RlqsPlan(system.rlqs, p.rlqs_gateways, setup.rlqs_outages)
+        self.rlqs_stats = RlqsStats()
+        self.quota = quota
+        if system.rlqs and quota is None:
+            from ratelimit_sidecar.simulate.quota_server import SidecarQuota
+
+            self.quota = SidecarQuota()
 
     def run(self) -> Recorder:
         rng = Random(self.setup.params.seed)
@@ -143,7 +154,10 @@ class Engine:
             ok = exact
         else:
             node = self.nodes[index]
-            ok = node.limiter.hit(t + node.offset, node.hits).code is Code.OK
+            if node.envoy is not None:
+                ok = self._envoy_admits(node, t)
+            else:
+                ok = node.limiter.hit(t + node.offset, node.hits).code is Code.OK
             if not node.tracking:
                 self._first_key(node)
         self.recorder.request(t, index, ok)
@@ -164,6 +178,8 @@ class Engine:
             self._exec(node, payload)
         elif kind == APPLY and payload is node.batch:
             self._apply(node)
+        elif kind == REPORT and node.serving and node.envoy is not None:
+            self._report(node, node.envoy, payload == PERIODIC)
 
     def _boot(self, index: int) -> None:
         setup, system = self.setup, self.system
@@ -181,11 +197,18 @@ class Engine:
         fleet = FleetLimiter(algorithm=system.algorithm)
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
+        if system.rlqs and self.rlqs.uses_rlqs(index):
+            node.envoy = EnvoyBucket()
+            self.rlqs_stats.gateways += 1
+            # Envoy's report timer runs from its start, at its own phase.
+            self._at(self.now + self.jitter.randrange(REPORT_PERIOD_MS), REPORT, index, PERIODIC)
         self._wake(node, self.now)  # the schedule's first sync is at once
 
     def _leave(self, node: SimNode) -> None:
         """SIGTERM: stop serving, then flush every pending hit (after any sync in flight)."""
         node.serving, node.leaving = False, True
+        if node.envoy is not None:
+            leave(node.envoy, self.rlqs_stats, self.now)
         if node.fleet is None:
             del self.nodes[node.index]  # nothing to flush
         elif node.batch is None:
@@ -258,6 +281,25 @@ class Engine:
             del self.nodes[node.index]
         else:
             self._wake(node, self.now)
+
+    def _envoy_admits(self, node: SimNode, t: int) -> bool:
+        """Envoy decides alone; a new bucket's first request sends a report at once."""
+        envoy = node.envoy
+        assert envoy is not None
+        if envoy.new and not envoy.allowed + envoy.denied:
+            self._at(t, REPORT, node.index, FIRST)
+        return envoy.admit(t)
+
+    def _report(self, node: SimNode, envoy: EnvoyBucket, periodic: bool) -> None:
+        assert self.quota is not None
+        lost = self.rlqs_stats.lost_hits
+        call = (node.limiter, node.hits, self.now, self.now + node.offset)
+        report(envoy, self.quota, self.rlqs, self.rlqs_stats, call)
+        self.recorder.dropped_hits += self.rlqs_stats.lost_hits - lost
+        if not node.tracking:
+            self._first_key(node)
+        if periodic:
+            self._at(self.now + REPORT_PERIOD_MS, REPORT, node.index, PERIODIC)
 
     def _sample_nodes(self, node: SimNode) -> None:
         truth = self.setup.membership.inverse_share(node.index, self.now)

@@ -1,0 +1,19 @@
+"""The simulated sidecar's RLQS answers: the service's pure assignment rule, fed by the node.
+
+Placeholder until the rule lands from the rlqs-service branch (core); the engine's RLQS
+systems need it, everything else runs without.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ratelimit_sidecar.core import Hit, Limiter
+from ratelimit_sidecar.simulate.envoy_quota import EnvoyAssignment, Usage
+
+
+class SidecarQuota:
+    def report(  # noqa: ARG002 - the placeholder answers nothing
+        self, limiter: Limiter, hits: Sequence[Hit], now_ms: int, usage: Usage
+    ) -> EnvoyAssignment | None:
+        raise RuntimeError("the RLQS assignment rule is not in this build")
