@@ -13,7 +13,11 @@ from ratelimit_sidecar.simulate.envoy_quota import EnvoyAssignment, Usage
 
 
 class SidecarQuota:
-    def report(  # noqa: ARG002 - the placeholder answers nothing
-        self, limiter: Limiter, hits: Sequence[Hit], now_ms: int, usage: Usage
+    def report(
+        self,
+        limiter: Limiter,  # noqa: ARG002 - the placeholder answers nothing
+        hits: Sequence[Hit],  # noqa: ARG002
+        now_ms: int,  # noqa: ARG002
+        usage: Usage,  # noqa: ARG002
     ) -> EnvoyAssignment | None:
         raise RuntimeError("the RLQS assignment rule is not in this build")
