@@ -19,6 +19,7 @@ from bench import (
     overhead,
     per_request_redis,
     redis_sync,
+    rlqs,
     strict,
     strict_cost,
     workers,
@@ -52,6 +53,10 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         strict_cost.run,
     ),
     envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
+    rlqs.NAME: (
+        "wrk -> Envoy: no filter, RLQS (ALLOW_ALL server; sidecar), ShouldRateLimit, at once",
+        rlqs.run,
+    ),
     workers.NAME: ("sidecar --workers 1 vs 2 under load; metrics cost per request", workers.run),
     flood.NAME: ("a flood of fresh values cannot reset heavy clients' counters", flood.run),
 }

@@ -70,7 +70,10 @@ def _listener(name: str, port: int, route: dict[str, Any], filters: list[Any]) -
         "filter_chains": [
             {
                 "filters": [
-                    {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": manager,
+                    }
                 ]
             }
         ],
@@ -131,7 +134,11 @@ def bootstrap(kind: str, ports: dict[str, int], domain: str) -> dict[str, Any]:
     clusters = [_cluster("backend", ports["backend"], http2=False)]
     if kind == RLS:
         route["route"]["rate_limits"] = [
-            {"actions": [{"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}]}
+            {
+                "actions": [
+                    {"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}
+                ]
+            }
         ]
         filters = [rls_filter(domain)]
     elif kind == RLQS:
@@ -140,7 +147,10 @@ def bootstrap(kind: str, ports: dict[str, int], domain: str) -> dict[str, Any]:
         raise ValueError(f"unknown Envoy kind {kind!r}")
     if filters:
         clusters.append(_cluster(SERVICE_CLUSTER, ports["service"], http2=True))
-    answer = {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}}
+    answer = {
+        "match": {"prefix": "/"},
+        "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}},
+    }
     return {
         "admin": {"address": _address(ports["admin"])},
         "static_resources": {

@@ -41,6 +41,7 @@ class Sample:
     envoy_cpu: float
     service_cpu: float
     errors: int = 0
+    first_error: str = ""
     other_cpu: float = 0.0  # work on the stacks' core by anything but the stacks
 
     @property
@@ -176,5 +177,7 @@ def render(samples: Sequence[Sample]) -> list[str]:
         ]
         for stack, baseline in COMPARISONS
     ]
-    lines.append(table(("ratio", "per core: median (range)", "raw RPS: median (range)"), compare, 1))
+    lines.append(
+        table(("ratio", "per core: median (range)", "raw RPS: median (range)"), compare, 1)
+    )
     return lines
