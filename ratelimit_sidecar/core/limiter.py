@@ -73,6 +73,28 @@ class Limiter(ABC):
         it (service/strict.py). The answers say what each descriptor alone would have got."""
         return self._hit_all(now_ms, hits, True)
 
+    def count_admitted(self, now_ms: int, hit: Hit) -> list[KeyState | None]:
+        """Hits a client has already admitted on its own (an RLQS gateway's report): counted
+        whatever the limits say, so they reach the store in the span deltas like any other.
+        Returns the counter of each of the rule's limits (None: a deny list, or no room)."""
+        rule = hit.rule
+        if rule is None:
+            return []
+        several = len(rule.limits) > 1
+        states: list[KeyState | None] = []
+        for index, limit in enumerate(rule.limits):
+            key = limit_key(hit.key, index) if several else hit.key
+            state = None
+            if limit.requests_per_unit > 0:
+                state = self._state(hit, key, limit, rule.shadow_mode, now_ms)
+            if state is not None:
+                if now_ms >= state.next_sync:
+                    self._catch_up(state, now_ms)
+                if hit.hits:
+                    self.algorithms[limit.algorithm].count(state, hit.hits, now_ms)
+            states.append(state)
+        return states
+
     def _hit_all(self, now_ms: int, hits: Sequence[Hit], refused: bool) -> Decision:
         """`hit`'s general case: any descriptors, any limits; `refused` counts nothing."""
         checked = [self._check_all(now_ms, hit) for hit in hits]

@@ -1,0 +1,228 @@
+"""What an RLQS gateway may admit for one bucket: the quota assignment rule, pure.
+
+An Envoy with the `rate_limit_quota` filter enforces a token bucket itself and reports its usage
+every few seconds; the server answers with an assignment per bucket. This module turns what the
+limiter knows about a counter (the fleet's remaining estimate, when it resets, whether it is
+blocked, how many nodes share it) into that assignment, and says when a new one is worth
+sending. No I/O and no clock: `now_ms` is a parameter.
+
+The rule, for one limit of MAX per window W with capacity C (a token bucket's `burst`, else MAX):
+
+- This gateway's share `s` is 1 / (nodes x streams): `nodes` is the counter's own estimate of
+  how many nodes' worth of traffic one of this node's hits stands for (core/nodes_estimate.py),
+  `streams` how many RLQS streams of this node report the bucket.
+- Blocked (the count is known to be over), or nothing left: DENY_ALL until the block ends (or,
+  with an estimate alone at zero, until the next report re-decides), rounded up to whole seconds.
+- Otherwise a token bucket: `max_tokens` = s x what is left of the window (at least 1, at most
+  s x C), refilled at s x MAX per W. Envoy rebuilds a bucket full whenever its numbers change,
+  so `max_tokens` is what the gateway may spend from now on; the refill lets it keep admitting
+  at its share of the limit's rate until the fleet's count says otherwise. The DENY_ALL above
+  bounds a window: the fleet's count past MAX reaches this node within a span, and the gateway
+  at its next report.
+- Every algorithm is approximated this way, none exactly: a token bucket's shape is Envoy's
+  own (exact up to the share and the report delay); a fixed window becomes its average rate
+  plus a burst of what is left (a window can admit up to MAX plus the refill during the delay
+  before DENY_ALL); a sliding window and a sliding log likewise, with their trailing count as
+  what is left; a sliding log's per-request exactness is lost.
+- Shadow-mode and unlimited rules, and buckets no rule matches: ALLOW_ALL. A deny list
+  (`requests_per_unit: 0`): DENY_ALL.
+
+Envoy 1.40 facts the numbers respect: `fill_interval` is read in whole seconds (under 1 s means
+no limit), a bucket without `tokens_per_fill` never refills, `assignment_time_to_live` is whole
+seconds and unset expires at once, an identical token bucket sent again keeps its tokens and
+restarts the TTL, and only the nanos of `fill_interval` are compared (so `fill_interval` here
+depends on the limit alone and never changes while the share does).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ratelimit_sidecar.config.model import RateLimit
+
+MS = 1000
+# tokens_per_fill is a whole number: a fill interval long enough that the smallest share of
+# MAX still gets about this many tokens per fill keeps the rounding error near 1 %.
+FILL_RESOLUTION = 100
+
+
+class Action(enum.Enum):
+    ALLOW_ALL = "allow_all"
+    DENY_ALL = "deny_all"
+    TOKEN_BUCKET = "token_bucket"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBucket:
+    """Envoy's `envoy.type.v3.TokenBucket`, in its own units."""
+
+    max_tokens: int
+    tokens_per_fill: int
+    fill_interval_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One bucket's assignment as sent at `issued_ms`; Envoy drops it `ttl_s` later.
+
+    `recheck_ms` (0: none) is when a DENY_ALL should be decided again without waiting for a
+    report: the block ends there."""
+
+    action: Action
+    ttl_s: int
+    issued_ms: int
+    bucket: TokenBucket | None = None
+    recheck_ms: int = 0
+
+    @property
+    def expires_ms(self) -> int:
+        return self.issued_ms + self.ttl_s * MS
+
+
+@dataclass(frozen=True, slots=True)
+class KeyView:
+    """What the limiter knows of one counter, read at the report."""
+
+    limit: RateLimit
+    remaining: int  # what the fleet may still admit (the limiter's estimate)
+    blocked_ms: int = 0  # until the counter's block ends; 0: not blocked
+    nodes: float = 1.0  # nodes' worth of traffic one of this node's hits stands for
+    shadow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaPolicy:
+    """The knobs of the rule; the defaults fit Envoy 1.40, which reports every 5 s."""
+
+    report_interval_ms: int = 5000
+    ttl_s: int = 30  # how long Envoy keeps an assignment the server no longer refreshes
+    change_ratio: float = 0.25  # a bucket's numbers must move this much to be sent again
+    abandon_after_reports: int = 12  # idle (0 allowed, 0 denied) reports before abandoning
+
+    @property
+    def refresh_before_ms(self) -> int:
+        """Send an unchanged assignment again when it would expire within two reports."""
+        return 2 * self.report_interval_ms
+
+
+DEFAULT_POLICY = QuotaPolicy()
+
+
+def assign(
+    view: KeyView, now_ms: int, streams: int = 1, policy: QuotaPolicy = DEFAULT_POLICY
+) -> Assignment:
+    """The assignment one limit's counter calls for now (see the module's rule)."""
+    limit = view.limit
+    if view.shadow:
+        return allow_all(now_ms, policy)
+    if limit.requests_per_unit == 0:
+        return Assignment(Action.DENY_ALL, policy.ttl_s, now_ms)
+    if view.blocked_ms > 0:
+        return deny_until(now_ms, view.blocked_ms)
+    if view.remaining <= 0:
+        return deny_until(now_ms, policy.report_interval_ms)
+    share = 1.0 / (max(view.nodes, 1.0) * max(streams, 1))
+    bucket = TokenBucket(
+        max_tokens=_tokens(view.remaining * share, limit.capacity * share),
+        tokens_per_fill=max(1, round(limit.requests_per_unit * share * _fills(limit))),
+        fill_interval_s=fill_interval_s(limit),
+    )
+    return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket)
+
+
+def allow_all(now_ms: int, policy: QuotaPolicy = DEFAULT_POLICY) -> Assignment:
+    """No limit applies: unmatched bucket, unlimited or shadow-mode rule."""
+    return Assignment(Action.ALLOW_ALL, policy.ttl_s, now_ms)
+
+
+def deny_until(now_ms: int, wait_ms: int) -> Assignment:
+    """DENY_ALL for `wait_ms`, re-decided then. The TTL outlasts the recheck by a second, so
+    the new assignment arrives before Envoy drops this one (a gap would admit everything)."""
+    ttl_s = max(1, math.ceil(wait_ms / MS)) + 1
+    return Assignment(Action.DENY_ALL, ttl_s, now_ms, recheck_ms=now_ms + wait_ms)
+
+
+def fill_interval_s(limit: RateLimit) -> int:
+    """The limit's window, lengthened so tokens_per_fill stays a large whole number."""
+    return limit.window_seconds * _fills(limit)
+
+
+def _fills(limit: RateLimit) -> int:
+    """How many windows one fill interval spans."""
+    return max(1, math.ceil(FILL_RESOLUTION / max(limit.requests_per_unit, 1)))
+
+
+def _tokens(left: float, capacity: float) -> int:
+    """A burst of what is left, within the capacity, never zero (Envoy requires max_tokens > 0)."""
+    return max(1, min(math.ceil(left), math.ceil(capacity)))
+
+
+def combine(assignments: Sequence[Assignment]) -> Assignment:
+    """One bucket under several limits (`rate_limits:`): every limit must admit.
+
+    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill, each
+    compared in tokens per second since the fill intervals differ between limits."""
+    denials = [a for a in assignments if a.action is Action.DENY_ALL]
+    if denials:
+        return max(denials, key=lambda a: (a.recheck_ms == 0, a.recheck_ms, a.ttl_s))
+    buckets = [a for a in assignments if a.bucket is not None]
+    if not buckets:
+        return assignments[0]
+    slowest = min(buckets, key=lambda a: _rate(a.bucket))
+    smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
+    assert slowest.bucket is not None
+    return replace(slowest, bucket=replace(slowest.bucket, max_tokens=smallest))
+
+
+def _rate(bucket: TokenBucket | None) -> float:
+    assert bucket is not None
+    return bucket.tokens_per_fill / bucket.fill_interval_s
+
+
+def settle(
+    previous: Assignment | None,
+    fresh: Assignment,
+    now_ms: int,
+    policy: QuotaPolicy = DEFAULT_POLICY,
+) -> Assignment | None:
+    """What to send for a bucket: `fresh` when it differs meaningfully from what Envoy holds,
+    `previous` again (same numbers, a new TTL) when that is about to expire, else None.
+
+    Envoy rebuilds a token bucket, full, whenever its numbers change: small moves of the share
+    or of what is left are not worth a rebuild, so they wait until they add up."""
+    if previous is None or previous.action is not fresh.action:
+        return fresh
+    if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, policy.change_ratio):
+        return fresh
+    if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
+        return fresh
+    if previous.recheck_ms > now_ms:
+        return None  # decided again at the recheck, before it expires
+    if previous.expires_ms - now_ms <= policy.refresh_before_ms:
+        return replace(previous, issued_ms=now_ms, recheck_ms=fresh.recheck_ms)
+    return None
+
+
+def _deny_moved(previous: Assignment, fresh: Assignment, now_ms: int) -> bool:
+    """A longer block must be told; a DENY_ALL past its recheck is decided again anyway."""
+    if previous.recheck_ms == fresh.recheck_ms:
+        return False
+    return fresh.expires_ms > previous.expires_ms or now_ms >= previous.recheck_ms
+
+
+def _moved(previous: Assignment, fresh: Assignment, ratio: float) -> bool:
+    old, new = previous.bucket, fresh.bucket
+    assert old is not None and new is not None
+    if old.fill_interval_s != new.fill_interval_s:
+        return True  # the limit itself changed (a reload)
+    pairs = ((old.max_tokens, new.max_tokens), (old.tokens_per_fill, new.tokens_per_fill))
+    return any(abs(n - o) > max(1.0, ratio * o) for o, n in pairs)
+
+
+def abandoned(idle_reports: int, policy: QuotaPolicy = DEFAULT_POLICY) -> bool:
+    """A bucket reported idle (nothing allowed or denied) this many times in a row is
+    abandoned: Envoy forgets it, and a new request makes it anew with an immediate report."""
+    return idle_reports >= policy.abandon_after_reports

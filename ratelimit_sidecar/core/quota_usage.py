@@ -1,0 +1,73 @@
+"""An RLQS bucket's report in, its assignment out, through the limiter's own counters.
+
+A report's allowed requests are hits Envoy has already admitted: the limiter counts them
+(`Limiter.count_admitted`) into the same counters, and so the same span deltas and store keys,
+as ShouldRateLimit requests with the same descriptor. The assignment is then read off those
+counters (core/quota_assign.py). Pure: the clock is `now_ms`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ratelimit_sidecar.config.model import RateLimit, Rule
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.limiter import Limiter
+from ratelimit_sidecar.core.quota_assign import (
+    DEFAULT_POLICY,
+    Assignment,
+    KeyView,
+    QuotaPolicy,
+    allow_all,
+    assign,
+    combine,
+)
+from ratelimit_sidecar.core.types import Hit
+
+
+def report_usage(
+    limiter: Limiter,
+    hit: Hit,
+    now_ms: int,
+    streams: int = 1,
+    policy: QuotaPolicy = DEFAULT_POLICY,
+) -> Assignment:
+    """Count a report's allowed requests (`hit.hits`, 0 for an idle report) under the hit's
+    rule, and return the assignment its counters call for now."""
+    rule = hit.rule
+    if rule is None or rule.limit is None or rule.shadow_mode:
+        limiter.count_admitted(now_ms, hit)  # a shadow rule still counts
+        return allow_all(now_ms, policy)
+    states = limiter.count_admitted(now_ms, hit)
+    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy)
+
+
+def assignment_of(
+    limiter: Limiter,
+    rule: Rule,
+    states: Sequence[KeyState | None],
+    now_ms: int,
+    *,
+    streams: int = 1,
+    policy: QuotaPolicy = DEFAULT_POLICY,
+) -> Assignment:
+    """The assignment for a rule whose limits' counters are `states` (one per limit)."""
+    views = [
+        view_of(limiter, limit, state, now_ms)
+        for limit, state in zip(rule.limits, states, strict=True)
+    ]
+    return combine([assign(view, now_ms, streams, policy) for view in views])
+
+
+def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
+    """What the limiter knows of one counter; without a counter (a deny list, or a table full
+    of blocked keys) the limit alone: nothing left of a deny list, a whole capacity otherwise."""
+    if state is None:
+        return KeyView(limit, limit.capacity if limit.requests_per_unit else 0)
+    algorithm = limiter.algorithm_of(state)
+    refusal = algorithm.check(
+        state, 0, now_ms
+    )  # no hits: only a block refuses, and it changes nothing
+    remaining = algorithm.admitted(state, now_ms).remaining
+    blocked_ms = refusal.reset_ms if refusal is not None else 0
+    return KeyView(limit, remaining, blocked_ms, state.nodes, state.shadow)
