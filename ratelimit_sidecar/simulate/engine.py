@@ -14,6 +14,7 @@ call does. Local-only nodes (the `local` baseline) have no store and no sync at 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
 
@@ -32,7 +33,14 @@ from ratelimit_sidecar.simulate.envoy_quota import REPORT_PERIOD_MS, EnvoyBucket
 from ratelimit_sidecar.simulate.metrics import Recorder
 from ratelimit_sidecar.simulate.params import rule_for
 from ratelimit_sidecar.simulate.references import reference_for, trailing_bound
-from ratelimit_sidecar.simulate.rlqs import QuotaServer, RlqsPlan, RlqsStats, leave, report
+from ratelimit_sidecar.simulate.rlqs import (
+    QuotaServer,
+    RlqsPlan,
+    RlqsStats,
+    deliver,
+    leave,
+    report,
+)
 from ratelimit_sidecar.simulate.scenarios import Setup
 from ratelimit_sidecar.simulate.traffic import Traffic
 from ratelimit_sidecar.simulate.variants import System
@@ -43,7 +51,9 @@ from ratelimit_sidecar.storage.memory import MemoryStorage
 # first at a shared span boundary, as in a real fleet (a fixed order would bias `seen`).
 WAKE_JITTER_MS = 3
 BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT = range(6)
-PERIODIC, FIRST = "periodic", "first"  # a REPORT's payload: the 5 s timer, or a new bucket's
+# A REPORT's payload: Envoy's 5 s timer, a new bucket's first request, the server's recheck.
+PERIODIC, FIRST, RECHECK = "periodic", "first", "recheck"
+QuotaFactory = Callable[[], QuotaServer]
 KEY = ("sim", "client", "c1")
 
 
@@ -79,6 +89,8 @@ class SimNode:
     dropped: int = 0  # the limiter's dropped_hits already recorded
     tracking: bool = False  # has a key, hence span ends to wake for
     envoy: EnvoyBucket | None = None  # an RLQS gateway: its Envoy decides (rlqs.py)
+    quota: QuotaServer | None = None  # ... and its stream to this node
+    recheck_at: int = 0  # true ms of the server's planned recheck (0: none)
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +98,7 @@ class SimNode:
 
 
 class Engine:
-    def __init__(self, setup: Setup, system: System, quota: QuotaServer | None = None) -> None:
+    def __init__(self, setup: Setup, system: System, quota: QuotaFactory | None = None) -> None:
         self.setup, self.system = setup, system
         p = setup.params
         self.now = setup.boot_ms
@@ -113,7 +125,7 @@ class Engine:
         if system.rlqs and quota is None:
             from ratelimit_sidecar.simulate.quota_server import SidecarQuota
 
-            self.quota = SidecarQuota()
+            self.quota = SidecarQuota
 
     def run(self) -> Recorder:
         rng = Random(self.setup.params.seed)
@@ -179,7 +191,10 @@ class Engine:
         elif kind == APPLY and payload is node.batch:
             self._apply(node)
         elif kind == REPORT and node.serving and node.envoy is not None:
-            self._report(node, node.envoy, payload == PERIODIC)
+            if payload == RECHECK:
+                self._recheck(node, node.envoy)
+            else:
+                self._report(node, node.envoy, payload == PERIODIC)
 
     def _boot(self, index: int) -> None:
         setup, system = self.setup, self.system
@@ -197,8 +212,8 @@ class Engine:
         fleet = FleetLimiter(algorithm=system.algorithm)
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
-        if system.rlqs and self.rlqs.uses_rlqs(index):
-            node.envoy = EnvoyBucket()
+        if self.quota is not None and self.rlqs.uses_rlqs(index):
+            node.envoy, node.quota = EnvoyBucket(), self.quota()
             self.rlqs_stats.gateways += 1
             # Envoy's report timer runs from its start, at its own phase.
             self._at(self.now + self.jitter.randrange(REPORT_PERIOD_MS), REPORT, index, PERIODIC)
@@ -291,15 +306,32 @@ class Engine:
         return envoy.admit(t)
 
     def _report(self, node: SimNode, envoy: EnvoyBucket, periodic: bool) -> None:
-        assert self.quota is not None
+        assert node.quota is not None
         lost = self.rlqs_stats.lost_hits
         call = (node.limiter, node.hits, self.now, self.now + node.offset)
-        report(envoy, self.quota, self.rlqs, self.rlqs_stats, call)
+        report(envoy, node.quota, self.rlqs, self.rlqs_stats, call)
         self.recorder.dropped_hits += self.rlqs_stats.lost_hits - lost
         if not node.tracking:
             self._first_key(node)
         if periodic:
             self._at(self.now + REPORT_PERIOD_MS, REPORT, node.index, PERIODIC)
+        self._plan_recheck(node, node.quota)
+
+    def _plan_recheck(self, node: SimNode, quota: QuotaServer) -> None:
+        """The server decides a DENY_ALL again when its block ends (one timer per stream)."""
+        at = quota.recheck_ms - node.offset if quota.recheck_ms else 0
+        if at > self.now and at != node.recheck_at:
+            node.recheck_at = at
+            self._at(at, REPORT, node.index, RECHECK)
+
+    def _recheck(self, node: SimNode, envoy: EnvoyBucket) -> None:
+        assert node.quota is not None
+        if self.now != node.recheck_at or not self.rlqs.reachable(self.now):
+            return  # superseded by a later plan, or the stream is down
+        node.recheck_at = 0
+        answer = node.quota.recheck(node.limiter, node.hits, self.now + node.offset)
+        deliver(envoy, self.rlqs_stats, self.now, answer)
+        self._plan_recheck(node, node.quota)
 
     def _sample_nodes(self, node: SimNode) -> None:
         truth = self.setup.membership.inverse_share(node.index, self.now)

@@ -23,12 +23,22 @@ from ratelimit_sidecar.simulate.envoy_quota import EnvoyAssignment, EnvoyBucket,
 
 
 class QuotaServer(Protocol):
-    """The sidecar's side of one report for the simulated key (one home: the service's rule)."""
+    """One gateway's stream to its sidecar for the simulated key (the service's rule decides:
+    quota_server.py). Times are the node's clock."""
+
+    @property
+    def recheck_ms(self) -> int:
+        """When the server decides again without a report; 0: not planned."""
+        ...
 
     def report(
         self, limiter: Limiter, hits: Sequence[Hit], now_ms: int, usage: Usage
     ) -> EnvoyAssignment | None:
         """Count the usage into `limiter`, then the bucket's assignment (None: no change)."""
+        ...
+
+    def recheck(self, limiter: Limiter, hits: Sequence[Hit], now_ms: int) -> EnvoyAssignment | None:
+        """Decide again on the counters as they are (None: no change)."""
         ...
 
 
@@ -81,7 +91,13 @@ def report(
         stats.lost_hits += bucket.lost - before
         return
     usage = bucket.take_usage(now)
-    answer = server.report(limiter, hits, node_now, usage)
+    deliver(bucket, stats, now, server.report(limiter, hits, node_now, usage))
+
+
+def deliver(
+    bucket: EnvoyBucket, stats: RlqsStats, now: int, answer: EnvoyAssignment | None
+) -> None:
+    """An answer reaches Envoy (the sidecar is local: at once)."""
     if answer is not None:
         before = bucket.rebuilds
         bucket.assign(now, answer)

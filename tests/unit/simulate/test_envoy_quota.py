@@ -94,9 +94,14 @@ def test_usage_is_counted_between_reports_and_lost_when_not_sent() -> None:
 class FixedServer:
     """A stand-in RLQS server: counts the usage as the limiter's hits, answers `answer`."""
 
+    recheck_ms = 0
+
     def __init__(self, answer: EnvoyAssignment) -> None:
         self.answer = answer
         self.reports: list[tuple[int, Usage]] = []
+
+    def recheck(self, limiter: Limiter, hits: Sequence[Hit], now_ms: int) -> None:
+        raise AssertionError("a fixed answer is never rechecked")
 
     def report(
         self, limiter: Limiter, hits: Sequence[Hit], now_ms: int, usage: Usage
@@ -110,7 +115,7 @@ class FixedServer:
 def run_rlqs(system: str, answer: EnvoyAssignment, **params: object) -> tuple[Engine, FixedServer]:
     setup = resolve(SimParams(**params))  # type: ignore[arg-type]
     server = FixedServer(answer)
-    engine = Engine(setup, system_for(system), server)
+    engine = Engine(setup, system_for(system), lambda: server)
     engine.run()
     return engine, server
 
