@@ -29,17 +29,18 @@ from ratelimit_sidecar.core import (
     SyncSchedule,
 )
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
-from ratelimit_sidecar.simulate.envoy_quota import REPORT_PERIOD_MS, EnvoyBucket
+from ratelimit_sidecar.simulate.envoy_quota import REPORT_PERIOD_MS
 from ratelimit_sidecar.simulate.metrics import Recorder
 from ratelimit_sidecar.simulate.params import rule_for
 from ratelimit_sidecar.simulate.references import reference_for, trailing_bound
 from ratelimit_sidecar.simulate.rlqs import (
+    FIRST,
+    PERIODIC,
+    Gateway,
     QuotaServer,
     RlqsPlan,
     RlqsStats,
-    deliver,
     leave,
-    report,
 )
 from ratelimit_sidecar.simulate.scenarios import Setup
 from ratelimit_sidecar.simulate.traffic import Traffic
@@ -51,8 +52,6 @@ from ratelimit_sidecar.storage.memory import MemoryStorage
 # first at a shared span boundary, as in a real fleet (a fixed order would bias `seen`).
 WAKE_JITTER_MS = 3
 BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT = range(6)
-# A REPORT's payload: Envoy's 5 s timer, a new bucket's first request, the server's recheck.
-PERIODIC, FIRST, RECHECK = "periodic", "first", "recheck"
 QuotaFactory = Callable[[], QuotaServer]
 KEY = ("sim", "client", "c1")
 
@@ -88,9 +87,7 @@ class SimNode:
     timed_out: bool = False
     dropped: int = 0  # the limiter's dropped_hits already recorded
     tracking: bool = False  # has a key, hence span ends to wake for
-    envoy: EnvoyBucket | None = None  # an RLQS gateway: its Envoy decides (rlqs.py)
-    quota: QuotaServer | None = None  # ... and its stream to this node
-    recheck_at: int = 0  # true ms of the server's planned recheck (0: none)
+    gateway: Gateway | None = None  # an RLQS gateway: its Envoy decides (rlqs.py)
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -166,8 +163,10 @@ class Engine:
             ok = exact
         else:
             node = self.nodes[index]
-            if node.envoy is not None:
-                ok = self._envoy_admits(node, t)
+            if node.gateway is not None:
+                ok, first = node.gateway.admit(t)
+                if first:  # a new bucket's first request sends a report at once
+                    self._at(t, REPORT, index, FIRST)
             else:
                 ok = node.limiter.hit(t + node.offset, node.hits).code is Code.OK
             if not node.tracking:
@@ -190,11 +189,8 @@ class Engine:
             self._exec(node, payload)
         elif kind == APPLY and payload is node.batch:
             self._apply(node)
-        elif kind == REPORT and node.serving and node.envoy is not None:
-            if payload == RECHECK:
-                self._recheck(node, node.envoy)
-            else:
-                self._report(node, node.envoy, payload == PERIODIC)
+        elif kind == REPORT and node.serving and node.gateway is not None:
+            self._gateway(node, node.gateway, str(payload))
 
     def _boot(self, index: int) -> None:
         setup, system = self.setup, self.system
@@ -213,7 +209,7 @@ class Engine:
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
         if self.quota is not None and self.rlqs.uses_rlqs(index):
-            node.envoy, node.quota = EnvoyBucket(), self.quota()
+            node.gateway = Gateway(self.quota(), offset)
             self.rlqs_stats.gateways += 1
             # Envoy's report timer runs from its start, at its own phase.
             self._at(self.now + self.jitter.randrange(REPORT_PERIOD_MS), REPORT, index, PERIODIC)
@@ -222,8 +218,8 @@ class Engine:
     def _leave(self, node: SimNode) -> None:
         """SIGTERM: stop serving, then flush every pending hit (after any sync in flight)."""
         node.serving, node.leaving = False, True
-        if node.envoy is not None:
-            leave(node.envoy, self.rlqs_stats, self.now)
+        if node.gateway is not None:
+            leave(node.gateway.envoy, self.rlqs_stats, self.now)
         if node.fleet is None:
             del self.nodes[node.index]  # nothing to flush
         elif node.batch is None:
@@ -297,41 +293,14 @@ class Engine:
         else:
             self._wake(node, self.now)
 
-    def _envoy_admits(self, node: SimNode, t: int) -> bool:
-        """Envoy decides alone; a new bucket's first request sends a report at once."""
-        envoy = node.envoy
-        assert envoy is not None
-        if envoy.new and not envoy.allowed + envoy.denied:
-            self._at(t, REPORT, node.index, FIRST)
-        return envoy.admit(t)
-
-    def _report(self, node: SimNode, envoy: EnvoyBucket, periodic: bool) -> None:
-        assert node.quota is not None
+    def _gateway(self, node: SimNode, gateway: Gateway, kind: str) -> None:
         lost = self.rlqs_stats.lost_hits
-        call = (node.limiter, node.hits, self.now, self.now + node.offset)
-        report(envoy, node.quota, self.rlqs, self.rlqs_stats, call)
+        served = (node.limiter, node.hits)
+        for at, what in gateway.handle(kind, self.now, served, self.rlqs, self.rlqs_stats):
+            self._at(at, REPORT, node.index, what)
         self.recorder.dropped_hits += self.rlqs_stats.lost_hits - lost
         if not node.tracking:
             self._first_key(node)
-        if periodic:
-            self._at(self.now + REPORT_PERIOD_MS, REPORT, node.index, PERIODIC)
-        self._plan_recheck(node, node.quota)
-
-    def _plan_recheck(self, node: SimNode, quota: QuotaServer) -> None:
-        """The server decides a DENY_ALL again when its block ends (one timer per stream)."""
-        at = quota.recheck_ms - node.offset if quota.recheck_ms else 0
-        if at > self.now and at != node.recheck_at:
-            node.recheck_at = at
-            self._at(at, REPORT, node.index, RECHECK)
-
-    def _recheck(self, node: SimNode, envoy: EnvoyBucket) -> None:
-        assert node.quota is not None
-        if self.now != node.recheck_at or not self.rlqs.reachable(self.now):
-            return  # superseded by a later plan, or the stream is down
-        node.recheck_at = 0
-        answer = node.quota.recheck(node.limiter, node.hits, self.now + node.offset)
-        deliver(envoy, self.rlqs_stats, self.now, answer)
-        self._plan_recheck(node, node.quota)
 
     def _sample_nodes(self, node: SimNode) -> None:
         truth = self.setup.membership.inverse_share(node.index, self.now)

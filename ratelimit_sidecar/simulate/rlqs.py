@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ratelimit_sidecar.core import Hit, Limiter
-from ratelimit_sidecar.simulate.envoy_quota import EnvoyAssignment, EnvoyBucket, Usage
+from ratelimit_sidecar.simulate.envoy_quota import (
+    REPORT_PERIOD_MS,
+    EnvoyAssignment,
+    EnvoyBucket,
+    Usage,
+)
 
 
 class QuotaServer(Protocol):
@@ -40,6 +45,20 @@ class QuotaServer(Protocol):
     def recheck(self, limiter: Limiter, hits: Sequence[Hit], now_ms: int) -> EnvoyAssignment | None:
         """Decide again on the counters as they are (None: no change)."""
         ...
+
+
+def window_bound(
+    max_: int, capacity: int, window_ms: int, report_ms: int = REPORT_PERIOD_MS
+) -> int:
+    """The most an RLQS fleet admits in one window while every gateway holds an assignment and
+    the shares add up to at most 1 (docs/ACCURACY.md, "RLQS gateways").
+
+    A gateway's bucket never holds more than its share s of the capacity C, and gets refilled at
+    s x MAX per window; Envoy fills a bucket anew only when an assignment changes it, which
+    happens at a report (or the server's recheck of a DENY_ALL): at most ceil(W / P) periodic
+    reports fall in a window, plus the bucket it entered the window with. So one gateway admits
+    at most s x (C x (ceil(W / P) + 1) + MAX) per window, the fleet the same with s = 1."""
+    return capacity * (math.ceil(window_ms / report_ms) + 1) + max_
 
 
 @dataclass(frozen=True)
@@ -102,6 +121,55 @@ def deliver(
         before = bucket.rebuilds
         bucket.assign(now, answer)
         stats.rebuilds += bucket.rebuilds - before
+
+
+# What a gateway's event is: Envoy's 5 s timer, a new bucket's first request, the server's recheck.
+PERIODIC, FIRST, RECHECK = "periodic", "first", "recheck"
+Planned = list[tuple[int, str]]  # events to schedule: (true ms, kind)
+
+
+class Gateway:
+    """An RLQS gateway beside its sidecar node: its Envoy bucket and its stream's server side.
+    Events come in through `handle`; what it returns is for the engine to schedule."""
+
+    def __init__(self, quota: QuotaServer, offset: int) -> None:
+        self.envoy, self.quota, self.offset = EnvoyBucket(), quota, offset
+        self.recheck_at = 0  # true ms of the server's planned recheck (0: none)
+
+    def admit(self, t: int) -> tuple[bool, bool]:
+        """Envoy decides alone: (admitted, whether this new bucket's report goes out now)."""
+        first = self.envoy.new and not self.envoy.allowed + self.envoy.denied
+        return self.envoy.admit(t), first
+
+    def handle(
+        self,
+        kind: str,
+        now: int,
+        node: tuple[Limiter, Sequence[Hit]],
+        plan: RlqsPlan,
+        stats: RlqsStats,
+    ) -> Planned:
+        limiter, hits = node
+        planned: Planned = []
+        if kind == RECHECK:
+            if now != self.recheck_at or not plan.reachable(now):
+                return planned  # superseded by a later plan, or the stream is down
+            self.recheck_at = 0
+            answer = self.quota.recheck(limiter, hits, now + self.offset)
+            deliver(self.envoy, stats, now, answer)
+        else:
+            report(self.envoy, self.quota, plan, stats, (limiter, hits, now, now + self.offset))
+            if kind == PERIODIC:
+                planned.append((now + REPORT_PERIOD_MS, PERIODIC))
+        return planned + self._plan_recheck(now)
+
+    def _plan_recheck(self, now: int) -> Planned:
+        """The server decides a DENY_ALL again when its block ends (one timer per stream)."""
+        at = self.quota.recheck_ms - self.offset if self.quota.recheck_ms else 0
+        if at <= now or at == self.recheck_at:
+            return []
+        self.recheck_at = at
+        return [(at, RECHECK)]
 
 
 def leave(bucket: EnvoyBucket, stats: RlqsStats, now: int) -> None:

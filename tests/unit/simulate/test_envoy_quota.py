@@ -129,7 +129,9 @@ def test_rlqs_gateways_report_every_5_s_and_a_new_bucket_at_once() -> None:
     assert times[0] - start < 50  # the first request's own report, at once
     gaps = {b - a for a, b in itertools.pairwise(times[1:])}
     assert gaps == {REPORT_PERIOD_MS}
-    envoy = engine.nodes[0].envoy
+    gateway = engine.nodes[0].gateway
+    assert gateway is not None
+    envoy = gateway.envoy
     assert envoy is not None  # every admitted request is reported, but the last 5 s' ones
     reported = sum(u.allowed for _, u in server.reports)
     assert reported + envoy.allowed == sum(engine.recorder.admitted)
@@ -145,7 +147,7 @@ def test_a_token_bucket_assignment_bounds_each_gateway() -> None:
 def test_half_the_gateways_on_rlqs_and_usage_lost_in_an_rlqs_outage() -> None:
     allow = EnvoyAssignment(Action.ALLOW_ALL, ttl_ms=20_000)
     engine, server = run_rlqs("rlqs-half", allow, nodes=4, windows=12, scenario="rlqs_outage")
-    on_rlqs = sorted(i for i, n in engine.nodes.items() if n.envoy is not None)
+    on_rlqs = sorted(i for i, n in engine.nodes.items() if n.gateway is not None)
     assert on_rlqs == [1, 3]
     a, b = engine.setup.rlqs_outages[0]
     assert not any(a <= t < b for t, _ in server.reports)
