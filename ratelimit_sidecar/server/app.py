@@ -21,6 +21,7 @@ from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.reload import RuleWatcher
+from ratelimit_sidecar.server.rlqs_api import quota_wiring
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
@@ -93,6 +94,9 @@ class Sidecar:
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
             strict=self.strict,
         )
+        self.quota, self._add_quota = quota_wiring(
+            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry
+        )
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
         mode = "local-only" if storage is None else storage.description
@@ -137,7 +141,7 @@ class Sidecar:
         """Bind and start serving; raises BindError if the address is not available."""
         servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
         server, health, self.port = build_server(
-            servicer, self.settings.grpc_address, self._reuse_port
+            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,)
         )
         try:
             await self.http.start(self.settings.metrics_address)
@@ -200,6 +204,7 @@ class Sidecar:
         log.info("shutting down: draining requests and flushing counts")
         if self._server is not None:
             await self._health.set("", NOT_SERVING)
+            self.quota.end_streams()  # RLQS streams last for ever: end them, counted
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
         self.watcher.stop()
