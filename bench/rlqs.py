@@ -83,16 +83,42 @@ class Stack:
             failed = stats.get(RLS_STATS + "error", 0)
             failed += stats.get(RLS_STATS + "failure_mode_allowed", 0)
             return [f"{failed} rate limit calls failed (Envoy failed open)"] if failed else []
-        if self.name in (ALLOW_ALL, rlqs_table.RLQS):
-            # the stream is a request that never ends: one active while it is up
-            active = self.envoy.stat(f"cluster.{SERVICE_CLUSTER}.upstream_rq_active")
-            return [] if active else ["no RLQS stream open to the server"]
-        return []
+        if self.name not in (ALLOW_ALL, rlqs_table.RLQS):
+            return []
+        # the stream is a request that never ends: one active while it is up
+        if not self.envoy.stat(f"cluster.{SERVICE_CLUSTER}.upstream_rq_active"):
+            return ["no RLQS stream open to the server"]
+        return self.assignment_problems() if self.name == rlqs_table.RLQS else []
+
+    def assignment_problems(self) -> list[str]:
+        """The sidecar sent real token buckets, and its gateway refused nothing."""
+        assert self.service is not None
+        found = sidecar_metrics(self.service)
+        buckets = found.get('rlqs_assignments_total{action="token_bucket"}', 0)
+        denied = found.get('rlqs_requests_total{result="denied"}', 0)
+        allowed = found.get('rlqs_requests_total{result="allowed"}', 0)
+        problems = [] if buckets else ["the sidecar sent no token bucket assignment"]
+        problems += [f"Envoy refused {denied:.0f} requests"] if denied else []
+        return problems + ([] if allowed else ["no usage reported to the sidecar"])
 
     def stop(self) -> None:
         self.envoy.stop()
         if self.service:
             self.service.stop()
+
+
+def sidecar_metrics(service: ServerProcess) -> dict[str, float]:
+    """The sidecar's `ratelimit_sidecar_rlqs_*` samples, names without the prefix."""
+    argv = [str(a) for a in service.proc.args]  # type: ignore[union-attr]
+    address = argv[argv.index("--metrics-address") + 1]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    prefix, found = "ratelimit_sidecar_", {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith(prefix + "rlqs_"):
+            found[name.removeprefix(prefix)] = float(value)
+    return found
 
 
 def start_stack(name: str, bench: Bench, rules: Path) -> Stack:
@@ -122,7 +148,12 @@ def start_load(bench: Bench, stacks: Sequence[Stack], wrk: Wrk, seconds: int) ->
     shape = LoadShape(CONNECTIONS, 1, 0.0, seconds)
     prefix = bench.pinning.taskset([], bench.pinning.client_cpus)
     work = Workload("api-key", [])
-    return [wrk.start(s.address, work, shape, bench.workdir, prefix) for s in stacks]
+    loads = []
+    for stack in stacks:  # a directory each: wrk rewrites its script file at every start
+        workdir = bench.workdir / f"wrk-{stack.name}"
+        workdir.mkdir(exist_ok=True)
+        loads.append(wrk.start(stack.address, work, shape, workdir, prefix))
+    return loads
 
 
 def snapshot(bench: Bench, stacks: Sequence[Stack]) -> tuple[float, int, list[tuple[float, float]]]:

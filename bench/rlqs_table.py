@@ -69,9 +69,15 @@ class Row:
     errors: int
 
 
+def valid(samples: Sequence[Sample]) -> list[Sample]:
+    """Samples whose load generator saw every request answered (the others are reported as
+    problems, and left out of every row and ratio)."""
+    return [x for x in samples if not x.errors and x.requests > 0]
+
+
 def pooled(samples: Sequence[Sample]) -> list[Row]:
-    """One row per stack, in STACKS order, from the rounds it was measured in."""
-    rows = []
+    """One row per stack, in STACKS order, from the rounds it was measured in validly."""
+    samples, rows = valid(samples), []
     for stack in [s for s in STACKS if any(x.stack == s for x in samples)]:
         mine = [x for x in samples if x.stack == stack]
         seconds = sum(x.seconds for x in mine)
@@ -100,7 +106,7 @@ Value = Callable[[Sample], float | None]
 def ratios(samples: Sequence[Sample], stack: str, baseline: str, value: Value) -> list[float]:
     """`stack`'s value over `baseline`'s, in every round that measured both."""
     by_round: dict[int, dict[str, Sample]] = {}
-    for x in samples:
+    for x in valid(samples):
         by_round.setdefault(x.round_no, {})[x.stack] = x
     found = []
     for got in by_round.values():

@@ -61,6 +61,20 @@ def test_ratios_pair_stacks_of_the_same_round_only() -> None:
     assert ratio(samples, RLS, PLAIN, rps).median is None
 
 
+def test_samples_with_failed_requests_count_in_no_row_and_no_ratio() -> None:
+    failed = Sample(PLAIN, 1, 0, 2.0, 0.5, 0.0, errors=1)
+    samples = [
+        sample(PLAIN, 0, 1000, 0.25),
+        failed,
+        sample(RLS, 0, 500, 0.25),
+        sample(RLS, 1, 9, 1),
+    ]
+    (plain, _) = pooled(samples)
+    assert plain.rounds == 1
+    assert plain.per_core == pytest.approx(2000)
+    assert ratios(samples, RLS, PLAIN, rps) == pytest.approx([0.5])
+
+
 def test_the_verdict_is_the_median_per_core_against_95_percent() -> None:
     def rounds(*values: int) -> list[Sample]:
         pairs = [
