@@ -40,7 +40,7 @@ from harness.envoy import envoy_binary
 NAME = "rlqs"
 CONNECTIONS = 8  # per stack; HTTP/1.1, one request in flight each
 DURATION_S = 3
-ROUNDS = 5
+ROUNDS = 8
 WARM_UP_S = 2  # the RLQS stacks' first report and assignment land in it
 DOMAIN, API_KEY = "gateway", "bench"
 RULES_YAML = f"""\
@@ -250,6 +250,7 @@ def run(options: Options) -> Outcome:
         LEGEND,
         *[f"  {name}: {about}" for name, about in rlqs_table.ABOUT.items()],
         *[f"  not measured: {s}" for s in skipped],
+        *[f"  note: {p}" for p in problems],
         text,
     ]
     document = {
