@@ -3,7 +3,12 @@ simulator: the documented window bound, usage reaching the shared store, outage 
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from ratelimit_sidecar.core import SyncBatch, SyncResult
+from ratelimit_sidecar.simulate.cli import main
 from ratelimit_sidecar.simulate.engine import KEY
 from ratelimit_sidecar.simulate.rlqs import window_bound
 from tests.unit.simulate.helpers import engine
@@ -57,3 +62,15 @@ def test_usage_counted_while_the_server_is_unreachable_is_lost() -> None:
     assert stats.lost_reports >= 4 * 2  # 4 gateways, 10 s of 30 windows... at least 2 each
     assert stats.lost_hits > 0
     assert rec.dropped_hits == stats.lost_hits
+
+
+def test_the_command_line_runs_rlqs_gateways(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rlqs-gateways` and `--rlqs-outage` reach the engine: one RLQS gateway of two, its
+    server unreachable for the whole run, so it never gets an assignment and lets all through."""
+    small = ["--windows", "6", "--nodes", "2", "--load", "4", "--format", "json"]
+    argv = ["--scenario", "steady", "--systems", "core,rlqs", "--rlqs-gateways", "1", *small]
+    assert main([*argv, "--rlqs-outage", "0:60"]) == 0
+    core, rlqs = json.loads(capsys.readouterr().out)
+    assert rlqs["system"] == "rlqs"
+    assert rlqs["dropped_hits"] > 0  # the unreachable gateway's usage
+    assert rlqs["admitted_mean"] > core["admitted_mean"] + core["max"]  # half of 4 x MAX through
