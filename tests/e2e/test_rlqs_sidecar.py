@@ -37,8 +37,8 @@ RULES = f"""\
 domain: {DOMAIN}
 descriptors:
   - key: api_key
-    rate_limit: {{unit: second, unit_multiplier: {WINDOW_S}, requests_per_unit: {MAX}, spans: {SPANS},
-                 cooldown: window_end}}
+    rate_limit: {{unit: second, unit_multiplier: {WINDOW_S}, requests_per_unit: {MAX},
+                 spans: {SPANS}, cooldown: window_end}}
   - key: user
     # over after 3: DENY_ALL refreshed by the sidecar every report, with a TTL of ~6 s
     rate_limit: {{unit: minute, requests_per_unit: 3, spans: 30, cooldown: 1s}}
