@@ -13,25 +13,29 @@ The rule, for one limit of MAX per window W with capacity C (a token bucket's `b
   `streams` how many RLQS streams of this node report the bucket.
 - Blocked (the count is known to be over), or nothing left: DENY_ALL until the block ends (or,
   with an estimate alone at zero, until the next report re-decides), rounded up to whole seconds.
-- Otherwise a token bucket: `max_tokens` = s x what is left of the window (at least 1, at most
-  s x C), refilled at s x MAX per W. Envoy rebuilds a bucket full whenever its numbers change,
-  so `max_tokens` is what the gateway may spend from now on; the refill lets it keep admitting
-  at its share of the limit's rate until the fleet's count says otherwise. The DENY_ALL above
-  bounds a window: the fleet's count past MAX reaches this node within a span, and the gateway
-  at its next report.
-- Every algorithm is approximated this way, none exactly: a token bucket's shape is Envoy's
-  own (exact up to the share and the report delay); a fixed window becomes its average rate
-  plus a burst of what is left (a window can admit up to MAX plus the refill during the delay
-  before DENY_ALL); a sliding window and a sliding log likewise, with their trailing count as
-  what is left; a sliding log's per-request exactness is lost.
+- Otherwise a token bucket of `max_tokens` = s x what is left (at least 1, at most s x C).
+  Envoy builds a bucket full whenever its numbers change, so `max_tokens` is what the gateway
+  may spend from now on; the server answers every report (and wakes when the counter frees
+  capacity) with the share of what is left then, sending it only when it differs meaningfully
+  from what the gateway's bucket still holds (`settle`).
+- How the bucket refills depends on the algorithm. A token bucket refills at s x MAX per W:
+  Envoy's own shape, exact up to the share and the report delay. A window (fixed, sliding, log)
+  frees capacity only when hits leave it, which the server sees and Envoy cannot: its bucket
+  gets a token per fill interval of at least a window (the least Envoy 1.40 accepts: without
+  `tokens_per_fill` it never refills), and the server refills it when the window frees room,
+  at the window's reset for a fixed window, as old spans leave for a sliding one, rechecked at
+  most once a second. A window so admits its share of MAX, not MAX plus a refill; a sliding
+  log loses its per-request exactness (it is rebalanced at span granularity, like a sliding
+  window).
 - Shadow-mode and unlimited rules, and buckets no rule matches: ALLOW_ALL. A deny list
   (`requests_per_unit: 0`): DENY_ALL.
 
 Envoy 1.40 facts the numbers respect: `fill_interval` is read in whole seconds (under 1 s means
 no limit), a bucket without `tokens_per_fill` never refills, `assignment_time_to_live` is whole
 seconds and unset expires at once, an identical token bucket sent again keeps its tokens and
-restarts the TTL, and only the nanos of `fill_interval` are compared (so `fill_interval` here
-depends on the limit alone and never changes while the share does).
+restarts the TTL (so a resend renews an assignment without refilling it), and only the nanos of
+`fill_interval` are compared (so `fill_interval` here depends on the limit alone and never
+changes while the share does).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 
 MS = 1000
 # tokens_per_fill is a whole number: a fill interval long enough that the smallest share of
@@ -68,18 +72,24 @@ class TokenBucket:
 class Assignment:
     """One bucket's assignment as sent at `issued_ms`; Envoy drops it `ttl_s` later.
 
-    `recheck_ms` (0: none) is when a DENY_ALL should be decided again without waiting for a
-    report: the block ends there."""
+    `recheck_ms` (0: none) is when the server should decide again without waiting for a report:
+    a DENY_ALL's block ends, or a window frees capacity. `built_ms` is when Envoy built the
+    bucket now holding these numbers (0: `issued_ms`); a resend of the same numbers keeps it."""
 
     action: Action
     ttl_s: int
     issued_ms: int
     bucket: TokenBucket | None = None
     recheck_ms: int = 0
+    built_ms: int = 0
 
     @property
     def expires_ms(self) -> int:
         return self.issued_ms + self.ttl_s * MS
+
+    @property
+    def since_ms(self) -> int:
+        return self.built_ms or self.issued_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,7 @@ class KeyView:
     blocked_ms: int = 0  # until the counter's block ends; 0: not blocked
     nodes: float = 1.0  # nodes' worth of traffic one of this node's hits stands for
     shadow: bool = False
+    reset_ms: int = 0  # until the counter frees capacity (its answer's reset); 0: unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,7 @@ class QuotaPolicy:
     ttl_s: int = 30  # how long Envoy keeps an assignment the server no longer refreshes
     change_ratio: float = 0.25  # a bucket's numbers must move this much to be sent again
     abandon_after_reports: int = 12  # idle (0 allowed, 0 denied) reports before abandoning
+    min_recheck_ms: int = 1000  # Envoy counts TTLs in whole seconds: no finer rechecks
 
     @property
     def refresh_before_ms(self) -> int:
@@ -122,15 +134,19 @@ def assign(
         return Assignment(Action.DENY_ALL, policy.ttl_s, now_ms)
     if view.blocked_ms > 0:
         return deny_until(now_ms, view.blocked_ms)
-    if view.remaining <= 0:
-        return deny_until(now_ms, policy.report_interval_ms)
+    if view.remaining <= 0:  # by the estimate: decided again when room frees, or at a report
+        wait = min(view.reset_ms or policy.report_interval_ms, policy.report_interval_ms)
+        return deny_until(now_ms, max(wait, policy.min_recheck_ms))
     share = 1.0 / (max(view.nodes, 1.0) * max(streams, 1))
-    bucket = TokenBucket(
-        max_tokens=_tokens(view.remaining * share, limit.capacity * share),
-        tokens_per_fill=max(1, round(limit.requests_per_unit * share * _fills(limit))),
-        fill_interval_s=fill_interval_s(limit),
-    )
-    return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket)
+    max_tokens = _tokens(view.remaining * share, limit.capacity * share)
+    interval = fill_interval_s(limit)
+    if limit.algorithm is AlgorithmName.TOKEN_BUCKET:
+        per_fill = max(1, round(limit.requests_per_unit * share * _fills(limit)))
+        bucket = TokenBucket(max_tokens, per_fill, interval)
+        return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket)
+    recheck = now_ms + max(view.reset_ms, policy.min_recheck_ms) if view.reset_ms > 0 else 0
+    bucket = TokenBucket(max_tokens, 1, interval)  # the server refills a window
+    return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, recheck)
 
 
 def allow_all(now_ms: int, policy: QuotaPolicy = DEFAULT_POLICY) -> Assignment:
@@ -163,8 +179,8 @@ def _tokens(left: float, capacity: float) -> int:
 def combine(assignments: Sequence[Assignment]) -> Assignment:
     """One bucket under several limits (`rate_limits:`): every limit must admit.
 
-    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill, each
-    compared in tokens per second since the fill intervals differ between limits."""
+    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill (in
+    tokens per second: the fill intervals differ between limits), rechecked at the earliest."""
     denials = [a for a in assignments if a.action is Action.DENY_ALL]
     if denials:
         return max(denials, key=lambda a: (a.recheck_ms == 0, a.recheck_ms, a.ttl_s))
@@ -173,8 +189,10 @@ def combine(assignments: Sequence[Assignment]) -> Assignment:
         return assignments[0]
     slowest = min(buckets, key=lambda a: _rate(a.bucket))
     smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
+    recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
     assert slowest.bucket is not None
-    return replace(slowest, bucket=replace(slowest.bucket, max_tokens=smallest))
+    bucket = replace(slowest.bucket, max_tokens=smallest)
+    return replace(slowest, bucket=bucket, recheck_ms=recheck)
 
 
 def _rate(bucket: TokenBucket | None) -> float:
@@ -187,23 +205,35 @@ def settle(
     fresh: Assignment,
     now_ms: int,
     policy: QuotaPolicy = DEFAULT_POLICY,
+    *,
+    spent: int = 0,
 ) -> Assignment | None:
     """What to send for a bucket: `fresh` when it differs meaningfully from what Envoy holds,
     `previous` again (same numbers, a new TTL) when that is about to expire, else None.
 
-    Envoy rebuilds a token bucket, full, whenever its numbers change: small moves of the share
-    or of what is left are not worth a rebuild, so they wait until they add up."""
+    `spent` is what the gateway reported allowed since Envoy built `previous`'s bucket: with
+    its refill since, an upper bound of the tokens the bucket holds now. Envoy builds a bucket
+    full whenever its numbers change, so a new one is sent only when what it would start with
+    differs from that by more than `change_ratio` (and a token): small moves of the share or of
+    what is left wait until they add up."""
     if previous is None or previous.action is not fresh.action:
         return fresh
-    if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, policy.change_ratio):
+    if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, now_ms, spent, policy):
         return fresh
     if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
         return fresh
-    if previous.recheck_ms > now_ms:
+    if previous.action is Action.DENY_ALL and previous.recheck_ms > now_ms:
         return None  # decided again at the recheck, before it expires
     if previous.expires_ms - now_ms <= policy.refresh_before_ms:
-        return replace(previous, issued_ms=now_ms, recheck_ms=fresh.recheck_ms)
+        renewed = replace(previous, issued_ms=now_ms, built_ms=previous.since_ms)
+        return replace(renewed, recheck_ms=fresh.recheck_ms)
     return None
+
+
+def kept(previous: Assignment, fresh: Assignment) -> Assignment:
+    """What the server remembers of a bucket when `settle` sent nothing: Envoy's assignment,
+    due to be decided again when `fresh` says (not at once, when a recheck has just run)."""
+    return replace(previous, recheck_ms=fresh.recheck_ms)
 
 
 def _deny_moved(previous: Assignment, fresh: Assignment, now_ms: int) -> bool:
@@ -213,13 +243,24 @@ def _deny_moved(previous: Assignment, fresh: Assignment, now_ms: int) -> bool:
     return fresh.expires_ms > previous.expires_ms or now_ms >= previous.recheck_ms
 
 
-def _moved(previous: Assignment, fresh: Assignment, ratio: float) -> bool:
+def _moved(
+    previous: Assignment, fresh: Assignment, now_ms: int, spent: int, policy: QuotaPolicy
+) -> bool:
     old, new = previous.bucket, fresh.bucket
     assert old is not None and new is not None
     if old.fill_interval_s != new.fill_interval_s:
         return True  # the limit itself changed (a reload)
-    pairs = ((old.max_tokens, new.max_tokens), (old.tokens_per_fill, new.tokens_per_fill))
-    return any(abs(n - o) > max(1.0, ratio * o) for o, n in pairs)
+    ratio = policy.change_ratio
+    if abs(new.tokens_per_fill - old.tokens_per_fill) > max(1.0, ratio * old.tokens_per_fill):
+        return True
+    held = held_tokens(old, (now_ms - previous.since_ms) / MS, spent)
+    return abs(new.max_tokens - held) > max(1.0, ratio * max(new.max_tokens, held))
+
+
+def held_tokens(bucket: TokenBucket, elapsed_s: float, spent: int) -> float:
+    """At most what an Envoy bucket built full `elapsed_s` ago holds after `spent` tokens."""
+    refilled = bucket.tokens_per_fill * max(0.0, elapsed_s) / bucket.fill_interval_s
+    return max(0.0, min(float(bucket.max_tokens), bucket.max_tokens - spent + refilled))
 
 
 def abandoned(idle_reports: int, policy: QuotaPolicy = DEFAULT_POLICY) -> bool:

@@ -21,6 +21,8 @@ from ratelimit_sidecar.core.quota_assign import (
     allow_all,
     assign,
     combine,
+    kept,
+    settle,
 )
 from ratelimit_sidecar.core.types import Hit
 
@@ -68,6 +70,58 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
     refusal = algorithm.check(
         state, 0, now_ms
     )  # no hits: only a block refuses, and it changes nothing
-    remaining = algorithm.admitted(state, now_ms).remaining
+    answer = algorithm.admitted(state, now_ms)  # what is left, and when room frees
     blocked_ms = refusal.reset_ms if refusal is not None else 0
-    return KeyView(limit, remaining, blocked_ms, state.nodes, state.shadow)
+    return KeyView(limit, answer.remaining, blocked_ms, state.nodes, state.shadow, answer.reset_ms)
+
+
+class BucketQuota:
+    """One bucket of one stream as the server remembers it: the assignment Envoy holds and what
+    the gateway reported allowed since Envoy built that bucket. The servicer and the simulator
+    both decide through it."""
+
+    def __init__(self) -> None:
+        self.sent: Assignment | None = None
+        self.spent = 0
+
+    @property
+    def recheck_ms(self) -> int:
+        """When to decide again without a report (0: only at reports)."""
+        return self.sent.recheck_ms if self.sent is not None else 0
+
+    def report(
+        self,
+        limiter: Limiter,
+        hit: Hit,
+        now_ms: int,
+        streams: int = 1,
+        policy: QuotaPolicy = DEFAULT_POLICY,
+    ) -> Assignment | None:
+        """A report of `hit.hits` allowed: counted, then what to send (None: nothing)."""
+        if self.sent is not None:
+            self.spent += max(0, hit.hits)
+        fresh = report_usage(limiter, hit, now_ms, streams, policy)
+        return self._settle(fresh, now_ms, policy)
+
+    def recheck(
+        self,
+        limiter: Limiter,
+        hit: Hit,
+        now_ms: int,
+        streams: int = 1,
+        policy: QuotaPolicy = DEFAULT_POLICY,
+    ) -> Assignment | None:
+        """No report: decided again on the counters as they are (nothing counted)."""
+        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy)
+        return self._settle(fresh, now_ms, policy)
+
+    def _settle(self, fresh: Assignment, now_ms: int, policy: QuotaPolicy) -> Assignment | None:
+        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent)
+        if send is None:
+            assert self.sent is not None  # settle sends whatever is new
+            self.sent = kept(self.sent, fresh)
+            return None
+        if send is fresh:  # Envoy builds a new bucket (a resend keeps its tokens)
+            self.spent = 0
+        self.sent = send
+        return send

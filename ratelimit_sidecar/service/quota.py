@@ -11,7 +11,7 @@ waiting for a report. The gRPC servicer (server/rlqs_api.py) converts messages a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ratelimit_sidecar.config.buckets import match_bucket
@@ -23,9 +23,8 @@ from ratelimit_sidecar.core.quota_assign import (
     Assignment,
     QuotaPolicy,
     abandoned,
-    settle,
 )
-from ratelimit_sidecar.core.quota_usage import report_usage
+from ratelimit_sidecar.core.quota_usage import BucketQuota
 from ratelimit_sidecar.service.ratelimit import MAX_HITS, _key
 from ratelimit_sidecar.service.validation import Bounds, InvalidRequest, validate_entries
 
@@ -68,7 +67,7 @@ class _Tracked:
     rules: RuleSet
     rule: Rule | None
     key: KeyId
-    sent: Assignment | None = None
+    quota: BucketQuota = field(default_factory=BucketQuota)
     idle: int = 0
 
 
@@ -128,21 +127,20 @@ class QuotaStream:
         return [action for action in actions if action is not None]
 
     def due(self) -> list[BucketAction]:
-        """Buckets whose DENY_ALL reached its recheck: decided again now, nothing counted."""
+        """Buckets whose recheck has come (a block ended, a window freed room): decided again
+        now, nothing counted."""
         now = self._service.clock_ms()
         actions = []
         for bucket, tracked in list(self._buckets.items()):
-            if tracked.sent is not None and 0 < tracked.sent.recheck_ms <= now:
-                action = self._decide(bucket, tracked, 0, now)
+            if 0 < tracked.quota.recheck_ms <= now:
+                action = self._decide(bucket, tracked, 0, now, recheck=True)
                 if action is not None:
                     actions.append(action)
         return actions
 
     def next_recheck_ms(self) -> int | None:
         """When `due` has something to decide next; None: only reports will."""
-        rechecks = [
-            t.sent.recheck_ms for t in self._buckets.values() if t.sent and t.sent.recheck_ms
-        ]
+        rechecks = [t.quota.recheck_ms for t in self._buckets.values() if t.quota.recheck_ms]
         return min(rechecks, default=None)
 
     def close(self) -> None:
@@ -211,16 +209,15 @@ class QuotaStream:
         return tracked
 
     def _decide(
-        self, bucket: BucketId, tracked: _Tracked, hits: int, now: int
+        self, bucket: BucketId, tracked: _Tracked, hits: int, now: int, *, recheck: bool = False
     ) -> BucketAction | None:
         service = self._service
         streams = service.holders.get(tracked.key, 1)
         hit = Hit(tracked.rule, tracked.key, hits)
-        fresh = report_usage(service.limiter, hit, now, streams, service.policy)
-        send = settle(tracked.sent, fresh, now, service.policy)
+        decide = tracked.quota.recheck if recheck else tracked.quota.report
+        send = decide(service.limiter, hit, now, streams, service.policy)
         if send is None:
             return None
-        tracked.sent = send
         if service.observer is not None:
             service.observer.assigned(send.action.value)
         return BucketAction(bucket, send)

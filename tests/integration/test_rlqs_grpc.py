@@ -88,7 +88,7 @@ def blanket(action: object) -> int:
 
 async def test_a_new_bucket_gets_its_assignment_on_its_first_report(stream: QuotaStream) -> None:
     got = await stream.exchange((ALICE, 1, 0))
-    assert token_bucket(got[bucket_key(ALICE)]) == (99, 100, 60, 30)
+    assert token_bucket(got[bucket_key(ALICE)]) == (99, 1, 60, 30)
 
 
 async def test_an_rlqs_stream_and_a_should_rate_limit_client_count_one_limit(
@@ -108,14 +108,19 @@ async def test_an_rlqs_stream_and_a_should_rate_limit_client_count_one_limit(
     assert sidecar.limiter.keys.get(("shop", *sum(entries, ()))) is not None
 
 
-async def test_small_changes_are_not_sent_large_ones_are(stream: QuotaStream, clock: Clock) -> None:
+async def test_only_meaningful_changes_are_sent(
+    stream: QuotaStream, channel: grpc.aio.Channel, clock: Clock
+) -> None:
+    """Spending its own bucket is no news to the gateway; others spending the same limit is."""
     await stream.exchange((ALICE, 1, 0))
     clock.now += 5000
-    got = await stream.exchange((ALICE, 5, 0), ({"client": "c"}, 1, 0))
-    assert list(got) == [bucket_key({"client": "c"})]  # alice: 94 of 99 tokens is no change
+    got = await stream.exchange((ALICE, 30, 0), ({"client": "c"}, 1, 0))
+    assert list(got) == [bucket_key({"client": "c"})]  # alice: holds 69, would get 69
+    others = request("shop", [("api_key", "alice")], hits_addend=40)
+    await rls_stub(channel).ShouldRateLimit(others)
     clock.now += 5000
-    got = await stream.exchange((ALICE, 40, 0))
-    assert token_bucket(got[bucket_key(ALICE)])[0] == 54
+    got = await stream.exchange((ALICE, 0, 0))
+    assert token_bucket(got[bucket_key(ALICE)])[0] == 29  # 100 - 1 - 30 - 40
 
 
 async def test_over_the_limit_denies_until_the_block_ends_and_is_pushed_back_then(
@@ -133,7 +138,7 @@ async def test_over_the_limit_denies_until_the_block_ends_and_is_pushed_back_the
     response = await stream.next(timeout_s=5.0)
     assert response is not None
     (pushed,) = response.bucket_action
-    assert token_bucket(pushed) == (10, 100, 100, 30)
+    assert token_bucket(pushed) == (10, 1, 100, 30)
 
 
 async def test_unknown_buckets_and_domains_are_allowed_all(

@@ -16,9 +16,11 @@ from ratelimit_sidecar.core.quota_assign import (
     abandoned,
     assign,
     combine,
+    held_tokens,
+    kept,
     settle,
 )
-from ratelimit_sidecar.core.quota_usage import report_usage
+from ratelimit_sidecar.core.quota_usage import BucketQuota, report_usage
 from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
@@ -32,21 +34,34 @@ def bucket_of(assignment: Assignment) -> TokenBucket:
     return assignment.bucket
 
 
-def test_a_token_bucket_is_the_gateways_share_of_what_is_left_and_of_the_rate() -> None:
-    got = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0), T0)
-    assert bucket_of(got) == TokenBucket(max_tokens=40, tokens_per_fill=50, fill_interval_s=60)
-    assert (got.ttl_s, got.issued_ms, got.recheck_ms) == (POLICY.ttl_s, T0, 0)
+def test_a_window_gets_the_gateways_share_of_what_is_left_refilled_by_the_server() -> None:
+    """A window's room frees only when hits leave it: Envoy's bucket gets the share of what is
+    left, a token per fill interval (1.40 never refills without one), and a recheck when the
+    window frees room (here its reset)."""
+    got = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0, reset_ms=45_000), T0)
+    assert bucket_of(got) == TokenBucket(max_tokens=40, tokens_per_fill=1, fill_interval_s=60)
+    assert (got.ttl_s, got.issued_ms, got.recheck_ms) == (POLICY.ttl_s, T0, T0 + 45_000)
+    soon = assign(KeyView(MINUTE_100, remaining=80, reset_ms=10), T0)
+    assert soon.recheck_ms == T0 + POLICY.min_recheck_ms  # Envoy's TTLs are whole seconds
+
+
+def test_a_token_bucket_refills_at_the_gateways_share_of_the_rate() -> None:
+    limit = RateLimit(100, Unit.MINUTE, algorithm=AlgorithmName.TOKEN_BUCKET, burst=200)
+    got = assign(KeyView(limit, remaining=160, nodes=2.0, reset_ms=3000), T0)
+    assert bucket_of(got) == TokenBucket(max_tokens=80, tokens_per_fill=50, fill_interval_s=60)
+    assert got.recheck_ms == 0  # Envoy refills it itself
 
 
 def test_streams_of_one_node_split_its_share() -> None:
-    got = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0), T0, streams=2)
+    limit = RateLimit(100, Unit.MINUTE, algorithm=AlgorithmName.TOKEN_BUCKET)
+    got = assign(KeyView(limit, remaining=80, nodes=2.0), T0, streams=2)
     assert bucket_of(got) == TokenBucket(max_tokens=20, tokens_per_fill=25, fill_interval_s=60)
 
 
 def test_a_small_share_keeps_whole_numbers_by_lengthening_the_fill_interval() -> None:
     """10 per 10 s over 3 nodes: 1/3 token a second, as 33 tokens per 100 s (Envoy refills
     continuously at tokens_per_fill / fill_interval)."""
-    limit = RateLimit(10, Unit.SECOND, 10)
+    limit = RateLimit(10, Unit.SECOND, 10, algorithm=AlgorithmName.TOKEN_BUCKET)
     got = bucket_of(assign(KeyView(limit, remaining=10, nodes=3.0), T0))
     assert (got.tokens_per_fill, got.fill_interval_s) == (33, 100)
     assert abs(got.tokens_per_fill / got.fill_interval_s - 10 / 10 / 3) < 0.01
@@ -56,15 +71,17 @@ def test_a_small_share_keeps_whole_numbers_by_lengthening_the_fill_interval() ->
 def test_envoy_140_constraints_hold_for_any_numbers() -> None:
     """fill_interval whole seconds >= 1 (less is unlimited in 1.40), tokens_per_fill >= 1 (none
     never refills), max_tokens >= 1 (the proto requires it), a TTL (unset expires at once)."""
-    for rpu in (1, 3, 7, 100, 10_000):
-        for unit in (Unit.SECOND, Unit.MINUTE, Unit.DAY):
-            for nodes in (1.0, 2.5, 40.0, 1000.0):
-                for remaining in (1, rpu // 2 + 1, rpu):
-                    got = assign(KeyView(RateLimit(rpu, unit), remaining, nodes=nodes), T0)
-                    b = bucket_of(got)
-                    assert b.fill_interval_s >= 1 and b.tokens_per_fill >= 1
-                    assert 1 <= b.max_tokens <= max(1, -(-rpu // 1))
-                    assert got.ttl_s >= 1
+    for algorithm in AlgorithmName:
+        for rpu in (1, 3, 7, 100, 10_000):
+            for unit in (Unit.SECOND, Unit.MINUTE, Unit.DAY):
+                limit = RateLimit(rpu, unit, algorithm=algorithm)
+                for nodes in (1.0, 2.5, 40.0, 1000.0):
+                    for remaining in (1, rpu // 2 + 1, rpu):
+                        got = assign(KeyView(limit, remaining, nodes=nodes, reset_ms=500), T0)
+                        b = bucket_of(got)
+                        assert b.fill_interval_s >= 1 and b.tokens_per_fill >= 1
+                        assert 1 <= b.max_tokens <= rpu
+                        assert got.ttl_s >= 1
 
 
 def test_the_burst_is_capped_by_the_capacity_share_of_a_token_bucket() -> None:
@@ -94,31 +111,59 @@ def test_shadow_rules_allow_and_deny_lists_deny() -> None:
     assert (deny.action, deny.recheck_ms, deny.ttl_s) == (Action.DENY_ALL, 0, POLICY.ttl_s)
 
 
-def test_small_moves_keep_the_previous_assignment_large_ones_replace_it() -> None:
-    first = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0), T0)
+def test_a_new_bucket_is_sent_only_when_it_differs_from_what_envoys_bucket_holds() -> None:
+    """Envoy builds a bucket full at each change: what matters is what the gateway's bucket
+    still holds (built at 40, minus what it spent), against what it would get now."""
+    first = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0, reset_ms=60_000), T0)
     assert settle(None, first, T0) == first
-    slightly = assign(KeyView(MINUTE_100, remaining=70, nodes=2.0), T0 + 5000)
-    assert settle(first, slightly, T0 + 5000) is None  # 40 -> 35 tokens: under 25 %
-    far = assign(KeyView(MINUTE_100, remaining=40, nodes=2.0), T0 + 10_000)
-    assert settle(first, far, T0 + 10_000) == far  # 40 -> 20
-    more_nodes = assign(KeyView(MINUTE_100, remaining=80, nodes=3.0), T0 + 5000)
-    assert settle(first, more_nodes, T0 + 5000) == more_nodes  # refill 50 -> 33 per minute
+    later = T0 + 5000
+
+    def now(remaining: int, nodes: float = 2.0) -> Assignment:
+        return assign(KeyView(MINUTE_100, remaining, nodes=nodes, reset_ms=55_000), later)
+
+    assert settle(first, now(70), later, spent=5) is None  # spent its share: holds 35, gets 35
+    assert settle(first, now(40), later, spent=5) == now(40)  # others spent: holds 35, gets 20
+    assert settle(first, now(76), later, spent=30) == now(76)  # others did not: 10 -> 38
+    assert settle(first, now(80, nodes=3.0), later) == now(80, nodes=3.0)  # 40 -> 27
 
 
 def test_tiny_buckets_do_not_flap_between_neighbouring_numbers() -> None:
     limit = RateLimit(6, Unit.SECOND, 10)
     three = assign(KeyView(limit, remaining=6, nodes=2.0), T0)
-    two = assign(KeyView(limit, remaining=4, nodes=2.0), T0 + 5000)
+    two = assign(KeyView(limit, remaining=3, nodes=2.0), T0 + 5000)
     assert (bucket_of(three).max_tokens, bucket_of(two).max_tokens) == (3, 2)
-    assert settle(three, two, T0 + 5000) is None
+    assert settle(three, two, T0 + 5000) is None  # 3 held, 2 now: one token apart
 
 
-def test_an_unchanged_assignment_is_sent_again_before_it_expires() -> None:
+def test_a_token_bucket_rate_change_is_sent() -> None:
+    limit = RateLimit(100, Unit.MINUTE, algorithm=AlgorithmName.TOKEN_BUCKET)
+    first = assign(KeyView(limit, remaining=100, nodes=2.0), T0)
+    more_nodes = assign(KeyView(limit, remaining=100, nodes=3.0), T0 + 5000)
+    assert settle(first, more_nodes, T0 + 5000, spent=17) == more_nodes  # 50 -> 33 a minute
+
+
+def test_held_tokens_is_an_upper_bound_of_envoys_bucket() -> None:
+    bucket = TokenBucket(max_tokens=10, tokens_per_fill=6, fill_interval_s=60)
+    assert held_tokens(bucket, 0.0, 0) == 10
+    assert held_tokens(bucket, 10.0, 8) == 3  # 10 - 8 + 1 refilled
+    assert held_tokens(bucket, 10.0, 20) == 0
+    assert held_tokens(bucket, 600.0, 8) == 10  # never above max_tokens
+
+
+def test_an_unchanged_assignment_is_sent_again_before_it_expires_keeping_its_bucket() -> None:
     first = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0), T0)
     late = first.expires_ms - POLICY.refresh_before_ms
     assert settle(first, first, late - 1) is None
     again = settle(first, replace(first, issued_ms=late), late)
     assert again is not None and again.bucket == first.bucket and again.issued_ms == late
+    assert again.since_ms == T0  # Envoy keeps the bucket it built then
+
+
+def test_kept_moves_the_recheck_so_a_passed_one_does_not_run_again() -> None:
+    first = assign(KeyView(MINUTE_100, remaining=80, reset_ms=1000), T0)
+    fresh = assign(KeyView(MINUTE_100, remaining=80, reset_ms=60_000), T0 + 1000)
+    assert settle(first, fresh, T0 + 1000) is None
+    assert kept(first, fresh).recheck_ms == T0 + 61_000
 
 
 def test_a_change_of_action_is_always_sent() -> None:
@@ -197,3 +242,16 @@ def test_a_rule_with_several_limits_counts_each_and_takes_the_strictest() -> Non
     got = report_usage(limiter, hit(r, hits=8), T0)
     assert bucket_of(got).max_tokens == 12  # the minute's 20 - 8
     assert len(limiter.keys) == 2
+
+
+def test_a_bucket_quota_tracks_what_envoys_bucket_spent_since_it_was_built() -> None:
+    limiter, r = LocalLimiter(), rule(rpu=100, unit=Unit.MINUTE)
+    quota = BucketQuota()
+    first = quota.report(limiter, hit(r, hits=1), T0)  # the first request, before any bucket
+    assert first is not None and bucket_of(first).max_tokens == 99 and quota.spent == 0
+    assert quota.report(limiter, hit(r, hits=20), T0 + 5000) is None  # its own share: no news
+    assert quota.spent == 20
+    limiter.hit(T0 + 6000, [hit(r, hits=40)])  # ShouldRateLimit traffic on the same counter
+    again = quota.report(limiter, hit(r, hits=0), T0 + 10_000)
+    assert again is not None and bucket_of(again).max_tokens == 39 and quota.spent == 0
+    assert quota.recheck_ms == T0 + 60_000  # the window's reset
