@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.envoy import EnvoyProcess
+from harness.envoy import RLQS_TEMPLATE, EnvoyProcess
 from harness.redis_servers import ServerGroup
 from harness.rlqs_envoy import RlqsEnvoy
 from harness.rules import write_rules
@@ -163,13 +163,13 @@ class Observed:
 
 
 def _envoys(workdir: Path, sidecars: dict[str, list[SidecarProcess]]) -> list[EnvoyProcess]:
-    """The RLS gateway, the two RLQS ones bucketing by api_key, and the restart one by user."""
+    """The RLS gateway and the two RLQS ones on the shipped bootstraps (envoy/*.tmpl; the RLQS
+    one buckets by api_key), and the restart one bucketing by user."""
     port = {name: running[0].port for name, running in sidecars.items()}
-    by_key = {"api_key": "x-api-key"}
     return [
         EnvoyProcess(workdir, port["rls"], "rls", domain=DOMAIN),
         *(
-            RlqsEnvoy(workdir, port[name], name, domain=DOMAIN, bucket_headers=by_key)
+            EnvoyProcess(workdir, port[name], name, domain=DOMAIN, template=RLQS_TEMPLATE)
             for name in ("rlqs-a", "rlqs-b")
         ),
         RlqsEnvoy(workdir, port["restart"], "restart", domain=DOMAIN, bucket_headers=BY_USER),
