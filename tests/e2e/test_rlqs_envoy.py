@@ -58,6 +58,7 @@ PLAIN_ANSWERS = {
     "bucket-no-fill": assignment(token_bucket(2, 1.0), TTL_S),
     "bucket-fill": assignment(token_bucket(2, 1.0, tokens_per_fill=1), TTL_S),
     "bucket-fast": assignment(token_bucket(1, 0.5, tokens_per_fill=1), TTL_S),
+    "bucket-continuous": assignment(token_bucket(4, 4.0, tokens_per_fill=4), TTL_S),
 }
 
 
@@ -386,6 +387,12 @@ def test_a_token_bucket_sent_again_keeps_its_fill_level_as_a_fraction(
     assert observed.resent["bucket-grow"].count(200) == 10, observed.resent["bucket-grow"]
     # a full 10, then max_tokens 3: a full 3
     assert observed.resent["bucket-shrink"] == [200, 200, 200, 429, 429]
+
+
+def test_a_token_bucket_refills_continuously(observed: Observed) -> None:
+    # 4 tokens every 4 s: spent, and 2.5 s later about 2.5 back (in one fill, none yet)
+    assert observed.burst["bucket-continuous"] == [200, 200, 200, 200, 429]
+    assert observed.later["bucket-continuous"].count(200) in (2, 3), observed.later
 
 
 def test_fill_interval_under_one_second_is_unlimited(observed: Observed) -> None:
