@@ -7,10 +7,12 @@ this module is only what Envoy does with an answer, pinned to 1.40's measured be
 
 * reports go out every REPORT_PERIOD_MS whatever `reporting_interval` says, and a new bucket's
   first request triggers a report at once;
-* a token bucket starts full and refills continuously at tokens_per_fill per fill_interval;
-  without tokens_per_fill it never refills, and a fill_interval under 1 s is unlimited;
-  an assignment with other numbers rebuilds the bucket (full again), the same numbers only
-  renew its time to live;
+* a token bucket starts full (the first one, or one after DENY_ALL, ALLOW_ALL or an expired
+  assignment) and refills continuously at tokens_per_fill per fill_interval; without
+  tokens_per_fill it never refills, and a fill_interval under 1 s is unlimited; a token bucket
+  with other numbers keeps the bucket's fill level as a fraction of max_tokens, the same
+  numbers keep its tokens (1.40 compares only the nanos of fill_interval); either way the
+  time to live starts again (docs/RLQS-ENVOY.md, pinned in tests/e2e/test_rlqs_envoy.py);
 * an assignment expires after its TTL (no TTL: at once), then the fallback applies
   (`no_assignment_behavior`; ALLOW_ALL in the example bootstrap);
 * usage counted while the server is unreachable is never reported (`drop_usage`).
@@ -74,7 +76,7 @@ class EnvoyBucket:
         self.filled_at = 0
         self.allowed = self.denied = 0
         self.reported_at: int | None = None  # None: never reported (a new bucket)
-        self.rebuilds = 0  # token buckets built: the first assignment and every change
+        self.rebuilds = 0  # token buckets built full (not the ones rescaled)
         self.lost = 0  # allowed requests that no report ever carried (server unreachable)
 
     @property
@@ -102,21 +104,29 @@ class EnvoyBucket:
     def _take_token(self, bucket: EnvoyAssignment, now_ms: int) -> bool:
         if bucket.fill_interval_ms < 1000:
             return True  # 1.40: a sub-second interval does not limit at all
-        if bucket.tokens_per_fill:
-            rate = bucket.tokens_per_fill / bucket.fill_interval_ms
-            refill = (now_ms - self.filled_at) * rate
-            self.tokens = min(float(bucket.max_tokens), self.tokens + refill)
-        self.filled_at = now_ms
+        self._refill(bucket, now_ms)
         if self.tokens < 1:
             return False
         self.tokens -= 1
         return True
 
+    def _refill(self, bucket: EnvoyAssignment, now_ms: int) -> None:
+        if bucket.tokens_per_fill and bucket.fill_interval_ms:
+            rate = bucket.tokens_per_fill / bucket.fill_interval_ms
+            refill = (now_ms - self.filled_at) * rate
+            self.tokens = min(float(bucket.max_tokens), self.tokens + refill)
+        self.filled_at = now_ms
+
     def assign(self, now_ms: int, assignment: EnvoyAssignment) -> None:
-        """An answer from the server: rebuild the bucket if its numbers changed."""
-        if not assignment.same_bucket(self.assignment) or now_ms >= self.expires_at:
+        """An answer from the server: a new bucket, the same one, or the same fill level."""
+        held = self.assignment if now_ms < self.expires_at else None
+        if held is None or held.action is not Action.TOKEN_BUCKET:
             self.tokens, self.filled_at = float(assignment.max_tokens), now_ms
             self.rebuilds += assignment.action is Action.TOKEN_BUCKET
+        elif not held.same_bucket(assignment):
+            self._refill(held, now_ms)  # under the old numbers up to now
+            fill = self.tokens / held.max_tokens if held.max_tokens else 1.0
+            self.tokens = fill * assignment.max_tokens
         self.assignment = assignment
         self.expires_at = now_ms + assignment.ttl_ms
 

@@ -1,10 +1,10 @@
 """The simulated sidecar's RLQS answers for one gateway: the service's rule, fed by the node.
 
-Nothing here decides: a report goes through `core.quota_usage.report_usage` (the allowed
-requests counted into the node's own counters, then the assignment read off them) and
-`core.quota_assign.settle` (send it only when it moved meaningfully, or to renew the TTL),
-as the servicer does. A DENY_ALL carries a recheck time: the servicer decides again then,
-without waiting for a report (`recheck`), so a block's end reaches Envoy at once.
+Nothing here decides: every report and recheck goes through `core.quota_usage.BucketQuota`,
+the bookkeeping the servicer keeps per bucket (the allowed requests counted into the node's own
+counters, the assignment read off them, sent only when it moved meaningfully or to renew the
+TTL). An assignment may carry a recheck time: the servicer decides again then, without waiting
+for a report, so a block's end (or a window's reset) reaches Envoy at once.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from ratelimit_sidecar.core import Hit, Limiter
 from ratelimit_sidecar.core.quota_assign import Action as CoreAction
-from ratelimit_sidecar.core.quota_assign import Assignment, settle
-from ratelimit_sidecar.core.quota_usage import report_usage
+from ratelimit_sidecar.core.quota_assign import Assignment
+from ratelimit_sidecar.core.quota_usage import BucketQuota
 from ratelimit_sidecar.simulate.envoy_quota import Action, EnvoyAssignment, Usage
 
 ACTIONS = {
@@ -42,26 +42,22 @@ class SidecarQuota:
     """One gateway's RLQS stream to its sidecar node, for the simulated bucket."""
 
     def __init__(self) -> None:
-        self.sent: Assignment | None = None  # what Envoy holds, as the servicer remembers it
+        self.bucket = BucketQuota()  # what the servicer remembers of the bucket
 
     @property
     def recheck_ms(self) -> int:
-        """When the last DENY_ALL is to be decided again (node clock); 0: none pending."""
-        return self.sent.recheck_ms if self.sent is not None else 0
+        """When to decide again without a report (node clock); 0: not planned."""
+        return self.bucket.recheck_ms
 
     def report(
         self, limiter: Limiter, hits: Sequence[Hit], now_ms: int, usage: Usage
     ) -> EnvoyAssignment | None:
-        hit = hits[0]._replace(hits=usage.allowed)
-        return self._send(report_usage(limiter, hit, now_ms), now_ms)
+        return _wire(self.bucket.report(limiter, hits[0]._replace(hits=usage.allowed), now_ms))
 
     def recheck(self, limiter: Limiter, hits: Sequence[Hit], now_ms: int) -> EnvoyAssignment | None:
         """No report: the same rule on the counters as they are now (nothing counted)."""
-        return self._send(report_usage(limiter, hits[0]._replace(hits=0), now_ms), now_ms)
+        return _wire(self.bucket.recheck(limiter, hits[0], now_ms))
 
-    def _send(self, fresh: Assignment, now_ms: int) -> EnvoyAssignment | None:
-        chosen = settle(self.sent, fresh, now_ms)
-        if chosen is None:
-            return None
-        self.sent = chosen
-        return on_the_wire(chosen)
+
+def _wire(sent: Assignment | None) -> EnvoyAssignment | None:
+    return None if sent is None else on_the_wire(sent)

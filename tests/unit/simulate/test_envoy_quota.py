@@ -54,15 +54,33 @@ def test_envoy_1_40_quirks_of_the_token_bucket() -> None:
     assert admitted(sub_second, range(0, 1000, 10)) == 100  # unlimited
 
 
-def test_only_changed_numbers_rebuild_the_bucket_full() -> None:
+def test_other_numbers_keep_the_fill_level_the_same_numbers_keep_the_tokens() -> None:
+    """As 1.40 measured (docs/RLQS-ENVOY.md): 5 of 10 left, then max 20: 10; a full 10, then
+    max 3: 3; 2 of 10, then 12: 2. No refill in between (one token per hour)."""
+    for left, new_max, expected in ((5, 20, 10), (10, 3, 3), (2, 12, 2)):
+        envoy = EnvoyBucket()
+        envoy.assign(0, bucket(10, 1, HOUR_MS))
+        assert admitted(envoy, range(10 - left)) == 10 - left
+        envoy.assign(100, bucket(new_max, 1, HOUR_MS))
+        assert admitted(envoy, range(100, 200)) == expected
+    same = EnvoyBucket()
+    same.assign(0, bucket(4, 1, HOUR_MS))
+    assert admitted(same, range(4)) == 4
+    same.assign(10, bucket(4, 1, HOUR_MS, ttl_ms=60_000))  # tokens kept, TTL renewed
+    assert admitted(same, range(10, 20)) == 0
+    assert same.expires_at == 60_010
+
+
+def test_a_bucket_after_deny_all_or_expiry_starts_full() -> None:
     envoy = EnvoyBucket()
-    envoy.assign(0, bucket(4, 1, 1000))
-    assert admitted(envoy, range(0, 4)) == 4
-    envoy.assign(10, bucket(4, 1, 1000))  # the same numbers: tokens kept, TTL renewed
-    assert admitted(envoy, range(10, 20)) == 0
-    envoy.assign(20, bucket(5, 1, 1000))  # other numbers: a new bucket, full
-    assert admitted(envoy, range(20, 30)) == 5
-    assert envoy.rebuilds == 2
+    envoy.assign(0, bucket(4, 1, HOUR_MS, ttl_ms=1000))
+    assert admitted(envoy, range(4)) == 4
+    envoy.assign(2000, bucket(5, 1, HOUR_MS))  # the last one expired
+    assert admitted(envoy, range(2000, 2010)) == 5
+    envoy.assign(3000, EnvoyAssignment(Action.DENY_ALL, ttl_ms=1000))
+    envoy.assign(3500, bucket(6, 1, HOUR_MS))
+    assert admitted(envoy, range(3500, 3510)) == 6
+    assert envoy.rebuilds == 3
 
 
 def test_deny_all_holds_for_its_ttl_then_the_fallback_applies() -> None:
