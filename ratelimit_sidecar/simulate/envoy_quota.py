@@ -68,8 +68,9 @@ class Usage:
 class EnvoyBucket:
     """One gateway's bucket for one key: enforcement and usage, on the gateway's clock."""
 
-    def __init__(self, fallback: Action = Action.ALLOW_ALL) -> None:
+    def __init__(self, fallback: Action = Action.ALLOW_ALL, *, rebuild_full: bool = False) -> None:
         self.fallback = fallback
+        self.rebuild_full = rebuild_full  # what-if: a changed bucket starts full (not 1.40)
         self.assignment: EnvoyAssignment | None = None
         self.expires_at = 0
         self.tokens = 0.0
@@ -120,7 +121,11 @@ class EnvoyBucket:
     def assign(self, now_ms: int, assignment: EnvoyAssignment) -> None:
         """An answer from the server: a new bucket, the same one, or the same fill level."""
         held = self.assignment if now_ms < self.expires_at else None
-        if held is None or held.action is not Action.TOKEN_BUCKET:
+        if (
+            held is None
+            or held.action is not Action.TOKEN_BUCKET
+            or self._rebuilt(held, assignment)
+        ):
             self.tokens, self.filled_at = float(assignment.max_tokens), now_ms
             self.rebuilds += assignment.action is Action.TOKEN_BUCKET
         elif not held.same_bucket(assignment):
@@ -129,6 +134,9 @@ class EnvoyBucket:
             self.tokens = fill * assignment.max_tokens
         self.assignment = assignment
         self.expires_at = now_ms + assignment.ttl_ms
+
+    def _rebuilt(self, held: EnvoyAssignment, assignment: EnvoyAssignment) -> bool:
+        return self.rebuild_full and not held.same_bucket(assignment)
 
     def take_usage(self, now_ms: int) -> Usage:
         """The report's numbers for this bucket; the counts start again from zero."""

@@ -132,8 +132,8 @@ class Gateway:
     """An RLQS gateway beside its sidecar node: its Envoy bucket and its stream's server side.
     Events come in through `handle`; what it returns is for the engine to schedule."""
 
-    def __init__(self, quota: QuotaServer, offset: int) -> None:
-        self.envoy, self.quota, self.offset = EnvoyBucket(), quota, offset
+    def __init__(self, quota: QuotaServer, offset: int, *, rebuild_full: bool = False) -> None:
+        self.envoy, self.quota, self.offset = EnvoyBucket(rebuild_full=rebuild_full), quota, offset
         self.recheck_at = 0  # true ms of the server's planned recheck (0: none)
 
     def admit(self, t: int) -> tuple[bool, bool]:

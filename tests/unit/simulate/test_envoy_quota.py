@@ -187,3 +187,11 @@ def engine_key_is_shared() -> bool:
         "rlqs-half", EnvoyAssignment(Action.ALLOW_ALL, HOUR_MS), nodes=2, windows=3
     )
     return all(n.limiter.keys.get(KEY) is not None for n in engine.nodes.values())
+
+
+def test_the_what_if_envoy_builds_a_changed_bucket_full() -> None:
+    envoy = EnvoyBucket(rebuild_full=True)
+    envoy.assign(0, bucket(10, 1, HOUR_MS))
+    assert admitted(envoy, range(10)) == 10
+    envoy.assign(100, bucket(12, 1, HOUR_MS))
+    assert admitted(envoy, range(100, 200)) == 12
