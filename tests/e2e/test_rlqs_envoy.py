@@ -107,6 +107,8 @@ class Observed:
     resent: dict[str, list[int]] = field(default_factory=dict)  # after the next timer report
     changed_at: float = 0.0
     resubscribed_at: float = 0.0
+    ended_at: float = 0.0  # the server ended the `fallback` stream (OK)
+    after_end: int = 0  # a new bucket's first request then
     resubscribe_delay_s: float = 0.0  # an abandoned bucket's next request to its report
     abandoned_at: float = 0.0
     outage_allowed: dict[str, int] = field(default_factory=dict)
@@ -169,6 +171,15 @@ def _bursts(seen: Observed) -> None:
     seen.later = _statuses(plain.url, dict.fromkeys(PLAIN_ANSWERS, 3))
     for domain in ("reuse", "fallback"):
         seen.later |= _statuses(seen.envoys[domain].url, {domain: 3})
+    _end_a_stream(seen)
+
+
+def _end_a_stream(seen: Observed) -> None:
+    """The server ends `fallback`'s stream, then a new bucket's first request arrives."""
+    seen.ended_at = time.monotonic()
+    assert seen.server.end_streams("fallback") == 1
+    time.sleep(0.2)
+    seen.after_end = status(seen.envoys["fallback"].url, "fallback-new")
 
 
 def _resent(seen: Observed) -> None:
@@ -267,6 +278,13 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             lambda s: any(r.at > seen.abandoned_at + 0.2 for r in seen.reports("reuse")),
             REPORT_PERIOD_S + 2,
             "a report after the abandon",
+        )
+        server.wait_for(
+            lambda s: any(
+                r.stream != seen.reports("fallback")[0].stream for r in seen.reports("fallback")
+            ),
+            REPORT_PERIOD_S + 2,
+            "fallback's stream reopened",
         )
         outage_server.wait_for(
             lambda s: any(r.stream > 0 for r in s.reports), REPORT_PERIOD_S + 2, "reconnect"
@@ -412,6 +430,21 @@ def test_reuse_last_assignment_is_ignored(observed: Observed) -> None:
 def test_an_assignment_outlives_the_stream_until_its_ttl(observed: Observed) -> None:
     # DENY_ALL with a 60 s TTL, then the server goes away: still denied
     assert observed.burst["held"] == [429] * 3
+
+
+def test_a_stream_the_server_ends_is_reopened_at_the_next_timer_report(
+    observed: Observed,
+) -> None:
+    reports = observed.reports("fallback")
+    reopened = [r for r in reports if r.stream != reports[0].stream]
+    assert reopened and reopened[0].at > observed.ended_at
+    assert is_periodic(reopened[0])
+    # a new bucket's first request meanwhile: its at-once report went to the closed stream and
+    # its count with it; the reopened stream reports it as any other (time_elapsed not 0)
+    assert observed.after_end == 200
+    new = observed.usages("fallback-new")
+    assert new and all(u.elapsed_s > 0 for u in new), new
+    assert sum(u.allowed for u in new) == 0, new
 
 
 # --- outages and stats ----------------------------------------------------------------------
