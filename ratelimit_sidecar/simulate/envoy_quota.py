@@ -41,6 +41,9 @@ class EnvoyAssignment:
     max_tokens: int = 0
     tokens_per_fill: int = 0  # 0 (unset): the bucket never refills in 1.40
     fill_interval_ms: int = 0  # under 1 s: unlimited in 1.40
+    # The response put a DENY_ALL for the bucket just before this one (the servicer does, so
+    # that 1.40 builds the new token bucket full): applied in order, no request in between.
+    after_blanket: bool = False
 
     def same_bucket(self, other: EnvoyAssignment | None) -> bool:
         """Whether Envoy keeps its bucket (and its tokens) when `other` follows this one."""
@@ -120,6 +123,8 @@ class EnvoyBucket:
 
     def assign(self, now_ms: int, assignment: EnvoyAssignment) -> None:
         """An answer from the server: a new bucket, the same one, or the same fill level."""
+        if assignment.after_blanket:
+            self.assign(now_ms, EnvoyAssignment(Action.DENY_ALL, 1000))
         held = self.assignment if now_ms < self.expires_at else None
         if (
             held is None

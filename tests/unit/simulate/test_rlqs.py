@@ -14,14 +14,6 @@ from ratelimit_sidecar.simulate.rlqs import window_bound
 from tests.unit.simulate.helpers import engine
 
 WINDOWS = 30
-# Known failure, open for core/quota_assign.py (rlqs-service): a window's bucket gets one token
-# per fill interval and is refilled by the server with a new max_tokens, assuming Envoy builds
-# a changed bucket full; Envoy 1.40 keeps its fill level instead (docs/RLQS-ENVOY.md), so a
-# bucket emptied once stays near empty: RLQS gateways starve. Strict: passes once fixed, and
-# then this mark must go.
-STARVES = pytest.mark.xfail(
-    strict=True, reason="Envoy 1.40 rescales a changed bucket; the rule assumes it refills it"
-)
 
 
 def test_an_rlqs_fleet_stays_within_the_window_bound_far_over_the_limit() -> None:
@@ -34,7 +26,6 @@ def test_an_rlqs_fleet_stays_within_the_window_bound_far_over_the_limit() -> Non
     assert max(rec.admitted) <= bound, (max(rec.admitted), bound)
 
 
-@STARVES
 def test_rlqs_gateways_are_not_starved_over_the_limit() -> None:
     """6 x MAX offered: every window should admit most of MAX (the RLS path: more than MAX)."""
     eng, setup = engine("rlqs", scenario="steady", windows=WINDOWS, load=6.0)
@@ -42,7 +33,6 @@ def test_rlqs_gateways_are_not_starved_over_the_limit() -> None:
     assert sum(rec.admitted[2:]) / (WINDOWS - 2) >= 0.75 * setup.params.max, rec.admitted
 
 
-@STARVES
 def test_rlqs_gateways_admit_most_requests_under_the_limit() -> None:
     """0.8 x MAX offered, evenly: the RLS path admits every request. RLQS gateways decide on
     shares and report late; they must still admit at least 80 % of what is offered."""
