@@ -209,7 +209,7 @@ class Engine:
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
         if self.quota is not None and self.rlqs.uses_rlqs(index):
-            node.gateway = Gateway(self.quota(), offset, rebuild_full=system.rebuild_full)
+            node.gateway = Gateway(self.quota(), offset)
             self.rlqs_stats.gateways += 1
             # Envoy's report timer runs from its start, at its own phase.
             self._at(self.now + self.jitter.randrange(REPORT_PERIOD_MS), REPORT, index, PERIODIC)

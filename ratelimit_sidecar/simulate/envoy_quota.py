@@ -71,16 +71,15 @@ class Usage:
 class EnvoyBucket:
     """One gateway's bucket for one key: enforcement and usage, on the gateway's clock."""
 
-    def __init__(self, fallback: Action = Action.ALLOW_ALL, *, rebuild_full: bool = False) -> None:
+    def __init__(self, fallback: Action = Action.ALLOW_ALL) -> None:
         self.fallback = fallback
-        self.rebuild_full = rebuild_full  # what-if: a changed bucket starts full (not 1.40)
         self.assignment: EnvoyAssignment | None = None
         self.expires_at = 0
         self.tokens = 0.0
         self.filled_at = 0
         self.allowed = self.denied = 0
         self.reported_at: int | None = None  # None: never reported (a new bucket)
-        self.rebuilds = 0  # token buckets built full (not the ones rescaled)
+        self.built: list[int] = []  # when Envoy built a token bucket full (not rescaled ones)
         self.lost = 0  # allowed requests that no report ever carried (server unreachable)
 
     @property
@@ -126,13 +125,10 @@ class EnvoyBucket:
         if assignment.after_blanket:
             self.assign(now_ms, EnvoyAssignment(Action.DENY_ALL, 1000))
         held = self.assignment if now_ms < self.expires_at else None
-        if (
-            held is None
-            or held.action is not Action.TOKEN_BUCKET
-            or self._rebuilt(held, assignment)
-        ):
+        if held is None or held.action is not Action.TOKEN_BUCKET:
             self.tokens, self.filled_at = float(assignment.max_tokens), now_ms
-            self.rebuilds += assignment.action is Action.TOKEN_BUCKET
+            if assignment.action is Action.TOKEN_BUCKET:
+                self.built.append(now_ms)
         elif not held.same_bucket(assignment):
             self._refill(held, now_ms)  # under the old numbers up to now
             fill = self.tokens / held.max_tokens if held.max_tokens else 1.0
@@ -140,8 +136,9 @@ class EnvoyBucket:
         self.assignment = assignment
         self.expires_at = now_ms + assignment.ttl_ms
 
-    def _rebuilt(self, held: EnvoyAssignment, assignment: EnvoyAssignment) -> bool:
-        return self.rebuild_full and not held.same_bucket(assignment)
+    @property
+    def rebuilds(self) -> int:
+        return len(self.built)
 
     def take_usage(self, now_ms: int) -> Usage:
         """The report's numbers for this bucket; the counts start again from zero."""

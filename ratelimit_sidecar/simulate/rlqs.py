@@ -47,18 +47,18 @@ class QuotaServer(Protocol):
         ...
 
 
-def window_bound(
-    max_: int, capacity: int, window_ms: int, report_ms: int = REPORT_PERIOD_MS
-) -> int:
-    """The most an RLQS fleet admits in one window while every gateway holds an assignment and
-    the shares add up to at most 1 (docs/ACCURACY.md, "RLQS gateways").
+def window_bound(capacity: int, builds: int, refill: float) -> int:
+    """The most an RLQS fleet admits in one window in which no gateway's bucket was built full
+    more than `builds` times, while every gateway holds an assignment and the shares add up to
+    at most 1 (docs/ACCURACY.md, "RLQS gateways").
 
-    A gateway's bucket never holds more than its share s of the capacity C, and gets refilled at
-    s x MAX per window; Envoy fills a bucket anew only when an assignment changes it, which
-    happens at a report (or the server's recheck of a DENY_ALL): at most ceil(W / P) periodic
-    reports fall in a window, plus the bucket it entered the window with. So one gateway admits
-    at most s x (C x (ceil(W / P) + 1) + MAX) per window, the fleet the same with s = 1."""
-    return capacity * (math.ceil(window_ms / report_ms) + 1) + max_
+    A gateway's bucket never holds more than its share s of the capacity C; Envoy hands it a
+    full bucket again only when it builds one (a first assignment, or one after a DENY_ALL,
+    which the servicer puts before every bucket that replaces another); a bucket rescaled by
+    Envoy gains at most s x C too. Add what its bucket held when the window began, and the
+    refill over the window (s x MAX for a token bucket rule, a token per fill interval for a
+    window's): s x (C x (1 + builds) + refill) per gateway, summed with s = 1."""
+    return math.ceil(capacity * (1 + builds) + refill)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class RlqsStats:
     reports: int = 0
     lost_reports: int = 0
     lost_hits: int = 0  # allowed by Envoy, never reported (server unreachable, or leaving)
-    rebuilds: int = 0  # token buckets Envoy built (one per assignment change)
+    rebuilds: int = 0  # token buckets Envoy built full
     gateways: int = 0
 
 
@@ -132,8 +132,8 @@ class Gateway:
     """An RLQS gateway beside its sidecar node: its Envoy bucket and its stream's server side.
     Events come in through `handle`; what it returns is for the engine to schedule."""
 
-    def __init__(self, quota: QuotaServer, offset: int, *, rebuild_full: bool = False) -> None:
-        self.envoy, self.quota, self.offset = EnvoyBucket(rebuild_full=rebuild_full), quota, offset
+    def __init__(self, quota: QuotaServer, offset: int) -> None:
+        self.envoy, self.quota, self.offset = EnvoyBucket(), quota, offset
         self.recheck_at = 0  # true ms of the server's planned recheck (0: none)
 
     def admit(self, t: int) -> tuple[bool, bool]:

@@ -53,7 +53,6 @@ class System:
     central: bool = False  # True: the exact central counter, no limiter at all
     oracle_nodes: bool = False  # True: nodes set to the true inverse share (diagnostic)
     rlqs: float = 0.0  # share of the gateways on RLQS (simulate/rlqs.py); 0: all on RLS
-    rebuild_full: bool = False  # what-if: Envoy builds a changed token bucket full (not 1.40)
 
 
 _HARD = FixedWindow(lenient=False, estimate_blocks=True)
@@ -93,12 +92,6 @@ SYSTEMS: dict[str, System] = {
         System("oracle", "diagnostic: nodes = true global/local share", oracle_nodes=True),
         System("rlqs", "every gateway on RLQS: Envoy token buckets, 5 s usage reports", rlqs=1.0),
         System("rlqs-half", "every other gateway on RLQS, the rest on ShouldRateLimit", rlqs=0.5),
-        System(
-            "rlqs-full",
-            "what-if: rlqs, with Envoy building a changed bucket full (1.40 rescales it)",
-            rlqs=1.0,
-            rebuild_full=True,
-        ),
     )
 }
 BASELINES = ("core", "local", "exact")
@@ -125,7 +118,6 @@ def system_for(name: str) -> System:
         raw_store_clock=any(s.raw_store_clock for s in specs),
         oracle_nodes=any(s.oracle_nodes for s in specs),
         rlqs=max(s.rlqs for s in specs),
-        rebuild_full=any(s.rebuild_full for s in specs),
     )
 
 

@@ -189,14 +189,6 @@ def engine_key_is_shared() -> bool:
     return all(n.limiter.keys.get(KEY) is not None for n in engine.nodes.values())
 
 
-def test_the_what_if_envoy_builds_a_changed_bucket_full() -> None:
-    envoy = EnvoyBucket(rebuild_full=True)
-    envoy.assign(0, bucket(10, 1, HOUR_MS))
-    assert admitted(envoy, range(10)) == 10
-    envoy.assign(100, bucket(12, 1, HOUR_MS))
-    assert admitted(envoy, range(100, 200)) == 12
-
-
 def test_a_deny_all_just_before_a_bucket_makes_envoy_build_it_full() -> None:
     envoy = EnvoyBucket()
     envoy.assign(0, bucket(10, 1, HOUR_MS))
