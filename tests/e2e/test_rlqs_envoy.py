@@ -71,6 +71,12 @@ RESENT = {
     "bucket-same": (_per_minute_bucket(2), _per_minute_bucket(2), 3),
     "bucket-grow": (_per_minute_bucket(10), _per_minute_bucket(20), 5),
     "bucket-shrink": (_per_minute_bucket(10), _per_minute_bucket(3), 0),
+    # 2 of 10 left, then the same bucket behind a DENY_ALL, in one response
+    "bucket-reset": (
+        _per_minute_bucket(10),
+        [assignment(blanket("DENY_ALL"), TTL_S), _per_minute_bucket(10)],
+        8,
+    ),
 }
 PLAIN_SILENT = ("first", "idle", "abandon-me")  # never assigned anything
 SHORT_DENY = assignment(blanket("DENY_ALL"), 1.0)  # `reuse` and `fallback`: answered once
@@ -192,7 +198,7 @@ def _resent(seen: Observed) -> None:
         "a timer report after the change",
     )
     time.sleep(0.2)  # its answer applied
-    names = {"bucket-same": 3, "bucket-grow": 12, "bucket-shrink": 5}
+    names = {"bucket-same": 3, "bucket-grow": 12, "bucket-shrink": 5, "bucket-reset": 12}
     seen.resent = _statuses(seen.envoys["plain"].url, names)
 
 
@@ -412,6 +418,12 @@ def test_a_token_bucket_sent_again_keeps_its_fill_level_as_a_fraction(
     assert observed.resent["bucket-grow"].count(200) == 10, observed.resent["bucket-grow"]
     # a full 10, then max_tokens 3: a full 3
     assert observed.resent["bucket-shrink"] == [200, 200, 200, 429, 429]
+
+
+def test_a_token_bucket_right_after_a_deny_all_starts_full(observed: Observed) -> None:
+    # 2 of 10 left; then DENY_ALL and the same bucket in one response: 10 again
+    assert observed.burst["bucket-reset"] == [200] * 8
+    assert observed.resent["bucket-reset"] == [200] * 10 + [429] * 2
 
 
 def test_a_token_bucket_refills_continuously(observed: Observed) -> None:
