@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.algorithms import algorithms_with
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
@@ -73,10 +73,16 @@ class Limiter(ABC):
         it (service/strict.py). The answers say what each descriptor alone would have got."""
         return self._hit_all(now_ms, hits, True)
 
-    def count_admitted(self, now_ms: int, hit: Hit) -> list[KeyState | None]:
+    def count_admitted(
+        self, now_ms: int, hit: Hit, since_ms: int | None = None
+    ) -> list[KeyState | None]:
         """Hits a client has already admitted on its own (an RLQS gateway's report): counted
         whatever the limits say, so they reach the store in the span deltas like any other.
-        Returns the counter of each of the rule's limits (None: a deny list, or no room)."""
+
+        The hits were admitted over [`since_ms`, `now_ms`]: where a fixed window began in that
+        time, the part before it (pro rata) belongs to the window before and is counted there
+        (`_count_late`), not against the new window's budget. Returns the counter of each of
+        the rule's limits (None: a deny list, or no room)."""
         rule = hit.rule
         if rule is None:
             return []
@@ -90,10 +96,22 @@ class Limiter(ABC):
             if state is not None:
                 if now_ms >= state.next_sync:
                     self._catch_up(state, now_ms)
-                if hit.hits:
-                    self.algorithms[limit.algorithm].count(state, hit.hits, now_ms)
+                self._count_reported(state, hit.hits, now_ms, since_ms)
             states.append(state)
         return states
+
+    def _count_reported(
+        self, state: KeyState, hits: int, now_ms: int, since_ms: int | None
+    ) -> None:
+        limit = state.limit
+        late = 0
+        start = now_ms - now_ms % limit.window_ms
+        fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
+        if fixed and hits > 0 and since_ms is not None and since_ms < start < now_ms:
+            late = hits * (start - since_ms) // (now_ms - since_ms)
+            self._count_late(state, late)
+        if hits - late:
+            self.algorithms[limit.algorithm].count(state, hits - late, now_ms)
 
     def _hit_all(self, now_ms: int, hits: Sequence[Hit], refused: bool) -> Decision:
         """`hit`'s general case: any descriptors, any limits; `refused` counts nothing."""
@@ -194,6 +212,10 @@ class Limiter(ABC):
     @abstractmethod
     def _catch_up(self, state: KeyState, now_ms: int) -> None:
         """The key's span has ended since it was last looked at."""
+
+    @abstractmethod
+    def _count_late(self, state: KeyState, hits: int) -> None:
+        """Admitted hits reported after the key's window moved on: the previous window's."""
 
     @abstractmethod
     def _evicted(self, state: KeyState) -> None:

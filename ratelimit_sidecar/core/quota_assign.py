@@ -12,28 +12,31 @@ The rule, for one limit of MAX per window W with capacity C (a token bucket's `b
   how many nodes' worth of traffic one of this node's hits stands for (core/nodes_estimate.py),
   `streams` how many RLQS streams of this node report the bucket.
 - Blocked (the count is known to be over), or nothing left: DENY_ALL until the block ends (or,
-  with an estimate alone at zero, until the next report re-decides), rounded up to whole seconds.
+  with an estimate alone at zero, until room frees or the next sync), rounded up to whole
+  seconds, and decided again then by the server.
 - Otherwise a token bucket of `max_tokens` = s x what is left (at least 1, at most s x C).
-  Envoy builds a bucket full whenever its numbers change, so `max_tokens` is what the gateway
-  may spend from now on; the server answers every report (and wakes when the counter frees
-  capacity) with the share of what is left then, sending it only when it differs meaningfully
-  from what the gateway's bucket still holds (`settle`).
+  Envoy builds every bucket the server sends full (see `replaces_bucket`), so `max_tokens` is
+  what the gateway may spend from now on; the server answers every report (and wakes when the
+  counter frees capacity) with the share of what is left then, sending it only when it differs
+  meaningfully from what the gateway's bucket still holds (`settle`).
 - How the bucket refills depends on the algorithm. A token bucket refills at s x MAX per W:
   Envoy's own shape, exact up to the share and the report delay. A window (fixed, sliding, log)
   frees capacity only when hits leave it, which the server sees and Envoy cannot: its bucket
   gets a token per fill interval of at least a window (the least Envoy 1.40 accepts: without
   `tokens_per_fill` it never refills), and the server refills it when the window frees room,
-  at the window's reset for a fixed window, as old spans leave for a sliding one, rechecked at
-  most once a second. A window so admits its share of MAX, not MAX plus a refill; a sliding
-  log loses its per-request exactness (it is rebalanced at span granularity, like a sliding
-  window).
+  at the window's reset for a fixed window (always a new bucket: the old window's tokens are
+  gone), as old spans leave for a sliding one, and after each sync of the counter (the other
+  gateways' counts arrive then), rechecked at most once a second. A window so admits its
+  share of MAX, not MAX plus a refill; a sliding log loses its per-request exactness (it is
+  rebalanced at span granularity, like a sliding window).
 - Shadow-mode and unlimited rules, and buckets no rule matches: ALLOW_ALL. A deny list
   (`requests_per_unit: 0`): DENY_ALL.
 
 Envoy 1.40 facts the numbers respect: `fill_interval` is read in whole seconds (under 1 s means
 no limit), a bucket without `tokens_per_fill` never refills, `assignment_time_to_live` is whole
 seconds and unset expires at once, an identical token bucket sent again keeps its tokens and
-restarts the TTL (so a resend renews an assignment without refilling it), and only the nanos of
+restarts the TTL (so a resend renews an assignment without refilling it), a different one
+starts with the old one's fraction of tokens left (`replaces_bucket`), and only the nanos of
 `fill_interval` are compared (so `fill_interval` here depends on the limit alone and never
 changes while the share does).
 """
@@ -51,6 +54,7 @@ MS = 1000
 # tokens_per_fill is a whole number: a fill interval long enough that the smallest share of
 # MAX still gets about this many tokens per fill keeps the rounding error near 1 %.
 FILL_RESOLUTION = 100
+SYNC_MARGIN_MS = 250  # a span end's sync has answered by then
 
 
 class Action(enum.Enum):
@@ -82,6 +86,13 @@ class Assignment:
     bucket: TokenBucket | None = None
     recheck_ms: int = 0
     built_ms: int = 0
+    # The fixed windows the bucket's share was taken from: a new window starts a new bucket.
+    windows: tuple[int, ...] = ()
+    # Envoy holds a token bucket this one replaces. Envoy 1.40 would keep the old one if the
+    # numbers are the same, and start a different one with the fraction of tokens the old one
+    # had left (a drained bucket stays drained); it builds a bucket full only where it held no
+    # token bucket. So the servicer sends a blanket rule just before it, in the same response.
+    replaces_bucket: bool = False
 
     @property
     def expires_ms(self) -> int:
@@ -102,6 +113,8 @@ class KeyView:
     nodes: float = 1.0  # nodes' worth of traffic one of this node's hits stands for
     shadow: bool = False
     reset_ms: int = 0  # until the counter frees capacity (its answer's reset); 0: unknown
+    sync_ms: int = 0  # until this node next learns the fleet's count (its span end); 0: unknown
+    window: int = -1  # a fixed window's index (-1: another algorithm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +147,8 @@ def assign(
         return Assignment(Action.DENY_ALL, policy.ttl_s, now_ms)
     if view.blocked_ms > 0:
         return deny_until(now_ms, view.blocked_ms)
-    if view.remaining <= 0:  # by the estimate: decided again when room frees, or at a report
-        wait = min(view.reset_ms or policy.report_interval_ms, policy.report_interval_ms)
-        return deny_until(now_ms, max(wait, policy.min_recheck_ms))
+    if view.remaining <= 0:  # by the estimate alone: decided again when it can change
+        return deny_until(now_ms, _next_news(view, policy) or policy.report_interval_ms)
     share = 1.0 / (max(view.nodes, 1.0) * max(streams, 1))
     max_tokens = _tokens(view.remaining * share, limit.capacity * share)
     interval = fill_interval_s(limit)
@@ -144,9 +156,19 @@ def assign(
         per_fill = max(1, round(limit.requests_per_unit * share * _fills(limit)))
         bucket = TokenBucket(max_tokens, per_fill, interval)
         return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket)
-    recheck = now_ms + max(view.reset_ms, policy.min_recheck_ms) if view.reset_ms > 0 else 0
+    news = _next_news(view, policy)
     bucket = TokenBucket(max_tokens, 1, interval)  # the server refills a window
-    return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, recheck)
+    windows = (view.window,) if view.window >= 0 else ()
+    recheck = now_ms + news if news else 0
+    return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, recheck, windows=windows)
+
+
+def _next_news(view: KeyView, policy: QuotaPolicy) -> int:
+    """ms until what is left of a window can change: room frees, or the next sync brings the
+    fleet's count (a margin after the span end, for the sync's round trip); 0: unknown."""
+    synced = view.sync_ms + SYNC_MARGIN_MS if view.sync_ms > 0 else 0
+    waits = [wait for wait in (view.reset_ms, synced) if wait > 0]
+    return max(min(waits), policy.min_recheck_ms) if waits else 0
 
 
 def allow_all(now_ms: int, policy: QuotaPolicy = DEFAULT_POLICY) -> Assignment:
@@ -192,7 +214,8 @@ def combine(assignments: Sequence[Assignment]) -> Assignment:
     recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
     assert slowest.bucket is not None
     bucket = replace(slowest.bucket, max_tokens=smallest)
-    return replace(slowest, bucket=bucket, recheck_ms=recheck)
+    windows = tuple(w for b in buckets for w in b.windows)
+    return replace(slowest, bucket=bucket, recheck_ms=recheck, windows=windows)
 
 
 def _rate(bucket: TokenBucket | None) -> float:
@@ -219,13 +242,14 @@ def settle(
     if previous is None or previous.action is not fresh.action:
         return fresh
     if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, now_ms, spent, policy):
-        return fresh
+        return replace(fresh, replaces_bucket=True)
     if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
         return fresh
     if previous.action is Action.DENY_ALL and previous.recheck_ms > now_ms:
         return None  # decided again at the recheck, before it expires
     if previous.expires_ms - now_ms <= policy.refresh_before_ms:
         renewed = replace(previous, issued_ms=now_ms, built_ms=previous.since_ms)
+        renewed = replace(renewed, replaces_bucket=False)  # the same bucket: Envoy keeps it
         return replace(renewed, recheck_ms=fresh.recheck_ms)
     return None
 
@@ -250,6 +274,8 @@ def _moved(
     assert old is not None and new is not None
     if old.fill_interval_s != new.fill_interval_s:
         return True  # the limit itself changed (a reload)
+    if previous.windows != fresh.windows:
+        return True  # a new fixed window: the old one's tokens are gone
     ratio = policy.change_ratio
     if abs(new.tokens_per_fill - old.tokens_per_fill) > max(1.0, ratio * old.tokens_per_fill):
         return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ratelimit_sidecar.config.model import RateLimit, Rule
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import Limiter
 from ratelimit_sidecar.core.quota_assign import (
@@ -33,14 +33,17 @@ def report_usage(
     now_ms: int,
     streams: int = 1,
     policy: QuotaPolicy = DEFAULT_POLICY,
+    *,
+    since_ms: int | None = None,
 ) -> Assignment:
-    """Count a report's allowed requests (`hit.hits`, 0 for an idle report) under the hit's
-    rule, and return the assignment its counters call for now."""
+    """Count a report's allowed requests (`hit.hits`, 0 for an idle report; admitted since
+    `since_ms`, the previous report) under the hit's rule, and return the assignment its
+    counters call for now."""
     rule = hit.rule
     if rule is None or rule.limit is None or rule.shadow_mode:
-        limiter.count_admitted(now_ms, hit)  # a shadow rule still counts
+        limiter.count_admitted(now_ms, hit, since_ms)  # a shadow rule still counts
         return allow_all(now_ms, policy)
-    states = limiter.count_admitted(now_ms, hit)
+    states = limiter.count_admitted(now_ms, hit, since_ms)
     return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy)
 
 
@@ -72,7 +75,18 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
     )  # no hits: only a block refuses, and it changes nothing
     answer = algorithm.admitted(state, now_ms)  # what is left, and when room frees
     blocked_ms = refusal.reset_ms if refusal is not None else 0
-    return KeyView(limit, answer.remaining, blocked_ms, state.nodes, state.shadow, answer.reset_ms)
+    sync_ms = max(0, state.next_sync - now_ms)
+    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
+    return KeyView(
+        limit,
+        answer.remaining,
+        blocked_ms,
+        state.nodes,
+        state.shadow,
+        answer.reset_ms,
+        sync_ms,
+        state.window if fixed else -1,
+    )
 
 
 class BucketQuota:
@@ -83,6 +97,7 @@ class BucketQuota:
     def __init__(self) -> None:
         self.sent: Assignment | None = None
         self.spent = 0
+        self.reported_ms: int | None = None  # the last report's time (None: none yet)
 
     @property
     def recheck_ms(self) -> int:
@@ -100,7 +115,12 @@ class BucketQuota:
         """A report of `hit.hits` allowed: counted, then what to send (None: nothing)."""
         if self.sent is not None:
             self.spent += max(0, hit.hits)
-        fresh = report_usage(limiter, hit, now_ms, streams, policy)
+        # Since the last report; a bucket first seen here may carry a whole report period.
+        since = self.reported_ms
+        if since is None and hit.hits > 1:
+            since = now_ms - policy.report_interval_ms
+        self.reported_ms = now_ms
+        fresh = report_usage(limiter, hit, now_ms, streams, policy, since_ms=since)
         return self._settle(fresh, now_ms, policy)
 
     def recheck(
@@ -121,7 +141,7 @@ class BucketQuota:
             assert self.sent is not None  # settle sends whatever is new
             self.sent = kept(self.sent, fresh)
             return None
-        if send is fresh:  # Envoy builds a new bucket (a resend keeps its tokens)
+        if send.built_ms == 0:  # a new bucket (a resend keeps the one Envoy built)
             self.spent = 0
         self.sent = send
         return send

@@ -122,6 +122,8 @@ class QuotaServicer:
             if isinstance(message, RateLimitQuotaUsageReports):
                 actions = stream.report(message.domain, _usages(message)) + actions
             if actions:
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("rlqs %s: %s", stream.domain, "; ".join(map(_describe, actions)))
                 await context.write(_response(actions))
 
     async def _next(self, stream: QuotaStream, inbox: asyncio.Queue[object]) -> object:
@@ -161,15 +163,31 @@ def _usages(message: RateLimitQuotaUsageReports) -> list[Usage]:
     ]
 
 
+def _describe(action: BucketAction) -> str:
+    """One action for the debug log; bucket values may be API keys: their keys only."""
+    keys = ",".join(key for key, _ in action.bucket)
+    a = action.assignment
+    if a is None:
+        return f"{keys} abandon"
+    numbers = "" if a.bucket is None else f" {a.bucket.max_tokens}+{a.bucket.tokens_per_fill}"
+    return f"{keys} {a.action.value}{numbers} ttl {a.ttl_s}s"
+
+
 def _response(actions: Sequence[BucketAction]) -> RateLimitQuotaResponse:
     response = RateLimitQuotaResponse()
     for action in actions:
-        out = response.bucket_action.add()
-        out.bucket_id.CopyFrom(BucketId(bucket=dict(action.bucket)))
-        if action.assignment is None:
+        bucket_id = BucketId(bucket=dict(action.bucket))
+        assignment = action.assignment
+        if assignment is not None and assignment.replaces_bucket:
+            # Envoy applies a response's actions in order and only then shows the result to
+            # its workers: after a blanket rule, the token bucket is built full.
+            out = response.bucket_action.add(bucket_id=bucket_id)
+            _assignment(out.quota_assignment_action, Assignment(Action.DENY_ALL, 1, 0))
+        out = response.bucket_action.add(bucket_id=bucket_id)
+        if assignment is None:
             out.abandon_action.SetInParent()
         else:
-            _assignment(out.quota_assignment_action, action.assignment)
+            _assignment(out.quota_assignment_action, assignment)
     return response
 
 

@@ -188,3 +188,15 @@ async def test_shutdown_ends_streams_cleanly(sidecar: Sidecar, stream: QuotaStre
     await asyncio.wait_for(sidecar.shutdown(), 10)
     assert await stream.next() is None
     assert await stream.status() == grpc.StatusCode.OK
+
+
+async def test_reports_feed_the_rlqs_metrics(stream: QuotaStream, sidecar: Sidecar) -> None:
+    await stream.exchange((ALICE, 4, 2), ({"nope": "x"}, 0, 1))
+    registry = sidecar.metrics.registry
+    name = "ratelimit_sidecar_rlqs_"
+    assert registry.get_sample_value(name + "requests_total", {"result": "allowed"}) == 4
+    assert registry.get_sample_value(name + "requests_total", {"result": "denied"}) == 3
+    assert registry.get_sample_value(name + "reports_total") == 2
+    assert registry.get_sample_value(name + "streams") == 1
+    sent = {"action": "token_bucket"}
+    assert registry.get_sample_value(name + "assignments_total", sent) == 1

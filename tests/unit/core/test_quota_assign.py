@@ -43,6 +43,8 @@ def test_a_window_gets_the_gateways_share_of_what_is_left_refilled_by_the_server
     assert (got.ttl_s, got.issued_ms, got.recheck_ms) == (POLICY.ttl_s, T0, T0 + 45_000)
     soon = assign(KeyView(MINUTE_100, remaining=80, reset_ms=10), T0)
     assert soon.recheck_ms == T0 + POLICY.min_recheck_ms  # Envoy's TTLs are whole seconds
+    synced = assign(KeyView(MINUTE_100, remaining=80, reset_ms=45_000, sync_ms=4000), T0)
+    assert synced.recheck_ms == T0 + 4250  # the sync brings the other gateways' counts
 
 
 def test_a_token_bucket_refills_at_the_gateways_share_of_the_rate() -> None:
@@ -97,10 +99,12 @@ def test_a_blocked_counter_denies_until_the_block_ends_then_is_rechecked() -> No
     assert got.ttl_s == 14  # 13 s rounded up, and a second for the recheck's answer to arrive
 
 
-def test_an_estimate_at_zero_denies_until_the_next_report_decides_again() -> None:
+def test_an_estimate_at_zero_denies_until_it_can_change() -> None:
     got = assign(KeyView(MINUTE_100, remaining=0, nodes=3.0), T0)
     assert got.action is Action.DENY_ALL
-    assert got.recheck_ms == T0 + POLICY.report_interval_ms
+    assert got.recheck_ms == T0 + POLICY.report_interval_ms  # nothing known: the next report
+    synced = assign(KeyView(MINUTE_100, remaining=0, reset_ms=30_000, sync_ms=1500), T0)
+    assert synced.recheck_ms == T0 + 1750
 
 
 def test_shadow_rules_allow_and_deny_lists_deny() -> None:
@@ -121,10 +125,13 @@ def test_a_new_bucket_is_sent_only_when_it_differs_from_what_envoys_bucket_holds
     def now(remaining: int, nodes: float = 2.0) -> Assignment:
         return assign(KeyView(MINUTE_100, remaining, nodes=nodes, reset_ms=55_000), later)
 
+    def anew(remaining: int, nodes: float = 2.0) -> Assignment:
+        return replace(now(remaining, nodes), replaces_bucket=True)
+
     assert settle(first, now(70), later, spent=5) is None  # spent its share: holds 35, gets 35
-    assert settle(first, now(40), later, spent=5) == now(40)  # others spent: holds 35, gets 20
-    assert settle(first, now(76), later, spent=30) == now(76)  # others did not: 10 -> 38
-    assert settle(first, now(80, nodes=3.0), later) == now(80, nodes=3.0)  # 40 -> 27
+    assert settle(first, now(40), later, spent=5) == anew(40)  # others spent: holds 35, gets 20
+    assert settle(first, now(76), later, spent=30) == anew(76)  # others did not: 10 -> 38
+    assert settle(first, now(80, nodes=3.0), later) == anew(80, nodes=3.0)  # 40 -> 27
 
 
 def test_tiny_buckets_do_not_flap_between_neighbouring_numbers() -> None:
@@ -139,7 +146,8 @@ def test_a_token_bucket_rate_change_is_sent() -> None:
     limit = RateLimit(100, Unit.MINUTE, algorithm=AlgorithmName.TOKEN_BUCKET)
     first = assign(KeyView(limit, remaining=100, nodes=2.0), T0)
     more_nodes = assign(KeyView(limit, remaining=100, nodes=3.0), T0 + 5000)
-    assert settle(first, more_nodes, T0 + 5000, spent=17) == more_nodes  # 50 -> 33 a minute
+    got = settle(first, more_nodes, T0 + 5000, spent=17)
+    assert got == replace(more_nodes, replaces_bucket=True)  # 50 -> 33 a minute
 
 
 def test_held_tokens_is_an_upper_bound_of_envoys_bucket() -> None:
@@ -254,4 +262,45 @@ def test_a_bucket_quota_tracks_what_envoys_bucket_spent_since_it_was_built() -> 
     limiter.hit(T0 + 6000, [hit(r, hits=40)])  # ShouldRateLimit traffic on the same counter
     again = quota.report(limiter, hit(r, hits=0), T0 + 10_000)
     assert again is not None and bucket_of(again).max_tokens == 39 and quota.spent == 0
-    assert quota.recheck_ms == T0 + 60_000  # the window's reset
+    assert quota.recheck_ms == T0 + 30_250  # the counter's next sync (span end), and a margin
+
+
+def test_a_new_fixed_window_always_starts_a_new_bucket() -> None:
+    """The gateway's bucket may still hold tokens of the window that ended: they are gone."""
+    first = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0, window=7), T0)
+    same_numbers = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0, window=8), T0 + 60_000)
+    got = settle(first, same_numbers, T0 + 60_000)
+    assert got is not None and got.windows == (8,) and got.bucket == first.bucket
+    assert got.replaces_bucket  # Envoy must build it anew, full (see Assignment)
+
+
+def test_only_a_new_bucket_replacing_one_is_marked_so() -> None:
+    first = assign(KeyView(MINUTE_100, remaining=80, nodes=2.0), T0)
+    assert not first.replaces_bucket
+    late = first.expires_ms - POLICY.refresh_before_ms
+    renewed = settle(first, first, late)
+    assert renewed is not None and not renewed.replaces_bucket  # the same bucket, kept
+    deny = assign(KeyView(MINUTE_100, 0, blocked_ms=5000), T0)
+    back = settle(deny, first, T0 + 5000)
+    assert back is not None and not back.replaces_bucket  # after a blanket rule: built full
+
+
+def test_hits_reported_after_a_window_began_count_pro_rata_in_the_one_before() -> None:
+    """10 hits admitted over the 5 s before a report that comes 2 s into a new window: 6 of
+    them were the previous window's and are pushed there, 4 count against the new one."""
+    limiter, r = FleetLimiter(), rule(rpu=100, unit=Unit.SECOND, multiplier=10, spans=5)
+    limiter.count_admitted(T0 - 3000, hit(r, hits=0))  # tracked in the window before
+    limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000)
+    batch = limiter.end_span(T0 + 2000)
+    window = T0 // 10_000
+    assert sorted((push.window, push.count) for push in batch.pushes) == [
+        (window - 1, 6),
+        (window, 4),
+    ]
+
+
+def test_alone_a_node_drops_the_late_part() -> None:
+    limiter, r = LocalLimiter(), rule(rpu=100, unit=Unit.SECOND, multiplier=10, spans=5)
+    limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000)
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.pending == 4
