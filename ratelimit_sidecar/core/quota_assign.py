@@ -126,6 +126,7 @@ class QuotaPolicy:
     change_ratio: float = 0.25  # a bucket's numbers must move this much to be sent again
     abandon_after_reports: int = 12  # idle (0 allowed, 0 denied) reports before abandoning
     min_recheck_ms: int = 1000  # Envoy counts TTLs in whole seconds: no finer rechecks
+    shadow_mode: bool = False  # `--shadow-mode`: every bucket counted, and allowed
 
     @property
     def refresh_before_ms(self) -> int:

@@ -40,8 +40,8 @@ def report_usage(
     `since_ms`, the previous report) under the hit's rule, and return the assignment its
     counters call for now."""
     rule = hit.rule
-    if rule is None or rule.limit is None or rule.shadow_mode:
-        limiter.count_admitted(now_ms, hit, since_ms)  # a shadow rule still counts
+    if rule is None or rule.limit is None or rule.shadow_mode or policy.shadow_mode:
+        limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
         return allow_all(now_ms, policy)
     states = limiter.count_admitted(now_ms, hit, since_ms)
     return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy)

@@ -28,7 +28,7 @@ from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLi
 from ratelimit_sidecar._proto.envoy.type.v3.token_bucket_pb2 import TokenBucket
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import Limiter
-from ratelimit_sidecar.core.quota_assign import Action, Assignment
+from ratelimit_sidecar.core.quota_assign import Action, Assignment, QuotaPolicy
 from ratelimit_sidecar.service.quota import BucketAction, QuotaService, QuotaStream, Usage
 from ratelimit_sidecar.service.validation import Bounds, InvalidRequest
 from ratelimit_sidecar.settings import Settings
@@ -149,9 +149,13 @@ class QuotaServicer:
 async def _read(
     reports: AsyncIterator[RateLimitQuotaUsageReports], inbox: asyncio.Queue[object]
 ) -> None:
+    """Envoy's reports into `inbox`, then the end mark; a broken stream (Envoy gone, the call
+    cancelled) is an end like any other."""
     try:
         async for report in reports:
             inbox.put_nowait(report)
+    except (grpc.RpcError, grpc.aio.UsageError, OSError):
+        pass
     finally:
         inbox.put_nowait(_END)
 
@@ -232,6 +236,7 @@ def quota_wiring(
         limiter,
         clock_ms,
         bounds=Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes),
+        policy=QuotaPolicy(shadow_mode=settings.shadow_mode),
         observer=QuotaMetrics(registry),
     )
     servicer = QuotaServicer(service)

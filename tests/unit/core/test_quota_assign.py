@@ -304,3 +304,11 @@ def test_alone_a_node_drops_the_late_part() -> None:
     limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000)
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.pending == 4
+
+
+def test_global_shadow_mode_counts_and_allows() -> None:
+    limiter, r = LocalLimiter(), rule(rpu=2)
+    got = report_usage(limiter, hit(r, hits=9), T0, policy=QuotaPolicy(shadow_mode=True))
+    assert got.action is Action.ALLOW_ALL
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.pending == 9
