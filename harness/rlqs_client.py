@@ -71,6 +71,19 @@ class QuotaStream:
         assert response is not None, "the stream ended"
         return actions(response)
 
+    async def latest(self, bucket: Bucket, quiet_s: float = 0.5) -> Action | None:
+        """The last action for `bucket` among the responses that came, waiting until none has
+        come for `quiet_s`; None if there was none for it."""
+        found = None
+        while True:
+            try:
+                response = await self.next(quiet_s)
+            except TimeoutError:
+                return found
+            if response is None:
+                return found
+            found = actions(response).get(bucket_key(bucket), found)
+
     async def status(self, timeout_s: float = 5.0) -> grpc.StatusCode:
         code: grpc.StatusCode = await asyncio.wait_for(self.call.code(), timeout_s)
         return code

@@ -204,6 +204,8 @@ def combine(assignments: Sequence[Assignment]) -> Assignment:
 
     Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill (in
     tokens per second: the fill intervals differ between limits), rechecked at the earliest."""
+    if len(assignments) == 1:
+        return assignments[0]
     denials = [a for a in assignments if a.action is Action.DENY_ALL]
     if denials:
         return max(denials, key=lambda a: (a.recheck_ms == 0, a.recheck_ms, a.ttl_s))
@@ -258,6 +260,8 @@ def settle(
 def kept(previous: Assignment, fresh: Assignment) -> Assignment:
     """What the server remembers of a bucket when `settle` sent nothing: Envoy's assignment,
     due to be decided again when `fresh` says (not at once, when a recheck has just run)."""
+    if previous.recheck_ms == fresh.recheck_ms:
+        return previous
     return replace(previous, recheck_ms=fresh.recheck_ms)
 
 

@@ -34,20 +34,28 @@ descriptors:
 SYNC_S = 2.5  # two 1 s spans and slack: a count pushed by one node is read by the other
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def prefix() -> str:
     return f"rlqs-{uuid.uuid4().hex[:8]}:"
 
 
-@pytest.fixture
+def start_nodes(
+    config: Path, redis: ServerProcess, prefix: str, count: int
+) -> list[SidecarProcess]:
+    rules = write_rules(config, RULES, "shop.yaml")
+    extra = ("--redis-url", redis.url, "--redis-prefix", prefix)
+    started = [SidecarProcess(rules, *extra, "--node-id", f"q{i}") for i in range(count)]
+    return [node.wait_ready() for node in started]
+
+
+@pytest.fixture(scope="module")
 def nodes(
-    tmp_path: Path, redis_server: ServerProcess, prefix: str
+    tmp_path_factory: pytest.TempPathFactory, redis_server: ServerProcess, prefix: str
 ) -> Iterator[list[SidecarProcess]]:
-    rules = write_rules(tmp_path, RULES, "shop.yaml")
-    extra = ("--redis-url", redis_server.url, "--redis-prefix", prefix)
-    started = [SidecarProcess(rules, *extra, "--node-id", f"q{i}") for i in range(2)]
+    """Two sidecars for the module's tests (each test uses keys of its own)."""
+    started = start_nodes(tmp_path_factory.mktemp("rlqs"), redis_server, prefix, 2)
     try:
-        yield [node.wait_ready() for node in started]
+        yield started
     finally:
         for node in started:
             node.stop()
@@ -110,8 +118,17 @@ async def test_reported_usage_and_should_rate_limit_share_one_redis_counter(
     await asyncio.sleep(SYNC_S)
     assert redis_count(redis_server, prefix, "shared") == 8 + admitted  # one counter, both paths
     assert (await rls.ShouldRateLimit(call)).overall_code == wire.Code.OVER_LIMIT
-    got = await stream.exchange((shared, 0, 2))
-    assert strategy(got[bucket_key(shared)]).blanket_rule == RateLimitStrategy.DENY_ALL  # type: ignore[attr-defined]
+    # The RLQS node learns the fleet's total when it next pushes the key: the gateway spends
+    # at most its share of what it believed was left (here 1), reports it, and is denied.
+    await stream.report((shared, 0, 2))
+    last = await stream.latest(shared)
+    if last is not None and strategy(last).WhichOneof("strategy") == "token_bucket":  # type: ignore[attr-defined]
+        assert strategy(last).token_bucket.max_tokens <= 1  # type: ignore[attr-defined]
+    await stream.report((shared, 1, 0))
+    await asyncio.sleep(SYNC_S)
+    last = await stream.latest(shared)
+    assert last is not None
+    assert strategy(last).blanket_rule == RateLimitStrategy.DENY_ALL  # type: ignore[attr-defined]
 
 
 async def test_over_the_limit_is_deny_all_until_the_cooldown_ends(
@@ -147,10 +164,18 @@ async def test_a_bucket_no_rule_matches_is_allowed_all(stream: QuotaStream) -> N
 
 
 async def test_sigterm_ends_the_stream_and_flushes_the_reported_hits(
-    nodes: list[SidecarProcess], stream: QuotaStream, redis_server: ServerProcess, prefix: str
+    tmp_path: Path, redis_server: ServerProcess
 ) -> None:
-    await stream.exchange(({"client": "flushed"}, 3, 0))
-    assert nodes[0].stop() == 0
-    assert await stream.next() is None
-    assert await stream.status() == grpc.StatusCode.OK
+    prefix = f"rlqs-{uuid.uuid4().hex[:8]}:"
+    (node,) = start_nodes(tmp_path, redis_server, prefix, 1)
+    try:
+        async with grpc.aio.insecure_channel(node.address) as channel:
+            quota = QuotaStream(channel, "shop")
+            await quota.exchange(({"client": "flushed"}, 3, 0))
+            assert node.stop() == 0
+            assert await quota.next() is None
+            assert await quota.status() == grpc.StatusCode.OK
+            await quota.close()
+    finally:
+        node.stop()
     assert redis_count(redis_server, prefix, "flushed") == 3
