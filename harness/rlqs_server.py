@@ -129,7 +129,8 @@ class ScriptedRlqsServer:
     # --- scripting -------------------------------------------------------------------------
 
     def answer(self, entries: Mapping[str, str], quota: Any) -> None:
-        """Every report of this bucket is answered with assignment `quota` (None: no answer)."""
+        """Every report of this bucket is answered with assignment `quota` (None: no answer;
+        a list: several actions for it, in order, in one response)."""
         with self._lock:
             self._answers[bucket_key(entries)] = quota
 
@@ -198,8 +199,10 @@ class ScriptedRlqsServer:
             self._reports.append(Report(time.monotonic(), stream, message.domain, usages))
             self._domains[stream] = message.domain
             for usage in usages:
-                if (quota := self._answers.get(usage.bucket)) is not None:
-                    reply.bucket_action.append(action(usage.bucket, quota))
+                quota = self._answers.get(usage.bucket)
+                for one in quota if isinstance(quota, list) else [quota]:
+                    if one is not None:
+                        reply.bucket_action.append(action(usage.bucket, one))
         return reply
 
     # --- lifecycle -------------------------------------------------------------------------

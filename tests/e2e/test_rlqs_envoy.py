@@ -6,7 +6,7 @@ that an Envoy release that changes it fails here. Envoy reports only every 5 s, 
 asserts on its part of what was recorded.
 
   plain     reporting_interval 1 s, no expired_assignment_behavior: most buckets
-  slow      reporting_interval 12 s
+  slow      reporting_interval 12 s, no no_assignment_behavior
   reuse     expired_assignment_behavior: reuse_last_assignment
   fallback  expired_assignment_behavior: fallback_rate_limit DENY_ALL (the control for `reuse`)
   outage    its own RLQS server, stopped for 6 s and started again
@@ -71,6 +71,12 @@ RESENT = {
     "bucket-same": (_per_minute_bucket(2), _per_minute_bucket(2), 3),
     "bucket-grow": (_per_minute_bucket(10), _per_minute_bucket(20), 5),
     "bucket-shrink": (_per_minute_bucket(10), _per_minute_bucket(3), 0),
+    # 2 of 10 left, then the same bucket behind a DENY_ALL, in one response
+    "bucket-reset": (
+        _per_minute_bucket(10),
+        [assignment(blanket("DENY_ALL"), TTL_S), _per_minute_bucket(10)],
+        8,
+    ),
 }
 PLAIN_SILENT = ("first", "idle", "abandon-me")  # never assigned anything
 SHORT_DENY = assignment(blanket("DENY_ALL"), 1.0)  # `reuse` and `fallback`: answered once
@@ -107,6 +113,7 @@ class Observed:
     resent: dict[str, list[int]] = field(default_factory=dict)  # after the next timer report
     changed_at: float = 0.0
     resubscribed_at: float = 0.0
+    slow_first: list[int] = field(default_factory=list)  # without no_assignment_behavior
     ended_at: float = 0.0  # the server ended the `fallback` stream (OK)
     after_end: int = 0  # a new bucket's first request then
     resubscribe_delay_s: float = 0.0  # an abandoned bucket's next request to its report
@@ -138,7 +145,8 @@ def _first_requests(seen: Observed) -> None:
     seen.first_report_delay_s = server.usages({"name": "first"})[0][0].at - start
     for name in (*PLAIN_SILENT[1:], *PLAIN_ANSWERS, *RESENT):
         assert status(plain.url, name) == 200  # no assignment yet: ALLOW_ALL
-    for domain in ("slow", "reuse", "fallback", "outage"):
+    seen.slow_first = [status(seen.envoys["slow"].url, "slow") for _ in range(3)]
+    for domain in ("reuse", "fallback", "outage"):
         assert status(seen.envoys[domain].url, domain) == 200
     names = [*PLAIN_SILENT, *PLAIN_ANSWERS, *RESENT, "slow", "reuse", "fallback"]
     server.wait_for(lambda s: all(s.usages({"name": n}) for n in names), 3.0, "first reports")
@@ -190,7 +198,7 @@ def _resent(seen: Observed) -> None:
         "a timer report after the change",
     )
     time.sleep(0.2)  # its answer applied
-    names = {"bucket-same": 3, "bucket-grow": 12, "bucket-shrink": 5}
+    names = {"bucket-same": 3, "bucket-grow": 12, "bucket-shrink": 5, "bucket-reset": 12}
     seen.resent = _statuses(seen.envoys["plain"].url, names)
 
 
@@ -262,6 +270,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
                 domain,
                 domain=domain,
                 reporting_interval_s=12 if domain == "slow" else 1,
+                no_assignment=None if domain == "slow" else "ALLOW_ALL",
                 expired=expired.get(domain),
             )
         for envoy in envoys.values():
@@ -367,7 +376,11 @@ def test_actions_for_buckets_a_stream_never_reported_are_dropped(observed: Obser
     assert len(observed.usages("slow")) >= 3  # and carried on reporting its own
 
 
-# --- assignments ----------------------------------------------------------------------------
+# --- assignments ---------------------------------------------------------------------------
+
+
+def test_without_no_assignment_behavior_a_new_bucket_is_allowed(observed: Observed) -> None:
+    assert observed.slow_first == [200, 200, 200]  # as the API documents
 
 
 def test_requests_per_time_unit_is_not_enforced(observed: Observed) -> None:
@@ -405,6 +418,12 @@ def test_a_token_bucket_sent_again_keeps_its_fill_level_as_a_fraction(
     assert observed.resent["bucket-grow"].count(200) == 10, observed.resent["bucket-grow"]
     # a full 10, then max_tokens 3: a full 3
     assert observed.resent["bucket-shrink"] == [200, 200, 200, 429, 429]
+
+
+def test_a_token_bucket_right_after_a_deny_all_starts_full(observed: Observed) -> None:
+    # 2 of 10 left; then DENY_ALL and the same bucket in one response: 10 again
+    assert observed.burst["bucket-reset"] == [200] * 8
+    assert observed.resent["bucket-reset"] == [200] * 10 + [429] * 2
 
 
 def test_a_token_bucket_refills_continuously(observed: Observed) -> None:

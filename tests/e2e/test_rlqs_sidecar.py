@@ -249,7 +249,8 @@ def test_every_gateway_admits_and_refuses_in_turn(observed: Observed) -> None:
 
 # --- a new bucket, a killed sidecar ------------------------------------------------------------
 
-DENY_TTL_S = REPORT_PERIOD_S + 1  # core/quota_assign.py deny_until: recheck at the next report
+# core/quota_assign.py deny_until: a DENY_ALL lasts until the next report, sync or block end, + 1 s
+DENY_TTL_S = REPORT_PERIOD_S + 1
 
 
 def test_a_new_bucket_is_assigned_on_its_first_report(observed: Observed) -> None:
