@@ -20,6 +20,7 @@ from bench import (
     overrides,
     per_request_redis,
     redis_sync,
+    rlqs,
     strict,
     strict_cost,
     workers,
@@ -53,6 +54,10 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         strict_cost.run,
     ),
     envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
+    rlqs.NAME: (
+        "wrk -> Envoy: no filter, RLQS (ALLOW_ALL server; sidecar), ShouldRateLimit, at once",
+        rlqs.run,
+    ),
     workers.NAME: ("sidecar --workers 1 vs 2 under load; metrics cost per request", workers.run),
     flood.NAME: ("a flood of fresh values cannot reset heavy clients' counters", flood.run),
     overrides.NAME: (

@@ -101,7 +101,7 @@ class _Servicer(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
                 yield response
         finally:
             reader.cancel()
-            self.owner._close(queue)
+            self.owner._close(stream)
 
     async def _read(self, requests: AsyncIterator[Any], stream: int, queue: Any) -> None:
         async for message in requests:
@@ -119,7 +119,8 @@ class ScriptedRlqsServer:
         self._lock = threading.Lock()
         self._reports: list[Report] = []
         self._answers: dict[BucketKey, Any] = {}
-        self._queues: list[asyncio.Queue[Any]] = []
+        self._queues: dict[int, asyncio.Queue[Any]] = {}  # open streams by number
+        self._domains: dict[int, str] = {}  # what each stream's reports said
         self._streams_opened = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None
@@ -128,17 +129,29 @@ class ScriptedRlqsServer:
     # --- scripting -------------------------------------------------------------------------
 
     def answer(self, entries: Mapping[str, str], quota: Any) -> None:
-        """Every report of this bucket is answered with assignment `quota` (None: no answer)."""
+        """Every report of this bucket is answered with assignment `quota` (None: no answer;
+        a list: several actions for it, in order, in one response)."""
         with self._lock:
             self._answers[bucket_key(entries)] = quota
 
     def push(self, *actions: Any) -> int:
         """Send these actions now on every open stream; how many streams got them."""
-        loop, queues = self._loop, list(self._queues)
+        loop, queues = self._loop, list(self._queues.values())
         if loop is None:
             return 0
         for queue in queues:
             loop.call_soon_threadsafe(queue.put_nowait, Response(bucket_action=list(actions)))
+        return len(queues)
+
+    def end_streams(self, domain: str | None = None) -> int:
+        """End the open streams (of `domain`) with OK, the server staying up; how many."""
+        loop = self._loop
+        with self._lock:
+            queues = [q for n, q in self._queues.items() if domain in (None, self._domains.get(n))]
+        if loop is None:
+            return 0
+        for queue in queues:
+            loop.call_soon_threadsafe(queue.put_nowait, None)
         return len(queues)
 
     # --- what Envoy sent -------------------------------------------------------------------
@@ -171,23 +184,25 @@ class ScriptedRlqsServer:
 
     def _open(self, queue: asyncio.Queue[Any]) -> int:
         with self._lock:
-            self._queues.append(queue)
+            self._queues[self._streams_opened] = queue
             self._streams_opened += 1
             return self._streams_opened - 1
 
-    def _close(self, queue: asyncio.Queue[Any]) -> None:
+    def _close(self, stream: int) -> None:
         with self._lock:
-            if queue in self._queues:
-                self._queues.remove(queue)
+            self._queues.pop(stream, None)
 
     def _record(self, stream: int, message: Any) -> Any:
         usages = tuple(_usage(u) for u in message.bucket_quota_usages)
         reply = Response()
         with self._lock:
             self._reports.append(Report(time.monotonic(), stream, message.domain, usages))
+            self._domains[stream] = message.domain
             for usage in usages:
-                if (quota := self._answers.get(usage.bucket)) is not None:
-                    reply.bucket_action.append(action(usage.bucket, quota))
+                quota = self._answers.get(usage.bucket)
+                for one in quota if isinstance(quota, list) else [quota]:
+                    if one is not None:
+                        reply.bucket_action.append(action(usage.bucket, one))
         return reply
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -221,7 +236,7 @@ class ScriptedRlqsServer:
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
-        for queue in list(self._queues):
+        for queue in list(self._queues.values()):
             loop.call_soon_threadsafe(queue.put_nowait, None)
         asyncio.run_coroutine_threadsafe(self._server.stop(grace=0), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)

@@ -6,7 +6,7 @@ that an Envoy release that changes it fails here. Envoy reports only every 5 s, 
 asserts on its part of what was recorded.
 
   plain     reporting_interval 1 s, no expired_assignment_behavior: most buckets
-  slow      reporting_interval 12 s
+  slow      reporting_interval 12 s, no no_assignment_behavior
   reuse     expired_assignment_behavior: reuse_last_assignment
   fallback  expired_assignment_behavior: fallback_rate_limit DENY_ALL (the control for `reuse`)
   outage    its own RLQS server, stopped for 6 s and started again
@@ -58,6 +58,25 @@ PLAIN_ANSWERS = {
     "bucket-no-fill": assignment(token_bucket(2, 1.0), TTL_S),
     "bucket-fill": assignment(token_bucket(2, 1.0, tokens_per_fill=1), TTL_S),
     "bucket-fast": assignment(token_bucket(1, 0.5, tokens_per_fill=1), TTL_S),
+    "bucket-continuous": assignment(token_bucket(4, 4.0, tokens_per_fill=4), TTL_S),
+}
+
+
+def _per_minute_bucket(max_tokens: int) -> object:
+    return assignment(token_bucket(max_tokens, 60.0, tokens_per_fill=1), TTL_S)
+
+
+# Token buckets sent again at a later timer report: name -> (first, then, requests spent first)
+RESENT = {
+    "bucket-same": (_per_minute_bucket(2), _per_minute_bucket(2), 3),
+    "bucket-grow": (_per_minute_bucket(10), _per_minute_bucket(20), 5),
+    "bucket-shrink": (_per_minute_bucket(10), _per_minute_bucket(3), 0),
+    # 2 of 10 left, then the same bucket behind a DENY_ALL, in one response
+    "bucket-reset": (
+        _per_minute_bucket(10),
+        [assignment(blanket("DENY_ALL"), TTL_S), _per_minute_bucket(10)],
+        8,
+    ),
 }
 PLAIN_SILENT = ("first", "idle", "abandon-me")  # never assigned anything
 SHORT_DENY = assignment(blanket("DENY_ALL"), 1.0)  # `reuse` and `fallback`: answered once
@@ -91,6 +110,13 @@ class Observed:
     first_report_delay_s: float = 0.0
     burst: dict[str, list[int]] = field(default_factory=dict)  # just after assignment
     later: dict[str, list[int]] = field(default_factory=dict)  # 2.5 s later
+    resent: dict[str, list[int]] = field(default_factory=dict)  # after the next timer report
+    changed_at: float = 0.0
+    resubscribed_at: float = 0.0
+    slow_first: list[int] = field(default_factory=list)  # without no_assignment_behavior
+    ended_at: float = 0.0  # the server ended the `fallback` stream (OK)
+    after_end: int = 0  # a new bucket's first request then
+    resubscribe_delay_s: float = 0.0  # an abandoned bucket's next request to its report
     abandoned_at: float = 0.0
     outage_allowed: dict[str, int] = field(default_factory=dict)
     restarted_at: float = 0.0
@@ -117,11 +143,12 @@ def _first_requests(seen: Observed) -> None:
     assert status(plain.url, "first") == 200
     server.wait_for(lambda s: bool(s.usages({"name": "first"})), 2.0, "first report")
     seen.first_report_delay_s = server.usages({"name": "first"})[0][0].at - start
-    for name in (*PLAIN_SILENT[1:], *PLAIN_ANSWERS):
+    for name in (*PLAIN_SILENT[1:], *PLAIN_ANSWERS, *RESENT):
         assert status(plain.url, name) == 200  # no assignment yet: ALLOW_ALL
-    for domain in ("slow", "reuse", "fallback", "outage"):
+    seen.slow_first = [status(seen.envoys["slow"].url, "slow") for _ in range(3)]
+    for domain in ("reuse", "fallback", "outage"):
         assert status(seen.envoys[domain].url, domain) == 200
-    names = [*PLAIN_SILENT, *PLAIN_ANSWERS, "slow", "reuse", "fallback"]
+    names = [*PLAIN_SILENT, *PLAIN_ANSWERS, *RESENT, "slow", "reuse", "fallback"]
     server.wait_for(lambda s: all(s.usages({"name": n}) for n in names), 3.0, "first reports")
     assert status(seen.envoys["outage"].url, "held") == 200
     seen.outage_server.wait_for(
@@ -142,12 +169,50 @@ def _wait_status(url: str, bucket: str, expected: int, timeout_s: float = 2.0) -
 def _bursts(seen: Observed) -> None:
     plain = seen.envoys["plain"]
     seen.burst |= _statuses(plain.url, dict.fromkeys(PLAIN_ANSWERS, 5))
+    seen.burst |= _statuses(plain.url, {name: spend for name, (_, _, spend) in RESENT.items()})
+    for name, (_, then, _) in RESENT.items():
+        seen.server.answer({"name": name}, then)
+    seen.changed_at = time.monotonic()
     for domain in ("reuse", "fallback"):
         seen.burst |= _statuses(seen.envoys[domain].url, {domain: 3})
     time.sleep(2.5)  # past the 1 s TTLs and two 1 s fill intervals
     seen.later = _statuses(plain.url, dict.fromkeys(PLAIN_ANSWERS, 3))
     for domain in ("reuse", "fallback"):
         seen.later |= _statuses(seen.envoys[domain].url, {domain: 3})
+    _end_a_stream(seen)
+
+
+def _end_a_stream(seen: Observed) -> None:
+    """The server ends `fallback`'s stream, then a new bucket's first request arrives."""
+    seen.ended_at = time.monotonic()
+    assert seen.server.end_streams("fallback") == 1
+    time.sleep(0.2)
+    seen.after_end = status(seen.envoys["fallback"].url, "fallback-new")
+
+
+def _resent(seen: Observed) -> None:
+    """Requests once the next timer report has been answered (the same, or bigger, buckets)."""
+    seen.server.wait_for(
+        lambda s: any(r.at > seen.changed_at for r in seen.periodic("plain")),
+        REPORT_PERIOD_S + 2,
+        "a timer report after the change",
+    )
+    time.sleep(0.2)  # its answer applied
+    names = {"bucket-same": 3, "bucket-grow": 12, "bucket-shrink": 5, "bucket-reset": 12}
+    seen.resent = _statuses(seen.envoys["plain"].url, names)
+
+
+def _resubscribe(seen: Observed) -> None:
+    """A request to the abandoned bucket: reported at once, as a new bucket is."""
+    start = seen.resubscribed_at = time.monotonic()
+    assert status(seen.envoys["plain"].url, "abandon-me") == 200
+
+    def reported(server: ScriptedRlqsServer) -> bool:
+        return any(r.at > start for r, _ in server.usages({"name": "abandon-me"}))
+
+    seen.server.wait_for(reported, 2.0, "abandon-me reported again")
+    again = [r for r, _ in seen.server.usages({"name": "abandon-me"}) if r.at > start]
+    seen.resubscribe_delay_s = again[0].at - start
 
 
 def _outage(seen: Observed) -> None:
@@ -170,6 +235,7 @@ def _outage(seen: Observed) -> None:
     abandon = [action(bucket_key({"name": n}), abandon=True) for n in ("abandon-me", "reuse")]
     seen.server.push(*abandon)
     seen.abandoned_at = time.monotonic()
+    _resent(seen)
     time.sleep(max(0.0, gone + OUTAGE_S - time.monotonic()))
     outage.answer({"name": "held"}, None)
     outage.start()
@@ -184,6 +250,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     outage_server.answer({"name": "held"}, assignment(blanket("DENY_ALL"), TTL_S))
     for name, quota in PLAIN_ANSWERS.items():
         server.answer({"name": name}, quota)
+    for name, (first, _, _) in RESENT.items():
+        server.answer({"name": name}, first)
     for domain in ("reuse", "fallback"):
         server.answer({"name": domain}, SHORT_DENY)
     expired = {
@@ -202,6 +270,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
                 domain,
                 domain=domain,
                 reporting_interval_s=12 if domain == "slow" else 1,
+                no_assignment=None if domain == "slow" else "ALLOW_ALL",
                 expired=expired.get(domain),
             )
         for envoy in envoys.values():
@@ -219,9 +288,17 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             REPORT_PERIOD_S + 2,
             "a report after the abandon",
         )
+        server.wait_for(
+            lambda s: any(
+                r.stream != seen.reports("fallback")[0].stream for r in seen.reports("fallback")
+            ),
+            REPORT_PERIOD_S + 2,
+            "fallback's stream reopened",
+        )
         outage_server.wait_for(
             lambda s: any(r.stream > 0 for r in s.reports), REPORT_PERIOD_S + 2, "reconnect"
         )
+        _resubscribe(seen)
         seen.stats = envoys["plain"].stats("")
         yield seen
     finally:
@@ -271,10 +348,20 @@ def test_idle_bucket_is_reported_as_zero_until_abandoned(observed: Observed) -> 
 
 def test_an_assignment_triggers_no_report(observed: Observed) -> None:
     # the API says a bucket's usage is reported when an assignment arrives; 1.40 waits
-    at_once = [r for r in observed.reports("plain") if not is_periodic(r)]
+    at_once = [
+        r
+        for r in observed.reports("plain")
+        if not is_periodic(r) and r.at < observed.resubscribed_at  # that one is a new bucket
+    ]
     assert all(len(r.usages) == 1 for r in at_once), at_once
     names = sorted(name_of(r.usages[0]) for r in at_once)
-    assert names == sorted([*PLAIN_SILENT, *PLAIN_ANSWERS])  # one each: its first request
+    assert names == sorted([*PLAIN_SILENT, *PLAIN_ANSWERS, *RESENT])  # each its first request
+
+
+def test_an_abandoned_bucket_starts_over_with_an_immediate_report(observed: Observed) -> None:
+    assert observed.resubscribe_delay_s < 0.5
+    last = observed.usages("abandon-me")[-1]
+    assert (last.elapsed_s, last.allowed, last.denied) == (0.0, 1, 0)
 
 
 def test_abandoning_every_bucket_leaves_empty_reports(observed: Observed) -> None:
@@ -289,7 +376,11 @@ def test_actions_for_buckets_a_stream_never_reported_are_dropped(observed: Obser
     assert len(observed.usages("slow")) >= 3  # and carried on reporting its own
 
 
-# --- assignments ----------------------------------------------------------------------------
+# --- assignments ---------------------------------------------------------------------------
+
+
+def test_without_no_assignment_behavior_a_new_bucket_is_allowed(observed: Observed) -> None:
+    assert observed.slow_first == [200, 200, 200]  # as the API documents
 
 
 def test_requests_per_time_unit_is_not_enforced(observed: Observed) -> None:
@@ -315,6 +406,32 @@ def test_token_bucket_without_tokens_per_fill_never_refills(observed: Observed) 
     assert observed.later["bucket-fill"] == [200, 200, 429]
 
 
+def test_a_token_bucket_sent_again_keeps_its_fill_level_as_a_fraction(
+    observed: Observed,
+) -> None:
+    """Not rebuilt full when its numbers change: the share of max_tokens left is kept."""
+    # max_tokens 2, one token a minute, spent; the same again at a timer report: still empty
+    assert observed.burst["bucket-same"] == [200, 200, 429]
+    assert observed.resent["bucket-same"] == [429] * 3
+    # 5 of 10 left, then max_tokens 20: 10 (kept tokens would give 5, a new bucket 20)
+    assert observed.burst["bucket-grow"] == [200] * 5
+    assert observed.resent["bucket-grow"].count(200) == 10, observed.resent["bucket-grow"]
+    # a full 10, then max_tokens 3: a full 3
+    assert observed.resent["bucket-shrink"] == [200, 200, 200, 429, 429]
+
+
+def test_a_token_bucket_right_after_a_deny_all_starts_full(observed: Observed) -> None:
+    # 2 of 10 left; then DENY_ALL and the same bucket in one response: 10 again
+    assert observed.burst["bucket-reset"] == [200] * 8
+    assert observed.resent["bucket-reset"] == [200] * 10 + [429] * 2
+
+
+def test_a_token_bucket_refills_continuously(observed: Observed) -> None:
+    # 4 tokens every 4 s: spent, and 2.5 s later about 2.5 back (in one fill, none yet)
+    assert observed.burst["bucket-continuous"] == [200, 200, 200, 200, 429]
+    assert observed.later["bucket-continuous"].count(200) in (2, 3), observed.later
+
+
 def test_fill_interval_under_one_second_is_unlimited(observed: Observed) -> None:
     # max_tokens 1 every 0.5 s: 8 quick requests should see 429s; none do
     assert observed.burst["bucket-fast"] + observed.later["bucket-fast"] == [200] * 8
@@ -332,6 +449,21 @@ def test_reuse_last_assignment_is_ignored(observed: Observed) -> None:
 def test_an_assignment_outlives_the_stream_until_its_ttl(observed: Observed) -> None:
     # DENY_ALL with a 60 s TTL, then the server goes away: still denied
     assert observed.burst["held"] == [429] * 3
+
+
+def test_a_stream_the_server_ends_is_reopened_at_the_next_timer_report(
+    observed: Observed,
+) -> None:
+    reports = observed.reports("fallback")
+    reopened = [r for r in reports if r.stream != reports[0].stream]
+    assert reopened and reopened[0].at > observed.ended_at
+    assert is_periodic(reopened[0])
+    # a new bucket's first request meanwhile: its at-once report went to the closed stream and
+    # its count with it; the reopened stream reports it as any other (time_elapsed not 0)
+    assert observed.after_end == 200
+    new = observed.usages("fallback-new")
+    assert new and all(u.elapsed_s > 0 for u in new), new
+    assert sum(u.allowed for u in new) == 0, new
 
 
 # --- outages and stats ----------------------------------------------------------------------
