@@ -1,14 +1,15 @@
 """Envoy 1.40.0's `rate_limit_quota` filter as it really behaves, against a scripted RLQS server.
 
-Each test pins one way the filter departs from its API documentation (docs/RLQS-ENVOY.md), so
-that an Envoy release that changes it fails here. Envoy reports only every 5 s, so one timeline
-(the `observed` fixture, ~12 s) drives four Envoys and many buckets at once, and each test
-asserts on its part of what was recorded.
+Each test pins one thing the sidecar relies on or works around, most of them departures from
+the API documentation (docs/RLQS-ENVOY.md), so that an Envoy release that changes it fails
+here. Envoy reports only every 5 s, so one timeline (the `observed` fixture, ~12 s) drives five
+Envoys and many buckets at once, and each test asserts on its part of what was recorded.
 
   plain     reporting_interval 1 s, no expired_assignment_behavior: most buckets
   slow      reporting_interval 12 s, no no_assignment_behavior
   reuse     expired_assignment_behavior: reuse_last_assignment
-  fallback  expired_assignment_behavior: fallback_rate_limit DENY_ALL (the control for `reuse`)
+  fallback  expired_assignment_behavior: fallback_rate_limit DENY_ALL (the control for `reuse`);
+            then its stream is ended by the server
   outage    its own RLQS server, stopped for 6 s and started again
 """
 
