@@ -17,8 +17,10 @@ from bench import (
     envoy,
     flood,
     overhead,
+    overrides,
     per_request_redis,
     redis_sync,
+    rlqs,
     strict,
     strict_cost,
     workers,
@@ -52,8 +54,16 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         strict_cost.run,
     ),
     envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
+    rlqs.NAME: (
+        "wrk -> Envoy: no filter, RLQS (ALLOW_ALL server; sidecar), ShouldRateLimit, at once",
+        rlqs.run,
+    ),
     workers.NAME: ("sidecar --workers 1 vs 2 under load; metrics cost per request", workers.run),
     flood.NAME: ("a flood of fresh values cannot reset heavy clients' counters", flood.run),
+    overrides.NAME: (
+        "overrides: propagation p50/p99 across 3 nodes; request path with 10,000 loaded vs none",
+        overrides.run,
+    ),
 }
 
 

@@ -1,7 +1,9 @@
 """The services the sidecar is compared with, each on the sidecar's own stack (grpc.aio server,
 generated servicer, uvloop, gRPC health service). Run one as its own process:
 
-    python -m bench.services empty|empty-4|limits --address 127.0.0.1:PORT [--redis-url URL]
+    python -m bench.services KIND --address 127.0.0.1:PORT [--redis-url URL]
+
+KIND is one of:
 
 * empty: ShouldRateLimit answers one prebuilt OK status, whatever the request: the least any
   service on this stack can do.
@@ -12,6 +14,8 @@ generated servicer, uvloop, gRPC health service). Run one as its own process:
   window's INCRBY+EXPIRE. A Redis error answers UNAVAILABLE. redis-py's defaults are kept on
   purpose (5 s socket timeouts, retries with backoff): the benchmark reports how such a service
   behaves when Redis goes away.
+* rlqs-allow: the Rate Limit Quota Service answering every bucket of every report ALLOW_ALL
+  (for an hour): what Envoy's rate_limit_quota filter costs with the least a server can say.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import uvloop
@@ -31,6 +35,8 @@ from limits.aio.storage import RedisStorage
 from limits.errors import StorageError
 
 from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
+from ratelimit_sidecar._proto.envoy.type.v3 import ratelimit_strategy_pb2
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
 PREBUILT = 16  # empty-4 builds its answers for 1..16 descriptors once
@@ -105,10 +111,41 @@ class Limits(wire.RateLimitServiceServicer):
         return int(await self.storage.incr(key, self.item.get_expiry()))
 
 
-async def serve(address: str, servicer: wire.RateLimitServiceServicer) -> int:
+Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
+ALLOW_ALL_FOR_AN_HOUR = Action.QuotaAssignmentAction(
+    rate_limit_strategy=ratelimit_strategy_pb2.RateLimitStrategy(
+        blanket_rule=ratelimit_strategy_pb2.RateLimitStrategy.ALLOW_ALL
+    )
+)
+ALLOW_ALL_FOR_AN_HOUR.assignment_time_to_live.FromSeconds(3600)
+
+
+class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
+    """Every bucket of every usage report: ALLOW_ALL."""
+
+    async def StreamRateLimitQuotas(  # the gRPC method name
+        self,
+        request_iterator: AsyncIterator[rlqs_pb2.RateLimitQuotaUsageReports],
+        context: grpc.aio.ServicerContext,  # noqa: ARG002 - the servicer signature
+    ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
+        async for reports in request_iterator:
+            actions = [
+                Action(bucket_id=usage.bucket_id, quota_assignment_action=ALLOW_ALL_FOR_AN_HOUR)
+                for usage in reports.bucket_quota_usages
+            ]
+            yield rlqs_pb2.RateLimitQuotaResponse(bucket_action=actions)
+
+
+Servicer = wire.RateLimitServiceServicer | AllowAll
+
+
+async def serve(address: str, servicer: Servicer) -> int:
     """Until SIGTERM or SIGINT."""
     server = grpc.aio.server()
-    wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    if isinstance(servicer, AllowAll):
+        rlqs_pb2_grpc.add_RateLimitQuotaServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    else:
+        wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if server.add_insecure_port(address) == 0:
@@ -126,7 +163,7 @@ async def serve(address: str, servicer: wire.RateLimitServiceServicer) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.services")
-    parser.add_argument("kind", choices=("empty", "empty-4", "limits"))
+    parser.add_argument("kind", choices=("empty", "empty-4", "limits", "rlqs-allow"))
     parser.add_argument("--address", required=True, help="host:port to listen on")
     parser.add_argument("--redis-url", help="redis://host:port/db (limits only)")
     args = parser.parse_args(argv)
@@ -135,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
     async def run() -> int:  # the servicer's Redis client must be made on the running loop
+        if args.kind == "rlqs-allow":
+            return await serve(args.address, AllowAll())
         limits = args.kind == "limits"
         servicer = Limits(args.redis_url) if limits else Empty(args.kind == "empty-4")
         return await serve(args.address, servicer)

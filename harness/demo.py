@@ -1,5 +1,5 @@
-"""`make run` (`python -m harness.demo`): two Envoy gateways, each with its own sidecar, sharing
-limits through one Redis.
+"""`make run` (`python -m harness.demo`): three Envoy gateways, each with its own sidecar, sharing
+limits through one Redis: two ask ShouldRateLimit, the third uses the Rate Limit Quota Service.
 
 Everything listens on 127.0.0.1 on free ports; Ctrl-C (or SIGTERM) stops it all.
 """
@@ -12,7 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.envoy import EnvoyProcess
+from harness.envoy import RLQS_TEMPLATE as RLQS
+from harness.envoy import TEMPLATE, EnvoyProcess
 from harness.redis_servers import ServerGroup
 from harness.sidecar import SidecarProcess
 
@@ -27,10 +28,13 @@ def main() -> int:
         started: list[SidecarProcess | EnvoyProcess] = []
         try:
             redis = group.standalone()
-            for name in ("gw-a", "gw-b"):
+            # gw-a and gw-b ask ShouldRateLimit per request; gw-c enforces the token buckets
+            # its sidecar assigns over the Rate Limit Quota Service (RLQS).
+            for name, template in (("gw-a", TEMPLATE), ("gw-b", TEMPLATE), ("gw-c", RLQS)):
                 sidecar = SidecarProcess(RULES, "--redis-url", redis.url, "--node-id", name)
                 started.append(sidecar.wait_ready())
-                started.append(EnvoyProcess(workdir, sidecar.port, name).wait_ready())
+                gateway = EnvoyProcess(workdir, sidecar.port, name, template=template)
+                started.append(gateway.wait_ready())
             _explain(redis.url, [p for p in started if isinstance(p, EnvoyProcess)])
             _wait_for_signal()
         finally:
@@ -42,16 +46,23 @@ def main() -> int:
 
 
 def _explain(redis_url: str, gateways: list[EnvoyProcess]) -> None:
-    a, b = gateways[0].url, gateways[1].url
+    a, b, c = (gateway.url for gateway in gateways)
     print(
         f"""
 ratelimit-sidecar demo is up. Redis: {redis_url}
-  gateway A: {a}    gateway B: {b}
+  gateway A: {a}    gateway B: {b}    (ShouldRateLimit per request)
+  gateway C: {c}    (RLQS: Envoy enforces a token bucket the sidecar assigns)
 
-One API key has 10 requests per 10 s across BOTH gateways (5 spans of 2 s each):
+One API key has 10 requests per 10 s across ALL gateways (5 spans of 2 s each):
   {_burst(a)}
   sleep 2
   {_burst(b)}
+
+Gateway C counts against the same limit without a call per request: its first request
+reports at once, the answer is its share of what is left (Envoy reports usage every 5 s):
+  {_burst(c, key="k5", count=12)}
+  sleep 2
+  {_burst(a, key="k5")}
 
 See the 429 with Retry-After, x-ratelimit-* headers and the JSON body:
   curl -si -H 'x-api-key: k1' {b}/

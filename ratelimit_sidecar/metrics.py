@@ -29,6 +29,7 @@ NS = "ratelimit_sidecar"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 STRICT_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 STRICT_RESULTS = ("admitted", "over_limit", "failed", "breaker_open")  # = service.strict's
+PROPAGATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -100,6 +101,23 @@ class Metrics:
         )
         for result in STRICT_RESULTS:
             self.strict_checks.labels(result)
+        self.overrides_in_force = Gauge(
+            f"{NS}_overrides_in_force",
+            "Runtime overrides applied now (expired ones not)",
+            registry=r,
+        )
+        self.overrides_version = Gauge(
+            f"{NS}_overrides_version", "Version of the override set applied", registry=r
+        )
+        self.overrides_propagation_seconds = Histogram(
+            f"{NS}_overrides_propagation_seconds",
+            "From an override write to its set applied on this node",
+            buckets=PROPAGATION_BUCKETS,
+            registry=r,
+        )
+        self.admin_requests = Counter(
+            f"{NS}_admin_requests", "Admin API requests by status code", ("code",), registry=r
+        )
         self._labels = RuleLabels(lambda rule_id: self.value_label_overflow.labels(rule_id).inc())
         for kind in ERROR_KINDS:  # export zeros, so rate() and alerts work before a failure
             self.sync_errors.labels(kind)

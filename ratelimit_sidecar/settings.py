@@ -120,11 +120,28 @@ class Settings:
         default=50,
         metadata=_help("Redis timeout of one strict check (keep it under Envoy's filter timeout)"),
     )
+    # Runtime overrides (docs/OVERRIDES.md). The admin token is never a setting: it comes from
+    # a file or from RLS_ADMIN_TOKEN, so that it shows in no command line, log or repr.
+    admin_address: str = field(
+        default="127.0.0.1:9091",
+        metadata=_help("host:port of the overrides admin API (opened only with a token)"),
+    )
+    admin_token_file: str | None = field(
+        default=None, metadata=_help("file holding the admin API's bearer token")
+    )
+    state_dir: str | None = field(
+        default=None, metadata=_help("directory keeping runtime overrides without Redis")
+    )
+    overrides_refresh_s: float = field(
+        default=10.0, metadata=_help("seconds between full reads of the override set")
+    )
 
     def __post_init__(self) -> None:
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
+        if self.overrides_refresh_s <= 0:
+            raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
 

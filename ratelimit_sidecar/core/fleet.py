@@ -50,6 +50,13 @@ class FleetLimiter(Limiter):
         """The sync loop pushes the span that ended; only the window may have moved on."""
         self.dropped_hits += state.roll(now_ms)
 
+    def _count_late(self, state: KeyState, hits: int) -> None:
+        """Pushed with the previous window's last span (the store counts it there), and this
+        node's own count of that window, which `nodes` is learnt against, takes them too."""
+        self.dropped_hits += state.stash(hits, state.window - 1, state.window)
+        if state.estimate_window == state.window - 1:
+            state.estimate_local += hits
+
     def _evicted(self, state: KeyState) -> None:
         """Eviction loses tracking precision, never counts: its unpushed hits still go out."""
         for count, window in ((state.unsent, state.unsent_window), (state.pending, state.window)):

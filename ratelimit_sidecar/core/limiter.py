@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.algorithms import algorithms_with
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
@@ -72,6 +72,46 @@ class Limiter(ABC):
         """Decide as `hit` does, but count nothing: a strict limit of the same request refused
         it (service/strict.py). The answers say what each descriptor alone would have got."""
         return self._hit_all(now_ms, hits, True)
+
+    def count_admitted(
+        self, now_ms: int, hit: Hit, since_ms: int | None = None
+    ) -> list[KeyState | None]:
+        """Hits a client has already admitted on its own (an RLQS gateway's report): counted
+        whatever the limits say, so they reach the store in the span deltas like any other.
+
+        The hits were admitted over [`since_ms`, `now_ms`]: where a fixed window began in that
+        time, the part before it (pro rata) belongs to the window before and is counted there
+        (`_count_late`), not against the new window's budget. Returns the counter of each of
+        the rule's limits (None: a deny list, or no room)."""
+        rule = hit.rule
+        if rule is None:
+            return []
+        several = len(rule.limits) > 1
+        states: list[KeyState | None] = []
+        for index, limit in enumerate(rule.limits):
+            key = limit_key(hit.key, index) if several else hit.key
+            state = None
+            if limit.requests_per_unit > 0:
+                state = self._state(hit, key, limit, rule.shadow_mode, now_ms)
+            if state is not None:
+                if now_ms >= state.next_sync:
+                    self._catch_up(state, now_ms)
+                self._count_reported(state, hit.hits, now_ms, since_ms)
+            states.append(state)
+        return states
+
+    def _count_reported(
+        self, state: KeyState, hits: int, now_ms: int, since_ms: int | None
+    ) -> None:
+        limit = state.limit
+        late = 0
+        start = now_ms - now_ms % limit.window_ms
+        fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
+        if fixed and hits > 0 and since_ms is not None and since_ms < start < now_ms:
+            late = hits * (start - since_ms) // (now_ms - since_ms)
+            self._count_late(state, late)
+        if hits - late:
+            self.algorithms[limit.algorithm].count(state, hits - late, now_ms)
 
     def _hit_all(self, now_ms: int, hits: Sequence[Hit], refused: bool) -> Decision:
         """`hit`'s general case: any descriptors, any limits; `refused` counts nothing."""
@@ -139,8 +179,13 @@ class Limiter(ABC):
         state = self.keys.get(key)
         if state is not None and state.limit is limit:
             return state
-        if state is not None and state.limit == limit:  # same rule reloaded: keep the counts
+        if state is not None and same_counting(state.limit, limit):  # keep the counts
+            if limit.requests_per_unit > state.limit.requests_per_unit:
+                state.blocked_until = 0  # a raised limit applies to the window's count so far
             state.limit, state.shadow = limit, shadow
+            state.ceiling = limit.requests_per_unit
+            if hit.rule is not None:
+                state.rule_id = hit.rule.id
             return state
         rule_id = hit.rule.id if hit.rule is not None else ""
         # live_nodes as it is (an int): one object shared by every new key, not a float each
@@ -174,6 +219,10 @@ class Limiter(ABC):
         """The key's span has ended since it was last looked at."""
 
     @abstractmethod
+    def _count_late(self, state: KeyState, hits: int) -> None:
+        """Admitted hits reported after the key's window moved on: the previous window's."""
+
+    @abstractmethod
     def _evicted(self, state: KeyState) -> None:
         """The key leaves the table (evicted for room, or its rule changed)."""
 
@@ -194,6 +243,27 @@ class Limiter(ABC):
 
     def algorithm_of(self, state: KeyState) -> Algorithm:
         return self.algorithms[state.limit.algorithm]
+
+
+_SUMMED = (AlgorithmName.FIXED_WINDOW, AlgorithmName.SLIDING_WINDOW)
+
+
+def same_counting(old: RateLimit, new: RateLimit) -> bool:
+    """Whether a key counted under `old` keeps its counts under `new`: the same rule reloaded,
+    or one whose number alone changed (a reload or a runtime override raising or lowering the
+    limit counts on from the window's count so far). Only the windows count plain sums: a token
+    bucket keeps its state in ticks of its rate and a log is sized by its limit, and another
+    algorithm, window or schedule counts differently: those start over."""
+    if old == new:
+        return True
+    return (
+        old.algorithm is new.algorithm
+        and old.algorithm in _SUMMED
+        and old.window_ms == new.window_ms
+        and old.spans == new.spans
+        and old.strict == new.strict
+        and new.requests_per_unit > 0
+    )
 
 
 def limit_key(key: KeyId, index: int) -> KeyId:

@@ -33,6 +33,9 @@ class LocalLimiter(Limiter):
         if moved:
             self.dropped_hits += state.roll(now_ms)
 
+    def _count_late(self, state: KeyState, hits: int) -> None:
+        """Alone, a node has no use for a finished window's count."""
+
     def _evicted(self, state: KeyState) -> None:
         """Nobody else reads this node's counts: they leave with the key."""
 

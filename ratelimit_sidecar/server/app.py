@@ -17,11 +17,15 @@ from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
+from ratelimit_sidecar.server.override_sync import follow_overrides
+from ratelimit_sidecar.server.overrides import keeper_for
 from ratelimit_sidecar.server.reload import RuleWatcher
+from ratelimit_sidecar.server.rlqs_api import quota_wiring
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
@@ -98,6 +102,16 @@ class Sidecar:
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
             strict=self.strict,
         )
+        # Runtime overrides (admin API): kept across reloads, applied before /readyz answers.
+        self.overrides = keeper_for(
+            settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
+        )
+        # Shared overrides: a change announced on Redis is read at once (server/override_sync.py),
+        # on the node's one pub/sub connection (made above for blocks when counts go to Redis).
+        self.subscriber, self.follower = follow_overrides(
+            storage, self.overrides, clock_ms, self.subscriber
+        )
+        self.admin = AdminServer(settings, self.overrides, clock_ms, self.metrics)
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
         mode = "local-only" if storage is None else storage.description
@@ -107,6 +121,7 @@ class Sidecar:
             self.sync,
             mode,
             show_values=settings.debug_show_values,
+            overrides=self.overrides.view,
         )
         self.http = HttpApi(endpoints.routes(self._scrape))
         self.watcher = RuleWatcher(
@@ -116,6 +131,10 @@ class Sidecar:
             settings.reload_poll_s,
             ConfigLimits.of(settings),
             defaults=settings.rule_defaults,
+        )
+        # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
+        self.quota, self._add_quota = quota_wiring(
+            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry
         )
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()
@@ -142,13 +161,15 @@ class Sidecar:
         """Bind and start serving; raises BindError if the address is not available."""
         servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
         server, health, self.port = build_server(
-            servicer, self.settings.grpc_address, self._reuse_port
+            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,)
         )
+        await self.overrides.start()
         try:
             await self.http.start(self.settings.metrics_address)
         except OSError as exc:
             address = self.settings.metrics_address
             raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
+        await self.admin.start()
         if self.strict_store is not None:  # slot map and script, before the first request
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
@@ -157,6 +178,7 @@ class Sidecar:
         await health.set("", SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
+        self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
         if self.subscriber is not None:
             self._tasks.append(asyncio.create_task(self.subscriber.run(), name="subscriber"))
         # Everything built so far (rules, protobuf descriptors, metrics) lives until exit: move it
@@ -180,9 +202,9 @@ class Sidecar:
         rules = sum(len(d.rules()) for d in domains)
         host = s.grpc_address.rsplit(":", 1)[0]
         log.info(
-            "serving on %s:%d (metrics on port %d); mode %s; node %s; %d domains, %d rules%s",
+            "serving on %s:%d (metrics on port %d); mode %s; node %s; %d domains, %d rules%s; %s",
             host, self.port, self.http.port, mode, s.node_id, len(domains), rules,
-            "; shadow mode" if s.shadow_mode else "",
+            "; shadow mode" if s.shadow_mode else "", self.admin.describe(),
         )  # fmt: skip
 
     def request_exit(self) -> None:
@@ -207,16 +229,22 @@ class Sidecar:
         log.info("shutting down: draining requests and flushing counts")
         if self._server is not None:
             await self._health.set("", NOT_SERVING)
+            self.quota.end_streams()  # RLQS streams last for ever: end them, counted
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
         self.watcher.stop()
+        self.overrides.stop()
         if self.subscriber is not None:
             self.subscriber.stop()
         for task in self._tasks:
             await task
         lost = await self.sync.flush()
+        if self.follower is not None:
+            await self.follower.stop()
+        await self.overrides.close()
         if self.storage is not None:
             await self.storage.close()
+        await self.admin.stop()
         await self.http.stop()
         log.info("stopped")
         return lost

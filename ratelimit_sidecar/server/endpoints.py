@@ -63,23 +63,31 @@ class Endpoints:
         mode: str,
         *,
         show_values: bool = False,
+        overrides: Callable[[bool], dict[str, object]] | None = None,
     ) -> None:
         self._get_rules = get_rules
         self._limiter = limiter
         self._sync = sync
         self._mode = mode
         self._show_values = show_values
+        self._overrides = overrides  # the runtime overrides in force (server/overrides.py)
 
     def routes(self, metrics: Route | None = None) -> dict[str, Route]:
         routes: dict[str, Route] = {
             "/healthz": lambda _q: text_reply("ok\n"),
             "/readyz": lambda _q: self.ready(),
-            "/debug/rules": lambda _q: json_reply(rules_view(self._rules())),
+            "/debug/rules": lambda _q: json_reply(self.rules_view()),
             "/debug/keys": self.keys,
         }
         if metrics is not None:
             routes["/metrics"] = metrics
         return routes
+
+    def rules_view(self) -> dict[str, object]:
+        view = rules_view(self._rules())
+        if self._overrides is not None:
+            view["overrides"] = self._overrides(self._show_values)
+        return view
 
     def _rules(self) -> RuleSet:
         return self._get_rules()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -73,9 +73,15 @@ class BindError(RuntimeError):
 
 
 def build_server(
-    servicer: RateLimitServicer, address: str, reuse_port: bool = False
+    servicer: RateLimitServicer,
+    address: str,
+    reuse_port: bool = False,
+    more_services: Sequence[Callable[[grpc.aio.Server], str]] = (),
 ) -> tuple[grpc.aio.Server, health.HealthServicer, int]:
-    """A started-ready server bound to `address`; returns it, its health servicer and its port."""
+    """A started-ready server bound to `address`; returns it, its health servicer and its port.
+
+    `more_services` add other services to the same server (the RLQS one), each returning its
+    name for reflection."""
     options = [
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -84,7 +90,11 @@ def build_server(
     add_rate_limit_service(server, servicer)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (wire.SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+    names = (
+        wire.SERVICE_NAME,
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        *(add(server) for add in more_services),
+    )
     reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
     try:
         port = server.add_insecure_port(address)

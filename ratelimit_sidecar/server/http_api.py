@@ -1,7 +1,10 @@
-"""The metrics address: /metrics, /healthz, /readyz, /debug/rules, /debug/keys.
+"""The HTTP servers: the metrics address (/metrics, /healthz, /readyz, /debug/*) and the admin API.
 
 A deliberately small HTTP/1.1 server on asyncio streams (one request per connection): enough for
-Prometheus scrapes, Kubernetes probes and curl, with no extra dependency. Read-only.
+Prometheus scrapes, Kubernetes probes, curl and the overrides CLI, with no extra dependency.
+Given `routes`, it answers GET by path (the metrics address, read-only). Given `dispatch`, every
+request goes to it whole (`Request`: method, path, query, headers, a body of at most `max_body`
+bytes sent with Content-Length; the admin API).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 log = logging.getLogger("ratelimit_sidecar.http")
@@ -23,10 +27,27 @@ Route = Callable[[dict[str, list[str]]], Reply | Awaitable[Reply]]
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
+    409: "Conflict",
+    411: "Length Required",
+    413: "Content Too Large",
     503: "Service Unavailable",
 }
+
+
+class Request(NamedTuple):
+    """One request as `dispatch` gets it; header names in lower case."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+
+Dispatch = Callable[[Request], Awaitable[Reply]]
 
 
 def json_reply(payload: object, status: int = 200) -> Reply:
@@ -42,12 +63,20 @@ class HttpApi:
 
     def __init__(
         self,
-        routes: dict[str, Route],
+        routes: dict[str, Route] | None = None,
         *,
+        dispatch: Dispatch | None = None,
+        max_body: int = 0,
+        guard: Callable[[dict[str, str]], Reply | None] | None = None,
+        observe: Callable[[int], None] | None = None,
         timeout_s: float = CLIENT_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
-        self._routes = routes
+        self._routes = routes or {}
+        self._dispatch = dispatch
+        self._max_body = max_body
+        self._guard = guard  # sees the headers before the body is read: its reply ends there
+        self._observe = observe  # every answer's status (metrics)
         self._server: asyncio.Server | None = None
         self._timeout_s = timeout_s
         self._max_connections = max_connections
@@ -71,6 +100,8 @@ class HttpApi:
         self._open += 1
         try:
             status, kind, body = await self._answer(reader)
+            if self._observe is not None:
+                self._observe(status)
             writer.write(_encode(status, kind, body))
             await asyncio.wait_for(writer.drain(), self._timeout_s)
         except (TimeoutError, ConnectionError):
@@ -82,12 +113,19 @@ class HttpApi:
     async def _answer(self, reader: asyncio.StreamReader) -> Reply:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout_s)
+            if self._dispatch is not None:
+                return await self._dispatched(head, reader)
             return await self._respond(head)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            return text_reply("bad request\n", 400)
+            return self._error(400, "bad_request", "incomplete or slow request")
         except Exception:  # an endpoint bug must not take the sidecar down
             log.exception("HTTP endpoint failed")
-            return text_reply("internal error\n", 503)
+            return self._error(503, "internal", "internal error")
+
+    def _error(self, status: int, code: str, message: str) -> Reply:
+        if self._dispatch is not None:
+            return json_error(status, code, message)
+        return text_reply(message + "\n", status)
 
     async def _respond(self, head: bytes) -> Reply:
         if len(head) > MAX_REQUEST_BYTES:
@@ -102,6 +140,41 @@ class HttpApi:
             return text_reply("not found\n", 404)
         reply = route(parse_qs(url.query))
         return await reply if isinstance(reply, Awaitable) else reply
+
+    async def _dispatched(self, head: bytes, reader: asyncio.StreamReader) -> Reply:
+        """Read the body (Content-Length only, at most `max_body`) and hand the request over."""
+        assert self._dispatch is not None
+        if len(head) > MAX_REQUEST_BYTES:
+            return json_error(400, "bad_request", "request head too large")
+        request_line, *lines = head.decode("latin-1").split("\r\n")
+        method, _, rest = request_line.partition(" ")
+        url = urlsplit(rest.split(" ", 1)[0])
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, colon, value = line.partition(":")
+            if colon:
+                headers[name.strip().lower()] = value.strip()
+        refused = None if self._guard is None else self._guard(headers)
+        if refused is not None:
+            return refused
+        if "transfer-encoding" in headers:
+            return json_error(411, "length_required", "send the body with Content-Length")
+        length_text = headers.get("content-length", "0")
+        if not length_text.isdigit() or len(length_text) > 12:
+            return json_error(400, "bad_request", "invalid Content-Length")
+        length = int(length_text)
+        if length > self._max_body:
+            return json_error(413, "too_large", f"body over {self._max_body} bytes")
+        body = (
+            await asyncio.wait_for(reader.readexactly(length), self._timeout_s) if length else b""
+        )
+        query = parse_qs(url.query)
+        return await self._dispatch(Request(method, url.path, query, headers, body))
+
+
+def json_error(status: int, code: str, message: str) -> Reply:
+    """The admin API's error body: {"error": {"code": ..., "message": ...}}."""
+    return json_reply({"error": {"code": code, "message": message}}, status)
 
 
 def _encode(status: int, kind: str, body: bytes) -> bytes:

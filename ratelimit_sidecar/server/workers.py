@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from types import FrameType
 
+from ratelimit_sidecar.server.admin import ADMIN_OFF, admin_token_configured
 from ratelimit_sidecar.settings import REUSE_PORT_ENV, Settings, environment
 
 log = logging.getLogger("ratelimit_sidecar.workers")
@@ -38,8 +39,23 @@ def worker_settings(settings: Settings, index: int) -> Settings:
         settings,
         node_id=f"{settings.node_id}-w{index}",
         metrics_address=f"{host}:{port + index if port else 0}",
+        # One admin API, on the first worker: writes have one way in (the others follow the
+        # store: Redis's change messages, or the state file at their next read).
+        admin_address=settings.admin_address if index == 0 else ADMIN_OFF,
         workers=1,
     )
+
+
+def _ports_overlap(settings: Settings) -> str:
+    """Why the admin port cannot be used beside the workers' metrics ports ("" if it can)."""
+    metrics, admin = split_address(settings.metrics_address)[1], settings.admin_address
+    if admin == ADMIN_OFF or not metrics or not admin_token_configured(settings):
+        return ""
+    port = split_address(admin)[1]
+    last = metrics + settings.workers - 1
+    if metrics <= port <= last:
+        return f"--admin-address port {port} is one of the workers' metrics ports {metrics}-{last}"
+    return ""
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
@@ -50,6 +66,10 @@ def worker_env(settings: Settings) -> dict[str, str]:
 def run_workers(settings: Settings) -> int:
     if split_address(settings.grpc_address)[1] == 0:
         print("ratelimit-sidecar: error: --workers needs a fixed gRPC port", file=sys.stderr)
+        return 1
+    overlap = _ports_overlap(settings)
+    if overlap:
+        print(f"ratelimit-sidecar: error: {overlap}; choose another port", file=sys.stderr)
         return 1
     children = [
         subprocess.Popen(

@@ -25,6 +25,7 @@ from ratelimit_sidecar.service.compiled import (
 )
 from ratelimit_sidecar.service.dynamic_metadata import dynamic_metadata_field
 from ratelimit_sidecar.service.overall import OverallCode
+from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.response import (
     ResponseEncoder,
     ResponseOptions,
@@ -92,6 +93,8 @@ class RateLimitHandler:
         )
         self._metadata = options.dynamic_metadata
         self._lenient = _lets_refusals_through(rules, options)
+        # Runtime overrides (admin API): replaced whole, kept across rule reloads.
+        self.api_overrides = NO_OVERRIDES
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
@@ -99,6 +102,12 @@ class RateLimitHandler:
         self._compiled.clear()
         self._lenient = _lets_refusals_through(rules, self._encoder.options)
         self.rules = rules
+
+    def swap_overrides(self, applied: AppliedOverrides) -> None:
+        """The runtime overrides changed: requests are matched afresh (counters stay)."""
+        self._overrides = {}
+        self._compiled.clear()
+        self.api_overrides = applied
 
     def decide(self, raw: bytes) -> bytes:
         """`respond` for a request without a strict limit (tests and benchmarks)."""
@@ -175,13 +184,16 @@ class RateLimitHandler:
         name, descriptors = request.domain, request.descriptors
         validate_request(name, len(descriptors), self._bounds)
         domain = self.rules.domain(name)
+        known = domain is not None or name in self.api_overrides.domains
         default_hits = request.hits_addend or 1
         # One pass over each descriptor's entries: validate, match, and name the counter.
-        hits = [self._hit(name, domain, i, d, default_hits) for i, d in enumerate(descriptors)]
-        if len(hits) > 1 and domain is not None:
+        hits = [
+            self._hit(name, domain, i, d, default_hits, known=known)
+            for i, d in enumerate(descriptors)
+        ]
+        if len(hits) > 1 and known:
             hits = _apply_replaces(hits)
         tally = None if self._observer is None else self._observer.tally(name, hits)
-        known = domain is not None
         counted, limit = _only_counted(hits)
         options = self._encoder.options
         if known and self._strict is not None and has_strict(hits):
@@ -205,19 +217,24 @@ class RateLimitHandler:
         index: int,
         descriptor: RateLimitDescriptor,
         default_hits: int,
+        *,
+        known: bool,
     ) -> Hit:
         entries = [(e.key, e.value) for e in descriptor.entries]
         validate_entries(index, entries, self._bounds)
-        rule = None if domain is None else self._rule(domain, entries, descriptor)
+        rule = self._rule(name, domain, entries, descriptor) if known else None
         return Hit(rule, _key(name, entries, rule), _hits(descriptor, default_hits))
 
     def _rule(
-        self, domain: Domain, entries: Entries, descriptor: RateLimitDescriptor
+        self, name: str, domain: Domain | None, entries: Entries, descriptor: RateLimitDescriptor
     ) -> Rule | None:
-        rule = match(domain, entries)
+        """Precedence: the request's own limit > a runtime override > the rule files."""
+        rule = None if domain is None else match(domain, entries)
+        if self.api_overrides.rules:
+            rule = self.api_overrides.rule(name, tuple(entries), rule)
         if descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
             override = descriptor.limit.requests_per_unit, descriptor.limit.unit
-            return self._override(rule or _unmatched(domain.name, entries), *override)
+            return self._override(rule or _unmatched(name, entries), *override)
         return rule
 
     def _override(self, rule: Rule, requests_per_unit: int, unit: int) -> Rule:

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--latency-ms", type=int, help="store round trip")
     ap.add_argument("--timeout-ms", type=int, default=d.timeout_ms, help="sync timeout")
     ap.add_argument("--outage", type=_outage, help="START:END seconds after the start")
+    ap.add_argument("--rlqs-outage", type=_outage, help="START:END: RLQS server unreachable")
+    ap.add_argument("--rlqs-gateways", type=int, help="rlqs systems: gateways on RLQS (first N)")
     ap.add_argument("--weights", type=_weights, help="load balancer shares, e.g. 60,30,10")
     ap.add_argument("--node-ttl-ms", type=int, help="heartbeat TTL (0: no heartbeats)")
     ap.add_argument("--windows", type=int, default=d.windows, help="windows to simulate")
@@ -89,6 +91,8 @@ def _params(args: argparse.Namespace) -> SimParams:
         timeout_ms=args.timeout_ms,
         node_ttl_ms=args.node_ttl_ms,
         burst=args.burst,
+        rlqs_gateways=args.rlqs_gateways,
+        rlqs_outage=args.rlqs_outage,
     )
 
 

@@ -14,6 +14,7 @@ call does. Local-only nodes (the `local` baseline) have no store and no sync at 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
 
@@ -28,9 +29,19 @@ from ratelimit_sidecar.core import (
     SyncSchedule,
 )
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
+from ratelimit_sidecar.simulate.envoy_quota import REPORT_PERIOD_MS
 from ratelimit_sidecar.simulate.metrics import Recorder
 from ratelimit_sidecar.simulate.params import rule_for
 from ratelimit_sidecar.simulate.references import reference_for, trailing_bound
+from ratelimit_sidecar.simulate.rlqs import (
+    FIRST,
+    PERIODIC,
+    Gateway,
+    QuotaServer,
+    RlqsPlan,
+    RlqsStats,
+    leave,
+)
 from ratelimit_sidecar.simulate.scenarios import Setup
 from ratelimit_sidecar.simulate.traffic import Traffic
 from ratelimit_sidecar.simulate.variants import System
@@ -40,7 +51,8 @@ from ratelimit_sidecar.storage.memory import MemoryStorage
 # Real timers wake a millisecond or two late; the jitter also shuffles which node pushes
 # first at a shared span boundary, as in a real fleet (a fixed order would bias `seen`).
 WAKE_JITTER_MS = 3
-BOOT, LEAVE, SYNC, EXEC, APPLY = range(5)
+BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT = range(6)
+QuotaFactory = Callable[[], QuotaServer]
 KEY = ("sim", "client", "c1")
 
 
@@ -75,6 +87,7 @@ class SimNode:
     timed_out: bool = False
     dropped: int = 0  # the limiter's dropped_hits already recorded
     tracking: bool = False  # has a key, hence span ends to wake for
+    gateway: Gateway | None = None  # an RLQS gateway: its Envoy decides (rlqs.py)
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,7 +95,7 @@ class SimNode:
 
 
 class Engine:
-    def __init__(self, setup: Setup, system: System) -> None:
+    def __init__(self, setup: Setup, system: System, quota: QuotaFactory | None = None) -> None:
         self.setup, self.system = setup, system
         p = setup.params
         self.now = setup.boot_ms
@@ -103,6 +116,13 @@ class Engine:
         self.reference = reference_for(limit)
         self.recorder.algorithm, self.recorder.bound = p.algorithm.text, trailing_bound(limit)
         self.jitter = Random(p.seed + 1)  # its own stream: the offered traffic stays the same
+        self.rlqs = RlqsPlan(system.rlqs, p.rlqs_gateways, setup.rlqs_outages)
+        self.rlqs_stats = RlqsStats()
+        self.quota = quota
+        if system.rlqs and quota is None:
+            from ratelimit_sidecar.simulate.quota_server import SidecarQuota
+
+            self.quota = SidecarQuota
 
     def run(self) -> Recorder:
         rng = Random(self.setup.params.seed)
@@ -143,7 +163,12 @@ class Engine:
             ok = exact
         else:
             node = self.nodes[index]
-            ok = node.limiter.hit(t + node.offset, node.hits).code is Code.OK
+            if node.gateway is not None:
+                ok, first = node.gateway.admit(t)
+                if first:  # a new bucket's first request sends a report at once
+                    self._at(t, REPORT, index, FIRST)
+            else:
+                ok = node.limiter.hit(t + node.offset, node.hits).code is Code.OK
             if not node.tracking:
                 self._first_key(node)
         self.recorder.request(t, index, ok)
@@ -164,6 +189,8 @@ class Engine:
             self._exec(node, payload)
         elif kind == APPLY and payload is node.batch:
             self._apply(node)
+        elif kind == REPORT and node.serving and node.gateway is not None:
+            self._gateway(node, node.gateway, str(payload))
 
     def _boot(self, index: int) -> None:
         setup, system = self.setup, self.system
@@ -181,11 +208,18 @@ class Engine:
         fleet = FleetLimiter(algorithm=system.algorithm)
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
+        if self.quota is not None and self.rlqs.uses_rlqs(index):
+            node.gateway = Gateway(self.quota(), offset)
+            self.rlqs_stats.gateways += 1
+            # Envoy's report timer runs from its start, at its own phase.
+            self._at(self.now + self.jitter.randrange(REPORT_PERIOD_MS), REPORT, index, PERIODIC)
         self._wake(node, self.now)  # the schedule's first sync is at once
 
     def _leave(self, node: SimNode) -> None:
         """SIGTERM: stop serving, then flush every pending hit (after any sync in flight)."""
         node.serving, node.leaving = False, True
+        if node.gateway is not None:
+            leave(node.gateway.envoy, self.rlqs_stats, self.now)
         if node.fleet is None:
             del self.nodes[node.index]  # nothing to flush
         elif node.batch is None:
@@ -258,6 +292,15 @@ class Engine:
             del self.nodes[node.index]
         else:
             self._wake(node, self.now)
+
+    def _gateway(self, node: SimNode, gateway: Gateway, kind: str) -> None:
+        lost = self.rlqs_stats.lost_hits
+        served = (node.limiter, node.hits)
+        for at, what in gateway.handle(kind, self.now, served, self.rlqs, self.rlqs_stats):
+            self._at(at, REPORT, node.index, what)
+        self.recorder.dropped_hits += self.rlqs_stats.lost_hits - lost
+        if not node.tracking:
+            self._first_key(node)
 
     def _sample_nodes(self, node: SimNode) -> None:
         truth = self.setup.membership.inverse_share(node.index, self.now)

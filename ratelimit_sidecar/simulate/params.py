@@ -48,6 +48,8 @@ class SimParams:
     node_ttl_ms: int | None = None  # heartbeat TTL for live_nodes; 0 turns heartbeats off
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
     burst: int = 0  # a token bucket's capacity; 0: one window's worth (MAX)
+    rlqs_gateways: int | None = None  # RLQS systems: this many gateways (the first) on RLQS
+    rlqs_outage: tuple[int, int] | None = None  # ms after the start: RLQS server unreachable
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.max < 1 or self.windows < 1:

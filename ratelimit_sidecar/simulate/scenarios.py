@@ -42,6 +42,7 @@ class Defaults:
     latency_ms: int = 0
     outage: tuple[float, float] | None = None  # fractions of the run
     churn: bool = False
+    rlqs_outage: tuple[float, float] | None = None  # fractions: the RLQS server unreachable
 
 
 SCENARIOS: dict[str, Defaults] = {
@@ -60,6 +61,11 @@ SCENARIOS: dict[str, Defaults] = {
     ),
     "skew": Defaults(2.0, "over-limit (2x); node clocks spread over +-500 ms", skew_ms=500),
     "latency": Defaults(2.0, "over-limit (2x); the store answers after 200 ms", latency_ms=200),
+    "rlqs_outage": Defaults(
+        2.0,
+        "over-limit (2x); RLQS gateways cannot reach their server from 1/3 to 1/2",
+        rlqs_outage=(1 / 3, 1 / 2),
+    ),
 }
 
 
@@ -75,6 +81,7 @@ class Setup:
     membership: Membership
     offsets: tuple[int, ...]  # per node: node clock minus true clock
     outages: tuple[tuple[int, int], ...]  # true ms, store down in [start, end)
+    rlqs_outages: tuple[tuple[int, int], ...]  # true ms, RLQS server unreachable
     latency_ms: int
     node_ttl_ms: int
     start_ms: int
@@ -112,7 +119,8 @@ def resolve(params: SimParams) -> Setup:
         schedule=_schedule(params, rate, d, start),
         membership=membership,
         offsets=_offsets(len(membership.weights), skew),
-        outages=_outages(params, d, start),
+        outages=_outages(params.outage, d.outage, params, start),
+        rlqs_outages=_outages(params.rlqs_outage, d.rlqs_outage, params, start),
         latency_ms=d.latency_ms if params.latency_ms is None else params.latency_ms,
         node_ttl_ms=_node_ttl(params),
         start_ms=start,
@@ -148,12 +156,14 @@ def _offsets(count: int, skew_ms: int) -> tuple[int, ...]:
     return tuple(round(-skew_ms + 2 * skew_ms * i / (count - 1)) for i in range(count))
 
 
-def _outages(p: SimParams, d: Defaults, start: int) -> tuple[tuple[int, int], ...]:
-    if p.outage is not None:
-        return ((start + p.outage[0], start + p.outage[1]),)
-    if d.outage is None:
+def _outages(
+    given: tuple[int, int] | None, default: tuple[float, float] | None, p: SimParams, start: int
+) -> tuple[tuple[int, int], ...]:
+    if given is not None:
+        return ((start + given[0], start + given[1]),)
+    if default is None:
         return ()
-    a, b = d.outage
+    a, b = default
     window = p.window_ms
     # Whole windows, so the fallback's per-window bound is measured on clean windows.
     return ((start + round(a * p.windows) * window, start + round(b * p.windows) * window),)

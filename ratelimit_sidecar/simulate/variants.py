@@ -52,6 +52,7 @@ class System:
     raw_store_clock: bool = False  # True: ... without compensating half the round trip
     central: bool = False  # True: the exact central counter, no limiter at all
     oracle_nodes: bool = False  # True: nodes set to the true inverse share (diagnostic)
+    rlqs: float = 0.0  # share of the gateways on RLQS (simulate/rlqs.py); 0: all on RLS
 
 
 _HARD = FixedWindow(lenient=False, estimate_blocks=True)
@@ -89,6 +90,8 @@ SYSTEMS: dict[str, System] = {
             raw_store_clock=True,
         ),
         System("oracle", "diagnostic: nodes = true global/local share", oracle_nodes=True),
+        System("rlqs", "every gateway on RLQS: Envoy token buckets, 5 s usage reports", rlqs=1.0),
+        System("rlqs-half", "every other gateway on RLQS, the rest on ShouldRateLimit", rlqs=0.5),
     )
 }
 BASELINES = ("core", "local", "exact")
@@ -114,6 +117,7 @@ def system_for(name: str) -> System:
         store_clock=any(s.store_clock for s in specs),
         raw_store_clock=any(s.raw_store_clock for s in specs),
         oracle_nodes=any(s.oracle_nodes for s in specs),
+        rlqs=max(s.rlqs for s in specs),
     )
 
 

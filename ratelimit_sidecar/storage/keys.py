@@ -14,6 +14,8 @@ Schema (with the default prefix `rls:`)::
                                               requests scored by epoch ms (TTL one window)
     rls:{<digest>}:block                      shared block flag (SET NX PX cooldown)
     rls:nodes                                 heartbeat sorted set: node id -> last sync ms
+    rls:{overrides}:set|version|history       runtime overrides (one hash slot: each write is
+                                              one script call; storage/overrides_redis.py)
 
 `<digest>` is 16 hex digits of BLAKE2b over an unambiguous encoding of the whole KeyId
 (domain, key1, value1, key2, value2, ...): every part is length-prefixed, so no choice of
@@ -133,6 +135,11 @@ class KeySchema:
     def nodes(self) -> str:
         """The heartbeat sorted set (member: node id, score: its last sync time in ms)."""
         return f"{self.prefix}nodes"
+
+    def overrides(self, part: str) -> str:
+        """The runtime overrides' key `part` ("set", "version", "history"): one hash slot for
+        all three (the tag `{overrides}` is never a digest, which is hex)."""
+        return f"{self.prefix}{{overrides}}:{part}"
 
     def channel(self, name: str) -> str:
         """The pub/sub channel `name` of this deployment (channels have no hash slot)."""

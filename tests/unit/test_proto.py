@@ -14,15 +14,31 @@ from harness.envoy import envoy_binary as envoy_binary_path
 from ratelimit_sidecar import wire
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
 from ratelimit_sidecar._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from ratelimit_sidecar._proto.envoy.service.ratelimit.v3 import rls_pb2
-from ratelimit_sidecar._proto.envoy.type.v3 import ratelimit_unit_pb2
+from ratelimit_sidecar._proto.envoy.type.v3 import (
+    ratelimit_strategy_pb2,
+    ratelimit_unit_pb2,
+    token_bucket_pb2,
+)
 from ratelimit_sidecar.tools import genproto
 
 COMMITTED = Path(genproto.__file__).resolve().parents[1] / "_proto"
-OUR_FILES = (rls_pb2, ratelimit_pb2, base_pb2, ratelimit_unit_pb2)
+OUR_FILES = (
+    rls_pb2,
+    ratelimit_pb2,
+    base_pb2,
+    ratelimit_unit_pb2,
+    rlqs_pb2,
+    ratelimit_strategy_pb2,
+    token_bucket_pb2,
+)
 
 Response = rls_pb2.RateLimitResponse
 RLDescriptor = ratelimit_pb2.RateLimitDescriptor
+Usage = rlqs_pb2.RateLimitQuotaUsageReports.BucketQuotaUsage
+Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
+Strategy = ratelimit_strategy_pb2.RateLimitStrategy
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -103,6 +119,27 @@ EXPECTED_NUMBERS: list[tuple[type[Message], str, int]] = [
     (base_pb2.HeaderValueOption, "append", 2),
     (base_pb2.HeaderValueOption, "append_action", 3),
     (base_pb2.HeaderValueOption, "keep_empty_value", 4),
+    (rlqs_pb2.RateLimitQuotaUsageReports, "domain", 1),
+    (rlqs_pb2.RateLimitQuotaUsageReports, "bucket_quota_usages", 2),
+    (Usage, "bucket_id", 1),
+    (Usage, "time_elapsed", 2),
+    (Usage, "num_requests_allowed", 3),
+    (Usage, "num_requests_denied", 4),
+    (rlqs_pb2.RateLimitQuotaResponse, "bucket_action", 1),
+    (Action, "bucket_id", 1),
+    (Action, "quota_assignment_action", 2),
+    (Action, "abandon_action", 3),
+    (Action.QuotaAssignmentAction, "assignment_time_to_live", 2),
+    (Action.QuotaAssignmentAction, "rate_limit_strategy", 3),
+    (rlqs_pb2.BucketId, "bucket", 1),
+    (Strategy, "blanket_rule", 1),
+    (Strategy, "requests_per_time_unit", 2),
+    (Strategy, "token_bucket", 3),
+    (Strategy.RequestsPerTimeUnit, "requests_per_time_unit", 1),
+    (Strategy.RequestsPerTimeUnit, "time_unit", 2),
+    (token_bucket_pb2.TokenBucket, "max_tokens", 1),
+    (token_bucket_pb2.TokenBucket, "tokens_per_fill", 2),
+    (token_bucket_pb2.TokenBucket, "fill_interval", 3),
 ]
 
 
@@ -154,6 +191,36 @@ def test_enum_numbers() -> None:
         "OVERWRITE_IF_EXISTS_OR_ADD": 2,
         "OVERWRITE_IF_EXISTS": 3,
     }
+
+
+def test_rlqs_shapes_that_matter_on_the_wire() -> None:
+    # Envoy 1.40 sends usages as a repeated message (later upstream: a map) and ids as a map.
+    usages = rlqs_pb2.RateLimitQuotaUsageReports.DESCRIPTOR.fields_by_name["bucket_quota_usages"]
+    assert usages.is_repeated
+    assert usages.message_type is Usage.DESCRIPTOR
+    id_entry = rlqs_pb2.BucketId.DESCRIPTOR.fields_by_name["bucket"].message_type
+    assert id_entry is not None and id_entry.GetOptions().map_entry
+    action = Action.DESCRIPTOR.oneofs_by_name["bucket_action"]
+    assert [f.name for f in action.fields] == ["quota_assignment_action", "abandon_action"]
+    strategy = Strategy.DESCRIPTOR.oneofs_by_name["strategy"]
+    assert [f.name for f in strategy.fields] == [
+        "blanket_rule",
+        "requests_per_time_unit",
+        "token_bucket",
+    ]
+    assert dict(Strategy.BlanketRule.items()) == {"ALLOW_ALL": 0, "DENY_ALL": 1}
+    fill = token_bucket_pb2.TokenBucket.DESCRIPTOR.fields_by_name["tokens_per_fill"]
+    assert fill.message_type is wrappers_pb2.UInt32Value.DESCRIPTOR
+
+
+def test_rlqs_service_path() -> None:
+    service = rlqs_pb2.DESCRIPTOR.services_by_name["RateLimitQuotaService"]
+    assert service.full_name == "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+    method = service.methods_by_name["StreamRateLimitQuotas"]
+    assert method.input_type is rlqs_pb2.RateLimitQuotaUsageReports.DESCRIPTOR
+    assert method.output_type is rlqs_pb2.RateLimitQuotaResponse.DESCRIPTOR
+    assert method.client_streaming and method.server_streaming
+    assert callable(rlqs_pb2_grpc.add_RateLimitQuotaServiceServicer_to_server)
 
 
 def test_service_and_wire_module() -> None:
@@ -237,6 +304,64 @@ def test_round_trip_request_with_descriptors() -> None:
     decoded = wire.RateLimitRequest.FromString(request.SerializeToString())
     assert decoded == request
     assert decoded.descriptors[0].HasField("hits_addend")  # explicit 0 survives
+
+
+# RateLimitQuotaUsageReports{domain: "d", bucket_quota_usages: [{bucket_id: {bucket: {k: v}},
+# time_elapsed: 5s, num_requests_allowed: 300, num_requests_denied: 2}]}, encoded by hand.
+REPORT_BYTES = bytes.fromhex(
+    "0a0164"  # 1:LEN domain "d"
+    "1213"  # 2:LEN bucket_quota_usages, 19 bytes
+    "0a08 0a06 0a016b 120176"  # 1:LEN bucket_id {1: map entry {1: "k", 2: "v"}}
+    "1202 0805"  # 2:LEN time_elapsed Duration{1: 5}
+    "18ac02"  # 3:VARINT num_requests_allowed 300
+    "2002"  # 4:VARINT num_requests_denied 2
+)
+
+# RateLimitQuotaResponse{bucket_action: [{bucket_id: {bucket: {k: v}}, quota_assignment_action:
+# {assignment_time_to_live: 10s, rate_limit_strategy: {token_bucket: {max_tokens: 7,
+# tokens_per_fill: 3, fill_interval: 1s}}}}, {bucket_id: {bucket: {k: v}}, abandon_action: {}}]}.
+RESPONSE_RLQS_BYTES = bytes.fromhex(
+    "0a1e"  # 1:LEN bucket_action, 30 bytes
+    "0a08 0a06 0a016b 120176"  # 1:LEN bucket_id
+    "1212"  # 2:LEN quota_assignment_action, 18 bytes
+    "1202 080a"  # 2:LEN assignment_time_to_live Duration{1: 10}
+    "1a0c 1a0a"  # 3:LEN rate_limit_strategy {3:LEN token_bucket, 10 bytes}
+    "0807 1202 0803 1a02 0801"  # {1: 7, 2: UInt32Value{1: 3}, 3: Duration{1: 1}}
+    "0a0c"  # 1:LEN bucket_action, 12 bytes
+    "0a08 0a06 0a016b 120176"  # 1:LEN bucket_id
+    "1a00"  # 3:LEN abandon_action {}
+)
+
+
+def test_decode_hand_built_rlqs_report() -> None:
+    report = rlqs_pb2.RateLimitQuotaUsageReports.FromString(REPORT_BYTES)
+    assert report.domain == "d"
+    [usage] = report.bucket_quota_usages
+    assert dict(usage.bucket_id.bucket) == {"k": "v"}
+    assert usage.time_elapsed.seconds == 5
+    assert (usage.num_requests_allowed, usage.num_requests_denied) == (300, 2)
+    assert report.SerializeToString() == REPORT_BYTES
+
+
+def test_encode_matches_hand_built_rlqs_response() -> None:
+    bucket = rlqs_pb2.BucketId(bucket={"k": "v"})
+    assign = Action.QuotaAssignmentAction(
+        rate_limit_strategy=Strategy(
+            token_bucket=token_bucket_pb2.TokenBucket(max_tokens=7, tokens_per_fill={"value": 3})
+        )
+    )
+    assign.assignment_time_to_live.seconds = 10
+    assign.rate_limit_strategy.token_bucket.fill_interval.seconds = 1
+    response = rlqs_pb2.RateLimitQuotaResponse(
+        bucket_action=[
+            Action(bucket_id=bucket, quota_assignment_action=assign),
+            Action(bucket_id=bucket, abandon_action=Action.AbandonAction()),
+        ]
+    )
+    assert response.SerializeToString() == RESPONSE_RLQS_BYTES
+    decoded = rlqs_pb2.RateLimitQuotaResponse.FromString(RESPONSE_RLQS_BYTES)
+    assert decoded == response
+    assert decoded.bucket_action[1].WhichOneof("bucket_action") == "abandon_action"
 
 
 # --- (d) agreement with the Envoy binary we test against ------------------------------

@@ -1,0 +1,331 @@
+"""Runtime overrides (issue #15): how fast a change reaches every node, and what a large set
+costs the request path.
+
+* propagation: three sidecars on one Redis; `CHANGES` PUTs, each on the next node in turn.
+  For each, the time from sending the PUT until each of the two other nodes shows the new
+  version in /debug/rules (polled every few ms, so an upper bound that includes the PUT's own
+  round trip); besides, each node's `overrides_propagation_seconds` histogram (from the write's
+  Redis TIME to its set applied, on the node's store clock). Target: p99 under 1 s.
+* overhead: `bench overhead`'s load (hot-10 with h2load, distinct-100k with the Node client)
+  against a sidecar without overrides and one with `LOADED` overrides (in a `--state-dir`
+  file, so no Redis in either), alternating rounds. The overrides include every hot-10 value
+  and the first `LOADED` distinct-100k values, with the bench rule's own limit, so requests
+  both meet overrides and miss them. Target: the ratio within noise (at least `TARGET_RATIO`).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from bench import overhead
+from bench.decision import FakeClock, loop_us
+from bench.load import runs
+from bench.load.clients import Client, H2load, Node
+from bench.load.runs import SATURATED_PCT, Bench, Run
+from bench.load.servers import start_sidecar
+from bench.report import Options, Outcome, conclude, fmt, pct, table
+from bench.workload import (
+    DOMAIN,
+    KEY,
+    UNREACHABLE,
+    Workload,
+    hot_10,
+    key_values,
+    request,
+    rules_dir,
+)
+from bench.workload import handler as bench_handler
+from bench.workload import workload as make_workload
+from harness.override_fleet import RULES, OverrideNode
+from harness.redis_servers import server_group
+from harness.rules import write_rules
+from ratelimit_sidecar.config.override import OverrideBounds, parse_override
+from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.service.overrides import AppliedOverrides
+from ratelimit_sidecar.storage.override_file import FILE_NAME, FORMAT
+
+NAME = "overrides"
+CHANGES = 200
+NODES = 3
+VALUES = 50  # distinct overridden values the changes cycle through
+GAP_S = 0.02  # between changes
+WAIT_S = 5.0  # a node that has not applied a change by then counts as missed
+POLL_S = 0.002
+LOADED = 10_000
+ROUNDS = 4
+TARGET_P99_S = 1.0
+TARGET_RATIO = 0.90
+
+
+@dataclass(frozen=True, slots=True)
+class Propagation:
+    lags_s: Mapping[str, Sequence[float]]  # receiving node -> seconds per change it applied
+    missed: int  # (change, node) pairs not applied within WAIT_S
+    put_s: Sequence[float]  # the PUTs' own round trips
+    histogram: Mapping[str, tuple[float, float]]  # node -> (count, sum) of its lag histogram
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The `q` quantile (0..1) by the nearest-rank method; None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def propagation_rows(result: Propagation) -> list[list[str]]:
+    """One row per receiving node and one for all: changes, p50, p99, max (ms), and the mean of
+    the nodes' own lag histograms."""
+    every = [lag for lags in result.lags_s.values() for lag in lags]
+    rows = []
+    for name, lags in [*sorted(result.lags_s.items()), ("all", every)]:
+        histogram = result.histogram if name == "all" else {name: result.histogram.get(name)}
+        cells = [percentile(lags, q) for q in (0.5, 0.99, 1.0)]
+        rows.append([name, str(len(lags)), *(fmt(_ms(c), 1) for c in cells), _mean_ms(histogram)])
+    return rows
+
+
+def propagation_table(result: Propagation) -> list[str]:
+    header = ["node", "changes", "p50 ms", "p99 ms", "max ms", "histogram mean ms"]
+    p99 = percentile([lag for lags in result.lags_s.values() for lag in lags], 0.99)
+    return [
+        table(header, propagation_rows(result), left=1),
+        f"PUT round trip p50 {fmt(_ms(percentile(result.put_s, 0.5)), 1)} ms; "
+        f"missed (not applied within {WAIT_S:.0f} s): {result.missed}; "
+        f"p99 {fmt(_ms(p99), 1)} ms, target < {TARGET_P99_S * 1000:.0f} ms: "
+        f"{'PASS' if propagation_met(result) else 'FAIL'}",
+    ]
+
+
+def propagation_met(result: Propagation) -> bool:
+    every = [lag for lags in result.lags_s.values() for lag in lags]
+    p99 = percentile(every, 0.99)
+    return result.missed == 0 and p99 is not None and p99 < TARGET_P99_S
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def _mean_ms(histogram: Mapping[str, tuple[float, float] | None]) -> str:
+    pairs = [pair for pair in histogram.values() if pair is not None]
+    count = sum(c for c, _ in pairs)
+    return f"{1000 * sum(s for _, s in pairs) / count:.1f}" if count else "-"
+
+
+def measure_propagation(changes: int = CHANGES) -> Propagation:
+    with (
+        tempfile.TemporaryDirectory(prefix="rls-bench-ovr-") as tmp,
+        server_group(Path(tmp) / "redis") as group,
+    ):
+        redis = group.standalone()
+        rules = write_rules(Path(tmp), RULES)
+        nodes = [OverrideNode(rules, redis.url, f"n{i}") for i in range(NODES)]
+        try:
+            for node in nodes:
+                node.start()
+            return _changes(nodes, changes)
+        finally:
+            for node in nodes:
+                node.stop()
+
+
+def _changes(nodes: Sequence[OverrideNode], changes: int) -> Propagation:
+    lags: dict[str, list[float]] = {f"n{i}": [] for i in range(len(nodes))}
+    put_s, missed = [], 0
+    for n in range(changes):
+        writer = n % len(nodes)
+        sent = time.monotonic()
+        code, answer = nodes[writer].put(f"bench{n % VALUES}", 100 + n)
+        put_s.append(time.monotonic() - sent)
+        if code != 200:
+            raise RuntimeError(f"PUT answered {code}: {answer}")
+        version = answer["version"]
+        assert isinstance(version, int)
+        pending = {i for i in range(len(nodes)) if i != writer}
+        while pending and time.monotonic() - sent < WAIT_S:
+            for i in sorted(pending):
+                if nodes[i].version() >= version:
+                    lags[f"n{i}"].append(time.monotonic() - sent)
+                    pending.discard(i)
+            time.sleep(POLL_S)
+        missed += len(pending)
+        time.sleep(GAP_S)
+    histogram = {f"n{i}": _histogram(node.metrics()) for i, node in enumerate(nodes)}
+    return Propagation(lags, missed, put_s, histogram)
+
+
+def _histogram(metrics: str) -> tuple[float, float]:
+    """(count, sum) of `overrides_propagation_seconds` in a /metrics page."""
+    found = {"count": 0.0, "sum": 0.0}
+    for line in metrics.splitlines():
+        for part in found:
+            if line.startswith(f"ratelimit_sidecar_overrides_propagation_seconds_{part} "):
+                found[part] = float(line.split()[-1])
+    return found["count"], found["sum"]
+
+
+def write_state(directory: Path, values: Sequence[str]) -> Path:
+    """A `--state-dir` whose override file holds one override per value (the bench rule's
+    limit), as the file store keeps it: loaded at start, no history."""
+    directory.mkdir(parents=True, exist_ok=True)
+    documents = {}
+    for value in values:
+        document = dict(parse_override(_body(value), OverrideBounds()).document)
+        documents[str(document["id"])] = document
+    state = {"format": FORMAT, "version": 1, "documents": documents, "changes": []}
+    (directory / FILE_NAME).write_text(json.dumps(state))
+    return directory
+
+
+def _body(value: str) -> dict[str, object]:
+    return {
+        "domain": DOMAIN,
+        "descriptor": [{"key": KEY, "value": value}],
+        "rate_limit": {"unit": "second", "requests_per_unit": UNREACHABLE},
+    }
+
+
+def loaded_values() -> list[str]:
+    """hot-10's values and the first distinct-100k values: `LOADED` in all."""
+    hot = key_values(10)
+    return hot + key_values(100_000)[: LOADED - len(hot)]
+
+
+def measure_overhead(bench: Bench, workload: Workload, client: Client) -> list[Run]:
+    """The sidecar without and with `LOADED` overrides, warmed up, alternating rounds."""
+    rules = rules_dir(bench.workdir)
+    state = write_state(bench.workdir / "state", loaded_values())
+    max_keys = ("--max-keys", str(overhead.MAX_KEYS))
+    servers = []
+    try:
+        servers.append(start_sidecar(bench.workdir, bench.pinning, rules, *max_keys))
+        servers.append(
+            start_sidecar(
+                bench.workdir, bench.pinning, rules, *max_keys, "--state-dir", str(state),
+                name="with-10k",
+            )
+        )  # fmt: skip
+        plan = overhead.Plan(workload, (client,), judged=True)
+        for server in servers:
+            overhead.warm_up(bench, server, plan.clients[0], plan)
+            server.pause()
+        return runs.alternate(bench, servers, plan.clients, workload, ROUNDS)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def overhead_verdict(
+    measured: Sequence[Run], workload: str, client: str
+) -> tuple[str, bool | None]:
+    """The median over rounds of with-10k / none: RPS when both servers were CPU-bound, else RPS
+    per server CPU-second (as `bench overhead` judges); None (not judged) when other load
+    shared the server's core."""
+    mine = [r for r in measured if r.workload == workload and r.client == client]
+    pooled = {r.server: r for r in runs.rows(mine)}
+    if set(pooled) != {"sidecar", "with-10k"}:
+        return f"{workload} [{client}]: NOT MEASURED", None
+    saturated = min(r.cpu.server_pct for r in pooled.values()) >= SATURATED_PCT
+    value = (lambda r: r.rps) if saturated else (lambda r: r.per_cpu_second)
+    ratios = runs.ratios(mine, "with-10k", "sidecar", client, value)
+    ratio = runs.median(ratios)
+    passed = ratio is not None and ratio >= TARGET_RATIO
+    word = "PASS" if passed else "FAIL"
+    if any(r.cpu.noisy for r in pooled.values()):
+        word = f"INCONCLUSIVE (other load on the server CPU; would be {word})"
+    basis = "RPS" if saturated else "RPS per server CPU-second: not CPU-bound"
+    spread = f"; per round {min(ratios):.1%} .. {max(ratios):.1%}" if ratios else ""
+    text = f"{workload} [{client}]: with {LOADED:,} overrides / none = {pct(ratio)} ({basis}"
+    verdict = passed if word in ("PASS", "FAIL") else None
+    return (
+        f"{text}; median of {len(ratios)} rounds{spread}; target >= {TARGET_RATIO:.0%}: {word})",
+        verdict,
+    )
+
+
+def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrides:
+    """`values`' overrides as the keeper hands them to the request path."""
+    bounds = OverrideBounds()
+    parsed = [parse_override(_body(value), bounds) for value in values]
+    return AppliedOverrides.of(parsed, version)
+
+
+def in_process_costs() -> list[tuple[str, float, float]]:
+    """µs per `decide` without and with `LOADED` overrides (best of `REPEAT`, the order of the
+    two sides alternating): by how often the request was seen, and seen before but right after
+    a change of the set (each change makes every distinct request compile again)."""
+    distinct = [request(v).SerializeToString() for v in key_values(100_000)]
+    hot = distinct[:10] * 10_000
+    applied = {"none": applied_overrides([]), "with": applied_overrides(loaded_values())}
+    best: dict[str, list[float]] = {}
+    for repeat in range(REPEAT):
+        for name in ("none", "with") if repeat % 2 == 0 else ("with", "none"):
+            handler = bench_handler(2 * len(distinct), FakeClock(), metrics=Metrics())
+            handler.swap_overrides(applied[name])
+            gc.collect()
+            gc.freeze()  # as the server does after start-up: the collector skips the set
+            try:
+                costs = [loop_us(handler.decide, distinct), loop_us(handler.decide, distinct)]
+                costs.append(loop_us(handler.decide, hot))
+                handler.swap_overrides(replace(applied[name], version=2))
+                costs.append(loop_us(handler.decide, distinct))
+            finally:
+                gc.unfreeze()
+            del handler
+            for label, cost in zip(IN_PROCESS, costs, strict=True):
+                best.setdefault(f"{label}|{name}", []).append(cost)
+    return [(label, min(best[f"{label}|none"]), min(best[f"{label}|with"])) for label in IN_PROCESS]
+
+
+IN_PROCESS = (
+    "first sight (100,000 new requests)",
+    "seen before (100,000 requests, each again)",
+    "repeated (10 requests, 100,000 calls)",
+    "seen before, just after a change of the set",
+)
+REPEAT = 4
+
+
+def in_process_table(costs: Sequence[tuple[str, float, float]]) -> str:
+    rows = [[label, f"{none:.1f}", f"{mine:.1f}", pct(mine / none)] for label, none, mine in costs]
+    return table(["decide() in-process, µs", "none", f"{LOADED:,} loaded", "ratio"], rows, left=1)
+
+
+def run(options: Options) -> Outcome:
+    started = time.monotonic()
+    print(f"[{NAME}] propagation over {CHANGES} changes across {NODES} nodes")
+    propagation = measure_propagation()
+    lines = propagation_table(propagation)
+    print("\n".join(lines))
+    print(f"[{NAME}] decide() in-process with {LOADED:,} overrides loaded vs none")
+    costs = in_process_costs()
+    lines.append(in_process_table(costs))
+    print(lines[-1])
+    print(f"[{NAME}] request path under load with {LOADED:,} overrides loaded vs none")
+    shape = replace(overhead.SHAPE, duration_s=options.duration_s or overhead.SHAPE.duration_s)
+    distinct = make_workload("distinct-100k", key_values(100_000))
+    plans: list[tuple[Workload, Client]] = [(hot_10(), H2load()), (distinct, Node())]
+    measured: list[Run] = []
+    verdicts: list[bool | None] = [propagation_met(propagation)]
+    with runs.session(shape, overhead.RETRY_BUDGET_S) as bench:
+        for workload, client in plans:
+            if client.unavailable() is None:
+                measured += measure_overhead(bench, workload, client)
+        lines += runs.render(bench, measured, ROUNDS)
+        for workload, client in plans:
+            if client.unavailable() is None:
+                text, passed = overhead_verdict(measured, workload.name, client.name)
+                lines.append(text)
+                verdicts.append(passed)
+        document = dict(runs.document(bench, measured, ROUNDS))
+    document["propagation"] = asdict(propagation)
+    document["in_process_us"] = [{"case": c, "none": n, "loaded": w} for c, n, w in costs]
+    return conclude(options, NAME, started, lines, document, verdicts=verdicts)

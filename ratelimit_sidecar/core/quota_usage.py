@@ -1,0 +1,147 @@
+"""An RLQS bucket's report in, its assignment out, through the limiter's own counters.
+
+A report's allowed requests are hits Envoy has already admitted: the limiter counts them
+(`Limiter.count_admitted`) into the same counters, and so the same span deltas and store keys,
+as ShouldRateLimit requests with the same descriptor. The assignment is then read off those
+counters (core/quota_assign.py). Pure: the clock is `now_ms`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.limiter import Limiter
+from ratelimit_sidecar.core.quota_assign import (
+    DEFAULT_POLICY,
+    Assignment,
+    KeyView,
+    QuotaPolicy,
+    allow_all,
+    assign,
+    combine,
+    kept,
+    settle,
+)
+from ratelimit_sidecar.core.types import Hit
+
+
+def report_usage(
+    limiter: Limiter,
+    hit: Hit,
+    now_ms: int,
+    streams: int = 1,
+    policy: QuotaPolicy = DEFAULT_POLICY,
+    *,
+    since_ms: int | None = None,
+) -> Assignment:
+    """Count a report's allowed requests (`hit.hits`, 0 for an idle report; admitted since
+    `since_ms`, the previous report) under the hit's rule, and return the assignment its
+    counters call for now."""
+    rule = hit.rule
+    if rule is None or rule.limit is None or rule.shadow_mode or policy.shadow_mode:
+        limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
+        return allow_all(now_ms, policy)
+    states = limiter.count_admitted(now_ms, hit, since_ms)
+    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy)
+
+
+def assignment_of(
+    limiter: Limiter,
+    rule: Rule,
+    states: Sequence[KeyState | None],
+    now_ms: int,
+    *,
+    streams: int = 1,
+    policy: QuotaPolicy = DEFAULT_POLICY,
+) -> Assignment:
+    """The assignment for a rule whose limits' counters are `states` (one per limit)."""
+    views = [
+        view_of(limiter, limit, state, now_ms)
+        for limit, state in zip(rule.limits, states, strict=True)
+    ]
+    return combine([assign(view, now_ms, streams, policy) for view in views])
+
+
+def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
+    """What the limiter knows of one counter; without a counter (a deny list, or a table full
+    of blocked keys) the limit alone: nothing left of a deny list, a whole capacity otherwise."""
+    if state is None:
+        return KeyView(limit, limit.capacity if limit.requests_per_unit else 0)
+    algorithm = limiter.algorithm_of(state)
+    refusal = algorithm.check(
+        state, 0, now_ms
+    )  # no hits: only a block refuses, and it changes nothing
+    answer = algorithm.admitted(state, now_ms)  # what is left, and when room frees
+    blocked_ms = refusal.reset_ms if refusal is not None else 0
+    sync_ms = max(0, state.next_sync - now_ms)
+    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
+    return KeyView(
+        limit,
+        answer.remaining,
+        blocked_ms,
+        state.nodes,
+        state.shadow,
+        answer.reset_ms,
+        sync_ms,
+        state.window if fixed else -1,
+    )
+
+
+class BucketQuota:
+    """One bucket of one stream as the server remembers it: the assignment Envoy holds and what
+    the gateway reported allowed since Envoy built that bucket. The servicer and the simulator
+    both decide through it."""
+
+    def __init__(self) -> None:
+        self.sent: Assignment | None = None
+        self.spent = 0
+        self.reported_ms: int | None = None  # the last report's time (None: none yet)
+
+    @property
+    def recheck_ms(self) -> int:
+        """When to decide again without a report (0: only at reports)."""
+        return self.sent.recheck_ms if self.sent is not None else 0
+
+    def report(
+        self,
+        limiter: Limiter,
+        hit: Hit,
+        now_ms: int,
+        streams: int = 1,
+        policy: QuotaPolicy = DEFAULT_POLICY,
+    ) -> Assignment | None:
+        """A report of `hit.hits` allowed: counted, then what to send (None: nothing)."""
+        if self.sent is not None:
+            self.spent += max(0, hit.hits)
+        # Since the last report; a bucket first seen here may carry a whole report period.
+        since = self.reported_ms
+        if since is None and hit.hits > 1:
+            since = now_ms - policy.report_interval_ms
+        self.reported_ms = now_ms
+        fresh = report_usage(limiter, hit, now_ms, streams, policy, since_ms=since)
+        return self._settle(fresh, now_ms, policy)
+
+    def recheck(
+        self,
+        limiter: Limiter,
+        hit: Hit,
+        now_ms: int,
+        streams: int = 1,
+        policy: QuotaPolicy = DEFAULT_POLICY,
+    ) -> Assignment | None:
+        """No report: decided again on the counters as they are (nothing counted)."""
+        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy)
+        return self._settle(fresh, now_ms, policy)
+
+    def _settle(self, fresh: Assignment, now_ms: int, policy: QuotaPolicy) -> Assignment | None:
+        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent)
+        if send is None:
+            assert self.sent is not None  # settle sends whatever is new
+            self.sent = kept(self.sent, fresh)
+            return None
+        if send.built_ms == 0:  # a new bucket (a resend keeps the one Envoy built)
+            self.spent = 0
+        self.sent = send
+        return send

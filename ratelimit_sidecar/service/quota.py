@@ -1,0 +1,233 @@
+"""Rate Limit Quota Service semantics: usage reports in, bucket assignments out, no I/O.
+
+One `QuotaStream` per Envoy stream. Each report's buckets are matched to rules
+(config/buckets.py), their allowed requests counted through the limiter into the same counters
+as ShouldRateLimit requests (core/quota_usage.py), and an assignment computed; only what changed
+meaningfully, new buckets, assignments about to expire and buckets idle too long (abandoned) are
+answered (core/quota_assign.py). A DENY_ALL is decided again when its block ends (`due`), without
+waiting for a report. The gRPC servicer (server/rlqs_api.py) converts messages and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ratelimit_sidecar.config.buckets import match_bucket
+from ratelimit_sidecar.config.model import Rule, RuleSet
+from ratelimit_sidecar.core import Hit, KeyId, Limiter
+from ratelimit_sidecar.core.quota_assign import (
+    DEFAULT_POLICY,
+    Action,
+    Assignment,
+    QuotaPolicy,
+    abandoned,
+)
+from ratelimit_sidecar.core.quota_usage import BucketQuota
+from ratelimit_sidecar.service.ratelimit import MAX_HITS, _key
+from ratelimit_sidecar.service.validation import Bounds, InvalidRequest, validate_entries
+
+# A bucket's identity on a stream: its id's entries in key order.
+BucketId = tuple[tuple[str, str], ...]
+MAX_BUCKETS_PER_STREAM = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One bucket of a report: what Envoy admitted and refused since its last report."""
+
+    bucket: Mapping[str, str]
+    allowed: int
+    denied: int
+
+
+@dataclass(frozen=True, slots=True)
+class BucketAction:
+    """What to tell Envoy about one bucket: an assignment, or (None) abandon it."""
+
+    bucket: BucketId
+    assignment: Assignment | None
+
+
+class QuotaObserver(Protocol):
+    """Hook for metrics."""
+
+    def reported(self, allowed: int, denied: int) -> None: ...
+
+    def assigned(self, action: str) -> None: ...
+
+    def streams(self, delta: int) -> None: ...
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """A bucket this stream reports: its match under `rules`, what Envoy holds, idle reports."""
+
+    rules: RuleSet
+    rule: Rule | None
+    key: KeyId
+    quota: BucketQuota = field(default_factory=BucketQuota)
+    idle: int = 0
+
+
+class QuotaService:
+    """What every stream of the process shares: the rules, the limiter, the clock."""
+
+    def __init__(
+        self,
+        rules: Callable[[], RuleSet],
+        limiter: Limiter,
+        clock_ms: Callable[[], int],
+        *,
+        bounds: Bounds | None = None,
+        policy: QuotaPolicy = DEFAULT_POLICY,
+        observer: QuotaObserver | None = None,
+    ) -> None:
+        self.rules = rules  # read at each report: a reload applies at the next one
+        self.limiter = limiter
+        self.clock_ms = clock_ms
+        self.bounds = bounds or Bounds()
+        self.policy = policy
+        self.observer = observer
+        # How many streams report each counter: they split this node's share of it.
+        self.holders: dict[KeyId, int] = {}
+
+    def open_stream(self) -> QuotaStream:
+        if self.observer is not None:
+            self.observer.streams(1)
+        return QuotaStream(self)
+
+    def hold(self, key: KeyId, delta: int) -> None:
+        count = self.holders.get(key, 0) + delta
+        if count > 0:
+            self.holders[key] = count
+        else:
+            self.holders.pop(key, None)
+
+
+class QuotaStream:
+    """One Envoy's stream: the buckets it reports and what it was last told about each."""
+
+    def __init__(self, service: QuotaService) -> None:
+        self._service = service
+        self.domain = ""
+        self._buckets: dict[BucketId, _Tracked] = {}
+        self._closed = False
+
+    def report(self, domain: str, usages: Iterable[Usage]) -> list[BucketAction]:
+        """A usage report: count it, and answer what Envoy must be told now.
+
+        Raises InvalidRequest for a report that cannot be answered (no domain, a bucket with no
+        or oversized entries, too many buckets); nothing of it has been counted then."""
+        domain = self._domain(domain)
+        checked = [(self._bucket_id(i, u), u) for i, u in enumerate(usages)]
+        now = self._service.clock_ms()
+        actions = [self._one(domain, bucket, usage, now) for bucket, usage in checked]
+        return [action for action in actions if action is not None]
+
+    def due(self) -> list[BucketAction]:
+        """Buckets whose recheck has come (a block ended, a window freed room): decided again
+        now, nothing counted."""
+        now = self._service.clock_ms()
+        actions = []
+        for bucket, tracked in list(self._buckets.items()):
+            if 0 < tracked.quota.recheck_ms <= now:
+                action = self._decide(bucket, tracked, 0, now, recheck=True)
+                if action is not None:
+                    actions.append(action)
+        return actions
+
+    def next_recheck_ms(self) -> int | None:
+        """When `due` has something to decide next; None: only reports will."""
+        rechecks = [t.quota.recheck_ms for t in self._buckets.values() if t.quota.recheck_ms]
+        return min(rechecks, default=None)
+
+    def close(self) -> None:
+        """The stream ended: its buckets no longer split this node's share."""
+        if self._closed:
+            return
+        self._closed = True
+        for tracked in self._buckets.values():
+            self._service.hold(tracked.key, -1)
+        self._buckets.clear()
+        if self._service.observer is not None:
+            self._service.observer.streams(-1)
+
+    # -- one report ----------------------------------------------------------------------------
+
+    def _domain(self, domain: str) -> str:
+        """The report's domain; a later report may leave it out. One stream, one domain."""
+        if not domain:
+            if not self.domain:
+                raise InvalidRequest("the first usage report must name its domain")
+            return self.domain
+        if self.domain and domain != self.domain:
+            raise InvalidRequest(f"domain {domain!r} differs from the stream's {self.domain!r}")
+        bounds = self._service.bounds
+        if len(domain.encode()) > bounds.max_bytes:
+            raise InvalidRequest(f"domain is longer than {bounds.max_bytes} bytes")
+        self.domain = domain
+        return domain
+
+    def _bucket_id(self, index: int, usage: Usage) -> BucketId:
+        entries = sorted(usage.bucket.items())
+        if not entries:
+            raise InvalidRequest(f"bucket {index} has an empty bucket id")
+        validate_entries(index, entries, self._service.bounds)
+        if len(self._buckets) >= MAX_BUCKETS_PER_STREAM and tuple(entries) not in self._buckets:
+            raise InvalidRequest(f"more than {MAX_BUCKETS_PER_STREAM} buckets on one stream")
+        return tuple(entries)
+
+    def _one(self, domain: str, bucket: BucketId, usage: Usage, now: int) -> BucketAction | None:
+        service = self._service
+        if service.observer is not None:
+            service.observer.reported(usage.allowed, usage.denied)
+        tracked = self._track(domain, bucket)
+        idle = usage.allowed == 0 and usage.denied == 0
+        tracked.idle = tracked.idle + 1 if idle else 0
+        if abandoned(tracked.idle, service.policy):
+            return self._abandon(bucket, tracked)
+        return self._decide(bucket, tracked, min(usage.allowed, MAX_HITS), now)
+
+    def _track(self, domain: str, bucket: BucketId) -> _Tracked:
+        """The bucket's match, made again when the rules were reloaded since."""
+        rules = self._service.rules()
+        tracked = self._buckets.get(bucket)
+        if tracked is not None and tracked.rules is rules:
+            return tracked
+        found = rules.domain(domain)
+        rule, entries = (None, list(bucket)) if found is None else match_bucket(found, dict(bucket))
+        key = _key(domain, entries, rule)
+        if tracked is None:
+            tracked = self._buckets[bucket] = _Tracked(rules, rule, key)
+            self._service.hold(key, 1)
+        elif key != tracked.key:
+            self._service.hold(tracked.key, -1)
+            self._service.hold(key, 1)
+        tracked.rules, tracked.rule, tracked.key = rules, rule, key
+        return tracked
+
+    def _decide(
+        self, bucket: BucketId, tracked: _Tracked, hits: int, now: int, *, recheck: bool = False
+    ) -> BucketAction | None:
+        service = self._service
+        streams = service.holders.get(tracked.key, 1)
+        hit = Hit(tracked.rule, tracked.key, hits)
+        decide = tracked.quota.recheck if recheck else tracked.quota.report
+        send = decide(service.limiter, hit, now, streams, service.policy)
+        if send is None:
+            return None
+        if service.observer is not None:
+            service.observer.assigned(send.action.value)
+        return BucketAction(bucket, send)
+
+    def _abandon(self, bucket: BucketId, tracked: _Tracked) -> BucketAction:
+        del self._buckets[bucket]
+        self._service.hold(tracked.key, -1)
+        if self._service.observer is not None:
+            self._service.observer.assigned("abandon")
+        return BucketAction(bucket, None)
+
+
+__all__ = ["Action", "BucketAction", "QuotaService", "QuotaStream", "Usage"]

@@ -1,0 +1,155 @@
+"""Overrides kept in one JSON file under `--state-dir`, for a node without Redis.
+
+The memory store's semantics (storage/overrides.py), with every change written out before it is
+answered: the whole set and its history go to a temporary file in the same directory, which is
+fsynced and renamed over `overrides.json` (then the directory is fsynced), so a crash leaves the
+old file or the new, never a torn one. A restart loads it. A file changed by another process
+(another worker on the same state dir) is read again before the next read or write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ratelimit_sidecar.storage.errors import StoreUnavailable
+from ratelimit_sidecar.storage.overrides import (
+    Change,
+    Document,
+    MemoryOverrideStore,
+    OverrideSnapshot,
+    Touched,
+)
+
+log = logging.getLogger("ratelimit_sidecar.overrides")
+
+FILE_NAME = "overrides.json"
+FORMAT = 1
+_T = TypeVar("_T")
+
+
+class FileOverrideStore(MemoryOverrideStore):
+    """The memory store, persisted atomically to `<state_dir>/overrides.json`."""
+
+    def __init__(self, state_dir: str) -> None:
+        super().__init__()
+        self.path = Path(state_dir) / FILE_NAME
+        self.description = f"file {self.path}"
+        self._stamp: tuple[int, int] | None = None
+        self._lock = asyncio.Lock()
+        self._load()
+
+    async def read(self) -> OverrideSnapshot:
+        self._load()
+        return await super().read()
+
+    async def put(self, document: Document, now_ms: int) -> int:
+        async with self._lock:
+            self._load()
+            return await self._saved(super().put(document, now_ms))
+
+    async def delete(self, override_id: str, now_ms: int) -> int | None:
+        async with self._lock:
+            self._load()
+            return await self._saved(super().delete(override_id, now_ms))
+
+    async def history(self) -> tuple[Change, ...]:
+        self._load()
+        return await super().history()
+
+    async def rollback(self, version: int, now_ms: int) -> int:
+        async with self._lock:
+            self._load()
+            return await self._saved(super().rollback(version, now_ms))
+
+    async def _saved(self, change: Coroutine[Any, Any, _T]) -> _T:
+        """Run a write of the memory store, then persist it; on a write error, undo it."""
+        before = self.version, dict(self.documents), list(self.changes)
+        answer = await change
+        if self.version == before[0]:
+            return answer  # nothing changed (a delete of an unknown id)
+        text = json.dumps(self._state(), ensure_ascii=False, separators=(",", ":"))
+        try:
+            await asyncio.to_thread(self._write, text)
+        except OSError as exc:
+            self.version, self.documents, self.changes = before
+            raise StoreUnavailable(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+        return answer
+
+    def _state(self) -> dict[str, object]:
+        changes = [
+            {"version": c.version, "time_ms": c.time_ms, "action": c.action,
+             "touched": [list(t) for t in c.touched]}
+            for c in self.changes
+        ]  # fmt: skip
+        return {"format": FORMAT, "version": self.version, "documents": self.documents,
+                "changes": changes}  # fmt: skip
+
+    def _write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        self._stamp = _stamp(self.path)
+
+    def _load(self) -> None:
+        """Read the file if it changed since this process last read or wrote it."""
+        stamp = _stamp(self.path)
+        if stamp is None or stamp == self._stamp:
+            return
+        try:
+            state = json.loads(self.path.read_text(encoding="utf-8"))
+            version, documents, changes = _parse_state(state)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._set_aside(exc)
+            return
+        self.version, self.documents, self.changes = version, documents, changes
+        self._stamp = stamp
+
+    def _set_aside(self, exc: Exception) -> None:
+        """A file that does not parse is kept for the operator, under another name."""
+        aside = self.path.with_name(f"{FILE_NAME}.unreadable-{int(time.time())}")
+        log.error("cannot read %s (%s): moved to %s, starting from the set in memory",
+                  self.path, exc, aside)  # fmt: skip
+        with contextlib.suppress(OSError):
+            os.replace(self.path, aside)
+        self._stamp = None
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_mtime_ns, status.st_size
+
+
+def _parse_state(state: dict[str, object]) -> tuple[int, dict[str, Document], list[Change]]:
+    if state.get("format") != FORMAT:
+        raise ValueError(f"unknown format {state.get('format')!r}")
+    version = int(state["version"])  # type: ignore[call-overload]
+    documents = dict(state["documents"])  # type: ignore[call-overload]
+    changes = [
+        Change(int(c["version"]), int(c["time_ms"]), str(c["action"]), _touched(c["touched"]))
+        for c in state["changes"]  # type: ignore[attr-defined]
+    ]
+    return version, documents, changes
+
+
+def _touched(items: list[list[object]]) -> tuple[Touched, ...]:
+    return tuple((str(i), before, after) for i, before, after in items)  # type: ignore[misc]

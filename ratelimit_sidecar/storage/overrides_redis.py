@@ -1,0 +1,231 @@
+"""The override store on Redis: the set every sidecar sharing the Redis (and the prefix) sees.
+
+Three keys in one hash slot (`KeySchema.overrides`, so Cluster runs each call on one node):
+the set (hash id -> document JSON), its version and the history (capped at `HISTORY`). Every
+read and every write is one call of `overrides.lua`, so each is atomic and one round trip; a
+write publishes "<version>|<Redis TIME ms>" on `KeySchema.channel("overrides")` in the same
+call. A rollback computes the target set with the pure `documents_at`/`rollback_touches` from a
+read, then writes on the condition that the version is still the one it read (tried again, a
+few times, if another write came between).
+
+Every failure raises a `StoreError` (the admin API answers 503): unreachable before sending
+(`StoreUnavailable`, nothing changed), timed out or lost after (`StoreTimeout`/`StoreLost`: the
+write may have been applied; a read tells), refused by Redis (`StoreRefused`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+
+from ratelimit_sidecar.storage.errors import (
+    StoreError,
+    StoreLost,
+    StoreRefused,
+    StoreTimeout,
+    StoreUnavailable,
+)
+from ratelimit_sidecar.storage.keys import KeySchema
+from ratelimit_sidecar.storage.overrides import (
+    HISTORY,
+    Change,
+    Document,
+    OverrideSnapshot,
+    Touched,
+    documents_at,
+    rollback_touches,
+)
+from ratelimit_sidecar.storage.redis_store import RedisStorage, _ready, sent_error, unsent_error
+
+log = logging.getLogger("ratelimit_sidecar.overrides")
+SCRIPT = resources.files(__package__).joinpath("overrides.lua").read_text(encoding="utf-8")
+SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
+CHANNEL = "overrides"  # KeySchema.channel(CHANNEL): where every write is announced
+ROLLBACK_ATTEMPTS = 5  # writes racing a rollback: read and try again this many times
+
+
+class RedisOverrideStore:
+    """An `OverrideStore` over a redis-py asyncio client (standalone, Sentinel or Cluster)."""
+
+    def __init__(
+        self, client: Redis | RedisCluster, keys: KeySchema, description: str, *, owns: bool
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.channel = keys.channel(CHANNEL)
+        self._keys = [keys.overrides(part) for part in ("set", "version", "history")]
+        self._description = description
+        self._owns = owns  # close the client on `close` (not when the counters' store shares it)
+        self.last_write_ms = 0  # Redis TIME of this store's latest applied write
+        self._last = OverrideSnapshot(0, {})  # the latest set read: what a restore puts back
+
+    @classmethod
+    def sharing(cls, storage: RedisStorage) -> RedisOverrideStore:
+        """The overrides beside the counters: same client, same prefix."""
+        return cls(storage.client, storage.keys, storage.description, owns=False)
+
+    @property
+    def description(self) -> str:
+        return f"redis {self._description}"
+
+    async def read(self) -> OverrideSnapshot:
+        version, documents, _ = await self._read("set")
+        if version == 0 and self._last.version > 0:
+            version, documents = await self._restore(self._last)
+        self._last = OverrideSnapshot(version, documents)
+        return self._last
+
+    async def history(self) -> tuple[Change, ...]:
+        return (await self._read("history"))[2]
+
+    async def put(self, document: Document, now_ms: int) -> int:
+        override_id = str(document["id"])
+        version = await self._write("put", ((override_id, None, document),), now_ms)
+        assert version is not None  # a put without an expected version always applies
+        return version
+
+    async def delete(self, override_id: str, now_ms: int) -> int | None:
+        return await self._write("delete", ((override_id, None, None),), now_ms)
+
+    async def rollback(self, version: int, now_ms: int) -> int:
+        for _ in range(ROLLBACK_ATTEMPTS):
+            current, documents, changes = await self._read("all")
+            touched = rollback_touches(documents, documents_at(documents, version, changes))
+            applied = await self._write("rollback", touched, now_ms, expected=current)
+            if applied is not None:
+                return applied
+        raise StoreRefused(f"overrides changed during {ROLLBACK_ATTEMPTS} rollback attempts")
+
+    async def close(self) -> None:
+        if self._owns:
+            await self.client.aclose()
+
+    async def _read(self, what: str) -> tuple[int, dict[str, Document], tuple[Change, ...]]:
+        try:
+            reply = await self._call("read", what)
+        except (StoreLost, StoreTimeout):  # a read may be sent again: once, on a new connection
+            reply = await self._call("read", what)
+        try:
+            flat = [_text(item) for item in reply[1]]
+            documents = {flat[i]: _document(flat[i + 1]) for i in range(0, len(flat), 2)}
+            changes = tuple(_change(_text(record)) for record in reply[2])
+            return int(reply[0]), documents, changes
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise StoreError(f"unreadable overrides under {self._keys[0]!r}: {exc}") from exc
+
+    async def _restore(self, last: OverrideSnapshot) -> tuple[int, dict[str, Document]]:
+        """Redis has no set (restarted without persistence, flushed) but this node knew one:
+        put it back at its version, so that nothing is lost (history aside), unless another
+        node or a write did first; either way, answer what is there now."""
+        pairs = [part for i, d in last.documents.items() for part in _triple(i, d)[::2]]
+        reply = await self._call("restore", str(last.version), self.channel, *pairs)
+        if int(reply[0]) == 1:
+            log.warning("overrides restored at version %d: Redis had lost them", last.version)
+            return last.version, dict(last.documents)
+        version, documents, _ = await self._read("set")
+        return version, documents
+
+    async def _write(
+        self,
+        action: str,
+        touched: Sequence[Touched],
+        now_ms: int,
+        *,
+        expected: int | None = None,
+    ) -> int | None:
+        """The new version; None if nothing was written (a delete of an absent override, or a
+        conditional write whose `expected` version was no longer current)."""
+        triples = [_triple(override_id, after) for override_id, _before, after in touched]
+        head = (action, "" if expected is None else str(expected), str(int(now_ms)))
+        reply = await self._call(*head, str(HISTORY), self.channel, *_flat(triples))
+        if int(reply[0]) != 1:
+            return None
+        self.last_write_ms = int(reply[2])
+        return int(reply[1])
+
+    async def _call(self, *args: str) -> Any:
+        """One script call (EVAL once if the server does not know the script: nothing ran)."""
+        command: tuple[str | int, ...] = ("EVALSHA", SHA, 3, *self._keys, *args)
+        try:
+            try:
+                return await self._send(command)
+            except NoScriptError:
+                return await self._send(("EVAL", SCRIPT, *command[2:]))
+        except Exception as exc:
+            raise _failure(exc) from exc
+
+    async def _send(self, command: tuple[str | int, ...]) -> Any:
+        """On Cluster, through the client (the slot map first: concurrent first calls need
+        it). Else on a pooled connection made ready before anything is written, so that a
+        connection the server closed meanwhile (a restart, an idle timeout) is made again
+        instead of failing a write that surely did not run."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            await client.initialize()
+            return await client.execute_command(*command)
+        pool = client.connection_pool
+        try:
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            raise unsent_error(exc) from exc
+        try:
+            try:
+                await _ready(connection)
+            except Exception as exc:
+                raise unsent_error(exc) from exc
+            try:
+                await connection.send_command(*command)
+                return await connection.read_response()
+            except ResponseError:
+                raise  # an error reply: the connection is fine
+            except BaseException:
+                await connection.disconnect()  # half a reply may be left on it
+                raise
+        finally:
+            await pool.release(connection)
+
+
+def _triple(override_id: str, after: Document | None) -> tuple[str, str, str]:
+    text = "" if after is None else json.dumps(after, separators=(",", ":"))
+    return override_id, json.dumps(override_id), text
+
+
+def _flat(triples: Sequence[tuple[str, str, str]]) -> list[str]:
+    return [part for triple in triples for part in triple]
+
+
+def _document(text: str) -> Document:
+    document = json.loads(text)
+    if not isinstance(document, Mapping):
+        raise ValueError(f"an override is not a JSON object: {text[:80]!r}")
+    return document
+
+
+def _change(text: str) -> Change:
+    record = json.loads(text)
+    touched = tuple((str(i), before, after) for i, before, after in record["touched"])
+    return Change(int(record["version"]), int(record["time_ms"]), str(record["action"]), touched)
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _failure(exc: BaseException) -> StoreError:
+    """Connecting failed: nothing was sent. A refusal (WRONGTYPE, READONLY, OOM...) ran
+    nothing either. Anything else happened after sending: the write may have been applied."""
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, ResponseError):
+        return StoreRefused(f"overrides script refused: {exc}")
+    if isinstance(exc, RedisConnectionError | OSError) and "connecting" in str(exc):
+        return StoreUnavailable(f"{type(exc).__name__}: {exc}")  # Cluster: before sending
+    return sent_error(exc)

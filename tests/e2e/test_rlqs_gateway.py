@@ -1,0 +1,128 @@
+"""The sidecar's Rate Limit Quota Service behind a real Envoy 1.40, beside a ShouldRateLimit
+gateway; and the Envoy 1.40 behaviour its assignments are built around, pinned.
+
+tests/e2e/rules/gateway.yaml: an API key has 10 requests per 4 s window (1 s spans)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness.envoy import RLQS_TEMPLATE, TEMPLATE, EnvoyProcess
+from harness.redis_servers import ServerGroup
+from harness.rlqs_envoy import RlqsEnvoy
+from harness.rlqs_server import (
+    ScriptedRlqsServer,
+    action,
+    assignment,
+    blanket,
+    bucket_key,
+    token_bucket,
+)
+from harness.sidecar import SidecarProcess
+
+pytestmark = pytest.mark.e2e
+
+RULES = Path(__file__).parent / "rules"
+MAX, WINDOW_S = 10, 4.0
+
+
+def statuses(url: str, count: int, headers: dict[str, str]) -> list[int]:
+    """`count` requests one after the other; their HTTP statuses."""
+    flags = [arg for name, value in headers.items() for arg in ("-H", f"{name}: {value}")]
+    command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", *flags]
+    return [
+        int(
+            subprocess.run([*command, url], capture_output=True, text=True, check=False).stdout or 0
+        )
+        for _ in range(count)
+    ]
+
+
+def admitted(url: str, count: int, key: str) -> int:
+    return statuses(url, count, {"x-api-key": key}).count(200)
+
+
+def next_window(after_s: float = 0.2) -> None:
+    """Sleep until `after_s` into the next window (windows are aligned on the epoch)."""
+    time.sleep(WINDOW_S - time.time() % WINDOW_S + after_s)
+
+
+@dataclass
+class Pair:
+    rlqs: EnvoyProcess  # rate_limit_quota filter, streaming to its sidecar
+    rls: EnvoyProcess  # ratelimit filter, ShouldRateLimit per request
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    workdir = tmp_path_factory.mktemp("rlqs-pair")
+    group = ServerGroup(workdir / "redis")
+    started: list[SidecarProcess | EnvoyProcess] = []
+    try:
+        redis = group.standalone()
+        gateways = []
+        for name, template in (("gw-q", RLQS_TEMPLATE), ("gw-r", TEMPLATE)):
+            sidecar = SidecarProcess(RULES, "--redis-url", redis.url, "--node-id", name)
+            started.append(sidecar.wait_ready())
+            envoy = EnvoyProcess(workdir, sidecar.port, name, template=template)
+            started.append(envoy.wait_ready())
+            gateways.append(envoy)
+        yield Pair(*gateways)
+    finally:
+        for process in reversed(started):
+            process.stop()
+        group.stop_all()
+
+
+def test_an_rlqs_gateway_and_an_rls_gateway_share_one_limit(pair: Pair) -> None:
+    next_window()
+    first = admitted(pair.rlqs.url, 15, "shared-key")
+    time.sleep(1.2)  # a span's sync: the RLS gateway's sidecar learns the RLQS gateway's count
+    second = admitted(pair.rls.url, 15, "shared-key")
+    assert first >= 1
+    assert first + second <= MAX + 1  # within the window, one token of rounding
+
+
+def test_a_new_window_refills_the_rlqs_gateway(pair: Pair) -> None:
+    """The sidecar pushes the new window's bucket at the reset; Envoy builds it full although
+    the old one is drained (a blanket rule goes just before it)."""
+    next_window()
+    first = admitted(pair.rlqs.url, 15, "refill-key")
+    assert 1 <= first <= MAX
+    next_window(after_s=0.5)
+    again = admitted(pair.rlqs.url, 15, "refill-key")
+    assert again >= 3  # half the window's 10 with two sidecars, less rounding
+
+
+def test_envoy_140_keeps_the_fraction_of_tokens_left_across_token_buckets(
+    tmp_path: Path,
+) -> None:
+    """A token bucket replacing a token bucket starts with the old one's fraction of tokens
+    left (drained: none); after a blanket rule in the same response it starts full. The
+    servicer relies on the second (Assignment.replaces_bucket)."""
+    server = ScriptedRlqsServer().start()
+    key = {"name": "a"}
+    server.answer(key, assignment(token_bucket(3, 100.0, tokens_per_fill=1), 60))
+    envoy = RlqsEnvoy(tmp_path, server.port, domain="pin").wait_ready()
+    try:
+        headers = {"x-bucket": "a"}
+        statuses(envoy.url, 1, headers)  # makes the bucket; its report gets the assignment
+        time.sleep(0.5)
+        assert statuses(envoy.url, 4, headers) == [200, 200, 200, 429]  # drained
+        five = action(bucket_key(key), assignment(token_bucket(5, 100.0, tokens_per_fill=1), 60))
+        server.push(five)
+        time.sleep(0.3)
+        assert statuses(envoy.url, 2, headers) == [429, 429]  # 5 x 0/3 left
+        deny = action(bucket_key(key), assignment(blanket("DENY_ALL"), 60))
+        server.push(deny, five)
+        time.sleep(0.3)
+        assert statuses(envoy.url, 6, headers) == [200] * 5 + [429]  # built full
+    finally:
+        envoy.stop()
+        server.stop()

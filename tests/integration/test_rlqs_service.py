@@ -1,0 +1,181 @@
+"""The Rate Limit Quota Service of real sidecar processes sharing a real Redis: an RLQS stream
+(a Python client playing Envoy's filter) and ShouldRateLimit clients count one limit through the
+same Redis keys. Windows are an hour (a test never straddles one) cut into 1 s spans."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from harness.grpc_client import request, rls_stub
+from harness.redis_servers import ServerProcess
+from harness.rlqs_client import QuotaStream, bucket_key
+from harness.rules import write_rules
+from harness.sidecar import SidecarProcess
+from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLimitStrategy
+from ratelimit_sidecar.storage.keys import KeySchema
+
+pytestmark = [pytest.mark.integration]
+
+MAX, WINDOW_MS = 10, 3_600_000
+RULES = f"""\
+domain: shop
+descriptors:
+  - key: client
+    rate_limit: {{unit: hour, requests_per_unit: {MAX}, spans: 3600, cooldown: 5s}}
+"""
+SYNC_S = 2.5  # two 1 s spans and slack: a count pushed by one node is read by the other
+
+
+@pytest.fixture(scope="module")
+def prefix() -> str:
+    return f"rlqs-{uuid.uuid4().hex[:8]}:"
+
+
+def start_nodes(
+    config: Path, redis: ServerProcess, prefix: str, count: int
+) -> list[SidecarProcess]:
+    rules = write_rules(config, RULES, "shop.yaml")
+    extra = ("--redis-url", redis.url, "--redis-prefix", prefix)
+    started = [SidecarProcess(rules, *extra, "--node-id", f"q{i}") for i in range(count)]
+    return [node.wait_ready() for node in started]
+
+
+@pytest.fixture(scope="module")
+def nodes(
+    tmp_path_factory: pytest.TempPathFactory, redis_server: ServerProcess, prefix: str
+) -> Iterator[list[SidecarProcess]]:
+    """Two sidecars for the module's tests (each test uses keys of its own)."""
+    started = start_nodes(tmp_path_factory.mktemp("rlqs"), redis_server, prefix, 2)
+    try:
+        yield started
+    finally:
+        for node in started:
+            node.stop()
+
+
+@pytest.fixture
+async def rlqs_node(nodes: list[SidecarProcess]) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(nodes[0].address) as channel:
+        yield channel
+
+
+@pytest.fixture
+async def rls_node(nodes: list[SidecarProcess]) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(nodes[1].address) as channel:
+        yield channel
+
+
+@pytest.fixture
+async def stream(rlqs_node: grpc.aio.Channel) -> AsyncIterator[QuotaStream]:
+    quota = QuotaStream(rlqs_node, "shop")
+    yield quota
+    await quota.close()
+
+
+def redis_count(server: ServerProcess, prefix: str, value: str) -> int:
+    key = ("shop", "client", value)
+    name = KeySchema(prefix).counter(key, int(time.time() * 1000) // WINDOW_MS)
+    with server.client() as client:
+        return int(client.get(name) or 0)
+
+
+def strategy(action: object) -> object:
+    return action.quota_assignment_action.rate_limit_strategy  # type: ignore[attr-defined]
+
+
+async def test_a_new_bucket_gets_a_token_bucket_on_its_first_report(stream: QuotaStream) -> None:
+    got = await stream.exchange(({"client": "new"}, 1, 0))
+    assignment = got[bucket_key({"client": "new"})].quota_assignment_action
+    bucket = assignment.rate_limit_strategy.token_bucket
+    assert 1 <= bucket.max_tokens <= MAX - 1
+    assert bucket.tokens_per_fill.value >= 1 and bucket.fill_interval.seconds >= 1
+    assert assignment.assignment_time_to_live.seconds >= 10
+
+
+async def test_reported_usage_and_should_rate_limit_share_one_redis_counter(
+    stream: QuotaStream, rls_node: grpc.aio.Channel, redis_server: ServerProcess, prefix: str
+) -> None:
+    """8 reported by the RLQS gateway, then ShouldRateLimit requests on the other node (which
+    decides a new key from memory until its first sync, as always): the Redis counter holds
+    both, and once it is over the limit both paths refuse."""
+    shared = {"client": "shared"}
+    await stream.exchange((shared, 8, 0))
+    await asyncio.sleep(SYNC_S)
+    assert redis_count(redis_server, prefix, "shared") == 8  # the RLQS node pushed the report
+    rls = rls_stub(rls_node)
+    call = request("shop", [("client", "shared")])
+    answers = [(await rls.ShouldRateLimit(call)).overall_code for _ in range(5)]
+    admitted = answers.count(wire.Code.OK)
+    assert admitted >= 3
+    await asyncio.sleep(SYNC_S)
+    assert redis_count(redis_server, prefix, "shared") == 8 + admitted  # one counter, both paths
+    assert (await rls.ShouldRateLimit(call)).overall_code == wire.Code.OVER_LIMIT
+    # The RLQS node learns the fleet's total when it next pushes the key: the gateway spends
+    # at most its share of what it believed was left (here 1), reports it, and is denied.
+    await stream.report((shared, 0, 2))
+    last = await stream.latest(shared)
+    if last is not None and strategy(last).WhichOneof("strategy") == "token_bucket":  # type: ignore[attr-defined]
+        assert strategy(last).token_bucket.max_tokens <= 1  # type: ignore[attr-defined]
+    await stream.report((shared, 1, 0))
+    await asyncio.sleep(SYNC_S)
+    last = await stream.latest(shared)
+    assert last is not None
+    assert strategy(last).blanket_rule == RateLimitStrategy.DENY_ALL  # type: ignore[attr-defined]
+
+
+async def test_over_the_limit_is_deny_all_until_the_cooldown_ends(
+    stream: QuotaStream, rls_node: grpc.aio.Channel
+) -> None:
+    over = {"client": "over"}
+    await stream.exchange((over, 15, 3))
+    await asyncio.sleep(SYNC_S)  # the store's total, 15 of 10, blocks the key for 5 s
+    got = await stream.exchange((over, 0, 4))
+    action = got[bucket_key(over)]
+    assert strategy(action).blanket_rule == RateLimitStrategy.DENY_ALL  # type: ignore[attr-defined]
+    ttl = action.quota_assignment_action.assignment_time_to_live.seconds
+    assert 2 <= ttl <= 7  # what is left of the 5 s cooldown, plus a second
+    # The other node decides a key it has never seen from memory; its first sync brings the
+    # store's total, and the block.
+    rls, call = rls_stub(rls_node), request("shop", [("client", "over")])
+    await rls.ShouldRateLimit(call)
+    await asyncio.sleep(SYNC_S)
+    assert (await rls.ShouldRateLimit(call)).overall_code == wire.Code.OVER_LIMIT
+
+
+async def test_an_unchanged_assignment_is_not_sent_again(stream: QuotaStream) -> None:
+    steady = {"client": "steady"}
+    await stream.exchange((steady, 1, 0))
+    await stream.report((steady, 0, 0))
+    with pytest.raises(TimeoutError):
+        await stream.next(timeout_s=1.0)
+
+
+async def test_a_bucket_no_rule_matches_is_allowed_all(stream: QuotaStream) -> None:
+    got = await stream.exchange(({"user": "x"}, 3, 0))
+    assert strategy(got[bucket_key({"user": "x"})]).blanket_rule == RateLimitStrategy.ALLOW_ALL  # type: ignore[attr-defined]
+
+
+async def test_sigterm_ends_the_stream_and_flushes_the_reported_hits(
+    tmp_path: Path, redis_server: ServerProcess
+) -> None:
+    prefix = f"rlqs-{uuid.uuid4().hex[:8]}:"
+    (node,) = start_nodes(tmp_path, redis_server, prefix, 1)
+    try:
+        async with grpc.aio.insecure_channel(node.address) as channel:
+            quota = QuotaStream(channel, "shop")
+            await quota.exchange(({"client": "flushed"}, 3, 0))
+            assert node.stop() == 0
+            assert await quota.next() is None
+            assert await quota.status() == grpc.StatusCode.OK
+            await quota.close()
+    finally:
+        node.stop()
+    assert redis_count(redis_server, prefix, "flushed") == 3
