@@ -137,3 +137,17 @@ def test_the_store_level_is_taken_and_an_offence_reported_until_it_is_in() -> No
     assert (state.wanted, state.level) == (3, 3)
     state.take_store(T0 + 6000, level=3, block_level=2, block_left_ms=3000)
     assert (state.wanted, state.level) == (0, 3)
+
+
+def test_without_a_store_a_key_is_kept_until_its_level_is_forgiven() -> None:
+    limiter, rule = LocalLimiter(), _rule(Penalty(2.0, 8000, forgive_after_ms=120_000))
+    _first_waits(limiter, _rule(), list(range(T0, T0 + 1000, 50)))  # level 1, forgiven in 30 s
+    every_50ms = range(T0, T0 + 1000, 50)
+    for now in every_50ms:
+        limiter.hit(now, [hit(rule, "long")])  # level 1, forgiven in 2 minutes
+    assert len(limiter.keys) == 2
+
+    limiter.sweep(T0 + 1000 + 60_000)  # both idle a minute: the forgiven one goes
+    assert [state.key[-1] for state in limiter.keys] == ["long"]
+    limiter.sweep(T0 + 1000 + 120_000)
+    assert len(limiter.keys) == 0
