@@ -215,7 +215,7 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
     redis.call('SET', l.flag, l.penalty and level or '1', 'PX', ms, 'NX')
     l.block = ms
     if blocks_channel ~= '' then -- every node refuses the key at once (its eventual checks too)
-      redis.call('PUBLISH', blocks_channel, l.digest .. '|' .. ms .. '|' .. level)
+      redis.pcall('PUBLISH', blocks_channel, l.digest .. '|' .. ms .. '|' .. level) -- best effort
     end
   end
   refused = refused or (not l.fits and not l.shadow)
