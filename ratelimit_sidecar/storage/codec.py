@@ -220,7 +220,7 @@ def fixed_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{push.count}|"
         f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}|"
-        f"{penalty_spec(limit, push.wanted_level)}"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
@@ -230,7 +230,7 @@ def sliding_entry(push: Push) -> str:
         f"{digest(key)}|{counter_suffix(key, push.window)}|{span_stem(key)}|"
         f"{rules.pushed_span(push)}|{push.count}|{rules.window_ttl_ms(limit)}|"
         f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}|"
-        f"{penalty_spec(limit, push.wanted_level)}"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
@@ -239,16 +239,18 @@ def bucket_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.count}|"
         f"{rules.window_ttl_ms(limit)}|{limit.window_ms}|{limit.requests_per_unit}|"
-        f"{limit.capacity}|{limit.cooldown}|{penalty_spec(limit, push.wanted_level)}"
+        f"{limit.capacity}|{limit.cooldown}|"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
-def penalty_spec(limit: RateLimit, wanted: int) -> str:
-    """A penalised limit's "factor/max_ms/forgive_after_ms/wanted" (penalty.lua), else ""."""
+def penalty_spec(limit: RateLimit, wanted: int, blocking: int = -1) -> str:
+    """A penalised limit's "factor/max_ms/forgive_after_ms/wanted/blocking" (penalty.lua), else
+    ""."""
     penalty = limit.penalty
     if penalty is None:
         return ""
-    return f"{penalty.factor!r}/{penalty.max_ms}/{penalty.forgive_after_ms}/{wanted}"
+    return f"{penalty.factor!r}/{penalty.max_ms}/{penalty.forgive_after_ms}/{wanted}/{blocking}"
 
 
 SCRIPT_ENTRIES: dict[AlgorithmName, Callable[[Push], str]] = {

@@ -2,20 +2,22 @@
 -- arithmetic here is tested against it). Put in front of the sync scripts (with
 -- sync_common.lua) and of strict.lua when they are loaded.
 --
--- A penalised limit's entry ends with "factor/max_ms/forgive_after_ms/wanted" (empty without a
--- penalty): `wanted` > 0 reports an offence seen by the pushing node, asking for that level.
+-- A penalised limit's entry ends with "factor/max_ms/forgive_after_ms/wanted/blocking" (empty
+-- without a penalty): `wanted` > 0 reports an offence seen by the pushing node, asking for that
+-- level; `blocking` is the level of the node's own running block of the key (-1: none).
 -- The level is the key `<tag>:penalty`, with a TTL of forgive_after renewed by every offence
 -- reported: without offences it expires, back to 0. A penalised block's flag holds the level
 -- the block started at.
 
 local function penalty_of(spec)
-  local factor, max, forgive, wanted = string.match(spec or '', '^([%d.]+)/(%d+)/(%d+)/(%d+)$')
+  local factor, max, forgive, wanted, blocking =
+    string.match(spec or '', '^([%d.]+)/(%d+)/(%d+)/(%d+)/(-?%d+)$')
   if not factor then
     return nil
   end
   return {
     factor = tonumber(factor), max = tonumber(max), forgive = tonumber(forgive),
-    wanted = tonumber(wanted),
+    wanted = tonumber(wanted), blocking = tonumber(blocking),
   }
 end
 
@@ -45,6 +47,15 @@ local function penalised_ms(cooldown, p, level)
     return cooldown
   end
   return math.max(cooldown, math.min(p.max, math.floor(cooldown * p.factor ^ level)))
+end
+
+-- The level of a block the store starts at `level` for a push whose node blocks the key itself
+-- at level `blocking`: core/penalty.py flag_level.
+local function flag_level(level, blocking)
+  if blocking >= 0 and level - 1 <= blocking and blocking <= level then
+    return blocking
+  end
+  return level
 end
 
 -- The lowest level whose block lasts max: core/penalty.py top_level.

@@ -12,7 +12,7 @@
 --          cooldown_ms > 0: a refusal of hits starts a block for that long (the shared flag,
 --          SET NX), as the same count in the limiter's own rule would;
 --          shadow 1: a refusal is reported but does not stop the call from counting;
---          penalty: empty, or "factor/max_ms/forgive_after_ms/0" (penalty.lua, which runs
+--          penalty: empty, or "factor/max_ms/forgive_after_ms/0/-1" (penalty.lua, which runs
 --          first): a block starts at the key's level, and a request refused by a block that
 --          has run for the grace, more than the grace before its end, is an offence (its
 --          first refusal, which started it, told the client): the level goes to the block's

@@ -60,7 +60,8 @@ local function penalised(digest, tag, cooldown, over, p)
   local flag = tag .. ':block'
   local level = penalty_level(tag, p, p.wanted)
   if over and cooldown > 0 then
-    start_block(digest, flag, penalised_ms(cooldown, p, level), level)
+    local at = flag_level(level, p.blocking)
+    start_block(digest, flag, penalised_ms(cooldown, p, at), at)
   end
   local left, at = block_left(flag), 0
   if left > 0 then

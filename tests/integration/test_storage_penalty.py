@@ -49,12 +49,17 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
 
 
 async def _push(
-    backend: Backend, limit: RateLimit, key: tuple[str, ...], wanted: int
+    backend: Backend,
+    limit: RateLimit,
+    key: tuple[str, ...],
+    wanted: int,
+    blocking: int = -1,
+    count: int = 3,  # 3 > MAX 2: over, every time
 ) -> PushResult:
     now = now_ms()
     window = now // limit.window_ms
     span = now // (limit.window_ms // limit.spans)
-    push = Push(key, window, 3, limit, span, wanted)  # 3 > MAX 2: over, every time
+    push = Push(key, window, count, limit, span, wanted, blocking)
     (answer,) = (await sync(backend.stores[0], [push])).pushes
     assert not answer.error
     return answer
@@ -79,6 +84,23 @@ async def test_blocks_grow_with_the_level_the_offences_ask_for(
         assert expected - 60 < blocked.block_ms <= expected
     lower = await _push(backend, limit, key, 1)  # a late report of an old offence
     assert lower.level == 4
+
+
+@pytest.mark.parametrize("algorithm", sorted(LIMITS))
+async def test_a_block_from_a_node_blocking_alone_keeps_that_block_level(
+    backend: Backend, algorithm: str
+) -> None:
+    limit, key = LIMITS[algorithm], ("d", "k", uuid.uuid4().hex)
+    backend.store()
+    raised = await _push(backend, limit, key, 1, count=0)  # an offence in the node's own block
+    assert (raised.level, raised.block_ms) == (1, 0)
+    for blocking, level in ((0, 0), (-1, 1)):  # core/penalty.py flag_level
+        other = ("d", "k", uuid.uuid4().hex)
+        await _push(backend, limit, other, 1, count=0)
+        answer = await _push(backend, limit, other, 0, blocking)
+        expected = block_ms(COOLDOWN, PENALTY, level)
+        assert (answer.level, answer.block_level) == (1, level)
+        assert expected - 60 < answer.block_ms <= expected
 
 
 @pytest.fixture(params=["standalone", "cluster"])
