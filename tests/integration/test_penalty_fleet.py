@@ -127,6 +127,19 @@ def obey(addresses: list[str], seconds: float, value: str) -> list[Told]:
     return told
 
 
+def runs(told: list[Told], node: int) -> list[int]:
+    """The longest Retry-After (s) of each run of refusals one node gave, in order."""
+    longest: list[int] = []
+    refusing = False
+    for answer in (t for t in told if t.node == node):
+        if answer.over and not refusing:
+            longest.append(0)
+        if answer.over:
+            longest[-1] = max(longest[-1], answer.retry_s)
+        refusing = answer.over
+    return longest
+
+
 def first_told(told: list[Told], node: int, retry_s: int) -> float | None:
     return min((t.at for t in told if t.node == node and t.retry_s == retry_s), default=None)
 
@@ -162,6 +175,9 @@ def test_a_hammering_client_waits_1x_2x_4x_on_every_node_across_a_restart(fleet:
     after = hammer(addresses, 6.0, "hammer")
 
     for node in range(3):
+        print(
+            f"node {node}: Retry-After per run {runs(before, node)} | restart | {runs(after, node)}"
+        )
         assert first_told(after, node, MAX_RETRY_S) is not None, node
     assert max(t.retry_s for t in after) == MAX_RETRY_S  # never past max
     level = fleet.redis.client().get(f"rls:{{{digest(('gateway', 'client', 'hammer'))}}}:penalty")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import Penalty, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter
+from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.penalty import (
     PenaltyState,
     block_ms,
@@ -202,3 +203,12 @@ def test_a_store_block_continues_the_node_block_it_follows() -> None:
     over = Push(key, 0, 5, limit, -1, 0, 0)  # over, from a node blocking at level 0
     answer = store.execute(SyncBatch(T0, [over])).pushes[0]
     assert (answer.level, answer.block_level, answer.block_ms) == (1, 0, 1000)
+
+
+def test_a_penalised_key_is_not_idle_until_forgiven() -> None:
+    limit = _rule().limits[0]
+    state = KeyState(("d", "k", "v"), limit, T0, 1, False)
+    assert state.penalty is not None
+    state.penalty.take_store(T0, level=2, block_level=0, block_left_ms=0)
+    assert not state.idle(T0 + 10_000)
+    assert state.idle(T0 + PENALTY.forgive_after_ms)
