@@ -5,6 +5,7 @@ from __future__ import annotations
 from ratelimit_sidecar.config.model import Penalty, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.server.endpoints import rule_view
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000
@@ -30,3 +31,11 @@ def test_offences_and_keys_by_level_are_exported() -> None:
     assert samples[("ratelimit_sidecar_penalties_applied_total", "")] == 2
     assert samples[("ratelimit_sidecar_keys_under_penalty", "2")] == 1
     assert ("ratelimit_sidecar_keys_under_penalty", "1") not in samples
+
+
+def test_debug_rules_show_a_limit_s_penalty() -> None:
+    penalty = Penalty(2.0, 8000, 30_000)
+    rule = Rule("d", (("k", ""),), RateLimit(2, Unit.SECOND, cooldown_ms=1000, penalty=penalty))
+    limit = rule_view(rule)["limit"]
+    assert isinstance(limit, dict)
+    assert limit["penalty"] == {"factor": 2.0, "max_ms": 8000, "forgive_after_ms": 30_000}
