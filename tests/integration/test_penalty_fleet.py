@@ -140,10 +140,6 @@ def runs(told: list[Told], node: int) -> list[int]:
     return longest
 
 
-def first_told(told: list[Told], node: int, retry_s: int) -> float | None:
-    return min((t.at for t in told if t.node == node and t.retry_s == retry_s), default=None)
-
-
 def debug_keys(node: SidecarProcess) -> list[dict[str, object]]:
     url = f"http://127.0.0.1:{node.metrics_port}/debug/keys"
     with urllib.request.urlopen(url, timeout=5) as reply:
@@ -160,12 +156,14 @@ def metric(node: SidecarProcess, name: str) -> float:
 
 
 def test_a_hammering_client_waits_1x_2x_4x_on_every_node_across_a_restart(fleet: Fleet) -> None:
+    """A block's Retry-After is its length, or up to one window more where it also counts the
+    block re-armed while its window stays over: 1-2 s, then 2-3 s; after a restart of every
+    node, 4-5 s (a block at level 0 would say at most 2 s): the level lived in Redis."""
     addresses = fleet.start()
     before = hammer(addresses, 3.2, "hammer")  # block 1 (1 s), offended; block 2 (2 s) ...
     for node in range(3):
-        one, two = first_told(before, node, 1), first_told(before, node, 2)
-        assert one is not None and two is not None and one < two, (node, one, two)
-    assert max(t.retry_s for t in before) == 2
+        blocks = runs(before, node)
+        assert blocks and blocks[0] <= 2 and 2 <= max(blocks) <= 3, (node, blocks)
     assert sum(metric(n, "ratelimit_sidecar_penalties_applied_total") for n in fleet.nodes) >= 2
     levels = [k.get("penalty_level") for n in fleet.nodes for k in debug_keys(n)]
     assert 2 in levels, levels
@@ -178,8 +176,7 @@ def test_a_hammering_client_waits_1x_2x_4x_on_every_node_across_a_restart(fleet:
         print(
             f"node {node}: Retry-After per run {runs(before, node)} | restart | {runs(after, node)}"
         )
-        assert first_told(after, node, MAX_RETRY_S) is not None, node
-    assert max(t.retry_s for t in after) == MAX_RETRY_S  # never past max
+        assert MAX_RETRY_S <= max(runs(after, node)) <= MAX_RETRY_S + 1, node
     level = fleet.redis.client().get(f"rls:{{{digest(('gateway', 'client', 'hammer'))}}}:penalty")
     assert level == b"2"  # the top level: the one whose block lasts max
 
@@ -189,7 +186,7 @@ def test_an_obedient_client_is_never_penalised(fleet: Fleet) -> None:
     told = obey(addresses, 7.0, "polite")
     refused = [t for t in told if t.over]
     assert len(refused) >= 3, told  # it went over the limit again and again
-    assert {t.retry_s for t in refused} == {1}
+    assert max(t.retry_s for t in refused) <= 2  # the cooldown, at most a window more
     for node in fleet.nodes:
         assert metric(node, "ratelimit_sidecar_penalties_applied_total") == 0
         assert all(k.get("penalty_level", 0) == 0 for k in debug_keys(node))

@@ -187,8 +187,12 @@ def _fleet_waits(nodes: int, seconds: int) -> list[list[int]]:
 
 
 def test_in_a_fleet_every_node_states_the_growing_block() -> None:
+    """Each block's wait is its length, plus at most one window where the Retry-After also
+    counts the block re-armed while its window stays over."""
     for node_waits in _fleet_waits(3, 20):
-        assert [-(-wait // 1000) for wait in node_waits][:5] == [1, 2, 4, 8, 8], node_waits
+        assert len(node_waits) >= 5, node_waits
+        for wait, length in zip(node_waits, (1000, 2000, 4000, 8000, 8000), strict=False):
+            assert length - 250 <= wait <= length + 1000, node_waits
 
 
 def test_a_store_block_continues_the_node_block_it_follows() -> None:
