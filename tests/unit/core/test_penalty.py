@@ -216,3 +216,14 @@ def test_a_penalised_key_is_not_idle_until_forgiven() -> None:
     state.penalty.take_store(T0, level=2, block_level=0, block_left_ms=0)
     assert not state.idle(T0 + 10_000)
     assert state.idle(T0 + PENALTY.forgive_after_ms)
+
+
+def test_the_length_of_a_later_block_is_predicted_without_changing_anything() -> None:
+    state = PenaltyState(PENALTY)
+    state.take_store(T0, level=2, block_level=1, block_left_ms=1500)
+    assert state.length_at(1000, T0 + 1000) == 2000  # re-armed while it runs: its own level
+    assert state.length_at(1000, T0 + 1500) == 4000  # a new block: the level
+    assert state.length_at(1000, T0 + PENALTY.forgive_after_ms) == 1000  # forgiven by then
+    assert (state.level, state.block_level, state.block_end) == (2, 1, T0 + 1500)
+    for at in (T0 + 1000, T0 + 1500):
+        assert state.length_at(1000, at) == state.block_length(1000, at)
