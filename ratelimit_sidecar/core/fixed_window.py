@@ -43,7 +43,7 @@ from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
 from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
 from ratelimit_sidecar.core.spans import span_end, window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import deny_verdict, refused
+from ratelimit_sidecar.core.verdicts import blocked, deny_verdict, refused
 
 NEAR_LIMIT_RATIO = 0.8  # an admitted answer says `near_limit` from this share of MAX on
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
@@ -67,7 +67,7 @@ class FixedWindow:
         ceiling, or the count known for sure (the store's total plus this node's unpushed
         hits) past MAX."""
         if now_ms < state.blocked_until:
-            return self._blocked(state, now_ms)
+            return blocked(state, hits, now_ms)
         if hits <= 0:
             return None
         seen, unpushed = state.seen, state.inflight + state.pending + hits
@@ -83,14 +83,11 @@ class FixedWindow:
         limit = state.limit
         known = state.seen + state.inflight + state.pending + hits
         if known > limit.requests_per_unit or self.estimate_blocks:
-            state.block(_block_end(limit, now_ms, now_ms // limit.window_ms))
-            return self._blocked(state, now_ms)
+            state.block(_block_end(state, now_ms, now_ms // limit.window_ms))
+            return blocked(state, hits, now_ms)
         state.rejected += hits  # offered here: keeps `nodes` honest (see learn_nodes)
         reset = span_end(now_ms, limit.window_ms, limit.spans) - now_ms
         return refused(state, reset)
-
-    def _blocked(self, state: KeyState, now_ms: int) -> Verdict:
-        return refused(state, state.blocked_until - now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
@@ -132,7 +129,7 @@ class FixedWindow:
         state.seen += state.pending
         state.pending = 0
         if state.seen > state.limit.requests_per_unit:
-            state.block(_block_end(state.limit, end_ms, state.window))
+            state.block(_block_end(state, end_ms, state.window))
 
     def store_answer(
         self,
@@ -149,14 +146,14 @@ class FixedWindow:
         if total <= state.limit.requests_per_unit:
             return False
         was_blocked = now_ms < state.blocked_until
-        state.block(_block_end(state.limit, now_ms, push.window))
+        state.block(_block_end(state, now_ms, push.window))
         return not was_blocked
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:
         limit, scaled = state.limit, count * state.nodes
         state.seen += int(scaled)
         if scaled > limit.requests_per_unit / limit.spans:
-            state.block(_block_end(limit, now_ms, state.window))
+            state.block(_block_end(state, now_ms, state.window))
             return True
         return False
 
@@ -198,13 +195,14 @@ class FixedWindow:
         _refresh_check(state)
 
 
-def _block_end(limit: RateLimit, start_ms: int, window: int) -> int:
-    """When a block starting at `start_ms` over the count of `window` ends: after the cooldown,
-    or with `cooldown: window_end` where that window ends (the reference's behaviour: a key
-    admits again at the next window boundary; a block for a finished window ends at once)."""
-    if limit.cooldown_window_end:
-        return (window + 1) * limit.window_ms
-    return start_ms + limit.cooldown
+def _block_end(state: KeyState, start_ms: int, window: int) -> int:
+    """When a block starting at `start_ms` over the count of `window` ends: after the cooldown
+    (longer under a penalty, core/penalty.py), or with `cooldown: window_end` where that window
+    ends (the reference's behaviour: a key admits again at the next window boundary; a block
+    for a finished window ends at once)."""
+    if state.limit.cooldown_window_end:
+        return (window + 1) * state.limit.window_ms
+    return state.cooldown_end(start_ms)
 
 
 def _noise(state: KeyState, elapsed_ms: int) -> float:

@@ -32,7 +32,7 @@ from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import refused
+from ratelimit_sidecar.core.verdicts import blocked, refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class SlidingLog:
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         if now_ms < state.blocked_until:
-            return refused(state, state.blocked_until - now_ms)
+            return blocked(state, hits, now_ms)
         if hits <= 0:
             return None
         log = _log(state, now_ms)
@@ -54,8 +54,8 @@ class SlidingLog:
         if over <= 0:
             return None
         if limit.cooldown > 0:
-            state.block(now_ms + limit.cooldown)
-            return refused(state, limit.cooldown)
+            state.block(state.cooldown_end(now_ms))
+            return blocked(state, hits, now_ms)
         if hits > limit.requests_per_unit:
             return refused(state, limit.window_ms)  # never fits
         return refused(state, log.time_freeing(over) + limit.window_ms - now_ms)

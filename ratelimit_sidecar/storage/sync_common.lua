@@ -30,8 +30,9 @@ end
 -- crossing starts it; later pushes do not extend it). A block that starts is announced at once
 -- to every node as "digest|left_ms|level" (storage/blocks.py; more fields may follow): the
 -- nodes that do not push this span learn it now instead of at their next span end.
+-- A penalised key's flag holds the level its block started at (core/penalty.py), others '1'.
 local function start_block(digest, flag, ms, level)
-  local started = redis.pcall('SET', flag, '1', 'PX', ms, 'NX')
+  local started = redis.pcall('SET', flag, tostring(level or 1), 'PX', ms, 'NX')
   if type(started) == 'table' and started.ok and blocks_channel ~= '' then
     redis.pcall('PUBLISH', blocks_channel, digest .. '|' .. ms .. '|' .. (level or 0))
   end
@@ -48,6 +49,25 @@ local function cooled(digest, flag, cooldown, over)
     start_block(digest, flag, cooldown)
   end
   return block_left(flag)
+end
+
+-- Progressive penalties: penalty_of, penalty_level and penalised_ms are penalty.lua's.
+
+-- `cooled` for a penalised key: a block starts at the key's level, for its length, and the
+-- answer gains "|level|block_level" (the flag's level, 0 without a block) after the flag's
+-- remaining ms.
+local function penalised(digest, tag, cooldown, over, p)
+  local flag = tag .. ':block'
+  local level = penalty_level(tag, p, p.wanted)
+  if over and cooldown > 0 then
+    local at = flag_level(level, p.blocking)
+    start_block(digest, flag, penalised_ms(cooldown, p, at), at)
+  end
+  local left, at = block_left(flag), 0
+  if left > 0 then
+    at = stored_level(flag)
+  end
+  return left, '|' .. level .. '|' .. at
 end
 
 -- Every entry of ARGV[2] (";"-separated) through `push`, the answers joined by ";".
