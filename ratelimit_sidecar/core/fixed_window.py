@@ -11,7 +11,9 @@ A request (`check`, then `count` and `admitted` when it is admitted):
    hits since then, each standing for `nodes` nodes' worth of traffic. An estimate over the
    request check's ceiling refuses this request alone, until the next sync brings a better
    estimate. Only a count known to be over MAX (the store's total plus this node's own hits,
-   which no guess inflates) starts a block for the cooldown.
+   which no guess inflates) starts a block for the cooldown. Either refusal's Retry-After is
+   the time until a retry fits if the counts stay as they are (`retry_wait_ms`): the block's
+   end, or the window's end while the window is over for the request.
 3. Admitted: the answer reports what is left of the window and when it resets.
 
 A span end (with the store's answer, without it, or with no store at all):
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
 from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
-from ratelimit_sidecar.core.spans import span_end, window_end
+from ratelimit_sidecar.core.spans import window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, refused
 
@@ -67,14 +69,10 @@ class FixedWindow:
         ceiling, or the count known for sure (the store's total plus this node's unpushed
         hits) past MAX."""
         if now_ms < state.blocked_until:
-            return self._blocked(state, now_ms)
-        if hits <= 0:
+            return self._blocked(state, hits, now_ms)
+        if hits <= 0 or not _over(state, hits):
             return None
-        seen, unpushed = state.seen, state.inflight + state.pending + hits
-        estimate = seen + state.resumed + unpushed * state.check_nodes
-        if estimate > state.ceiling or seen + unpushed > state.limit.requests_per_unit:
-            return self._estimate_over(state, hits, now_ms)
-        return None
+        return self._estimate_over(state, hits, now_ms)
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Step 2: a known count over MAX blocks for the cooldown; an estimate refuses this
@@ -84,13 +82,12 @@ class FixedWindow:
         known = state.seen + state.inflight + state.pending + hits
         if known > limit.requests_per_unit or self.estimate_blocks:
             state.block(_block_end(limit, now_ms, now_ms // limit.window_ms))
-            return self._blocked(state, now_ms)
+            return self._blocked(state, hits, now_ms)
         state.rejected += hits  # offered here: keeps `nodes` honest (see learn_nodes)
-        reset = span_end(now_ms, limit.window_ms, limit.spans) - now_ms
-        return refused(state, reset)
+        return refused(state, retry_wait_ms(state, hits, now_ms))
 
-    def _blocked(self, state: KeyState, now_ms: int) -> Verdict:
-        return refused(state, state.blocked_until - now_ms)
+    def _blocked(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
+        return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
@@ -196,6 +193,28 @@ class FixedWindow:
         state.nodes_prev = state.nodes if state.nodes_prev else nodes
         state.nodes = nodes
         _refresh_check(state)
+
+
+def _over(state: KeyState, hits: int) -> bool:
+    """Step 2's test: `hits` more take the estimate past its ceiling, or the count known for
+    sure past MAX."""
+    seen, unpushed = state.seen, state.inflight + state.pending + hits
+    estimate = seen + state.resumed + unpushed * state.check_nodes
+    return estimate > state.ceiling or seen + unpushed > state.limit.requests_per_unit
+
+
+def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    """A refusal's Retry-After: how long until a retry of `hits` is admitted if the counts
+    stay as they are. A block's end, unless it ends in this window and the window is still
+    over for these hits; then, as for a refusal on the estimate, the window's end: the window
+    admits nothing more before it, as far as this node knows. (The span's end, said before,
+    was when the estimate improves, not when a retry fits: an obedient client retried into a
+    block.)"""
+    end = window_end(now_ms, state.limit.window_ms)
+    at = max(now_ms, state.blocked_until)
+    if at < end and hits > 0 and _over(state, hits):
+        at = end
+    return at - now_ms
 
 
 def _block_end(limit: RateLimit, start_ms: int, window: int) -> int:

@@ -21,7 +21,9 @@ A request (`check`, then `count` and `admitted` when it is admitted):
    with a Retry-After of the time until it would fit if nobody sent more (spans leave the
    window, the oldest one gradually). If even the count known for sure (the store's totals
    plus own hits, unscaled) is over MAX and the limit sets a cooldown, the key is blocked for
-   it instead. A request of more than MAX hits never fits: it is refused for one window.
+   it too, and the Retry-After is the later of the block's end and that time (a block's
+   refusals say the same). A request of more than MAX hits never fits: it is refused for one
+   window.
 3. Admitted: `remaining` is the whole requests left in the trailing window; `reset_ms` is the
    time until the oldest span still counted leaves the window, when quota first comes back
    (0 when nothing is counted: the whole quota is there).
@@ -76,7 +78,7 @@ class SlidingWindow:
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
         if now_ms < state.blocked_until:
-            return refused(state, state.blocked_until - now_ms)
+            return refused(state, retry_wait_ms(state, hits, now_ms))
         if hits <= 0:
             return None
         extra = hits * state.check_nodes
@@ -95,8 +97,7 @@ class SlidingWindow:
         limit = state.limit
         if limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits):
             state.block(now_ms + limit.cooldown)
-            return refused(state, limit.cooldown)
-        return refused(state, _wait_ms(state, hits, now_ms))
+        return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         own = state.own_spans
@@ -234,6 +235,13 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
         whole += own.since(leaving + 1) * nodes
         oldest += own.get(leaving) * nodes
     return Trailing(whole, oldest, end - 1 - now_ms, end - start, limit.requests_per_unit, span)
+
+
+def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    """A refusal's Retry-After: the block's end, or later if the trailing count still leaves
+    no room for `hits` then (a cooldown shorter than the time the window takes to drain)."""
+    fits_at = now_ms + _wait_ms(state, hits, now_ms) if hits > 0 else now_ms
+    return max(state.blocked_until, fits_at) - now_ms
 
 
 def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
