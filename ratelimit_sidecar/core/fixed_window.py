@@ -12,8 +12,9 @@ A request (`check`, then `count` and `admitted` when it is admitted):
    request check's ceiling refuses this request alone, until the next sync brings a better
    estimate. Only a count known to be over MAX (the store's total plus this node's own hits,
    which no guess inflates) starts a block for the cooldown. Either refusal's Retry-After is
-   the time until a retry fits if the counts stay as they are (`retry_wait_ms`): the block's
-   end, or the window's end while the window is over for the request.
+   the time until a retry fits if the counts are as estimated (`retry_wait_ms`): the block's
+   end, the window's end, or, while the window is over MAX, the end of the block that the
+   window's remaining syncs will set.
 3. Admitted: the answer reports what is left of the window and when it resets.
 
 A span end (with the store's answer, without it, or with no store at all):
@@ -195,26 +196,54 @@ class FixedWindow:
         _refresh_check(state)
 
 
+def _estimate(state: KeyState, hits: int) -> float:
+    """The fleet's count in the window with `hits` more: step 2's estimate."""
+    unpushed = state.inflight + state.pending + hits
+    return state.seen + state.resumed + unpushed * state.check_nodes
+
+
 def _over(state: KeyState, hits: int) -> bool:
     """Step 2's test: `hits` more take the estimate past its ceiling, or the count known for
     sure past MAX."""
-    seen, unpushed = state.seen, state.inflight + state.pending + hits
-    estimate = seen + state.resumed + unpushed * state.check_nodes
-    return estimate > state.ceiling or seen + unpushed > state.limit.requests_per_unit
+    known = state.seen + state.inflight + state.pending + hits
+    return _estimate(state, hits) > state.ceiling or known > state.limit.requests_per_unit
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """A refusal's Retry-After: how long until a retry of `hits` is admitted if the counts
-    stay as they are. A block's end, unless it ends in this window and the window is still
-    over for these hits; then, as for a refusal on the estimate, the window's end: the window
-    admits nothing more before it, as far as this node knows. (The span's end, said before,
-    was when the estimate improves, not when a retry fits: an obedient client retried into a
-    block.)"""
-    end = window_end(now_ms, state.limit.window_ms)
+    """A refusal's Retry-After: how long until a retry of `hits` is admitted if the counts are
+    as this node estimates them. Not before the block ends, nor, while the window has no room
+    for these hits, before the window ends; and then not before the block the window's
+    remaining syncs are likely to set: the fleet is at MAX, its other nodes still admit what
+    their own estimates allow, and a store total over MAX re-arms the cooldown at every span
+    end, the last one where the window's last span starts. (The span's end, said before for a
+    refusal on the estimate, was when the estimate improves, not when a retry fits: obedient
+    clients retried into a block, 41 first retries in 239 in `retry_storm`.)"""
+    limit = state.limit
     at = max(now_ms, state.blocked_until)
-    if at < end and hits > 0 and _over(state, hits):
+    end = window_end(now_ms, limit.window_ms)
+    if hits > 0 and at < end and _over(state, hits):
         at = end
+        if _nearly_full(state):
+            at = max(end, _rearmed_block_end(limit, now_ms, end, state.window))
     return at - now_ms
+
+
+def _nearly_full(state: KeyState) -> bool:
+    """The count known for sure is within a span's share of MAX: a window this full most
+    often ends over it (the fleet's other nodes admit until their own estimates say no)."""
+    limit = state.limit
+    known = state.seen + state.inflight + state.pending
+    return known * limit.spans >= limit.requests_per_unit * (limit.spans - 1)
+
+
+def _rearmed_block_end(limit: RateLimit, now_ms: int, end: int, window: int) -> int:
+    """When the block of a window over MAX ends if its remaining syncs all see it over (0 if
+    no sync that re-arms it is left)."""
+    last_span_ms = (
+        limit.window_ms - ((limit.spans - 1) * limit.window_ms + limit.spans - 1) // limit.spans
+    )
+    last_sync = end - last_span_ms
+    return _block_end(limit, last_sync, window) if now_ms < last_sync else 0
 
 
 def _block_end(limit: RateLimit, start_ms: int, window: int) -> int:

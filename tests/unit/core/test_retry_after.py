@@ -13,7 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
-from ratelimit_sidecar.core import Code, FleetLimiter, Hit, Limiter, LocalLimiter, Verdict
+from ratelimit_sidecar.core import (
+    Code,
+    FleetLimiter,
+    Hit,
+    Limiter,
+    LocalLimiter,
+    PushResult,
+    SyncResult,
+    Verdict,
+)
 from ratelimit_sidecar.storage.memory import MemoryStorage
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
@@ -220,3 +229,35 @@ def test_a_fleet_sliding_window_estimate_refusal_is_admitted_after_its_wait() ->
     refusal = first_refusal(node, rule, T0 + 1000, gap_ms=50)
     assert refusal.reset_ms <= 10_000 + 2000
     assert_admitted_after(node, rule, refusal)
+
+
+def test_a_nearly_full_window_states_the_block_its_remaining_syncs_will_set() -> None:
+    """The store has confirmed 5/6 of MAX and this node's estimate refuses: the fleet's other
+    nodes still admit what their own estimates allow, the window most often ends over MAX, and
+    every sync left in it re-arms the cooldown. The wait covers that block: here the store
+    does say over MAX at every later span end, and the retry at the stated time is admitted,
+    the block just over."""
+    rule = make_rule(FIXED, 60, seconds=6, spans=6)  # 1 s spans, a 6 s cooldown
+    limiter = FleetLimiter()
+    limiter.live_nodes = 2
+    key = Hit(rule, ("d", "k", "v"), 1)
+    for i in range(25):
+        assert limiter.hit(T0 + 100 + i, [key]).code is Code.OK
+    sync_with_total(limiter, T0 + 1000, 50)  # the other node counted 25 too
+    codes = [limiter.hit(T0 + 1100 + i, [key]).code for i in range(5)]
+    assert codes == [Code.OK] * 5  # 50 + 5 x 2 = MAX: the sixth one is refused
+    refused_at = T0 + 1105
+    refusal = limiter.hit(refused_at, [key]).verdicts[0]
+    assert refusal.code is Code.OVER_LIMIT
+    assert refused_at + refusal.reset_ms == T0 + 5000 + 6000  # the last re-arm + cooldown
+    for end in range(T0 + 2000, T0 + 6000, 1000):
+        sync_with_total(limiter, end, 62)
+    state = limiter.keys.get(key.key)
+    assert state is not None and state.blocked_until == refused_at + refusal.reset_ms
+    assert limiter.hit(refused_at + refusal.reset_ms, [key]).code is Code.OK
+
+
+def sync_with_total(limiter: FleetLimiter, now: int, total: int) -> None:
+    batch = limiter.end_span(now)
+    answers = tuple(PushResult(total, 0) for _ in batch.pushes)
+    limiter.apply_sync(now, batch, SyncResult(answers))
