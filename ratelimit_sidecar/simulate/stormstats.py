@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 class StormRecorder:
     """Counts per window and kind of client (0 obedient, 1 hammering)."""
 
-    def __init__(  # noqa: PLR0917 - one call site, each value named there
+    def __init__(
         self, start_ms: int, window_ms: int, windows: int, max_: int, obedient: int
     ) -> None:
         self.start_ms, self.window_ms, self.max, self.obedient = start_ms, window_ms, max_, obedient
