@@ -44,9 +44,10 @@ from dataclasses import dataclass
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
 from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
+from ratelimit_sidecar.core.penalty import block_ms
 from ratelimit_sidecar.core.spans import window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import deny_verdict, refused
+from ratelimit_sidecar.core.verdicts import blocked, deny_verdict, refused
 
 NEAR_LIMIT_RATIO = 0.8  # an admitted answer says `near_limit` from this share of MAX on
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
@@ -70,7 +71,7 @@ class FixedWindow:
         ceiling, or the count known for sure (the store's total plus this node's unpushed
         hits) past MAX."""
         if now_ms < state.blocked_until:
-            return self._blocked(state, hits, now_ms)
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         if hits <= 0 or not _over(state, hits):
             return None
         return self._estimate_over(state, hits, now_ms)
@@ -82,12 +83,9 @@ class FixedWindow:
         limit = state.limit
         known = state.seen + state.inflight + state.pending + hits
         if known > limit.requests_per_unit or self.estimate_blocks:
-            state.block(_block_end(limit, now_ms, now_ms // limit.window_ms))
-            return self._blocked(state, hits, now_ms)
+            state.block(_block_end(state, now_ms, now_ms // limit.window_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         state.rejected += hits  # offered here: keeps `nodes` honest (see learn_nodes)
-        return refused(state, retry_wait_ms(state, hits, now_ms))
-
-    def _blocked(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
@@ -130,7 +128,7 @@ class FixedWindow:
         state.seen += state.pending
         state.pending = 0
         if state.seen > state.limit.requests_per_unit:
-            state.block(_block_end(state.limit, end_ms, state.window))
+            state.block(_block_end(state, end_ms, state.window))
 
     def store_answer(
         self,
@@ -147,14 +145,14 @@ class FixedWindow:
         if total <= state.limit.requests_per_unit:
             return False
         was_blocked = now_ms < state.blocked_until
-        state.block(_block_end(state.limit, now_ms, push.window))
+        state.block(_block_end(state, now_ms, push.window))
         return not was_blocked
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:
         limit, scaled = state.limit, count * state.nodes
         state.seen += int(scaled)
         if scaled > limit.requests_per_unit / limit.spans:
-            state.block(_block_end(limit, now_ms, state.window))
+            state.block(_block_end(state, now_ms, state.window))
             return True
         return False
 
@@ -224,7 +222,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     if hits > 0 and at < end and _over(state, hits):
         at = end
         if _nearly_full(state):
-            at = max(end, _rearmed_block_end(limit, now_ms, end, state.window))
+            at = max(end, _rearmed_block_end(state, now_ms, end))
     return at - now_ms
 
 
@@ -236,23 +234,32 @@ def _nearly_full(state: KeyState) -> bool:
     return known * limit.spans >= limit.requests_per_unit * (limit.spans - 1)
 
 
-def _rearmed_block_end(limit: RateLimit, now_ms: int, end: int, window: int) -> int:
+def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
     """When the block of a window over MAX ends if its remaining syncs all see it over (0 if
-    no sync that re-arms it is left)."""
+    no sync that re-arms it is left). A block under a penalty lasts as its level says."""
+    limit = state.limit
     last_span_ms = (
         limit.window_ms - ((limit.spans - 1) * limit.window_ms + limit.spans - 1) // limit.spans
     )
     last_sync = end - last_span_ms
-    return _block_end(limit, last_sync, window) if now_ms < last_sync else 0
-
-
-def _block_end(limit: RateLimit, start_ms: int, window: int) -> int:
-    """When a block starting at `start_ms` over the count of `window` ends: after the cooldown,
-    or with `cooldown: window_end` where that window ends (the reference's behaviour: a key
-    admits again at the next window boundary; a block for a finished window ends at once)."""
+    if now_ms >= last_sync:
+        return 0
     if limit.cooldown_window_end:
-        return (window + 1) * limit.window_ms
-    return start_ms + limit.cooldown
+        return end
+    penalty = state.penalty
+    if penalty is None:
+        return last_sync + limit.cooldown
+    return last_sync + block_ms(limit.cooldown, penalty.penalty, penalty.level)
+
+
+def _block_end(state: KeyState, start_ms: int, window: int) -> int:
+    """When a block starting at `start_ms` over the count of `window` ends: after the cooldown
+    (longer under a penalty, core/penalty.py), or with `cooldown: window_end` where that window
+    ends (the reference's behaviour: a key admits again at the next window boundary; a block
+    for a finished window ends at once)."""
+    if state.limit.cooldown_window_end:
+        return (window + 1) * state.limit.window_ms
+    return state.cooldown_end(start_ms)
 
 
 def _noise(state: KeyState, elapsed_ms: int) -> float:

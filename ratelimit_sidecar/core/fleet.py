@@ -18,7 +18,14 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
-from ratelimit_sidecar.core.types import Push, SyncBatch, SyncResult, SyncStats, TotalRead
+from ratelimit_sidecar.core.types import (
+    KeyId,
+    Push,
+    SyncBatch,
+    SyncResult,
+    SyncStats,
+    TotalRead,
+)
 
 
 class FleetLimiter(Limiter):
@@ -154,6 +161,17 @@ class FleetLimiter(Limiter):
                     Push(state.key, state.unsent_window, state.unsent, state.limit)
                 )
                 state.unsent = 0
+
+    def apply_block(self, key: KeyId, left_ms: int, now_ms: int) -> bool:
+        """A block the store started for `key` (another node's push crossed MAX, or a strict
+        refusal), announced at once instead of found by this node's next sync: the key refuses
+        until `now_ms + left_ms`, as if that sync had answered it. True if it blocks the key
+        longer than it was; an untracked key is left alone (its first push reads the flag)."""
+        state = self.keys.get(key)
+        if state is None or left_ms <= 0 or now_ms + left_ms <= state.blocked_until:
+            return False
+        state.block(now_ms + left_ms)
+        return True
 
     def pending_hits(self) -> int:
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""

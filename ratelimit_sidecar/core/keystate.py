@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.hitlog import HitLog
+from ratelimit_sidecar.core.penalty import PenaltyState, Tally
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
@@ -44,6 +45,7 @@ class KeyState:
         "nodes_prev",
         "nodes_ratio",
         "own_spans",
+        "penalty",
         "pending",
         "pushed_count",
         "pushed_span",
@@ -68,6 +70,7 @@ class KeyState:
         shadow: bool,
         *,
         rule_id: str = "",
+        tally: Tally | None = None,
     ) -> None:
         self.key = key
         self.rule_id = rule_id
@@ -81,6 +84,8 @@ class KeyState:
         self.unsent_window = NO_WINDOW
         self.last_hit = now_ms
         self.blocked_until = 0
+        # A limit with `penalty:`: its level and what its client was told (core/penalty.py).
+        self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, tally)
         self.local_cur = 0  # what this node admitted in `window`
         self.rejected = 0  # hits rejected on the estimate alone in `window` (offered, not admitted)
         self.seen = 0  # the store's total for `window`, at the last sync
@@ -154,6 +159,12 @@ class KeyState:
     def block(self, until_ms: int) -> None:
         self.blocked_until = max(self.blocked_until, until_ms)
 
+    def cooldown_end(self, now_ms: int) -> int:
+        """When a block starting (or extended) at `now_ms` ends: after the limit's cooldown,
+        longer for a key under a penalty."""
+        penalty, cooldown = self.penalty, self.limit.cooldown
+        return now_ms + (cooldown if penalty is None else penalty.block_length(cooldown, now_ms))
+
     def idle(self, now_ms: int) -> bool:
         """Forgettable: no traffic for two windows (so none in a trailing window either),
         nothing left to push, no active block."""
@@ -182,6 +193,8 @@ class KeyState:
             "nodes": round(self.nodes, 3),
             "blocked_until_ms": self.blocked_until,
         }
+        if self.penalty is not None:
+            view["penalty_level"] = self.penalty.level
         for name, spans in (("fleet_spans", self.fleet_spans), ("own_spans", self.own_spans)):
             if spans is not None:  # oldest first, ending with span number `newest`
                 view[name] = {"newest": spans.newest, "counts": list(spans.counts)}

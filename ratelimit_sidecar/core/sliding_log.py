@@ -33,7 +33,7 @@ from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import refused
+from ratelimit_sidecar.core.verdicts import blocked, refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +46,15 @@ class SlidingLog:
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         if now_ms < state.blocked_until:
-            return refused(state, retry_wait_ms(state, hits, now_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         if hits <= 0:
             return None
         limit = state.limit
         if _log(state, now_ms).total + hits <= limit.requests_per_unit:
             return None
         if limit.cooldown > 0:
-            state.block(now_ms + limit.cooldown)
+            state.block(state.cooldown_end(now_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:

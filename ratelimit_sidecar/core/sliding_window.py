@@ -61,7 +61,7 @@ from ratelimit_sidecar.core.nodes_estimate import lower_of_last_two
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
 from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import refused
+from ratelimit_sidecar.core.verdicts import blocked, refused
 
 MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its first guess
 
@@ -78,7 +78,7 @@ class SlidingWindow:
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
         if now_ms < state.blocked_until:
-            return refused(state, retry_wait_ms(state, hits, now_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         if hits <= 0:
             return None
         extra = hits * state.check_nodes
@@ -96,7 +96,8 @@ class SlidingWindow:
         estimate are not counted as offered: see `nodes` in the module's docstring.)"""
         limit = state.limit
         if limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits):
-            state.block(now_ms + limit.cooldown)
+            state.block(state.cooldown_end(now_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
@@ -291,7 +292,7 @@ def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
     if limit.cooldown <= 0 or _trailing(state, now_ms, known).fits(0):
         return False
     was_blocked = now_ms < state.blocked_until
-    state.block(now_ms + limit.cooldown)
+    state.block(state.cooldown_end(now_ms))
     return not was_blocked
 
 

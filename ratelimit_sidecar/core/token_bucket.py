@@ -56,7 +56,7 @@ from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import deny_verdict, refused
+from ratelimit_sidecar.core.verdicts import blocked, deny_verdict, refused
 
 # KeyState.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
 
@@ -72,7 +72,7 @@ class TokenBucket:
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         """Step 1, a block; step 2, the projection over the capacity refuses (step 3)."""
         if now_ms < state.blocked_until:
-            return refused(state, retry_wait_ms(state, hits, now_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         if hits <= 0:
             return None
         limit = state.limit
@@ -93,7 +93,8 @@ class TokenBucket:
         guessed = max(0, state.inflight + state.pending) * (state.nodes - 1) * token
         if max(now, state.tat - guessed) + hits * token - now > full:
             if limit.cooldown > 0:
-                state.block(now_ms + limit.cooldown)
+                state.block(state.cooldown_end(now_ms))
+                return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         else:
             state.rejected += hits
         return refused(state, retry_wait_ms(state, hits, now_ms))
@@ -171,7 +172,7 @@ class TokenBucket:
         if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
             return False
         was_blocked = now_ms < state.blocked_until
-        state.block(now_ms + limit.cooldown)
+        state.block(state.cooldown_end(now_ms))
         return not was_blocked
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002

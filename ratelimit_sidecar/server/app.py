@@ -18,6 +18,7 @@ from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.endpoints import Endpoints
+from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.reload import RuleWatcher
@@ -74,6 +75,10 @@ class Sidecar:
                     fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
                 ),
             )
+        # Blocks other nodes' pushes start reach this one at once (pub/sub), not at its span end.
+        self.subscriber, self.blocks = wire_blocks(
+            storage, self.limiter, clock_ms, self.metrics.registry
+        )
         self.strict_store: StrictStore | None = None
         self.strict = self._strict_decider(settings, storage)
         self.handler = RateLimitHandler(
@@ -152,6 +157,8 @@ class Sidecar:
         await health.set("", SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
+        if self.subscriber is not None:
+            self._tasks.append(asyncio.create_task(self.subscriber.run(), name="subscriber"))
         # Everything built so far (rules, protobuf descriptors, metrics) lives until exit: move it
         # out of the cyclic collector's reach, so its collections scan only what requests create.
         gc.freeze()
@@ -203,6 +210,8 @@ class Sidecar:
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
         self.watcher.stop()
+        if self.subscriber is not None:
+            self.subscriber.stop()
         for task in self._tasks:
             await task
         lost = await self.sync.flush()

@@ -128,3 +128,22 @@ def rule_for(p: SimParams, share: int = 1) -> Rule:
     bucket = p.algorithm is AlgorithmName.TOKEN_BUCKET
     burst = max(1, p.burst // share) if p.burst and bucket else 0
     return build_rule(max_, p.window_ms, p.spans, p.cooldown_ms, p.algorithm, burst)
+
+
+@dataclass(frozen=True)
+class StormParams:
+    """The `retry_storm` scenario's clients (simulate/storm.py): who they are and how they
+    behave on a 429."""
+
+    obedient: int = 16
+    hammering: int = 4
+    client_load: float = 1.5  # each client's fresh requests over its key's limit
+    hammer_gap_ms: int = 20  # a hammering client's pause between retries
+    hammer_tries: int = 100  # retries of one request before a hammering client drops it
+    obedient_tries: int = 10  # the same for an obedient client (each after its Retry-After)
+
+    def __post_init__(self) -> None:
+        if self.obedient < 0 or self.hammering < 0 or self.obedient + self.hammering < 1:
+            raise ValueError("retry_storm needs at least one client")
+        if self.client_load <= 0 or self.hammer_gap_ms < 1:
+            raise ValueError("client load must be > 0 and the hammer gap at least 1 ms")

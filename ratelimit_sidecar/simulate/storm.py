@@ -24,31 +24,13 @@ from random import Random
 from ratelimit_sidecar.core import Code, Hit
 from ratelimit_sidecar.service.response import retry_after_seconds
 from ratelimit_sidecar.simulate.engine import Engine
-from ratelimit_sidecar.simulate.params import SimParams
+from ratelimit_sidecar.simulate.params import SimParams, StormParams
 from ratelimit_sidecar.simulate.scenarios import Setup, resolve
 from ratelimit_sidecar.simulate.stormstats import StormRecorder, StormSummary, summarize_storm
 from ratelimit_sidecar.simulate.variants import system_for
 
 SCENARIO = "retry_storm"
 CLIENT = 5  # an event kind after the engine's own (BOOT ... APPLY)
-
-
-@dataclass(frozen=True)
-class StormParams:
-    """Who the clients are and how they behave on a 429."""
-
-    obedient: int = 16
-    hammering: int = 4
-    client_load: float = 1.5  # each client's fresh requests over its key's limit
-    hammer_gap_ms: int = 20  # a hammering client's pause between retries
-    hammer_tries: int = 100  # retries of one request before a hammering client drops it
-    obedient_tries: int = 10  # the same for an obedient client (each after its Retry-After)
-
-    def __post_init__(self) -> None:
-        if self.obedient < 0 or self.hammering < 0 or self.obedient + self.hammering < 1:
-            raise ValueError("retry_storm needs at least one client")
-        if self.client_load <= 0 or self.hammer_gap_ms < 1:
-            raise ValueError("client load must be > 0 and the hammer gap at least 1 ms")
 
 
 @dataclass

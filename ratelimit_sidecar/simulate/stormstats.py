@@ -21,13 +21,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 from ratelimit_sidecar.simulate.metrics import percentile
-
-if TYPE_CHECKING:
-    from ratelimit_sidecar.simulate.params import SimParams
-    from ratelimit_sidecar.simulate.storm import StormParams
+from ratelimit_sidecar.simulate.params import SimParams, StormParams
 
 
 class StormRecorder:

@@ -32,6 +32,7 @@ from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a 
 from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import shared_rules as rules
+from ratelimit_sidecar.storage.blocks import BLOCKS
 from ratelimit_sidecar.storage.errors import StoreUnreadable
 from ratelimit_sidecar.storage.keys import (
     KeySchema,
@@ -112,6 +113,7 @@ class SyncCodec:
         self, keys: KeySchema, *, cluster: bool, node_id: str = "", node_ttl_ms: int = 0
     ) -> None:
         self.keys = keys
+        self.blocks_channel = keys.channel(BLOCKS)  # where the scripts announce a new block
         self.cluster = cluster
         self.node_id = node_id
         self.node_ttl_ms = node_ttl_ms
@@ -185,7 +187,7 @@ class SyncCodec:
         entry = SCRIPT_ENTRIES[first.limit.algorithm]
         entries = [entry(pushes[index]) for index in chunk]
         route = self.keys.counter(first.key, first.window)
-        return (1, route, self.keys.prefix, ";".join(entries))
+        return (1, route, self.keys.prefix, ";".join(entries), self.blocks_channel)
 
     def commands(self, batch: SyncBatch) -> list[Command]:
         """The reads, the store's clock and the heartbeat, in the order of `Replies`."""

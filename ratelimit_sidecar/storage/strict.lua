@@ -12,6 +12,8 @@
 --          cooldown_ms > 0: a refusal of hits starts a block for that long (the shared flag,
 --          SET NX), as the same count in the limiter's own rule would;
 --          shadow 1: a refusal is reported but does not stop the call from counting.
+-- ARGV[4]  the channel a block started here is announced on, as the sync scripts do
+--          (sync_common.lua, storage/blocks.py); '' or absent: none
 --
 -- All or nothing: the hits are counted only if no limit refuses them (a shadow limit's refusal
 -- does not count as one); then every limit counts them, shadow ones included. Key names and
@@ -23,7 +25,7 @@
 -- A shared block flag (set by a refusal here or by the eventual sync's cooldown) refuses until
 -- it expires.
 
-local prefix, token = ARGV[1], ARGV[2]
+local prefix, token, blocks_channel = ARGV[1], ARGV[2], ARGV[4] or ''
 local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -40,7 +42,7 @@ local function parse(text)
   end
   local tag = prefix .. '{' .. digest .. '}'
   return {
-    alg = tonumber(alg), tag = tag, name = tag .. base, flag = tag .. ':block',
+    alg = tonumber(alg), digest = digest, tag = tag, name = tag .. base, flag = tag .. ':block',
     hits = tonumber(hits), max = tonumber(max), window = tonumber(window),
     spans = tonumber(spans), capacity = tonumber(capacity), cooldown = tonumber(cooldown),
     shadow = shadow == '1',
@@ -188,6 +190,9 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   elseif not l.fits and l.hits > 0 and l.cooldown > 0 then -- over: the cooldown starts now
     redis.call('SET', l.flag, '1', 'PX', l.cooldown, 'NX')
     l.block = l.cooldown
+    if blocks_channel ~= '' then -- every node refuses the key at once (its eventual checks too)
+      redis.call('PUBLISH', blocks_channel, l.digest .. '|' .. l.cooldown .. '|0')
+    end
   end
   refused = refused or (not l.fits and not l.shadow)
   limits[#limits + 1] = l

@@ -63,6 +63,7 @@ class StrictStore:
     def __init__(self, storage: RedisStorage) -> None:
         self.client = storage.client
         self.keys = storage.keys
+        self._blocks_channel = storage.codec.blocks_channel  # the sync scripts' channel
         self.cluster = isinstance(storage.client, RedisCluster)
         # Sliding log members must be unique across the fleet: a random token per process,
         # then a sequence number per call.
@@ -143,7 +144,8 @@ class StrictStore:
     async def _call(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]:
         route = self.keys.flag(checks[0].key)
         token = f"{self._token}.{next(self._calls)}"
-        args = (1, route, self.keys.prefix, token, ";".join(_entry(c) for c in checks))
+        entries = ";".join(_entry(c) for c in checks)
+        args = (1, route, self.keys.prefix, token, entries, self._blocks_channel)
         try:
             try:
                 reply = await self.client.execute_command("EVALSHA", STRICT_SHA, *args)

@@ -1,5 +1,5 @@
 -- One span's deltas for many counters (key names: ratelimit_sidecar/storage/keys.py).
--- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
+-- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
 --
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
@@ -7,6 +7,7 @@
 -- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms" entry per key, joined by ";"
 --          (counter = prefix{digest}suffix, flag = prefix{digest}:block; count may be 0: the
 --          key is only read; negative: quota given back)
+-- ARGV[3]  the blocks channel (sync_common.lua)
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left" (the counter after its
 -- INCRBY, and the remaining ms of its block flag, 0 if none), or "E:<reason>" when nothing was
@@ -39,8 +40,7 @@ local function push(text)
   redis.pcall('PEXPIRE', counter, ttl)
   cooldown = tonumber(cooldown)
   if total > tonumber(max) and cooldown > 0 then
-    -- NX: the first node to see the crossing starts the cooldown; later pushes don't extend it.
-    redis.pcall('SET', flag, '1', 'PX', cooldown, 'NX')
+    start_block(digest, flag, cooldown)
   end
   -- Read even without a cooldown: a fixed window honours a flag another config set.
   return total .. ',' .. block_left(flag)

@@ -1,5 +1,5 @@
 -- One span's deltas for many token buckets (key names: storage/keys.py; the rules, in the same
--- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
+-- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
 -- order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
@@ -10,6 +10,7 @@
 --          TAT = prefix{digest}bucket_suffix (epoch ms, a decimal with 3 places); window counter =
 --          prefix{digest}window_suffix; flag = prefix{digest}:block. count may be 0 (read only)
 --          or negative (tokens given back; the TAT never goes before now).
+-- ARGV[3]  the blocks channel (sync_common.lua)
 --
 -- Returns one answer per entry, in order, joined by ";": "debt,left" (ceil(TAT - now) in ms
 -- after the push, and the remaining ms of the block flag, 0 if none or without a cooldown),
@@ -66,7 +67,7 @@ local function push(text)
   redis.pcall('INCRBY', tag .. window_suffix, count)
   redis.pcall('PEXPIRE', tag .. window_suffix, window_ttl)
   local over = debt > tonumber(capacity) * window_ms / requests
-  local left = cooled(tag .. ':block', tonumber(cooldown), over)
+  local left = cooled(digest, tag .. ':block', tonumber(cooldown), over)
   return debt .. ',' .. left
 end
 

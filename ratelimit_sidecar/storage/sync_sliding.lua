@@ -1,5 +1,5 @@
 -- One span's deltas for many sliding window counters (key names: storage/keys.py; the rules,
--- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
+-- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
 -- in the same order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
@@ -9,6 +9,7 @@
 --          "digest|window_suffix|span_stem|span|count|window_ttl_ms|span_ttl_ms|spans|max|cooldown_ms"
 --          span counter n = prefix{digest}span_stem..n; window counter = prefix{digest}window_suffix;
 --          flag = prefix{digest}:block. count may be 0 (read only) or negative (given back).
+-- ARGV[3]  the blocks channel (sync_common.lua)
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left,t1 t2 ... tN" (t1 .. tN:
 -- the totals of spans span-N+1 .. span, oldest first; total: their sum; left: the remaining ms
@@ -62,7 +63,7 @@ local function push(text)
   for i = 1, #totals do
     total = total + totals[i]
   end
-  local left = cooled(tag .. ':block', tonumber(cooldown), total > tonumber(max))
+  local left = cooled(digest, tag .. ':block', tonumber(cooldown), total > tonumber(max))
   return total .. ',' .. left .. ',' .. table.concat(totals, ' ')
 end
 

@@ -47,7 +47,7 @@ def test_a_sliding_entry_names_its_span_and_the_span_ttl() -> None:
     key: KeyId = ("gw", "ip", "1.2.3.4")
     pushes = [Push(key, W, 3, SLIDING, W * 4 + 2), Push(key, W, -1, SLIDING)]
     encoded = codec().encode(SyncBatch(NOW, pushes))
-    numkeys, route, prefix, packed = encoded.script_args[0]
+    numkeys, route, prefix, packed, _channel = encoded.script_args[0]
     assert (numkeys, route, prefix) == (1, KEYS.counter(key, W), "t:")
     first, last_span = packed.split(";")
     assert first == f"{digest(key)}|:gw:ip:{W}|:gw:ip:s|{W * 4 + 2}|3|120000|90000|4|10|0"
