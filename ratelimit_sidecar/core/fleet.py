@@ -102,7 +102,9 @@ class FleetLimiter(Limiter):
         # per key and span either way.
         if state.pending or not retried:
             span = push_span(state, ended, now_ms)
-            plan.push(state, Push(state.key, state.window, state.pending, limit, span))
+            wanted = 0 if state.penalty is None else state.penalty.wanted
+            push = Push(state.key, state.window, state.pending, limit, span, wanted)
+            plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:
@@ -162,7 +164,7 @@ class FleetLimiter(Limiter):
                 )
                 state.unsent = 0
 
-    def apply_block(self, key: KeyId, left_ms: int, now_ms: int) -> bool:
+    def apply_block(self, key: KeyId, left_ms: int, now_ms: int, level: int = 0) -> bool:
         """A block the store started for `key` (another node's push crossed MAX, or a strict
         refusal), announced at once instead of found by this node's next sync: the key refuses
         until `now_ms + left_ms`, as if that sync had answered it. True if it blocks the key
@@ -170,6 +172,8 @@ class FleetLimiter(Limiter):
         state = self.keys.get(key)
         if state is None or left_ms <= 0 or now_ms + left_ms <= state.blocked_until:
             return False
+        if state.penalty is not None:  # the block's level, so that its offences raise it
+            state.penalty.take_block(now_ms, level, left_ms)
         state.block(now_ms + left_ms)
         return True
 

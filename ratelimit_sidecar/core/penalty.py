@@ -135,5 +135,10 @@ class PenaltyState:
         if level > 0:
             self.fresh_ms = max(self.fresh_ms, now_ms)  # alive in the store until its TTL
         if block_left_ms > 0:
-            self.block_level = block_level
-            self.block_end = now_ms + block_left_ms
+            self.take_block(now_ms, block_level, block_left_ms)
+
+    def take_block(self, now_ms: int, block_level: int, block_left_ms: int) -> None:
+        """A block the store holds (its flag, or its announcement): its level and end."""
+        self.block_level = block_level
+        self.block_end = now_ms + block_left_ms
+        self.level = max(self.level, block_level)

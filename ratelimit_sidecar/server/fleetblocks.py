@@ -51,7 +51,9 @@ class FleetBlocks:
             return
         self.received += 1
         key = self.index.find(notice.digest)
-        if key is not None and self.limiter.apply_block(key, notice.left_ms, self._clock_ms()):
+        if key is not None and self.limiter.apply_block(
+            key, notice.left_ms, self._clock_ms(), notice.level
+        ):
             self.applied += 1
 
 

@@ -219,7 +219,8 @@ def fixed_entry(push: Push) -> str:
     key, limit = push.key, push.limit
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{push.count}|"
-        f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}"
+        f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}|"
+        f"{penalty_field(push)}"
     )
 
 
@@ -228,7 +229,8 @@ def sliding_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{span_stem(key)}|"
         f"{rules.pushed_span(push)}|{push.count}|{rules.window_ttl_ms(limit)}|"
-        f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}"
+        f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}|"
+        f"{penalty_field(push)}"
     )
 
 
@@ -237,8 +239,16 @@ def bucket_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.count}|"
         f"{rules.window_ttl_ms(limit)}|{limit.window_ms}|{limit.requests_per_unit}|"
-        f"{limit.capacity}|{limit.cooldown}"
+        f"{limit.capacity}|{limit.cooldown}|{penalty_field(push)}"
     )
+
+
+def penalty_field(push: Push) -> str:
+    """A penalised limit's "factor/max_ms/forgive_after_ms/wanted" (sync_common.lua), else ""."""
+    penalty = push.limit.penalty
+    if penalty is None:
+        return ""
+    return f"{penalty.factor!r}/{penalty.max_ms}/{penalty.forgive_after_ms}/{push.wanted_level}"
 
 
 SCRIPT_ENTRIES: dict[AlgorithmName, Callable[[Push], str]] = {
@@ -297,9 +307,14 @@ def script_answers(reply: Any, keys: int) -> list[str]:
 
 def push_result(answer: str, with_spans: bool = False) -> PushResult:
     """One key's "total,left" ("total,left,t1 t2 ... tN" for a sliding window: its span
-    totals, oldest first), or "E:<reason>" when nothing was applied for it."""
+    totals, oldest first), then "|level|block_level" for a penalised key, or "E:<reason>"
+    when nothing was applied for it."""
     if answer.startswith(KEY_ERROR):
         return PushResult(0, 0, error=answer[len(KEY_ERROR) :] or "error")
+    level = block_level = -1
+    if "|" in answer:
+        answer, levels, blocked_at = answer.split("|")
+        level, block_level = int(levels), int(blocked_at)
     spans: tuple[int, ...] = ()
     if with_spans:
         total, left, span_totals = answer.split(",")
@@ -307,7 +322,7 @@ def push_result(answer: str, with_spans: bool = False) -> PushResult:
     else:
         total, left = answer.split(",")
     # A flag without a TTL (-1, never written by the script) must not block forever.
-    return PushResult(int(total), max(0, int(left)), spans=spans)
+    return PushResult(int(total), max(0, int(left)), "", spans, level, max(0, block_level))
 
 
 def number(reply: Any) -> int:

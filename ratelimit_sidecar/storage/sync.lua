@@ -4,9 +4,11 @@
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
 -- ARGV[1]  the key prefix
--- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms" entry per key, joined by ";"
+-- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms|penalty" entry per key, joined by ";"
 --          (counter = prefix{digest}suffix, flag = prefix{digest}:block; count may be 0: the
---          key is only read; negative: quota given back)
+--          key is only read; negative: quota given back; penalty: empty, or
+--          "factor/max_ms/forgive_ms/wanted" (sync_common.lua): the answer then ends with
+--          "|level|block_level")
 -- ARGV[3]  the blocks channel (sync_common.lua)
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left" (the counter after its
@@ -21,10 +23,10 @@
 -- keys answered "E:", because those were surely not counted.
 
 local prefix = ARGV[1]
-local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)$'
+local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([^|]*)$'
 
 local function push(text)
-  local digest, suffix, count, ttl, max, cooldown = string.match(text, entry)
+  local digest, suffix, count, ttl, max, cooldown, penalty = string.match(text, entry)
   if not digest then
     return 'E:malformed entry'
   end
@@ -39,6 +41,11 @@ local function push(text)
   -- From here on the count is applied: a later failure only costs this key its block flag.
   redis.pcall('PEXPIRE', counter, ttl)
   cooldown = tonumber(cooldown)
+  local p = penalty_of(penalty)
+  if p then -- "total,left|level|block_level" (sync_common.lua)
+    local left, levels = penalised(digest, tag, cooldown, total > tonumber(max), p)
+    return total .. ',' .. left .. levels
+  end
   if total > tonumber(max) and cooldown > 0 then
     start_block(digest, flag, cooldown)
   end

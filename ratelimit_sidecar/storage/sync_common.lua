@@ -30,8 +30,9 @@ end
 -- crossing starts it; later pushes do not extend it). A block that starts is announced at once
 -- to every node as "digest|left_ms|level" (storage/blocks.py; more fields may follow): the
 -- nodes that do not push this span learn it now instead of at their next span end.
+-- A penalised key's flag holds the level its block started at (core/penalty.py), others '1'.
 local function start_block(digest, flag, ms, level)
-  local started = redis.pcall('SET', flag, '1', 'PX', ms, 'NX')
+  local started = redis.pcall('SET', flag, tostring(level or 1), 'PX', ms, 'NX')
   if type(started) == 'table' and started.ok and blocks_channel ~= '' then
     redis.pcall('PUBLISH', blocks_channel, digest .. '|' .. ms .. '|' .. (level or 0))
   end
@@ -48,6 +49,61 @@ local function cooled(digest, flag, cooldown, over)
     start_block(digest, flag, cooldown)
   end
   return block_left(flag)
+end
+
+-- Progressive penalties: the store's half of core/penalty.py (the rule lives there; the
+-- arithmetic below is tested against it). An entry's last field is '' without a penalty, else
+-- "factor/max_ms/forgive_after_ms/wanted": `wanted` > 0 reports an offence seen by the pushing
+-- node, asking for that level. The level is the key `<tag>:penalty`, with a TTL of
+-- forgive_after renewed by every offence reported: without offences it expires, back to 0.
+local function penalty_of(spec)
+  local factor, max, forgive, wanted = string.match(spec or '', '^([%d.]+)/(%d+)/(%d+)/(%d+)$')
+  if not factor then
+    return nil
+  end
+  return {
+    factor = tonumber(factor), max = tonumber(max), forgive = tonumber(forgive),
+    wanted = tonumber(wanted),
+  }
+end
+
+-- The key's level after this push's report: the highest asked for, never lowered here.
+local function penalty_level(tag, p)
+  local key = tag .. ':penalty'
+  local stored = redis.pcall('GET', key)
+  local level = (not failed(stored) and tonumber(stored)) or 0
+  if p.wanted > level then
+    level = p.wanted
+    redis.pcall('SET', key, level, 'PX', p.forgive)
+  elseif p.wanted > 0 then
+    redis.pcall('PEXPIRE', key, p.forgive)
+  end
+  return level
+end
+
+-- How long a block starting at `level` lasts: core/penalty.py block_ms.
+local function penalised_ms(cooldown, p, level)
+  if level <= 0 then
+    return cooldown
+  end
+  return math.max(cooldown, math.min(p.max, math.floor(cooldown * p.factor ^ level)))
+end
+
+-- `cooled` for a penalised key: a block starts at the key's level, for its length, and the
+-- answer gains "|level|block_level" (the flag's level, 0 without a block) after the flag's
+-- remaining ms.
+local function penalised(digest, tag, cooldown, over, p)
+  local flag = tag .. ':block'
+  local level = penalty_level(tag, p)
+  if over and cooldown > 0 then
+    start_block(digest, flag, penalised_ms(cooldown, p, level), level)
+  end
+  local left, at = block_left(flag), 0
+  if left > 0 then
+    local stored = redis.pcall('GET', flag)
+    at = (not failed(stored) and tonumber(stored)) or 0
+  end
+  return left, '|' .. level .. '|' .. at
 end
 
 -- Every entry of ARGV[2] (";"-separated) through `push`, the answers joined by ";".
