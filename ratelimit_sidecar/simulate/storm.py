@@ -54,7 +54,8 @@ class StormEngine(Engine):
         ]
         p = setup.params
         self.gap_ms = p.window_ms / (storm.client_load * p.max)  # mean, between fresh requests
-        self.stats = StormRecorder(setup.start_ms, p.window_ms, p.windows, p.max, storm.obedient)
+        self.stats = StormRecorder(setup.start_ms, p.window_ms, p.windows, p.max)
+        self.stats.clients = (storm.obedient, storm.hammering)
 
     def run_storm(self) -> StormRecorder:
         setup = self.setup

@@ -23,16 +23,15 @@ import json
 from dataclasses import asdict, dataclass
 
 from ratelimit_sidecar.simulate.metrics import percentile
-from ratelimit_sidecar.simulate.params import SimParams, StormParams
+from ratelimit_sidecar.simulate.params import SimParams, StormParams, penalty_text
 
 
 class StormRecorder:
     """Counts per window and kind of client (0 obedient, 1 hammering)."""
 
-    def __init__(
-        self, start_ms: int, window_ms: int, windows: int, max_: int, obedient: int
-    ) -> None:
-        self.start_ms, self.window_ms, self.max, self.obedient = start_ms, window_ms, max_, obedient
+    def __init__(self, start_ms: int, window_ms: int, windows: int, max_: int) -> None:
+        self.start_ms, self.window_ms, self.max = start_ms, window_ms, max_
+        self.clients = (0, 0)  # obedient, hammering
         self.answered = [[0] * windows, [0] * windows]
         self.admitted = [[0] * windows, [0] * windows]
         self.first_retries = 0
@@ -92,7 +91,6 @@ def summarize_storm(
     first = sum(r.first_retries for r in recorders)
     first_ok = sum(r.first_admitted for r in recorders)
     waits = [float(w) for r in recorders for w in r.waits]
-    penalty = getattr(params, "penalty", None)
     return StormSummary(
         system=system,
         seeds=len(recorders),
@@ -103,7 +101,7 @@ def summarize_storm(
         obedient=storm.obedient,
         hammering=storm.hammering,
         client_load=storm.client_load,
-        penalty=str(penalty) if penalty else "off",
+        penalty=penalty_text(params.penalty),
         answered_per_window=round(sum(answered) / windows, 1),
         obedient_answered=round(answered[0] / windows / ob, 1),
         obedient_admitted=round(admitted[0] / windows / ob / params.max, 3),
