@@ -212,7 +212,9 @@ def main(argv: Sequence[str]) -> int:
         if names == [STORM]:
             from ratelimit_sidecar.simulate.stormrun import storm_report
 
-            print(storm_report(base, _storm(args), args.repeat, args.format, args.plot))
+            for algorithm in _algorithms(args):
+                params = replace(base, algorithm=algorithm)
+                print(storm_report(params, _storm(args), args.repeat, args.format, args.plot))
             return 0
         if args.plot:
             from ratelimit_sidecar.simulate.plot import pyplot

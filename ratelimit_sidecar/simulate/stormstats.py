@@ -55,6 +55,7 @@ class StormRecorder:
 @dataclass(frozen=True)
 class StormSummary:
     system: str
+    algorithm: str
     seeds: int
     nodes: int
     max: int
@@ -93,6 +94,7 @@ def summarize_storm(
     waits = [float(w) for r in recorders for w in r.waits]
     return StormSummary(
         system=system,
+        algorithm=params.algorithm.text,
         seeds=len(recorders),
         nodes=params.nodes,
         max=params.max,
@@ -143,7 +145,8 @@ def render_storm(summaries: list[StormSummary], fmt: str) -> str:
     rows = [[str(getattr(s, name)) for name, _ in COLUMNS] for s in summaries]
     first = summaries[0]
     about = (
-        f"retry_storm: {first.nodes} nodes, MAX {first.max} per {first.window_s:g} s per "
+        f"retry_storm, {first.algorithm}: {first.nodes} nodes, MAX {first.max} per "
+        f"{first.window_s:g} s per "
         f"client key, {first.obedient} obedient + {first.hammering} hammering clients at "
         f"{first.client_load:g}x, {first.windows} windows x {first.seeds} seed(s)"
     )
