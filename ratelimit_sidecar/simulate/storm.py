@@ -87,7 +87,7 @@ class StormEngine(Engine):
         if not node.tracking:
             self._first_key(node)
         ok = decision.code is Code.OK
-        self.stats.request(t, client.hammer, ok, client.tries)
+        self.stats.request(t, client.index, client.hammer, ok, client.tries)
         if ok:
             self._fresh(client, t)
         elif client.hammer:

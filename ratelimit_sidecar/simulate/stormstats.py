@@ -14,7 +14,8 @@ Obedient clients' retries:
 Hammering clients: `req/adm` is how many requests each admitted one cost the fleet; `held
 off` is the share of their requests refused; `late adm` their admitted per client and window
 over the second half of the run, over MAX: how far the limiter holds them down once
-penalties (if any) have built up.
+penalties (if any) have built up; `locked out at` the window (median over hammering clients)
+in which a hammering client first got nothing at all (the run's length in windows: never).
 """
 
 from __future__ import annotations
@@ -37,13 +38,30 @@ class StormRecorder:
         self.first_retries = 0
         self.first_admitted = 0
         self.waits: list[int] = []
+        self.hammer_admitted: dict[int, set[int]] = {}  # hammering client -> windows admitted
 
-    def request(self, t: int, hammer: bool, ok: bool, tries: int) -> None:
+    def lockouts(self) -> list[float]:
+        """Per hammering client, the first window it got nothing in (its index; the number
+        of windows if none): how soon it is held off for a whole window."""
+        windows = len(self.answered[0])
+        first = self.clients[0]
+        return [
+            float(
+                next(
+                    (w for w in range(windows) if w not in self.hammer_admitted.get(c, ())), windows
+                )
+            )
+            for c in range(first, first + self.clients[1])
+        ]
+
+    def request(self, t: int, client: int, hammer: bool, ok: bool, tries: int) -> None:
         window = (t - self.start_ms) // self.window_ms
         if not 0 <= window < len(self.answered[0]):
             return
         self.answered[hammer][window] += 1
         self.admitted[hammer][window] += ok
+        if hammer and ok:
+            self.hammer_admitted.setdefault(client, set()).add(window)
         if not hammer and tries == 1:
             self.first_retries += 1
             self.first_admitted += ok
@@ -77,6 +95,7 @@ class StormSummary:
     hammer_late_admitted: float  # the same over the run's second half
     hammer_req_per_admitted: float
     hammer_held_off_pct: float
+    lockout_window_p50: float  # hammering clients' first window with nothing admitted (median)
 
 
 def summarize_storm(
@@ -115,6 +134,7 @@ def summarize_storm(
         hammer_admitted=round(admitted[1] / windows / hm / params.max, 3),
         hammer_late_admitted=round(late / late_windows / hm / params.max, 3),
         hammer_req_per_admitted=round(answered[1] / admitted[1], 1) if admitted[1] else 0.0,
+        lockout_window_p50=percentile([w for r in recorders for w in r.lockouts()], 50),
         hammer_held_off_pct=(
             round(100 * (answered[1] - admitted[1]) / answered[1], 1) if answered[1] else 0.0
         ),
@@ -135,6 +155,7 @@ COLUMNS = (
     ("hammer_late_admitted", "late adm/MAX"),
     ("hammer_req_per_admitted", "req/adm"),
     ("hammer_held_off_pct", "held off %"),
+    ("lockout_window_p50", "locked out at"),
 )
 
 
