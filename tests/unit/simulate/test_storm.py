@@ -41,9 +41,9 @@ def test_penalties_cut_what_hammering_clients_get_and_spare_obedient_ones() -> N
     assert with_penalty.hammer_admitted < 0.6 * without.hammer_admitted
     assert with_penalty.hammer_late_admitted < 0.5 * without.hammer_late_admitted
     assert with_penalty.hammer_held_off_pct > without.hammer_held_off_pct
-    # Without penalties a hammering client gets something every window; with them, a window
-    # with nothing comes within the first few (1x, 2x, then a 4x block covers a window).
-    assert without.lockout_window_p50 == SMALL.windows
+    # Without penalties a hammering client gets something in nearly every window; with them,
+    # a window with nothing comes within the first few (1x, 2x, then a 4x block spans one).
+    assert without.lockout_window_p50 >= SMALL.windows / 2
     assert with_penalty.lockout_window_p50 <= 6
     assert with_penalty.obedient_admitted >= 0.9 * without.obedient_admitted
     assert with_penalty.first_ok_pct >= 90.0
