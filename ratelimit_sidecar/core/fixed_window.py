@@ -72,9 +72,14 @@ class FixedWindow:
         hits) past MAX."""
         if now_ms < state.blocked_until:
             return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0 or not _over(state, hits):
+        if hits <= 0:
             return None
-        return self._estimate_over(state, hits, now_ms)
+        # `_over`, inlined: every admitted request comes here (two calls cost ~0.2 µs).
+        seen, unpushed = state.seen, state.inflight + state.pending + hits
+        estimate = seen + state.resumed + unpushed * state.check_nodes
+        if estimate > state.ceiling or seen + unpushed > state.limit.requests_per_unit:
+            return self._estimate_over(state, hits, now_ms)
+        return None
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Step 2: a known count over MAX blocks for the cooldown; an estimate refuses this
@@ -201,8 +206,8 @@ def _estimate(state: KeyState, hits: int) -> float:
 
 
 def _over(state: KeyState, hits: int) -> bool:
-    """Step 2's test: `hits` more take the estimate past its ceiling, or the count known for
-    sure past MAX."""
+    """Step 2's test (inlined in `FixedWindow.check`): `hits` more take the estimate past its
+    ceiling, or the count known for sure past MAX."""
     known = state.seen + state.inflight + state.pending + hits
     return _estimate(state, hits) > state.ceiling or known > state.limit.requests_per_unit
 
