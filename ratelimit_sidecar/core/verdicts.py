@@ -36,5 +36,6 @@ def blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:
     may be offending (core/penalty.py)."""
     penalty = state.penalty
     if penalty is not None and hits > 0 and not state.shadow:
-        penalty.refused(state.limit.cooldown, now_ms, state.blocked_until)
+        # What the client is told: a retry before it (still blocked then) is an offence.
+        penalty.refused(state.limit.cooldown, now_ms, now_ms + wait_ms)
     return refused(state, wait_ms)
