@@ -221,13 +221,14 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     end, the last one where the window's last span starts. (The span's end, said before for a
     refusal on the estimate, was when the estimate improves, not when a retry fits: obedient
     clients retried into a block, 41 first retries in 239 in `retry_storm`.)"""
+    # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
     at = max(now_ms, state.blocked_until)
-    full = hits > 0 and _over(state, hits)
-    if full:
-        at = max(at, end)
-    if (full or now_ms < state.blocked_until) and _likely_over(state):
-        at = max(at, _rearmed_block_end(state, now_ms, end))
+    if at < end and hits > 0 and _over(state, hits):
+        at = end
+    rearmed = _rearmed_block_end(state, now_ms, end)
+    if rearmed > at and _likely_over(state):
+        at = rearmed
     return at - now_ms
 
 

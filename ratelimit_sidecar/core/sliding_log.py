@@ -133,13 +133,13 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     """A refusal's Retry-After: until enough of the oldest entries leave for `hits` to fit
     (a request of more than MAX hits never fits: one window), and not before a block ends
     (a cooldown may end before the log has room again)."""
-    limit = state.limit
+    limit, log = state.limit, _log(state, now_ms)
     fits_at = now_ms
-    over = _log(state, now_ms).total + hits - limit.requests_per_unit if hits > 0 else 0
+    over = log.total + hits - limit.requests_per_unit if hits > 0 else 0
     if hits > limit.requests_per_unit:
         fits_at = now_ms + limit.window_ms
-    elif over > 0:
-        fits_at = _log(state, now_ms).time_freeing(over) + limit.window_ms
+    elif over > 0 and state.blocked_until < log.times[-1] + limit.window_ms:  # else drained
+        fits_at = log.time_freeing(over) + limit.window_ms
     return max(state.blocked_until, fits_at) - now_ms
 
 

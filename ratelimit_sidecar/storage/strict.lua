@@ -101,7 +101,7 @@ function sliding.count(l)
   l.recent = l.recent + delta
 end
 -- A refusal's wait: the first moment the hits fit if nobody sends more, span by span as the
--- spans leave the window, the oldest one gradually (core/sliding_window.py, _wait_ms).
+-- spans leave the window, the oldest one gradually (core/trailing_wait.py).
 local function sliding_wait(l)
   if l.hits > l.max then
     return l.window -- never fits: as long as a window

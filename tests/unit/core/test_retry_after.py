@@ -261,3 +261,24 @@ def sync_with_total(limiter: FleetLimiter, now: int, total: int) -> None:
     batch = limiter.end_span(now)
     answers = tuple(PushResult(total, 0) for _ in batch.pushes)
     limiter.apply_sync(now, batch, SyncResult(answers))
+
+
+def test_a_blocked_sliding_window_recomputes_its_wait_when_the_store_adds_counts() -> None:
+    """Under a block every refusal asks for the wait again; it is kept until the counts
+    change: a store answer with more of the fleet's hits makes the wait longer."""
+    rule = make_rule(WINDOW, 100, spans=4, cooldown_ms=100)
+    limiter = FleetLimiter()
+    limiter.live_nodes = 1
+    key = Hit(rule, ("d", "k", "v"), 1)
+    assert limiter.hit(T0 + 10, [Hit(rule, key.key, 100)]).code is Code.OK
+    first = limiter.hit(T0 + 20, [key]).verdicts[0]  # over for sure: blocked 100 ms
+    assert first.code is Code.OVER_LIMIT and first.reset_ms > 100
+    assert limiter.hit(T0 + 30, [key]).verdicts[0].reset_ms == first.reset_ms - 10  # kept
+    batch = limiter.end_span(T0 + 250)
+    # The fleet counted 160 in span 0: this node's 100 and another node's 60.
+    answer = PushResult(160, 0, spans=(0, 0, 0, 160))
+    limiter.apply_sync(T0 + 250, batch, SyncResult((answer,)))
+    later = limiter.hit(T0 + 260, [key]).verdicts[0]
+    assert later.code is Code.OVER_LIMIT
+    # 160 x (1249 - t) / 250 + 1 <= 100 from t = 1095 on (it was 1002 for 100)
+    assert (first.reset_ms, later.reset_ms) == (1002 - 20, 1095 - 260)
