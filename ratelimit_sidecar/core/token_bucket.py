@@ -78,7 +78,9 @@ class TokenBucket:
         limit = state.limit
         now = now_ms * limit.requests_per_unit
         token = limit.window_ms
-        if _projected(state, hits, now) - now <= limit.capacity * token:
+        # `_projected`, inlined: every admitted request comes here.
+        projected = max(now, state.tat + hits * (state.nodes - 1) * token) + hits * token
+        if projected - now <= limit.capacity * token:
             return None
         return self._over(state, hits, now_ms)
 
