@@ -67,7 +67,7 @@ class PenaltyReader(NodeChecker):
         if "penalty" not in fields:
             default = self.domain_penalty
             applies = default is not None and 0 < limit.cooldown < default.max_ms
-            return replace(limit, penalty=default) if applies and not limit.strict else limit
+            return replace(limit, penalty=default) if applies else limit
         node, key = fields["penalty"], join_path(path, "penalty")
         penalty = self.penalty(node, key)
         if penalty is None:
@@ -78,8 +78,6 @@ class PenaltyReader(NodeChecker):
                 f" (this {limit.algorithm.text} limit never blocks)"
             )
             self.add(node, key, message)
-        elif limit.strict:
-            self.add(node, key, "not supported with consistency: strict")
         elif penalty.max_ms < limit.cooldown:
             message = f"max must be at least the cooldown ({limit.cooldown} ms)"
             self.add(node, join_path(key, "max"), message)

@@ -102,8 +102,8 @@ class FleetLimiter(Limiter):
         # per key and span either way.
         if state.pending or not retried:
             span = push_span(state, ended, now_ms)
-            wanted = 0 if state.penalty is None else state.penalty.wanted
-            push = Push(state.key, state.window, state.pending, limit, span, wanted)
+            levels = _levels(state, now_ms)
+            push = Push(state.key, state.window, state.pending, limit, span, *levels)
             plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
@@ -181,6 +181,16 @@ class FleetLimiter(Limiter):
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
         tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
         return tracked + sum(p.count for p in self._orphans)
+
+
+def _levels(state: KeyState, now_ms: int) -> tuple[int, int]:
+    """What a push reports of the key's penalty: the level an offence asks for (0: none), and
+    the level of this node's running block (-1: none; core/penalty.py flag_level)."""
+    penalty = state.penalty
+    if penalty is None:
+        return 0, -1
+    blocking = penalty.block_level if now_ms < state.blocked_until else -1
+    return penalty.wanted, blocking
 
 
 def push_span(state: KeyState, ended_ms: int, now_ms: int) -> int:

@@ -171,11 +171,13 @@ class KeyState:
 
     def idle(self, now_ms: int) -> bool:
         """Forgettable: no traffic for two windows (so none in a trailing window either),
-        nothing left to push, no active block."""
+        nothing left to push, no active block, no penalty level (a client refused all along
+        sends no counted traffic, and the key must state its level from its next refusal)."""
         return (
             now_ms - self.last_hit >= 2 * self.limit.window_ms
             and not (self.pending or self.inflight or self.unsent)
             and self.settled(now_ms)
+            and (self.penalty is None or not self.penalty.current_level(now_ms))
         )
 
     def settled(self, now_ms: int) -> bool:

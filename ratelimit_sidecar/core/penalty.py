@@ -19,10 +19,11 @@ in one place (the sync scripts' arithmetic is tested against `block_ms`):
 4. Forgiveness: after `forgive_after` without an offence the level is back to 0 (not one step
    down: one expiring key in the store does it, the same on every node).
 
-Fleet-wide (storage/sync_common.lua): the level lives in the store beside the block flag, with
-a TTL of `forgive_after` renewed by each offence; a node reports the level its offence asks for
-(`wanted`) with its next push, the store keeps the highest, starts blocks at its level (the
-flag's value is the block's level) and answers level and block level, which every node takes.
+Fleet-wide (storage/penalty.lua, sync_common.lua): the level lives in the store beside the block
+flag, with a TTL of `forgive_after` renewed by each offence; a node reports the level its
+offence asks for (`wanted`) with its next push, the store keeps the highest, starts blocks at
+its level (`flag_level`; the flag's value is the block's level) and answers level and block
+level, which every node takes.
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ def top_level(cooldown_ms: int, penalty: Penalty) -> int:
     while level < MAX_LEVELS and block_ms(cooldown_ms, penalty, level) < penalty.max_ms:
         level += 1
     return level
+
+
+def flag_level(level: int, blocking: int) -> int:
+    """The level of a block the store starts at `level`, for a push from a node whose own block
+    of the key runs at level `blocking` (-1: none). A node blocks a key alone when it alone
+    sees the count over MAX, and an offence during that block already raised the store's level
+    by one: the store's block is that same block, at its level. A node further behind (it has
+    just started) is not believed."""
+    return blocking if blocking >= 0 and level - 1 <= blocking <= level else level
 
 
 def grace_ms(cooldown_ms: int) -> int:

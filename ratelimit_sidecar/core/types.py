@@ -69,6 +69,8 @@ class Push(NamedTuple):
     span: int = -1
     # A penalised key's client offended: the penalty level asked for (core/penalty.py); 0: none.
     wanted_level: int = 0
+    # ... and the level of the node's own running block of the key, -1 if none (flag_level).
+    blocking_level: int = -1
 
 
 @dataclass(frozen=True, slots=True)

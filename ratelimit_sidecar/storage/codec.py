@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a key to
 
-from ratelimit_sidecar.config.model import AlgorithmName
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import shared_rules as rules
 from ratelimit_sidecar.storage.blocks import BLOCKS
@@ -220,7 +220,7 @@ def fixed_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{push.count}|"
         f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}|"
-        f"{penalty_field(push)}"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
@@ -230,7 +230,7 @@ def sliding_entry(push: Push) -> str:
         f"{digest(key)}|{counter_suffix(key, push.window)}|{span_stem(key)}|"
         f"{rules.pushed_span(push)}|{push.count}|{rules.window_ttl_ms(limit)}|"
         f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}|"
-        f"{penalty_field(push)}"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
@@ -239,16 +239,18 @@ def bucket_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.count}|"
         f"{rules.window_ttl_ms(limit)}|{limit.window_ms}|{limit.requests_per_unit}|"
-        f"{limit.capacity}|{limit.cooldown}|{penalty_field(push)}"
+        f"{limit.capacity}|{limit.cooldown}|"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
-def penalty_field(push: Push) -> str:
-    """A penalised limit's "factor/max_ms/forgive_after_ms/wanted" (sync_common.lua), else ""."""
-    penalty = push.limit.penalty
+def penalty_spec(limit: RateLimit, wanted: int, blocking: int = -1) -> str:
+    """A penalised limit's "factor/max_ms/forgive_after_ms/wanted/blocking" (penalty.lua), else
+    ""."""
+    penalty = limit.penalty
     if penalty is None:
         return ""
-    return f"{penalty.factor!r}/{penalty.max_ms}/{penalty.forgive_after_ms}/{push.wanted_level}"
+    return f"{penalty.factor!r}/{penalty.max_ms}/{penalty.forgive_after_ms}/{wanted}/{blocking}"
 
 
 SCRIPT_ENTRIES: dict[AlgorithmName, Callable[[Push], str]] = {

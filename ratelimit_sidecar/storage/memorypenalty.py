@@ -6,7 +6,7 @@ block flag with the level the block started at. The rule itself is core/penalty.
 
 from __future__ import annotations
 
-from ratelimit_sidecar.core.penalty import block_ms
+from ratelimit_sidecar.core.penalty import block_ms, flag_level
 from ratelimit_sidecar.core.types import KeyId, Push, PushResult
 from ratelimit_sidecar.storage import shared_rules as rules
 
@@ -25,7 +25,8 @@ class Penalties:
         level = self._level(push, now)
         expires, at = self._flags.get(push.key, (0, 0))
         if rules.blocks(limit, total) and expires <= now:
-            expires, at = now + block_ms(limit.cooldown, penalty, level), level
+            at = flag_level(level, push.blocking_level)
+            expires = now + block_ms(limit.cooldown, penalty, at)
             self._flags[push.key] = (expires, at)
         left = max(0, expires - now)
         return PushResult(total, left, "", spans, level, at if left else 0)

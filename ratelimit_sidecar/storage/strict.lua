@@ -5,13 +5,18 @@
 -- ARGV[1]  the key prefix
 -- ARGV[2]  a token unique to this call (sliding log members are "<token>:<n>")
 -- ARGV[3]  one entry per limit, joined by ";":
---          "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow"
+--          "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow|penalty"
 --          algorithm: 0 fixed window, 1 sliding window, 2 token bucket, 3 sliding log;
 --          base: the counter's name after its tag, without its last part (keys.py:
 --          counter_suffix(key, "")); hits may be 0 (check only) or negative (quota given back);
 --          cooldown_ms > 0: a refusal of hits starts a block for that long (the shared flag,
 --          SET NX), as the same count in the limiter's own rule would;
---          shadow 1: a refusal is reported but does not stop the call from counting.
+--          shadow 1: a refusal is reported but does not stop the call from counting;
+--          penalty: empty, or "factor/max_ms/forgive_after_ms/0/-1" (penalty.lua, which runs
+--          first): a block starts at the key's level, and a request refused by a block that
+--          has run for the grace, more than the grace before its end, is an offence (its
+--          first refusal, which started it, told the client): the level goes to the block's
+--          level + 1 (core/penalty.py).
 -- ARGV[4]  the channel a block started here is announced on, as the sync scripts do
 --          (sync_common.lua, storage/blocks.py); '' or absent: none
 --
@@ -26,7 +31,7 @@
 -- it expires.
 
 local prefix, token, blocks_channel = ARGV[1], ARGV[2], ARGV[4] or ''
-local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$'
+local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])|([^|]*)$'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -35,7 +40,7 @@ local function ceil(x)
 end
 
 local function parse(text)
-  local alg, digest, base, hits, max, window, spans, capacity, cooldown, shadow =
+  local alg, digest, base, hits, max, window, spans, capacity, cooldown, shadow, penalty =
     string.match(text, entry)
   if not alg then
     return redis.error_reply('malformed strict entry')
@@ -45,7 +50,7 @@ local function parse(text)
     alg = tonumber(alg), digest = digest, tag = tag, name = tag .. base, flag = tag .. ':block',
     hits = tonumber(hits), max = tonumber(max), window = tonumber(window),
     spans = tonumber(spans), capacity = tonumber(capacity), cooldown = tonumber(cooldown),
-    shadow = shadow == '1',
+    shadow = shadow == '1', penalty = penalty_of(penalty),
   }
 end
 
@@ -199,6 +204,17 @@ end
 
 local algorithms = { [0] = fixed, [1] = sliding, [2] = bucket, [3] = log }
 
+-- A request refused by the running block of a penalised limit (core/penalty.py, 2. and 3.).
+local function offended(l)
+  local at = stored_level(l.flag)
+  local ran = penalised_ms(l.cooldown, l.penalty, at) - l.block
+  local grace = grace_ms(l.cooldown)
+  if ran >= grace and l.block > grace then
+    local wanted = math.min(at + 1, top_level(l.cooldown, l.penalty))
+    penalty_level(l.tag, l.penalty, wanted)
+  end
+end
+
 local limits, refused = {}, false
 for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   local l = parse(text)
@@ -211,11 +227,19 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   l.block = redis.call('PTTL', l.flag)
   if l.block > 0 then -- as an eventual key under a block: refused, even a check
     l.fits = false
+    if l.penalty and l.hits > 0 and not l.shadow then
+      offended(l)
+    end
   elseif not l.fits and l.hits > 0 and l.cooldown > 0 then -- over: the cooldown starts now
-    redis.call('SET', l.flag, '1', 'PX', l.cooldown, 'NX')
-    l.block = l.cooldown
+    local level, ms = 0, l.cooldown
+    if l.penalty then
+      level = penalty_level(l.tag, l.penalty, 0)
+      ms = penalised_ms(l.cooldown, l.penalty, level)
+    end
+    redis.call('SET', l.flag, l.penalty and level or '1', 'PX', ms, 'NX')
+    l.block = ms
     if blocks_channel ~= '' then -- every node refuses the key at once (its eventual checks too)
-      redis.call('PUBLISH', blocks_channel, l.digest .. '|' .. l.cooldown .. '|0')
+      redis.pcall('PUBLISH', blocks_channel, l.digest .. '|' .. ms .. '|' .. level) -- best effort
     end
   end
   refused = refused or (not l.fits and not l.shadow)

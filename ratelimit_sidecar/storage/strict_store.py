@@ -29,11 +29,15 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.types import KeyId
+from ratelimit_sidecar.storage.codec import penalty_spec
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
 from ratelimit_sidecar.storage.keys import counter_suffix, digest
 from ratelimit_sidecar.storage.redis_store import RedisStorage, sent_error
 
-STRICT_SCRIPT = resources.files(__package__).joinpath("strict.lua").read_text(encoding="utf-8")
+STRICT_SCRIPT = "\n".join(
+    resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    for name in ("penalty.lua", "strict.lua")  # penalty.lua: what strict.lua calls for penalties
+)
 STRICT_SHA = hashlib.sha1(STRICT_SCRIPT.encode("utf-8")).hexdigest()
 
 
@@ -157,7 +161,8 @@ class StrictStore:
 
 
 def _entry(check: StrictCheck) -> str:
-    """The script's "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow"."""
+    """The script's entry: algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|
+    shadow|penalty (strict.lua)."""
     limit, key = check.limit, check.key
     fields = (
         int(limit.algorithm),
@@ -170,6 +175,7 @@ def _entry(check: StrictCheck) -> str:
         limit.capacity,
         limit.cooldown,
         int(check.shadow),
+        penalty_spec(limit, 0),
     )
     return "|".join(str(f) for f in fields)
 

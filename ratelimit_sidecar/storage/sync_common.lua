@@ -51,57 +51,21 @@ local function cooled(digest, flag, cooldown, over)
   return block_left(flag)
 end
 
--- Progressive penalties: the store's half of core/penalty.py (the rule lives there; the
--- arithmetic below is tested against it). An entry's last field is '' without a penalty, else
--- "factor/max_ms/forgive_after_ms/wanted": `wanted` > 0 reports an offence seen by the pushing
--- node, asking for that level. The level is the key `<tag>:penalty`, with a TTL of
--- forgive_after renewed by every offence reported: without offences it expires, back to 0.
-local function penalty_of(spec)
-  local factor, max, forgive, wanted = string.match(spec or '', '^([%d.]+)/(%d+)/(%d+)/(%d+)$')
-  if not factor then
-    return nil
-  end
-  return {
-    factor = tonumber(factor), max = tonumber(max), forgive = tonumber(forgive),
-    wanted = tonumber(wanted),
-  }
-end
-
--- The key's level after this push's report: the highest asked for, never lowered here.
-local function penalty_level(tag, p)
-  local key = tag .. ':penalty'
-  local stored = redis.pcall('GET', key)
-  local level = (not failed(stored) and tonumber(stored)) or 0
-  if p.wanted > level then
-    level = p.wanted
-    redis.pcall('SET', key, level, 'PX', p.forgive)
-  elseif p.wanted > 0 then
-    redis.pcall('PEXPIRE', key, p.forgive)
-  end
-  return level
-end
-
--- How long a block starting at `level` lasts: core/penalty.py block_ms.
-local function penalised_ms(cooldown, p, level)
-  if level <= 0 then
-    return cooldown
-  end
-  return math.max(cooldown, math.min(p.max, math.floor(cooldown * p.factor ^ level)))
-end
+-- Progressive penalties: penalty_of, penalty_level and penalised_ms are penalty.lua's.
 
 -- `cooled` for a penalised key: a block starts at the key's level, for its length, and the
 -- answer gains "|level|block_level" (the flag's level, 0 without a block) after the flag's
 -- remaining ms.
 local function penalised(digest, tag, cooldown, over, p)
   local flag = tag .. ':block'
-  local level = penalty_level(tag, p)
+  local level = penalty_level(tag, p, p.wanted)
   if over and cooldown > 0 then
-    start_block(digest, flag, penalised_ms(cooldown, p, level), level)
+    local at = flag_level(level, p.blocking)
+    start_block(digest, flag, penalised_ms(cooldown, p, at), at)
   end
   local left, at = block_left(flag), 0
   if left > 0 then
-    local stored = redis.pcall('GET', flag)
-    at = (not failed(stored) and tonumber(stored)) or 0
+    at = stored_level(flag)
   end
   return left, '|' .. level .. '|' .. at
 end

@@ -28,6 +28,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 5, penalty: null}
   - key: too_long
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: strict
+    rate_limit: {unit: second, requests_per_unit: 5, consistency: strict}
   - key: ends_with_window
     rate_limit: {unit: second, requests_per_unit: 5, cooldown: window_end}
 """
@@ -53,6 +55,7 @@ def test_the_domain_default_applies_to_limits_that_block(tmp_path: Path) -> None
     blocking, never_blocks = _limits(tmp_path, GOOD, "inherits")
     assert blocking.penalty == default
     assert never_blocks.penalty is None  # a sliding window without cooldown never blocks
+    assert _limits(tmp_path, GOOD, "strict")[0].penalty == default  # strict.lua applies it
     for key in ("opted_out", "too_long", "ends_with_window"):
         assert _limits(tmp_path, GOOD, key)[0].penalty is None, key
 
@@ -99,11 +102,6 @@ BAD = [
         "rate_limit: {unit: second, requests_per_unit: 5, cooldown: window_end,\n"
         "      penalty: {max: 1h, forgive_after: 1m}}",
         "6: descriptors[0].rate_limit.penalty: needs a block",
-    ),
-    (
-        "rate_limit: {unit: second, requests_per_unit: 5, consistency: strict,\n"
-        "      penalty: {max: 1h, forgive_after: 1m}}",
-        "6: descriptors[0].rate_limit.penalty: not supported with consistency: strict",
     ),
     (
         "rate_limit: {unlimited: true, penalty: {max: 1h, forgive_after: 1m}}",

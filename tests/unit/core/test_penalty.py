@@ -4,8 +4,17 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import Penalty, RateLimit, Rule, Unit
-from ratelimit_sidecar.core import Code, LocalLimiter
-from ratelimit_sidecar.core.penalty import PenaltyState, block_ms, grace_ms, top_level
+from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.penalty import (
+    PenaltyState,
+    block_ms,
+    flag_level,
+    grace_ms,
+    top_level,
+)
+from ratelimit_sidecar.core.types import Push, SyncBatch
+from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000  # a minute boundary
@@ -137,3 +146,69 @@ def test_the_store_level_is_taken_and_an_offence_reported_until_it_is_in() -> No
     assert (state.wanted, state.level) == (3, 3)
     state.take_store(T0 + 6000, level=3, block_level=2, block_left_ms=3000)
     assert (state.wanted, state.level) == (0, 3)
+
+
+def test_without_a_store_a_key_is_kept_until_its_level_is_forgiven() -> None:
+    limiter, rule = LocalLimiter(), _rule(Penalty(2.0, 8000, forgive_after_ms=120_000))
+    _first_waits(limiter, _rule(), list(range(T0, T0 + 1000, 50)))  # level 1, forgiven in 30 s
+    every_50ms = range(T0, T0 + 1000, 50)
+    for now in every_50ms:
+        limiter.hit(now, [hit(rule, "long")])  # level 1, forgiven in 2 minutes
+    assert len(limiter.keys) == 2
+
+    limiter.sweep(T0 + 1000 + 60_000)  # both idle a minute: the forgiven one goes
+    assert [state.key[-1] for state in limiter.keys] == ["long"]
+    limiter.sweep(T0 + 1000 + 120_000)
+    assert len(limiter.keys) == 0
+
+
+def _fleet_waits(nodes: int, seconds: int) -> list[list[int]]:
+    """Nodes on one MemoryStorage, a client hammering them in turn every 10 ms; per node, the
+    longest Retry-After (ms) of each run of refusals that includes a block."""
+    store, rule = MemoryStorage(), _rule()
+    fleet = [FleetLimiter() for _ in range(nodes)]
+    waits: list[list[int]] = [[] for _ in fleet]
+    refusing = [False] * nodes
+    for tick, now in enumerate(range(T0, T0 + seconds * 1000, 10)):
+        if now % 250 == 0:  # every span end each node syncs; then each reads the flags set
+            for flush in (False, True):  # meanwhile, as the blocks' announcement would bring them
+                for limiter in fleet:
+                    batch = limiter.end_span(now, flush)
+                    limiter.apply_sync(now, batch, store.execute(batch))
+        node = tick % nodes
+        decision = fleet[node].hit(now, [hit(rule)])
+        refused = decision.code is Code.OVER_LIMIT
+        if refused and not refusing[node]:
+            waits[node].append(0)
+        if refused:
+            waits[node][-1] = max(waits[node][-1], decision.verdicts[0].reset_ms)
+        refusing[node] = refused
+    return [[wait for wait in node if wait > 600] for node in waits]  # not estimates alone
+
+
+def test_in_a_fleet_every_node_states_the_growing_block() -> None:
+    for node_waits in _fleet_waits(3, 20):
+        assert [-(-wait // 1000) for wait in node_waits][:5] == [1, 2, 4, 8, 8], node_waits
+
+
+def test_a_store_block_continues_the_node_block_it_follows() -> None:
+    assert flag_level(level=1, blocking=0) == 0  # an offence in this very block raised it
+    assert flag_level(level=2, blocking=2) == 2
+    assert flag_level(level=2, blocking=0) == 2  # a node just started: its level is stale
+    assert flag_level(level=1, blocking=-1) == 1  # the node does not block the key itself
+    store, limit = MemoryStorage(), _rule().limits[0]
+    key = ("d", "k", "v")
+    raised = store.execute(SyncBatch(T0, [Push(key, 0, 1, limit, -1, 1)])).pushes[0]
+    assert (raised.level, raised.block_ms) == (1, 0)  # not over: no block yet
+    over = Push(key, 0, 5, limit, -1, 0, 0)  # over, from a node blocking at level 0
+    answer = store.execute(SyncBatch(T0, [over])).pushes[0]
+    assert (answer.level, answer.block_level, answer.block_ms) == (1, 0, 1000)
+
+
+def test_a_penalised_key_is_not_idle_until_forgiven() -> None:
+    limit = _rule().limits[0]
+    state = KeyState(("d", "k", "v"), limit, T0, 1, False)
+    assert state.penalty is not None
+    state.penalty.take_store(T0, level=2, block_level=0, block_left_ms=0)
+    assert not state.idle(T0 + 10_000)
+    assert state.idle(T0 + PENALTY.forgive_after_ms)
