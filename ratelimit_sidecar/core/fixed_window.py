@@ -265,7 +265,9 @@ def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
     penalty = state.penalty
     if penalty is None:
         return start + limit.cooldown
-    return start + block_ms(limit.cooldown, penalty.penalty, penalty.level)
+    # A block re-armed while it runs keeps the level it started at (core/penalty.py).
+    level = penalty.block_level if now_ms < state.blocked_until else penalty.level
+    return start + block_ms(limit.cooldown, penalty.penalty, level)
 
 
 def _block_end(state: KeyState, start_ms: int, window: int) -> int:

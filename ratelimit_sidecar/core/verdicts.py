@@ -36,6 +36,7 @@ def blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:
     may be offending (core/penalty.py)."""
     penalty = state.penalty
     if penalty is not None and hits > 0 and not state.shadow:
-        # What the client is told: a retry before it (still blocked then) is an offence.
-        penalty.refused(state.limit.cooldown, now_ms, now_ms + wait_ms)
+        # The block's end, not the stated wait (which may count re-arms that never come):
+        # a new block's first refusal must not look like a retry before the last one's end.
+        penalty.refused(state.limit.cooldown, now_ms, state.blocked_until)
     return refused(state, wait_ms)

@@ -187,8 +187,13 @@ def _fleet_waits(nodes: int, seconds: int) -> list[list[int]]:
 
 
 def test_in_a_fleet_every_node_states_the_growing_block() -> None:
+    """1, 2, 4, 8, 8 s blocks; a Retry-After also counts the re-arms the window's remaining
+    syncs give a block while the window is over (core/fixed_window.py, retry_wait_ms): less
+    than one window (1 s) more."""
     for node_waits in _fleet_waits(3, 20):
-        assert [-(-wait // 1000) for wait in node_waits][:5] == [1, 2, 4, 8, 8], node_waits
+        blocks = [1000, 2000, 4000, 8000, 8000]
+        assert len(node_waits) >= 5, node_waits
+        assert all(b <= w < b + 1000 for b, w in zip(blocks, node_waits, strict=False)), node_waits
 
 
 def test_a_store_block_continues_the_node_block_it_follows() -> None:
