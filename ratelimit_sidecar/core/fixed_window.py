@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
 from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
-from ratelimit_sidecar.core.penalty import block_ms
 from ratelimit_sidecar.core.spans import window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import blocked, deny_verdict, refused
@@ -265,9 +264,7 @@ def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
     penalty = state.penalty
     if penalty is None:
         return start + limit.cooldown
-    # A block re-armed while it runs keeps the level it started at (core/penalty.py).
-    level = penalty.block_level if now_ms < state.blocked_until else penalty.level
-    return start + block_ms(limit.cooldown, penalty.penalty, level)
+    return start + penalty.length_at(limit.cooldown, start)
 
 
 def _block_end(state: KeyState, start_ms: int, window: int) -> int:

@@ -108,6 +108,14 @@ class PenaltyState:
         self.block_end = max(self.block_end, now_ms + length)
         return length
 
+    def length_at(self, cooldown_ms: int, at_ms: int) -> int:
+        """What `block_length` will say at `at_ms` (now or later) if nothing changes meanwhile,
+        changing nothing: for a Retry-After that counts a block still to be set or re-armed."""
+        if at_ms < self.block_end:
+            return block_ms(cooldown_ms, self.penalty, self.block_level)
+        forgiven = at_ms - self.fresh_ms >= self.penalty.forgive_after_ms
+        return block_ms(cooldown_ms, self.penalty, 0 if forgiven else self.level)
+
     def refused(self, cooldown_ms: int, now_ms: int, blocked_until: int) -> bool:
         """A request refused by a block ending at `blocked_until`; True if it is an offence that
         raised the level (2., 3.)."""
