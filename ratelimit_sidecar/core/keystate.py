@@ -52,6 +52,7 @@ class KeyState:
         "rejected",
         "rejected_sum",
         "resumed",
+        "retry_memo",
         "rule_id",
         "seen",
         "shadow",
@@ -120,6 +121,9 @@ class KeyState:
         # A sliding window's last request check: (now_ms, pending once its hits are counted,
         # the trailing count it saw, those hits scaled), for the answer that follows it.
         self.checked: tuple[int, int, Trailing, float] | None = None
+        # A blocked sliding window's last Retry-After (core/trailing_wait.py): (blocked_until,
+        # pending, hits, when they fit), until its counts change.
+        self.retry_memo: tuple[int, int, int, int] | None = None
 
     def roll(self, now_ms: int) -> int:
         """Move to the window holding `now_ms`; returns hits dropped by the move."""

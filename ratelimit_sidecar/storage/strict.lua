@@ -88,10 +88,13 @@ function sliding.check(l)
   l.ends = span_start(cur + 1, l) - now -- ms until the current span ends
   l.inside = l.ends - 1 -- ms of the old span still in the trailing window (now - W, now]
   l.len = span_start(cur + 1, l) - span_start(cur, l)
+  l.cur, l.counts = cur, {} -- counts[s]: span s of the trailing window and the one leaving it
   l.recent, l.old = 0, tonumber(redis.call('GET', l.name .. 's' .. (cur - l.spans)) or '0')
+  l.counts[cur - l.spans] = l.old
   l.own = tonumber(redis.call('GET', l.key) or '0')
   for s = cur - l.spans + 1, cur do
-    l.recent = l.recent + tonumber(redis.call('GET', l.name .. 's' .. s) or '0')
+    l.counts[s] = tonumber(redis.call('GET', l.name .. 's' .. s) or '0')
+    l.recent = l.recent + l.counts[s]
   end
   -- recent + hits + old * inside / len <= max, in integers (core/sliding_window.py)
   l.fits = l.hits <= 0 or (l.recent + l.hits) * l.len + l.old * l.inside <= l.max * l.len
@@ -102,16 +105,37 @@ function sliding.count(l)
   redis.call('PEXPIRE', l.key, l.window + 2 * ceil(l.window / l.spans))
   l.recent = l.recent + delta
 end
+-- A refusal's wait: the first moment the hits fit if nobody sends more, span by span as the
+-- spans leave the window, the oldest one gradually (core/trailing_wait.py).
+local function sliding_wait(l)
+  if l.hits > l.max then
+    return l.window -- never fits: as long as a window
+  end
+  for step = 0, l.spans do
+    local s = l.cur + step
+    local first, after = span_start(s, l), span_start(s + 1, l)
+    local at = math.max(now, first)
+    local whole = 0
+    for j = s - l.spans + 1, l.cur do
+      whole = whole + (l.counts[j] or 0)
+    end
+    local oldest = l.counts[s - l.spans] or 0
+    local room = (l.max - whole - l.hits) * (after - first)
+    if room >= 0 and oldest * (after - 1 - at) <= room then
+      return math.max(1, at - now)
+    end
+    if room >= 0 then -- later in this span, once enough of the oldest span is out
+      return math.max(1, after - 1 - math.floor(room / oldest) - now)
+    end
+  end
+  return l.window
+end
 function sliding.answer(l)
   local free = l.max * l.len - l.recent * l.len - l.old * l.inside
   if l.fits then
     return math.max(0, math.floor(free / l.len)), l.ends
   end
-  local need = l.hits * l.len - free -- in hit-ms: what the old span must still give up
-  if l.old > 0 and l.hits + l.recent <= l.max and need <= l.old * l.inside then
-    return 0, math.max(1, ceil(need / l.old))
-  end
-  return 0, l.ends -- not before the current span ends: asked again then
+  return 0, sliding_wait(l)
 end
 
 -- Token bucket (GCRA): the theoretical arrival time TAT; each hit moves it T = window/rate on.
