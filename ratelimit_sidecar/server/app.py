@@ -94,9 +94,6 @@ class Sidecar:
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
             strict=self.strict,
         )
-        self.quota, self._add_quota = quota_wiring(
-            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry
-        )
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
         mode = "local-only" if storage is None else storage.description
@@ -115,6 +112,10 @@ class Sidecar:
             settings.reload_poll_s,
             ConfigLimits.of(settings),
             defaults=settings.rule_defaults,
+        )
+        # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
+        self.quota, self._add_quota = quota_wiring(
+            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry
         )
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()

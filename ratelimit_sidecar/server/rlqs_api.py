@@ -113,14 +113,17 @@ class QuotaServicer:
     async def _serve(
         self, stream: QuotaStream, inbox: asyncio.Queue[object], context: grpc.aio.ServicerContext
     ) -> None:
-        """Answer each report; between reports, wake for the next DENY_ALL recheck."""
+        """Answer each report; between reports, wake for the next recheck (a block ends, a
+        window frees room). A response's actions apply in order: the report's come first, and a
+        recheck after them sees what they sent."""
         while not self._closing.is_set():
             message = await self._next(stream, inbox)
             if message is _END:
                 return
-            actions = stream.due()
+            actions = []
             if isinstance(message, RateLimitQuotaUsageReports):
-                actions = stream.report(message.domain, _usages(message)) + actions
+                actions = stream.report(message.domain, _usages(message))
+            actions += stream.due()
             if actions:
                 if log.isEnabledFor(logging.DEBUG):
                     log.debug("rlqs %s: %s", stream.domain, "; ".join(map(_describe, actions)))

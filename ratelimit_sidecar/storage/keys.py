@@ -133,3 +133,7 @@ class KeySchema:
     def nodes(self) -> str:
         """The heartbeat sorted set (member: node id, score: its last sync time in ms)."""
         return f"{self.prefix}nodes"
+
+    def channel(self, name: str) -> str:
+        """The pub/sub channel `name` of this deployment (channels have no hash slot)."""
+        return f"{self.prefix}events:{name}"
