@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 from ratelimit_sidecar.config.model import Rule
 
+NS = "ratelimit_sidecar"  # every metric name starts with it
+
 MAX_VALUE_LABELS = 100  # distinct value_to_metric labels per rule id
 
 

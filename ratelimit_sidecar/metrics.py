@@ -23,10 +23,9 @@ from ratelimit_sidecar.hotmetrics import (
     LatencyHistogram,
     Tally,
 )
-from ratelimit_sidecar.metriclabels import RuleLabels
+from ratelimit_sidecar.metriclabels import NS, RuleLabels
 from ratelimit_sidecar.penaltymetrics import PenaltyCollector
 
-NS = "ratelimit_sidecar"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 STRICT_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 STRICT_RESULTS = ("admitted", "over_limit", "failed", "breaker_open")  # = service.strict's

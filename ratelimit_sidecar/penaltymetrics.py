@@ -8,8 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import Limiter
-
-NS = "ratelimit_sidecar"
+from ratelimit_sidecar.metriclabels import NS
 
 
 class PenaltyCollector(Collector):

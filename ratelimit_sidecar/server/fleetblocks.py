@@ -23,13 +23,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import FleetLimiter
+from ratelimit_sidecar.metriclabels import NS
 from ratelimit_sidecar.storage.blocks import BLOCKS, BlockNotice, DigestIndex, parse_notice
 from ratelimit_sidecar.storage.keys import KeySchema
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.subscriber import Subscriber
 
 log = logging.getLogger("ratelimit_sidecar.blocks")
-NS = "ratelimit_sidecar"
 MAX_WAITING = 1000  # notices kept while the key table is being indexed
 
 

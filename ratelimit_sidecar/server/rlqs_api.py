@@ -29,6 +29,7 @@ from ratelimit_sidecar._proto.envoy.type.v3.token_bucket_pb2 import TokenBucket
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import Limiter
 from ratelimit_sidecar.core.quota_assign import Action, Assignment, QuotaPolicy
+from ratelimit_sidecar.metriclabels import NS
 from ratelimit_sidecar.service.quota import BucketAction, QuotaService, QuotaStream, Usage
 from ratelimit_sidecar.service.validation import Bounds, InvalidRequest
 from ratelimit_sidecar.settings import Settings
@@ -37,7 +38,6 @@ log = logging.getLogger("ratelimit_sidecar.rlqs")
 
 SERVICE_NAME = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 METHOD_PATH = f"/{SERVICE_NAME}/StreamRateLimitQuotas"
-NS = "ratelimit_sidecar"
 _BLANKETS = {
     Action.ALLOW_ALL: RateLimitStrategy.ALLOW_ALL,
     Action.DENY_ALL: RateLimitStrategy.DENY_ALL,

@@ -15,15 +15,6 @@ import pytest
 
 from harness.envoy import RLQS_TEMPLATE, TEMPLATE, EnvoyProcess
 from harness.redis_servers import ServerGroup
-from harness.rlqs_envoy import RlqsEnvoy
-from harness.rlqs_server import (
-    ScriptedRlqsServer,
-    action,
-    assignment,
-    blanket,
-    bucket_key,
-    token_bucket,
-)
 from harness.sidecar import SidecarProcess
 
 pytestmark = pytest.mark.e2e
@@ -98,31 +89,3 @@ def test_a_new_window_refills_the_rlqs_gateway(pair: Pair) -> None:
     next_window(after_s=0.5)
     again = admitted(pair.rlqs.url, 15, "refill-key")
     assert again >= 3  # half the window's 10 with two sidecars, less rounding
-
-
-def test_envoy_140_keeps_the_fraction_of_tokens_left_across_token_buckets(
-    tmp_path: Path,
-) -> None:
-    """A token bucket replacing a token bucket starts with the old one's fraction of tokens
-    left (drained: none); after a blanket rule in the same response it starts full. The
-    servicer relies on the second (Assignment.replaces_bucket)."""
-    server = ScriptedRlqsServer().start()
-    key = {"name": "a"}
-    server.answer(key, assignment(token_bucket(3, 100.0, tokens_per_fill=1), 60))
-    envoy = RlqsEnvoy(tmp_path, server.port, domain="pin").wait_ready()
-    try:
-        headers = {"x-bucket": "a"}
-        statuses(envoy.url, 1, headers)  # makes the bucket; its report gets the assignment
-        time.sleep(0.5)
-        assert statuses(envoy.url, 4, headers) == [200, 200, 200, 429]  # drained
-        five = action(bucket_key(key), assignment(token_bucket(5, 100.0, tokens_per_fill=1), 60))
-        server.push(five)
-        time.sleep(0.3)
-        assert statuses(envoy.url, 2, headers) == [429, 429]  # 5 x 0/3 left
-        deny = action(bucket_key(key), assignment(blanket("DENY_ALL"), 60))
-        server.push(deny, five)
-        time.sleep(0.3)
-        assert statuses(envoy.url, 6, headers) == [200] * 5 + [429]  # built full
-    finally:
-        envoy.stop()
-        server.stop()
