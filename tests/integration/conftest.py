@@ -63,6 +63,17 @@ def own_redis_server(server_group: ServerGroup) -> Iterator[ServerProcess]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def module_redis_server(server_group: ServerGroup) -> Iterator[ServerProcess]:
+    """A standalone server for one module's tests: a fleet of sidecar processes shares it, and
+    its tests may kill and restart it."""
+    server = server_group.standalone()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(server_group: ServerGroup) -> Cluster:
     return server_group.cluster(masters=3)

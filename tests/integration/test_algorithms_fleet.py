@@ -73,12 +73,8 @@ def warm_up(fleet: list[SidecarProcess]) -> None:
 
 
 @pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    group = ServerGroup(tmp_path_factory.mktemp("redis"))
-    try:
-        yield group.standalone()
-    finally:
-        group.stop_all()
+def redis(module_redis_server: ServerProcess) -> ServerProcess:
+    return module_redis_server
 
 
 @pytest.fixture(scope="module")

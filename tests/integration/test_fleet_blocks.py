@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 from harness.grpc_client import request, rls_stub
 from harness.load import Answer, drive
-from harness.redis_servers import Cluster, ServerGroup, ServerProcess
+from harness.redis_servers import Cluster, ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar import wire
@@ -57,12 +57,8 @@ ANNOUNCED_S = 0.2  # from an announcement until every node's next request is sur
 
 
 @pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    group = ServerGroup(tmp_path_factory.mktemp("redis"))
-    try:
-        yield group.standalone()
-    finally:
-        group.stop_all()
+def redis(module_redis_server: ServerProcess) -> ServerProcess:
+    return module_redis_server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.load import ERROR, Answer, drive
-from harness.redis_servers import ServerGroup, ServerProcess
+from harness.redis_servers import ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar import wire
@@ -37,12 +37,8 @@ descriptors:
 
 
 @pytest.fixture
-def redis(tmp_path: Path) -> Iterator[ServerProcess]:
-    group = ServerGroup(tmp_path / "redis")
-    try:
-        yield group.standalone()
-    finally:
-        group.stop_all()
+def redis(own_redis_server: ServerProcess) -> ServerProcess:
+    return own_redis_server
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.override_fleet import FILE_LIMIT, RULES, OverrideNode, all_at, wait_until
-from harness.redis_servers import Cluster, ServerGroup, ServerProcess
+from harness.redis_servers import Cluster, ServerProcess
 from harness.rules import write_rules
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -27,12 +27,8 @@ PATIENCE_S = 5.0  # how long a check waits before it fails
 
 
 @pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    group = ServerGroup(tmp_path_factory.mktemp("redis"))
-    try:
-        yield group.standalone()
-    finally:
-        group.stop_all()
+def redis(module_redis_server: ServerProcess) -> ServerProcess:
+    return module_redis_server
 
 
 @pytest.fixture(scope="module")

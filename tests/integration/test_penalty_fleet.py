@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
-from harness.redis_servers import ServerGroup, ServerProcess
+from harness.redis_servers import ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar import wire
@@ -50,12 +50,8 @@ class Told(NamedTuple):
 
 
 @pytest.fixture
-def redis(tmp_path: Path) -> Iterator[ServerProcess]:
-    group = ServerGroup(tmp_path / "redis")
-    try:
-        yield group.standalone()
-    finally:
-        group.stop_all()
+def redis(own_redis_server: ServerProcess) -> ServerProcess:
+    return own_redis_server
 
 
 class Fleet:
