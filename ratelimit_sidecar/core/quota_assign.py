@@ -138,9 +138,16 @@ DEFAULT_POLICY = QuotaPolicy()
 
 
 def assign(
-    view: KeyView, now_ms: int, streams: int = 1, policy: QuotaPolicy = DEFAULT_POLICY
+    view: KeyView,
+    now_ms: int,
+    streams: int = 1,
+    policy: QuotaPolicy = DEFAULT_POLICY,
+    *,
+    unreported: float = 0.0,
 ) -> Assignment:
-    """The assignment one limit's counter calls for now (see the module's rule)."""
+    """The assignment one limit's counter calls for now (see the module's rule). `unreported`
+    is what the gateway has likely spent since its last report: the counters do not have it
+    yet, so it comes off the gateway's share of what is left."""
     limit = view.limit
     if view.shadow:
         return allow_all(now_ms, policy)
@@ -151,7 +158,7 @@ def assign(
     if view.remaining <= 0:  # by the estimate alone: decided again when it can change
         return deny_until(now_ms, _next_news(view, policy) or policy.report_interval_ms)
     share = 1.0 / (max(view.nodes, 1.0) * max(streams, 1))
-    max_tokens = _tokens(view.remaining * share, limit.capacity * share)
+    max_tokens = _tokens(view.remaining * share - unreported, limit.capacity * share)
     interval = fill_interval_s(limit)
     if limit.algorithm is AlgorithmName.TOKEN_BUCKET:
         per_fill = max(1, round(limit.requests_per_unit * share * _fills(limit)))
@@ -233,6 +240,7 @@ def settle(
     policy: QuotaPolicy = DEFAULT_POLICY,
     *,
     spent: int = 0,
+    unreported: float = 0.0,
 ) -> Assignment | None:
     """What to send for a bucket: `fresh` when it differs meaningfully from what Envoy holds,
     `previous` again (same numbers, a new TTL) when that is about to expire, else None.
@@ -244,7 +252,8 @@ def settle(
     what is left wait until they add up."""
     if previous is None or previous.action is not fresh.action:
         return fresh
-    if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, now_ms, spent, policy):
+    used = (spent, unreported)
+    if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, now_ms, used, policy):
         return replace(fresh, replaces_bucket=True)
     if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
         return fresh
@@ -273,7 +282,11 @@ def _deny_moved(previous: Assignment, fresh: Assignment, now_ms: int) -> bool:
 
 
 def _moved(
-    previous: Assignment, fresh: Assignment, now_ms: int, spent: int, policy: QuotaPolicy
+    previous: Assignment,
+    fresh: Assignment,
+    now_ms: int,
+    used: tuple[int, float],
+    policy: QuotaPolicy,
 ) -> bool:
     old, new = previous.bucket, fresh.bucket
     assert old is not None and new is not None
@@ -284,7 +297,8 @@ def _moved(
     ratio = policy.change_ratio
     if abs(new.tokens_per_fill - old.tokens_per_fill) > max(1.0, ratio * old.tokens_per_fill):
         return True
-    held = held_tokens(old, (now_ms - previous.since_ms) / MS, spent)
+    spent, unreported = used
+    held = max(0.0, held_tokens(old, (now_ms - previous.since_ms) / MS, spent) - unreported)
     return abs(new.max_tokens - held) > max(1.0, ratio * max(new.max_tokens, held))
 
 

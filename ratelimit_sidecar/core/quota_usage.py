@@ -21,6 +21,7 @@ from ratelimit_sidecar.core.quota_assign import (
     allow_all,
     assign,
     combine,
+    held_tokens,
     kept,
     settle,
 )
@@ -35,6 +36,7 @@ def report_usage(
     policy: QuotaPolicy = DEFAULT_POLICY,
     *,
     since_ms: int | None = None,
+    unreported: float = 0.0,
 ) -> Assignment:
     """Count a report's allowed requests (`hit.hits`, 0 for an idle report; admitted since
     `since_ms`, the previous report) under the hit's rule, and return the assignment its
@@ -44,7 +46,9 @@ def report_usage(
         limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
         return allow_all(now_ms, policy)
     states = limiter.count_admitted(now_ms, hit, since_ms)
-    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy)
+    return assignment_of(
+        limiter, rule, states, now_ms, streams=streams, policy=policy, unreported=unreported
+    )
 
 
 def assignment_of(
@@ -55,13 +59,14 @@ def assignment_of(
     *,
     streams: int = 1,
     policy: QuotaPolicy = DEFAULT_POLICY,
+    unreported: float = 0.0,
 ) -> Assignment:
     """The assignment for a rule whose limits' counters are `states` (one per limit)."""
     views = [
         view_of(limiter, limit, state, now_ms)
         for limit, state in zip(rule.limits, states, strict=True)
     ]
-    return combine([assign(view, now_ms, streams, policy) for view in views])
+    return combine([assign(view, now_ms, streams, policy, unreported=unreported) for view in views])
 
 
 def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
@@ -98,6 +103,7 @@ class BucketQuota:
         self.sent: Assignment | None = None
         self.spent = 0
         self.reported_ms: int | None = None  # the last report's time (None: none yet)
+        self.rate = 0.0  # allowed per ms over the last report's period
 
     @property
     def recheck_ms(self) -> int:
@@ -119,9 +125,11 @@ class BucketQuota:
         since = self.reported_ms
         if since is None and hit.hits > 1:
             since = now_ms - policy.report_interval_ms
+        if since is not None and now_ms > since:
+            self.rate = max(0, hit.hits) / (now_ms - since)
         self.reported_ms = now_ms
         fresh = report_usage(limiter, hit, now_ms, streams, policy, since_ms=since)
-        return self._settle(fresh, now_ms, policy)
+        return self._settle(fresh, now_ms, policy, 0.0)
 
     def recheck(
         self,
@@ -131,12 +139,28 @@ class BucketQuota:
         streams: int = 1,
         policy: QuotaPolicy = DEFAULT_POLICY,
     ) -> Assignment | None:
-        """No report: decided again on the counters as they are (nothing counted)."""
-        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy)
-        return self._settle(fresh, now_ms, policy)
+        """No report: decided again on the counters as they are (nothing counted), less what
+        the gateway has likely spent since its report at the rate it reported."""
+        unreported = self.unreported(now_ms)
+        fresh = report_usage(
+            limiter, hit._replace(hits=0), now_ms, streams, policy, unreported=unreported
+        )
+        return self._settle(fresh, now_ms, policy, unreported)
 
-    def _settle(self, fresh: Assignment, now_ms: int, policy: QuotaPolicy) -> Assignment | None:
-        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent)
+    def unreported(self, now_ms: int) -> float:
+        """What the gateway has likely admitted since its last report: its last reported rate
+        over the time since, at most what its bucket can still hold."""
+        if self.reported_ms is None or self.sent is None or self.sent.bucket is None:
+            return 0.0
+        guess = self.rate * max(0, now_ms - self.reported_ms)
+        return min(
+            guess, held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
+        )
+
+    def _settle(
+        self, fresh: Assignment, now_ms: int, policy: QuotaPolicy, unreported: float
+    ) -> Assignment | None:
+        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent, unreported=unreported)
         if send is None:
             assert self.sent is not None  # settle sends whatever is new
             self.sent = kept(self.sent, fresh)
