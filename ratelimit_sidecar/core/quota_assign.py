@@ -93,6 +93,7 @@ class Assignment:
     # had left (a drained bucket stays drained); it builds a bucket full only where it held no
     # token bucket. So the servicer sends a blanket rule just before it, in the same response.
     replaces_bucket: bool = False
+    grow_to: int = 0  # the most a bucket may grow to within the window
 
     @property
     def expires_ms(self) -> int:
@@ -127,6 +128,9 @@ class QuotaPolicy:
     abandon_after_reports: int = 12  # idle (0 allowed, 0 denied) reports before abandoning
     min_recheck_ms: int = 1000  # Envoy counts TTLs in whole seconds: no finer rechecks
     shadow_mode: bool = False  # `--shadow-mode`: every bucket counted, and allowed
+    # How late the other gateways' usage reaches this node on average: half a report period
+    # (their reports are spread over it). A bucket grows only by what is left after that.
+    others_stale_ms: int = 2500
 
     @property
     def refresh_before_ms(self) -> int:
@@ -137,17 +141,32 @@ class QuotaPolicy:
 DEFAULT_POLICY = QuotaPolicy()
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A gateway's usage the counters do not have yet, from its reports: `rate_per_ms`, the
+    requests it was offered per ms over its last report's period (allowed and denied), which
+    stands for the other gateways' unreported pace too; `since_report_ms`, the time since that
+    report; `held`, the most its bucket may still hold (what it can have spent since)."""
+
+    rate_per_ms: float = 0.0
+    since_report_ms: int = 0
+    held: float = 0.0
+
+    def unreported(self, limit: RateLimit, now_ms: int) -> float:
+        """What the gateway has likely admitted since its report, in the current window."""
+        return min(self.held, self.rate_per_ms * _recent_ms(limit, now_ms, self.since_report_ms))
+
+
 def assign(
     view: KeyView,
     now_ms: int,
     streams: int = 1,
     policy: QuotaPolicy = DEFAULT_POLICY,
-    *,
-    unreported: float = 0.0,
+    pace: Pace | None = None,
 ) -> Assignment:
-    """The assignment one limit's counter calls for now (see the module's rule). `unreported`
-    is what the gateway has likely spent since its last report: the counters do not have it
-    yet, so it comes off the gateway's share of what is left."""
+    """The assignment one limit's counter calls for now (see the module's rule); `pace`, the
+    gateway's usage the counters do not have yet (see `Pace`)."""
+    pace = pace or Pace()
     limit = view.limit
     if view.shadow:
         return allow_all(now_ms, policy)
@@ -158,17 +177,30 @@ def assign(
     if view.remaining <= 0:  # by the estimate alone: decided again when it can change
         return deny_until(now_ms, _next_news(view, policy) or policy.report_interval_ms)
     share = 1.0 / (max(view.nodes, 1.0) * max(streams, 1))
-    max_tokens = _tokens(view.remaining * share - unreported, limit.capacity * share)
+    left = view.remaining * share - pace.unreported(limit, now_ms)
+    others = (1.0 - share) * pace.rate_per_ms * _recent_ms(limit, now_ms, policy.others_stale_ms)
+    grow_to = _tokens(left - others, limit.capacity * share)
+    max_tokens = _tokens(left, limit.capacity * share)
     interval = fill_interval_s(limit)
     if limit.algorithm is AlgorithmName.TOKEN_BUCKET:
         per_fill = max(1, round(limit.requests_per_unit * share * _fills(limit)))
         bucket = TokenBucket(max_tokens, per_fill, interval)
-        return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket)
+        return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, grow_to=grow_to)
     news = _next_news(view, policy)
     bucket = TokenBucket(max_tokens, 1, interval)  # the server refills a window
     windows = (view.window,) if view.window >= 0 else ()
     recheck = now_ms + news if news else 0
-    return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, recheck, windows=windows)
+    return Assignment(
+        Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, recheck, windows=windows, grow_to=grow_to
+    )
+
+
+def _recent_ms(limit: RateLimit, now_ms: int, span_ms: int) -> int:
+    """The last `span_ms`, within the current fixed window only (what was admitted before it
+    began counts in the window before)."""
+    if limit.algorithm is AlgorithmName.FIXED_WINDOW:
+        return max(0, min(span_ms, now_ms % limit.window_ms))
+    return max(0, span_ms)
 
 
 def _next_news(view: KeyView, policy: QuotaPolicy) -> int:
@@ -253,8 +285,10 @@ def settle(
     if previous is None or previous.action is not fresh.action:
         return fresh
     used = (spent, unreported)
-    if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, now_ms, used, policy):
-        return replace(fresh, replaces_bucket=True)
+    if previous.action is Action.TOKEN_BUCKET:
+        moved = _moved(previous, fresh, now_ms, used, policy)
+        if moved is not None:
+            return replace(moved, replaces_bucket=True)
     if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
         return fresh
     if previous.action is Action.DENY_ALL and previous.recheck_ms > now_ms:
@@ -287,19 +321,25 @@ def _moved(
     now_ms: int,
     used: tuple[int, float],
     policy: QuotaPolicy,
-) -> bool:
+) -> Assignment | None:
     old, new = previous.bucket, fresh.bucket
     assert old is not None and new is not None
     if old.fill_interval_s != new.fill_interval_s:
-        return True  # the limit itself changed (a reload)
+        return fresh  # the limit itself changed (a reload)
     if previous.windows != fresh.windows:
-        return True  # a new fixed window: the old one's tokens are gone
+        return fresh  # a new fixed window: the old one's tokens are gone
     ratio = policy.change_ratio
     if abs(new.tokens_per_fill - old.tokens_per_fill) > max(1.0, ratio * old.tokens_per_fill):
-        return True
+        return fresh
     spent, unreported = used
     held = max(0.0, held_tokens(old, (now_ms - previous.since_ms) / MS, spent) - unreported)
-    return abs(new.max_tokens - held) > max(1.0, ratio * max(new.max_tokens, held))
+    if new.max_tokens < held:
+        shrink = held - new.max_tokens > max(1.0, ratio * held)
+        return fresh if shrink else None
+    grow = min(new.max_tokens, fresh.grow_to or new.max_tokens)
+    if grow - held > max(1.0, ratio * grow):
+        return replace(fresh, bucket=replace(new, max_tokens=grow))
+    return None
 
 
 def held_tokens(bucket: TokenBucket, elapsed_s: float, spent: int) -> float:

@@ -17,6 +17,7 @@ from ratelimit_sidecar.core.quota_assign import (
     DEFAULT_POLICY,
     Assignment,
     KeyView,
+    Pace,
     QuotaPolicy,
     allow_all,
     assign,
@@ -36,7 +37,7 @@ def report_usage(
     policy: QuotaPolicy = DEFAULT_POLICY,
     *,
     since_ms: int | None = None,
-    unreported: float = 0.0,
+    pace: Pace | None = None,
 ) -> Assignment:
     """Count a report's allowed requests (`hit.hits`, 0 for an idle report; admitted since
     `since_ms`, the previous report) under the hit's rule, and return the assignment its
@@ -46,9 +47,7 @@ def report_usage(
         limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
         return allow_all(now_ms, policy)
     states = limiter.count_admitted(now_ms, hit, since_ms)
-    return assignment_of(
-        limiter, rule, states, now_ms, streams=streams, policy=policy, unreported=unreported
-    )
+    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy, pace=pace)
 
 
 def assignment_of(
@@ -59,14 +58,14 @@ def assignment_of(
     *,
     streams: int = 1,
     policy: QuotaPolicy = DEFAULT_POLICY,
-    unreported: float = 0.0,
+    pace: Pace | None = None,
 ) -> Assignment:
     """The assignment for a rule whose limits' counters are `states` (one per limit)."""
     views = [
         view_of(limiter, limit, state, now_ms)
         for limit, state in zip(rule.limits, states, strict=True)
     ]
-    return combine([assign(view, now_ms, streams, policy, unreported=unreported) for view in views])
+    return combine([assign(view, now_ms, streams, policy, pace) for view in views])
 
 
 def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
@@ -94,6 +93,11 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
     )
 
 
+def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
+    """What the gateway has likely spent since its report, under the rule's tightest limit."""
+    return max((pace.unreported(limit, now_ms) for limit in rule.limits), default=0.0)
+
+
 class BucketQuota:
     """One bucket of one stream as the server remembers it: the assignment Envoy holds and what
     the gateway reported allowed since Envoy built that bucket. The servicer and the simulator
@@ -117,8 +121,11 @@ class BucketQuota:
         now_ms: int,
         streams: int = 1,
         policy: QuotaPolicy = DEFAULT_POLICY,
+        *,
+        denied: int = 0,
     ) -> Assignment | None:
-        """A report of `hit.hits` allowed: counted, then what to send (None: nothing)."""
+        """A report of `hit.hits` allowed (and `denied` refused): counted, then what to send
+        (None: nothing)."""
         if self.sent is not None:
             self.spent += max(0, hit.hits)
         # Since the last report; a bucket first seen here may carry a whole report period.
@@ -126,9 +133,11 @@ class BucketQuota:
         if since is None and hit.hits > 1:
             since = now_ms - policy.report_interval_ms
         if since is not None and now_ms > since:
-            self.rate = max(0, hit.hits) / (now_ms - since)
+            self.rate = (max(0, hit.hits) + max(0, denied)) / (now_ms - since)
         self.reported_ms = now_ms
-        fresh = report_usage(limiter, hit, now_ms, streams, policy, since_ms=since)
+        fresh = report_usage(
+            limiter, hit, now_ms, streams, policy, since_ms=since, pace=Pace(self.rate)
+        )
         return self._settle(fresh, now_ms, policy, 0.0)
 
     def recheck(
@@ -141,21 +150,17 @@ class BucketQuota:
     ) -> Assignment | None:
         """No report: decided again on the counters as they are (nothing counted), less what
         the gateway has likely spent since its report at the rate it reported."""
-        unreported = self.unreported(now_ms)
-        fresh = report_usage(
-            limiter, hit._replace(hits=0), now_ms, streams, policy, unreported=unreported
-        )
+        pace = self._pace(now_ms)
+        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy, pace=pace)
+        unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
         return self._settle(fresh, now_ms, policy, unreported)
 
-    def unreported(self, now_ms: int) -> float:
-        """What the gateway has likely admitted since its last report: its last reported rate
-        over the time since, at most what its bucket can still hold."""
+    def _pace(self, now_ms: int) -> Pace:
+        """The gateway's pace since its last report, within what its bucket may hold."""
         if self.reported_ms is None or self.sent is None or self.sent.bucket is None:
-            return 0.0
-        guess = self.rate * max(0, now_ms - self.reported_ms)
-        return min(
-            guess, held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
-        )
+            return Pace(self.rate)
+        held = held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
+        return Pace(self.rate, now_ms - self.reported_ms, held)
 
     def _settle(
         self, fresh: Assignment, now_ms: int, policy: QuotaPolicy, unreported: float
