@@ -9,19 +9,21 @@ counters (core/quota_assign.py). Pure: the clock is `now_ms`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import Limiter
 from ratelimit_sidecar.core.quota_assign import (
     DEFAULT_POLICY,
+    Action,
     Assignment,
     KeyView,
     Pace,
     QuotaPolicy,
+    TokenBucket,
     allow_all,
     assign,
-    combine,
     held_tokens,
     kept,
     settle,
@@ -68,6 +70,33 @@ def assignment_of(
     return combine([assign(view, now_ms, streams, policy, pace) for view in views])
 
 
+def combine(assignments: Sequence[Assignment]) -> Assignment:
+    """One bucket under several limits (`rate_limits:`): every limit must admit.
+
+    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill (in
+    tokens per second: the fill intervals differ between limits), rechecked at the earliest."""
+    if len(assignments) == 1:
+        return assignments[0]
+    denials = [a for a in assignments if a.action is Action.DENY_ALL]
+    if denials:
+        return max(denials, key=lambda a: (a.recheck_ms == 0, a.recheck_ms, a.ttl_s))
+    buckets = [a for a in assignments if a.bucket is not None]
+    if not buckets:
+        return assignments[0]
+    slowest = min(buckets, key=lambda a: _rate(a.bucket))
+    smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
+    recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
+    assert slowest.bucket is not None
+    bucket = replace(slowest.bucket, max_tokens=smallest)
+    windows = tuple(w for b in buckets for w in b.windows)
+    return replace(slowest, bucket=bucket, recheck_ms=recheck, windows=windows)
+
+
+def _rate(bucket: TokenBucket | None) -> float:
+    assert bucket is not None
+    return bucket.tokens_per_fill / bucket.fill_interval_s
+
+
 def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
     """What the limiter knows of one counter; without a counter (a deny list, or a table full
     of blocked keys) the limit alone: nothing left of a deny list, a whole capacity otherwise."""
@@ -107,7 +136,7 @@ class BucketQuota:
         self.sent: Assignment | None = None
         self.spent = 0
         self.reported_ms: int | None = None  # the last report's time (None: none yet)
-        self.rate = 0.0  # allowed per ms over the last report's period
+        self.rate = 0.0  # offered (allowed and denied) per ms over the last report's period
 
     @property
     def recheck_ms(self) -> int:
