@@ -266,13 +266,13 @@ def settle(
     """What to send for a bucket: `fresh` when it differs meaningfully from what Envoy holds,
     `previous` again (same numbers, a new TTL) when that is about to expire, else None.
 
-    `spent` is what the gateway reported allowed since Envoy built `previous`'s bucket: with
-    its refill since, an upper bound of the tokens the bucket holds now. Envoy builds a bucket
-    full whenever its numbers change, so a new one is sent only when what it would start with
-    differs from that by more than `change_ratio` (and a token): small moves of the share or of
-    what is left wait until they add up."""
+    `spent` (reported allowed since Envoy built `previous`'s bucket, with its refill since) less
+    `unreported` (likely admitted since the last report) bounds what the bucket holds now. Envoy
+    builds a bucket full whenever its numbers change, so one is sent only when what it starts
+    with differs from that by over `change_ratio` (and a token), up to `grow_to` if larger."""
     if previous is None or previous.action is not fresh.action:
-        return fresh if previous is None else _grown(fresh)  # after a DENY_ALL: a growth
+        denied = previous is not None and previous.action is Action.DENY_ALL
+        return _grown(fresh) if denied else fresh  # after a DENY_ALL: a growth
     used = (spent, unreported)
     if previous.action is Action.TOKEN_BUCKET:
         moved = _moved(previous, fresh, now_ms, used, policy)
