@@ -21,6 +21,7 @@ class Answer:
     node: int
     code: int  # wire.Code value, or ERROR
     latency_s: float
+    reset_s: int = 0  # the longest duration_until_reset among the statuses (whole seconds)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ def _node_load(
 def _call(stub: Any, message: wire.RateLimitRequest, node: int) -> Answer:
     sent, started = time.time(), time.perf_counter()
     try:
-        code = stub.ShouldRateLimit(message, timeout=2).overall_code
+        reply = stub.ShouldRateLimit(message, timeout=2)
     except grpc.RpcError:
-        code = ERROR
-    return Answer(sent, node, code, time.perf_counter() - started)
+        return Answer(sent, node, ERROR, time.perf_counter() - started)
+    reset = max((s.duration_until_reset.seconds for s in reply.statuses), default=0)
+    return Answer(sent, node, reply.overall_code, time.perf_counter() - started, reset)

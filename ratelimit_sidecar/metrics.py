@@ -24,6 +24,7 @@ from ratelimit_sidecar.hotmetrics import (
     Tally,
 )
 from ratelimit_sidecar.metriclabels import RuleLabels
+from ratelimit_sidecar.penaltymetrics import PenaltyCollector
 
 NS = "ratelimit_sidecar"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
@@ -205,6 +206,7 @@ class Metrics:
     ) -> None:
         """Register gauges computed at scrape time from the limiter's state."""
         self.registry.register(StateCollector(limiter, store_up, now_ms))
+        self.registry.register(PenaltyCollector(limiter, now_ms))
 
 
 class StateCollector(Collector):

@@ -2,7 +2,8 @@
 
 Keys of a `rate_limit` (the reference's, plus this product's extensions marked *):
     unit, requests_per_unit, unlimited, name, replaces,
-    unit_multiplier*, spans*, cooldown*, algorithm*, burst*, consistency*, on_store_failure*
+    unit_multiplier*, spans*, cooldown*, algorithm*, burst*, consistency*, on_store_failure*,
+    penalty* (penaltyreader.py)
 (`cooldown` is a duration, or `window_end`: a fixed window's block ends with its window.)
 A descriptor may carry `rate_limits*` instead: a list of such mappings, every one of which must
 admit a request. Combinations that cannot work are reported where they are written: `burst`
@@ -12,7 +13,6 @@ on anything but a token bucket, `on_store_failure` on an eventual rule, an event
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 from yaml.nodes import Node, ScalarNode, SequenceNode
@@ -25,7 +25,8 @@ from .model import (
     StoreFailure,
     Unit,
 )
-from .yamlnodes import TAG, NodeChecker, integer, is_null, join_path, shown
+from .penaltyreader import DURATION_FORMS, PenaltyReader, duration_ms
+from .yamlnodes import is_null, join_path, shown
 
 RATE_LIMIT_KEYS = (
     "unit",
@@ -40,6 +41,7 @@ RATE_LIMIT_KEYS = (
     "burst",
     "consistency",
     "on_store_failure",
+    "penalty",
 )
 REPLACES_KEYS = ("name",)
 MAX_REQUESTS_PER_UNIT = 2**32 - 1  # the reference reads it into a uint32
@@ -49,10 +51,8 @@ ALGORITHM_NAMES = ", ".join(name.text for name in AlgorithmName)
 CONSISTENCY_NAMES = ("eventual", "strict")
 STORE_FAILURE_NAMES = ", ".join(choice.value for choice in StoreFailure)
 WINDOW_END = "window_end"  # `cooldown: window_end`
-_COOLDOWN = re.compile(r"([0-9]+)(ms|s|m|h)")
-_COOLDOWN_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _COUNTING = ("unit", "requests_per_unit", "unit_multiplier", "spans", "cooldown", "algorithm")
-_COUNTING_EXTRA = ("burst", "consistency", "on_store_failure")
+_COUNTING_EXTRA = ("burst", "consistency", "on_store_failure", "penalty")
 
 
 class ParsedLimits(NamedTuple):
@@ -75,7 +75,7 @@ class _Counting(NamedTuple):
     on_store_failure: StoreFailure
 
 
-class LimitReader(NodeChecker):
+class LimitReader(PenaltyReader):
     """The `rate_limit` part of a rule file reader."""
 
     defaults: RuleDefaults
@@ -143,6 +143,7 @@ class LimitReader(NodeChecker):
         )
         if len(self.problems) == before:
             self.check_limit(limit, fields, node, path)
+            limit = self.limit_penalty(limit, fields, path)
         return ParsedLimits((limit,), False, replaces)
 
     def check_limit(self, limit: RateLimit, fields: dict[str, Node], node: Node, path: str) -> None:
@@ -236,12 +237,9 @@ class LimitReader(NodeChecker):
     def cooldown(self, node: Node | None, key: str) -> int:
         if node is None:
             return 0  # the algorithm's default
-        milliseconds = _cooldown_ms(node)
+        milliseconds = duration_ms(node)
         if milliseconds is None or milliseconds <= 0:
-            message = (
-                "must be a positive number of seconds, a duration like"
-                f" '500ms', '30s', '5m', '1h', or window_end (got {shown(node)})"
-            )
+            message = f"must be {DURATION_FORMS}, or window_end (got {shown(node)})"
             self.add(node, key, message)
             return 0
         return milliseconds
@@ -265,14 +263,3 @@ class LimitReader(NodeChecker):
                 )
             names.append(name)
         return tuple(names)
-
-
-def _cooldown_ms(node: Node) -> int | None:
-    seconds = integer(node)
-    if seconds is not None:
-        return seconds * 1000
-    if isinstance(node, ScalarNode) and node.tag == TAG + "str":
-        found = _COOLDOWN.fullmatch(node.value)
-        if found:
-            return int(found[1]) * _COOLDOWN_MS[found[2]]
-    return None

@@ -100,6 +100,18 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True)
+class Penalty:
+    """`penalty:` of a limit with a block: a client that sends again while its key is blocked,
+    before the Retry-After it was told, makes the key's next block `factor` times longer, up to
+    `max_ms`; the level goes back to 0 after `forgive_after_ms` without offence. The rule:
+    core/penalty.py."""
+
+    factor: float
+    max_ms: int
+    forgive_after_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class RateLimit:
     """A counted limit: `requests_per_unit` per window of `unit * unit_multiplier`.
 
@@ -122,6 +134,7 @@ class RateLimit:
     burst: int = 0
     strict: bool = False
     on_store_failure: StoreFailure = StoreFailure.LOCAL
+    penalty: Penalty | None = None  # longer blocks for clients ignoring Retry-After
     # Derived once: the request path reads these for every hit.
     window_ms: int = field(init=False, compare=False, repr=False)
     # ms a key crossing the limit stays blocked. A fixed window blocks for one window unless

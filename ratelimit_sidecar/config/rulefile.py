@@ -2,7 +2,7 @@
 
 Keys accepted, per level (the reference's `validKeys` in `src/config/config_impl.go`, plus this
 product's extensions marked *):
-    top level:   domain, descriptors
+    top level:   domain, descriptors, penalty* (the domain's default: penaltyreader.py)
     descriptor:  key, value, rate_limit, rate_limits*, descriptors, shadow_mode, quota_mode,
                  detailed_metric, value_to_metric, share_threshold, metadata
     rate_limit:  see limitreader.py
@@ -41,7 +41,7 @@ from .model import (
 from .yamlnodes import is_null, join_path, line_of, shown
 
 # Allowed keys per level, in the order error messages list them.
-ROOT_KEYS = ("domain", "descriptors")
+ROOT_KEYS = ("domain", "descriptors", "penalty")
 DESCRIPTOR_KEYS = (
     "key",
     "value",
@@ -120,6 +120,7 @@ class RuleFileReader(LimitReader):
         if fields is None:
             return None
         name = self.required_text(fields, "domain", root, "")
+        self.domain_penalty = self.penalty(fields.get("penalty"), "penalty")
         children = self.children(fields.get("descriptors"), "descriptors", name or "", _Ancestry())
         if name is None or self.problems:
             return None

@@ -18,7 +18,14 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
-from ratelimit_sidecar.core.types import Push, SyncBatch, SyncResult, SyncStats, TotalRead
+from ratelimit_sidecar.core.types import (
+    KeyId,
+    Push,
+    SyncBatch,
+    SyncResult,
+    SyncStats,
+    TotalRead,
+)
 
 
 class FleetLimiter(Limiter):
@@ -102,7 +109,9 @@ class FleetLimiter(Limiter):
         # per key and span either way.
         if state.pending or not retried:
             span = push_span(state, ended, now_ms)
-            plan.push(state, Push(state.key, state.window, state.pending, limit, span))
+            levels = _levels(state, now_ms)
+            push = Push(state.key, state.window, state.pending, limit, span, *levels)
+            plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.estimate_window >= 0 and first_span_over:
@@ -162,10 +171,33 @@ class FleetLimiter(Limiter):
                 )
                 state.unsent = 0
 
+    def apply_block(self, key: KeyId, left_ms: int, now_ms: int, level: int = 0) -> bool:
+        """A block the store started for `key` (another node's push crossed MAX, or a strict
+        refusal), announced at once instead of found by this node's next sync: the key refuses
+        until `now_ms + left_ms`, as if that sync had answered it. True if it blocks the key
+        longer than it was; an untracked key is left alone (its first push reads the flag)."""
+        state = self.keys.get(key)
+        if state is None or left_ms <= 0 or now_ms + left_ms <= state.blocked_until:
+            return False
+        if state.penalty is not None:  # the block's level, so that its offences raise it
+            state.penalty.take_block(now_ms, level, left_ms)
+        state.block(now_ms + left_ms)
+        return True
+
     def pending_hits(self) -> int:
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
         tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
         return tracked + sum(p.count for p in self._orphans)
+
+
+def _levels(state: KeyState, now_ms: int) -> tuple[int, int]:
+    """What a push reports of the key's penalty: the level an offence asks for (0: none), and
+    the level of this node's running block (-1: none; core/penalty.py flag_level)."""
+    penalty = state.penalty
+    if penalty is None:
+        return 0, -1
+    blocking = penalty.block_level if now_ms < state.blocked_until else -1
+    return penalty.wanted, blocking
 
 
 def push_span(state: KeyState, ended_ms: int, now_ms: int) -> int:

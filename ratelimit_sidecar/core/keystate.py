@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.hitlog import HitLog
+from ratelimit_sidecar.core.penalty import PenaltyState, Tally
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
@@ -44,12 +45,14 @@ class KeyState:
         "nodes_prev",
         "nodes_ratio",
         "own_spans",
+        "penalty",
         "pending",
         "pushed_count",
         "pushed_span",
         "rejected",
         "rejected_sum",
         "resumed",
+        "retry_memo",
         "rule_id",
         "seen",
         "shadow",
@@ -68,6 +71,7 @@ class KeyState:
         shadow: bool,
         *,
         rule_id: str = "",
+        tally: Tally | None = None,
     ) -> None:
         self.key = key
         self.rule_id = rule_id
@@ -81,6 +85,8 @@ class KeyState:
         self.unsent_window = NO_WINDOW
         self.last_hit = now_ms
         self.blocked_until = 0
+        # A limit with `penalty:`: its level and what its client was told (core/penalty.py).
+        self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, tally)
         self.local_cur = 0  # what this node admitted in `window`
         self.rejected = 0  # hits rejected on the estimate alone in `window` (offered, not admitted)
         self.seen = 0  # the store's total for `window`, at the last sync
@@ -115,6 +121,9 @@ class KeyState:
         # A sliding window's last request check: (now_ms, pending once its hits are counted,
         # the trailing count it saw, those hits scaled), for the answer that follows it.
         self.checked: tuple[int, int, Trailing, float] | None = None
+        # A blocked sliding window's last Retry-After (core/trailing_wait.py): (blocked_until,
+        # pending, hits, when they fit), until its counts change.
+        self.retry_memo: tuple[int, int, int, int] | None = None
 
     def roll(self, now_ms: int) -> int:
         """Move to the window holding `now_ms`; returns hits dropped by the move."""
@@ -154,13 +163,21 @@ class KeyState:
     def block(self, until_ms: int) -> None:
         self.blocked_until = max(self.blocked_until, until_ms)
 
+    def cooldown_end(self, now_ms: int) -> int:
+        """When a block starting (or extended) at `now_ms` ends: after the limit's cooldown,
+        longer for a key under a penalty."""
+        penalty, cooldown = self.penalty, self.limit.cooldown
+        return now_ms + (cooldown if penalty is None else penalty.block_length(cooldown, now_ms))
+
     def idle(self, now_ms: int) -> bool:
         """Forgettable: no traffic for two windows (so none in a trailing window either),
-        nothing left to push, no active block."""
+        nothing left to push, no active block, no penalty level (a client refused all along
+        sends no counted traffic, and the key must state its level from its next refusal)."""
         return (
             now_ms - self.last_hit >= 2 * self.limit.window_ms
             and not (self.pending or self.inflight or self.unsent)
             and self.settled(now_ms)
+            and (self.penalty is None or not self.penalty.current_level(now_ms))
         )
 
     def settled(self, now_ms: int) -> bool:
@@ -182,6 +199,8 @@ class KeyState:
             "nodes": round(self.nodes, 3),
             "blocked_until_ms": self.blocked_until,
         }
+        if self.penalty is not None:
+            view["penalty_level"] = self.penalty.level
         for name, spans in (("fleet_spans", self.fleet_spans), ("own_spans", self.own_spans)):
             if spans is not None:  # oldest first, ending with span number `newest`
                 view[name] = {"newest": spans.newest, "counts": list(spans.counts)}

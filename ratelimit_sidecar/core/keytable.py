@@ -22,7 +22,7 @@ class KeyTable:
     values cannot unblock an abuser.
     """
 
-    __slots__ = ("_states", "evictions", "get", "max_keys")
+    __slots__ = ("_states", "evictions", "get", "max_keys", "removals")
 
     def __init__(self, max_keys: int) -> None:
         if max_keys < 1:
@@ -34,12 +34,24 @@ class KeyTable:
         # The dict's own lookup, bound once: the request path calls it for every descriptor.
         self.get: Callable[[KeyId], KeyState | None] = self._states.get
         self.evictions = 0
+        self.removals = 0
 
     def __len__(self) -> int:
         return len(self._states)
 
     def __iter__(self) -> Iterator[KeyState]:
         return iter(list(self._states.values()))
+
+    @property
+    def added(self) -> int:
+        """Keys ever inserted: what an index beside the table compares to see that it changed
+        (computed, so that inserting a key costs nothing more)."""
+        return len(self._states) + self.evictions + self.removals
+
+    def newest_first(self) -> Iterator[KeyId]:
+        """Tracked keys, the last inserted (or moved to the back) first. Not to be held across
+        a change of the table."""
+        return reversed(self._states)
 
     def insert(self, state: KeyState, now_ms: int) -> list[KeyState] | None:
         """Track `state`; returns the evicted states (maybe empty), or None if there was no room."""
@@ -59,6 +71,7 @@ class KeyTable:
         in slices may hold a state evicted, and its key tracked anew, in between)."""
         if self._states.get(state.key) is state:
             del self._states[state.key]
+            self.removals += 1
 
     def _find_victim(self, now_ms: int) -> KeyState | None:
         """Among the EVICTION_PROBES oldest keys, the first one idle in its current window; the

@@ -18,6 +18,7 @@ from ratelimit_sidecar.core.algorithms import algorithms_with
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import KeyTable
+from ratelimit_sidecar.core.penalty import Tally
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, unlimited_verdict
@@ -47,6 +48,7 @@ class Limiter(ABC):
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
         self._schedules: set[tuple[int, int]] = set()  # (window_ms, spans) of tracked rules
         self._evicted_counts = EvictedCounts(max_keys)
+        self.penalties = Tally()  # offences that raised a key's penalty level (cumulative)
 
     def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         """Decide a request; counters move only if every descriptor admits it.
@@ -189,7 +191,9 @@ class Limiter(ABC):
             return state
         rule_id = hit.rule.id if hit.rule is not None else ""
         # live_nodes as it is (an int): one object shared by every new key, not a float each
-        fresh = KeyState(key, limit, now_ms, self.live_nodes, shadow, rule_id=rule_id)
+        fresh = KeyState(
+            key, limit, now_ms, self.live_nodes, shadow, rule_id=rule_id, tally=self.penalties
+        )
         if state is not None:  # the rule changed under a reload: start over
             self._evicted(state)
             self.keys.remove(state)
@@ -240,6 +244,15 @@ class Limiter(ABC):
 
     def blocked_keys(self, now_ms: int) -> int:
         return sum(1 for state in self.keys if now_ms < state.blocked_until)
+
+    def penalty_levels(self, now_ms: int) -> dict[int, int]:
+        """How many keys are under each penalty level above 0 (core/penalty.py)."""
+        levels: dict[int, int] = {}
+        for state in self.keys:
+            penalty = state.penalty
+            if penalty is not None and penalty.current_level(now_ms):
+                levels[penalty.level] = levels.get(penalty.level, 0) + 1
+        return levels
 
     def algorithm_of(self, state: KeyState) -> Algorithm:
         return self.algorithms[state.limit.algorithm]

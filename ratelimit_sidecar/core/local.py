@@ -56,7 +56,9 @@ class LocalLimiter(Limiter):
     def _forget_if_done(self, state: KeyState, now_ms: int) -> None:
         if state.pending:  # its last span may still start a block
             self._close(state, state.next_sync)
-        if state.settled(now_ms):
+        # A penalty level lives only here: the key stays until it is forgiven (core/penalty.py).
+        penalised = state.penalty is not None and state.penalty.current_level(now_ms) > 0
+        if state.settled(now_ms) and not penalised:
             self.keys.remove(state)
 
     def _close(self, state: KeyState, end_ms: int) -> None:

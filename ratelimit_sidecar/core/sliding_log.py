@@ -14,9 +14,10 @@ A request (`check`, then `count` and `admitted` when it is admitted):
 1. A key under an active block (only when the limit sets a `cooldown`) is refused until the
    block ends.
 2. Entries that left the trailing window are dropped. If this request's hits take the log's
-   total past MAX, it is refused: with a cooldown, the key is blocked for it; without one, the
-   Retry-After is the time until enough of the oldest entries leave for the request to fit.
-   A request of more than MAX hits never fits: it is refused for one window.
+   total past MAX, it is refused (with a cooldown, the key is blocked for it too). Either
+   refusal's Retry-After is the time until enough of the oldest entries leave for the request
+   to fit, and not before the block ends (`retry_wait_ms`). A request of more than MAX hits
+   never fits: it is refused for one window.
 3. Admitted: the hits join the log; `remaining` is MAX minus the log's total, and `reset_ms`
    the time until the oldest entry leaves the window (when quota first comes back).
 
@@ -32,7 +33,7 @@ from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import refused
+from ratelimit_sidecar.core.verdicts import blocked, refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,20 +46,16 @@ class SlidingLog:
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         if now_ms < state.blocked_until:
-            return refused(state, state.blocked_until - now_ms)
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         if hits <= 0:
             return None
-        log = _log(state, now_ms)
         limit = state.limit
-        over = log.total + hits - limit.requests_per_unit
-        if over <= 0:
+        if _log(state, now_ms).total + hits <= limit.requests_per_unit:
             return None
         if limit.cooldown > 0:
-            state.block(now_ms + limit.cooldown)
-            return refused(state, limit.cooldown)
-        if hits > limit.requests_per_unit:
-            return refused(state, limit.window_ms)  # never fits
-        return refused(state, log.time_freeing(over) + limit.window_ms - now_ms)
+            state.block(state.cooldown_end(now_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
+        return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         log = _log(state, now_ms)
@@ -130,6 +127,20 @@ class SlidingLog:
 
     def set_nodes(self, state: KeyState, nodes: float) -> None:
         self.nodes_rule.set_nodes(state, nodes)
+
+
+def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    """A refusal's Retry-After: until enough of the oldest entries leave for `hits` to fit
+    (a request of more than MAX hits never fits: one window), and not before a block ends
+    (a cooldown may end before the log has room again)."""
+    limit, log = state.limit, _log(state, now_ms)
+    fits_at = now_ms
+    over = log.total + hits - limit.requests_per_unit if hits > 0 else 0
+    if hits > limit.requests_per_unit:
+        fits_at = now_ms + limit.window_ms
+    elif over > 0 and state.blocked_until < log.times[-1] + limit.window_ms:  # else drained
+        fits_at = log.time_freeing(over) + limit.window_ms
+    return max(state.blocked_until, fits_at) - now_ms
 
 
 def _log(state: KeyState, now_ms: int) -> HitLog:

@@ -21,7 +21,9 @@ A request (`check`, then `count` and `admitted` when it is admitted):
    with a Retry-After of the time until it would fit if nobody sent more (spans leave the
    window, the oldest one gradually). If even the count known for sure (the store's totals
    plus own hits, unscaled) is over MAX and the limit sets a cooldown, the key is blocked for
-   it instead. A request of more than MAX hits never fits: it is refused for one window.
+   it too, and the Retry-After is the later of the block's end and that time (a block's
+   refusals say the same). A request of more than MAX hits never fits: it is refused for one
+   window.
 3. Admitted: `remaining` is the whole requests left in the trailing window; `reset_ms` is the
    time until the oldest span still counted leaves the window, when quota first comes back
    (0 when nothing is counted: the whole quota is there).
@@ -57,9 +59,10 @@ from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.nodes_estimate import lower_of_last_two
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
-from ratelimit_sidecar.core.spans import span_number
+from ratelimit_sidecar.core.spans import span_bounds, span_number
+from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import refused
+from ratelimit_sidecar.core.verdicts import blocked, refused
 
 MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its first guess
 
@@ -76,7 +79,7 @@ class SlidingWindow:
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
         if now_ms < state.blocked_until:
-            return refused(state, state.blocked_until - now_ms)
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         if hits <= 0:
             return None
         extra = hits * state.check_nodes
@@ -94,9 +97,9 @@ class SlidingWindow:
         estimate are not counted as offered: see `nodes` in the module's docstring.)"""
         limit = state.limit
         if limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits):
-            state.block(now_ms + limit.cooldown)
-            return refused(state, limit.cooldown)
-        return refused(state, _wait_ms(state, hits, now_ms))
+            state.block(state.cooldown_end(now_ms))
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
+        return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         own = state.own_spans
@@ -149,6 +152,7 @@ class SlidingWindow:
         """Counted in the span the key comes back in: it leaves the window later than the
         hits it stands for did (an over-count, never an under-count), or is replaced by the
         store's total of that span."""
+        state.retry_memo = None
         _fleet_spans(state).add(span_number(state.last_hit, state.limit), count)
 
     # -- a span end --------------------------------------------------------------------------
@@ -157,6 +161,7 @@ class SlidingWindow:
         state.pending = 0  # local-only: the own counts are the fleet's, already in place
 
     def store_answer(self, state: KeyState, push: Push, answer: PushResult, now_ms: int) -> bool:
+        state.retry_memo = None  # the counts a Retry-After was computed from change here
         if not answer.spans:
             return False
         limit = state.limit
@@ -203,6 +208,7 @@ class SlidingWindow:
     def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
         self.nodes_rule.learn_nodes(state, window, total, live_nodes)
         state.check_nodes = lower_of_last_two(state)  # see `nodes` in the module's docstring
+        state.retry_memo = None
 
     def after_sync(self, state: KeyState, sync_ms: int) -> None:
         """Nothing to adjust: the ceiling is always MAX."""
@@ -213,6 +219,7 @@ class SlidingWindow:
     def set_nodes(self, state: KeyState, nodes: float) -> None:
         self.nodes_rule.set_nodes(state, nodes)
         state.check_nodes = lower_of_last_two(state)
+        state.retry_memo = None
 
 
 def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
@@ -234,28 +241,6 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
         whole += own.since(leaving + 1) * nodes
         oldest += own.get(leaving) * nodes
     return Trailing(whole, oldest, end - 1 - now_ms, end - start, limit.requests_per_unit, span)
-
-
-def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """How long until `hits` more fit if nobody sends more: the first moment, span by span,
-    when the spans still inside (the oldest one weighted) leave room for them."""
-    limit = state.limit
-    extra, max_hits = hits * state.check_nodes, limit.requests_per_unit
-    if extra > max_hits:
-        return limit.window_ms  # never fits: as long as a window
-    span = span_number(now_ms, limit)
-    first = span - limit.spans  # counts[i] is span first + i
-    counts = [_span_count(state, j) for j in range(first, _newest(state, span) + 1)]
-    for step in range(len(counts) + 1):
-        start, end = span_bounds(span + step, limit)
-        at = max(now_ms, start)
-        oldest = counts[step] if step < len(counts) else 0
-        room = (max_hits - sum(counts[step + 1 :]) - extra) * (end - start)
-        if room >= 0 and oldest * (end - 1 - at) <= room:
-            return at - now_ms
-        if room >= 0:  # later in this span, once enough of the oldest span is out
-            return end - 1 - int(room // oldest) - now_ms
-    return limit.window_ms  # not reached: the last step has nothing left to count
 
 
 def _until_oldest_leaves(state: KeyState, trailing: Trailing, now_ms: int) -> int:
@@ -283,25 +268,8 @@ def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
     if limit.cooldown <= 0 or _trailing(state, now_ms, known).fits(0):
         return False
     was_blocked = now_ms < state.blocked_until
-    state.block(now_ms + limit.cooldown)
+    state.block(state.cooldown_end(now_ms))
     return not was_blocked
-
-
-def _span_count(state: KeyState, span: int, known: bool = False) -> float:
-    """One span's count in the trailing window, as `_trailing` counts it."""
-    fleet, own = state.fleet_spans, state.own_spans
-    nodes = 1 if known else state.check_nodes
-    counted = own.get(span) * nodes if own is not None else 0
-    if fleet is not None:
-        counted += fleet.get(span) if known else fleet.estimate(span)
-    return counted
-
-
-def _newest(state: KeyState, span: int) -> int:
-    """The newest span with a count, or `span` if later (a store's answer may count a later
-    span: a retried push lands in the last span of its window)."""
-    held = [c.newest for c in (state.fleet_spans, state.own_spans) if c is not None]
-    return max([span, *held])
 
 
 def _fleet_spans(state: KeyState) -> FleetSpans:
@@ -320,12 +288,3 @@ def _span_at(now_ms: int, limit: RateLimit) -> tuple[int, int, int]:
     start = base + (index * window_ms + spans - 1) // spans
     end = base + ((index + 1) * window_ms + spans - 1) // spans
     return now_ms // window_ms * spans + index, start, end
-
-
-def span_bounds(span: int, limit: RateLimit) -> tuple[int, int]:
-    """The first ms of span number `span` and the first ms after it (core/spans.py tiling)."""
-    window, index = divmod(span, limit.spans)
-    base, window_ms, spans = window * limit.window_ms, limit.window_ms, limit.spans
-    return base + (index * window_ms + spans - 1) // spans, (
-        base + ((index + 1) * window_ms + spans - 1) // spans
-    )

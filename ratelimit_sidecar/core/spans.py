@@ -36,3 +36,12 @@ def span_number(now_ms: int, limit: RateLimit) -> int:
     """The span holding `now_ms`, numbered from the epoch: window * spans + index."""
     window_ms, spans = limit.window_ms, limit.spans
     return now_ms // window_ms * spans + (now_ms % window_ms) * spans // window_ms
+
+
+def span_bounds(span: int, limit: RateLimit) -> tuple[int, int]:
+    """The first ms of span number `span` and the first ms after it (the tiling above)."""
+    window, index = divmod(span, limit.spans)
+    base, window_ms, spans = window * limit.window_ms, limit.window_ms, limit.spans
+    return base + (index * window_ms + spans - 1) // spans, (
+        base + ((index + 1) * window_ms + spans - 1) // spans
+    )

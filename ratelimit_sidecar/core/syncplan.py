@@ -75,6 +75,8 @@ class SyncPlan:
             state.inflight = 0
         # Even a late push (for a window that has ended) may be news: a sliding window's spans
         # and a bucket's debt outlive their window. The algorithm knows.
+        if answer.level >= 0 and state.penalty is not None:  # first: blocks below use it
+            state.penalty.take_store(now_ms, answer.level, answer.block_level, answer.block_ms)
         blocks = self._algorithm(state).store_answer(state, push, answer, now_ms)
         if answer.block_ms > 0:
             state.block(now_ms + answer.block_ms)

@@ -56,7 +56,7 @@ from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import deny_verdict, refused
+from ratelimit_sidecar.core.verdicts import blocked, deny_verdict, refused
 
 # KeyState.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
 
@@ -72,18 +72,19 @@ class TokenBucket:
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         """Step 1, a block; step 2, the projection over the capacity refuses (step 3)."""
         if now_ms < state.blocked_until:
-            return refused(state, state.blocked_until - now_ms)
+            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         if hits <= 0:
             return None
         limit = state.limit
         now = now_ms * limit.requests_per_unit
         token = limit.window_ms
+        # `_projected`, inlined: every admitted request comes here.
         projected = max(now, state.tat + hits * (state.nodes - 1) * token) + hits * token
         if projected - now <= limit.capacity * token:
             return None
-        return self._over(state, hits, projected, now_ms)
+        return self._over(state, hits, now_ms)
 
-    def _over(self, state: KeyState, hits: int, projected: float, now_ms: int) -> Verdict:
+    def _over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Step 3: the wait until the request fits. Is the bucket over on what is known (the
         guessed share of others taken out: a lower bound)? Then a cooldown, if set, blocks;
         else the refusal rests on the guess, and counts as offered for `nodes` (the fleet's
@@ -94,12 +95,11 @@ class TokenBucket:
         guessed = max(0, state.inflight + state.pending) * (state.nodes - 1) * token
         if max(now, state.tat - guessed) + hits * token - now > full:
             if limit.cooldown > 0:
-                state.block(now_ms + limit.cooldown)
-                return refused(state, state.blocked_until - now_ms)
+                state.block(state.cooldown_end(now_ms))
+                return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         else:
             state.rejected += hits
-        wait = projected - now - full if hits <= limit.capacity else state.tat - now
-        return refused(state, _ceil_div(max(0, wait), rpu))
+        return refused(state, retry_wait_ms(state, hits, now_ms))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Step 4. The debt stays within the capacity: only a shadow rule counts hits over it,
@@ -174,7 +174,7 @@ class TokenBucket:
         if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
             return False
         was_blocked = now_ms < state.blocked_until
-        state.block(now_ms + limit.cooldown)
+        state.block(state.cooldown_end(now_ms))
         return not was_blocked
 
     def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
@@ -192,6 +192,26 @@ class TokenBucket:
 
     def set_nodes(self, state: KeyState, nodes: float) -> None:
         self.nodes_rule.set_nodes(state, nodes)
+
+
+def _projected(state: KeyState, hits: int, now: float) -> float:
+    """TAT once `hits` more are counted, each own hit standing for `nodes` (step 2); `now`
+    in ticks."""
+    token = state.limit.window_ms
+    return max(now, state.tat + hits * (state.nodes - 1) * token) + hits * token
+
+
+def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    """A refusal's Retry-After: until the bucket has refilled enough for `hits` (a request
+    larger than the bucket never fits: until it is full), and not before a block ends."""
+    limit, rpu = state.limit, state.limit.requests_per_unit
+    now = now_ms * rpu
+    wait: float = 0
+    if 0 < hits <= limit.capacity:
+        wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
+    elif hits > 0:
+        wait = state.tat - now
+    return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
 
 
 def _ceil_div(value: float, divisor: int) -> int:

@@ -67,6 +67,10 @@ class Push(NamedTuple):
     # The span the hits were counted in, numbered from the epoch (window * spans + index);
     # a sliding window counts per span. -1: the last span of `window`.
     span: int = -1
+    # A penalised key's client offended: the penalty level asked for (core/penalty.py); 0: none.
+    wanted_level: int = 0
+    # ... and the level of the node's own running block of the key, -1 if none (flag_level).
+    blocking_level: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,10 @@ class PushResult(NamedTuple):
     error: str = ""
     # A sliding window's fleet-wide span totals, oldest first, ending with the pushed span.
     spans: tuple[int, ...] = ()
+    # A penalised key's level in the store (-1: the limit has no penalty), and the level its
+    # running block started at (core/penalty.py).
+    level: int = -1
+    block_level: int = 0
 
 
 @dataclass(frozen=True, slots=True)

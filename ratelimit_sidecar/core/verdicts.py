@@ -28,3 +28,15 @@ def refused(state: KeyState, reset_ms: int) -> Verdict:
     shadow = state.shadow
     code = Code.OK if shadow else Code.OVER_LIMIT
     return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+
+
+def blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:
+    """A key under a block, refused for `wait_ms` (the algorithm's Retry-After: the block's end
+    or later). Only here (never on the way to an admitted request) a penalised key's client
+    may be offending (core/penalty.py)."""
+    penalty = state.penalty
+    if penalty is not None and hits > 0 and not state.shadow:
+        # The block's end, not the stated wait (which may count re-arms that never come):
+        # a new block's first refusal must not look like a retry before the last one's end.
+        penalty.refused(state.limit.cooldown, now_ms, state.blocked_until)
+    return refused(state, wait_ms)

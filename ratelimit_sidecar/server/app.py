@@ -19,6 +19,7 @@ from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.endpoints import Endpoints
+from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.override_sync import follow_overrides
@@ -78,6 +79,10 @@ class Sidecar:
                     fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
                 ),
             )
+        # Blocks other nodes' pushes start reach this one at once (pub/sub), not at its span end.
+        self.subscriber, self.blocks = wire_blocks(
+            storage, self.limiter, clock_ms, self.metrics.registry
+        )
         self.strict_store: StrictStore | None = None
         self.strict = self._strict_decider(settings, storage)
         self.handler = RateLimitHandler(
@@ -101,9 +106,10 @@ class Sidecar:
         self.overrides = keeper_for(
             settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
         )
-        # Shared overrides: a change announced on Redis is read at once (server/override_sync.py).
-        self.override_subscriber, self.follower = follow_overrides(
-            storage, self.overrides, clock_ms
+        # Shared overrides: a change announced on Redis is read at once (server/override_sync.py),
+        # on the node's one pub/sub connection (made above for blocks when counts go to Redis).
+        self.subscriber, self.follower = follow_overrides(
+            storage, self.overrides, clock_ms, self.subscriber
         )
         self.admin = AdminServer(settings, self.overrides, clock_ms, self.metrics)
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
@@ -173,8 +179,8 @@ class Sidecar:
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
         self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
-        if self.override_subscriber is not None:
-            self._tasks.append(asyncio.create_task(self.override_subscriber.run(), name="sub"))
+        if self.subscriber is not None:
+            self._tasks.append(asyncio.create_task(self.subscriber.run(), name="subscriber"))
         # Everything built so far (rules, protobuf descriptors, metrics) lives until exit: move it
         # out of the cyclic collector's reach, so its collections scan only what requests create.
         gc.freeze()
@@ -228,8 +234,8 @@ class Sidecar:
         self.sync.stop()
         self.watcher.stop()
         self.overrides.stop()
-        if self.override_subscriber is not None:
-            self.override_subscriber.stop()
+        if self.subscriber is not None:
+            self.subscriber.stop()
         for task in self._tasks:
             await task
         lost = await self.sync.flush()

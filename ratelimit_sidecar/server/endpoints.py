@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Protocol
 
 from ratelimit_sidecar.config.model import Rule, RuleSet
@@ -37,6 +38,7 @@ def rule_view(rule: Rule) -> dict[str, object]:
             "spans": limit.spans,
             "cooldown_ms": limit.cooldown,
             "cooldown_window_end": limit.cooldown_window_end,
+            "penalty": None if limit.penalty is None else asdict(limit.penalty),
             "name": limit.name,
         },
         "unlimited": rule.unlimited,

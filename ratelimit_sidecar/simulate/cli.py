@@ -10,10 +10,16 @@ from pathlib import Path
 
 from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.simulate.metrics import Summary
-from ratelimit_sidecar.simulate.params import SimParams, parse_duration_ms
+from ratelimit_sidecar.simulate.params import (
+    SimParams,
+    StormParams,
+    parse_duration_ms,
+    parse_penalty,
+)
 from ratelimit_sidecar.simulate.report import render
 from ratelimit_sidecar.simulate.runner import Run, run_scenario
 from ratelimit_sidecar.simulate.scenarios import SCENARIOS
+from ratelimit_sidecar.simulate.storm import SCENARIO as STORM
 from ratelimit_sidecar.simulate.variants import BASELINES, SYSTEMS, VARIANTS, system_for
 
 ALGORITHMS = [name.text for name in AlgorithmName]
@@ -25,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="ratelimit-sidecar simulate", description=__doc__, epilog=EPILOG
     )
-    ap.add_argument("--scenario", default="all", help=f"all, or some of: {', '.join(SCENARIOS)}")
+    names = ", ".join([*SCENARIOS, STORM])
+    ap.add_argument("--scenario", default="all", help=f"all, or some of: {names}")
     ap.add_argument("--algorithm", choices=(*ALGORITHMS, "all"), help="per-rule view (see docs)")
     ap.add_argument("--burst", type=int, default=0, help="token bucket capacity (0: MAX)")
     ap.add_argument("--nodes", type=int, default=d.nodes, help="sidecars (default %(default)s)")
@@ -52,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--plot", metavar="FILE.png", help="offered vs admitted per span")
     ap.add_argument("--plot-from", type=int, default=0, help="first window plotted")
     ap.add_argument("--plot-windows", type=int, default=20, help="windows plotted")
+    ap.add_argument("--penalty", type=_penalty, help="FACTOR,MAX,FORGIVE_AFTER, e.g. 2,80s,60s")
+    ap.add_argument("--clients", type=_clients, help=f"{STORM}: OBEDIENT,HAMMERING (16,4)")
+    ap.add_argument("--client-load", type=float, help=f"{STORM}: each client's load (1.5)")
     ap.add_argument("--list", action="store_true", help="list scenarios and systems, then exit")
     return ap
 
@@ -71,6 +81,29 @@ def _weights(text: str) -> tuple[float, ...]:
     if not values or any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError("weights must be positive numbers, e.g. 60,30,10")
     return values
+
+
+def _penalty(text: str) -> object:
+    try:
+        return parse_penalty(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _clients(text: str) -> tuple[int, int]:
+    obedient, sep, hammering = text.partition(",")
+    if not sep or not (obedient.isdigit() and hammering.isdigit()):
+        raise argparse.ArgumentTypeError("expected OBEDIENT,HAMMERING, e.g. 16,4")
+    return int(obedient), int(hammering)
+
+
+def _storm(args: argparse.Namespace) -> StormParams:
+    storm = StormParams()
+    if args.clients is not None:
+        storm = replace(storm, obedient=args.clients[0], hammering=args.clients[1])
+    if args.client_load is not None:
+        storm = replace(storm, client_load=args.client_load)
+    return storm
 
 
 def _params(args: argparse.Namespace) -> SimParams:
@@ -93,6 +126,7 @@ def _params(args: argparse.Namespace) -> SimParams:
         burst=args.burst,
         rlqs_gateways=args.rlqs_gateways,
         rlqs_outage=args.rlqs_outage,
+        penalty=args.penalty,
     )
 
 
@@ -132,6 +166,7 @@ def _systems(args: argparse.Namespace) -> list[str]:
 def _listing() -> str:
     lines = ["scenarios:"]
     lines += [f"  {name:13s} {d.about}" for name, d in SCENARIOS.items()]
+    lines += [f"  {STORM:13s} clients that retry on 429: obedient and hammering (not in all)"]
     lines += ["systems (combine variants with +, e.g. admitted+redis-time):"]
     lines += [f"  {name:13s} {s.about}" for name, s in SYSTEMS.items()]
     return "\n".join(lines)
@@ -178,6 +213,13 @@ def main(argv: Sequence[str]) -> int:
     names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
     try:
         base, systems = _params(args), _systems(args)
+        if names == [STORM]:
+            from ratelimit_sidecar.simulate.stormrun import storm_report
+
+            for algorithm in _algorithms(args):
+                params = replace(base, algorithm=algorithm)
+                print(storm_report(params, _storm(args), args.repeat, args.format, args.plot))
+            return 0
         if args.plot:
             from ratelimit_sidecar.simulate.plot import pyplot
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
+from ratelimit_sidecar.config.model import AlgorithmName, Penalty, RateLimit, Rule, Unit
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _SCALE_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
@@ -50,6 +50,7 @@ class SimParams:
     burst: int = 0  # a token bucket's capacity; 0: one window's worth (MAX)
     rlqs_gateways: int | None = None  # RLQS systems: this many gateways (the first) on RLQS
     rlqs_outage: tuple[int, int] | None = None  # ms after the start: RLQS server unreachable
+    penalty: Penalty | None = None  # progressive penalties on the rule (core/penalty.py)
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.max < 1 or self.windows < 1:
@@ -100,13 +101,23 @@ def build_rule(  # noqa: PLR0917 - mirrors the limit's own fields, each named at
     cooldown_ms: int,
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW,
     burst: int = 0,
+    *,
+    penalty: Penalty | None = None,
 ) -> Rule:
     """The one rule every simulated request hits, built as the config loader would."""
     limit: RateLimit
     if window_ms % 1000 == 0:
         seconds = window_ms // 1000
         limit = RateLimit(
-            max_, Unit.SECOND, seconds, "sim", spans, cooldown_ms, algorithm=algorithm, burst=burst
+            max_,
+            Unit.SECOND,
+            seconds,
+            "sim",
+            spans,
+            cooldown_ms,
+            algorithm=algorithm,
+            burst=burst,
+            penalty=penalty,
         )
     else:
         limit = MsRateLimit(
@@ -117,6 +128,7 @@ def build_rule(  # noqa: PLR0917 - mirrors the limit's own fields, each named at
             cooldown_ms=cooldown_ms,
             algorithm=algorithm,
             burst=burst,
+            penalty=penalty,
             exact_window_ms=window_ms,
         )
     return Rule("sim", (("client", ""),), limit)
@@ -129,4 +141,43 @@ def rule_for(p: SimParams, share: int = 1) -> Rule:
     max_ = max(1, p.max // share)
     bucket = p.algorithm is AlgorithmName.TOKEN_BUCKET
     burst = max(1, p.burst // share) if p.burst and bucket else 0
-    return build_rule(max_, p.window_ms, p.spans, p.cooldown_ms, p.algorithm, burst)
+    return build_rule(
+        max_, p.window_ms, p.spans, p.cooldown_ms, p.algorithm, burst, penalty=p.penalty
+    )
+
+
+def parse_penalty(text: str) -> Penalty:
+    """`FACTOR,MAX,FORGIVE_AFTER`, e.g. `2,80s,60s`: as a rule's `penalty:` mapping."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) != 3:
+        raise ValueError(f"penalty {text!r}: expected FACTOR,MAX,FORGIVE_AFTER, e.g. 2,80s,60s")
+    factor = float(parts[0])
+    if factor < 1:
+        raise ValueError(f"penalty {text!r}: the factor must be at least 1")
+    return Penalty(factor, parse_duration_ms(parts[1]), parse_duration_ms(parts[2]))
+
+
+def penalty_text(penalty: Penalty | None) -> str:
+    if penalty is None:
+        return "off"
+    most, forgive = penalty.max_ms / 1000, penalty.forgive_after_ms / 1000
+    return f"x{penalty.factor:g} max {most:g}s forgive {forgive:g}s"
+
+
+@dataclass(frozen=True)
+class StormParams:
+    """The `retry_storm` scenario's clients (simulate/storm.py): who they are and how they
+    behave on a 429."""
+
+    obedient: int = 16
+    hammering: int = 4
+    client_load: float = 1.5  # each client's fresh requests over its key's limit
+    hammer_gap_ms: int = 20  # a hammering client's pause between retries
+    hammer_tries: int = 100  # retries of one request before a hammering client drops it
+    obedient_tries: int = 10  # the same for an obedient client (each after its Retry-After)
+
+    def __post_init__(self) -> None:
+        if self.obedient < 0 or self.hammering < 0 or self.obedient + self.hammering < 1:
+            raise ValueError("retry_storm needs at least one client")
+        if self.client_load <= 0 or self.hammer_gap_ms < 1:
+            raise ValueError("client load must be > 0 and the hammer gap at least 1 ms")

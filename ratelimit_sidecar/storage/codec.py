@@ -29,9 +29,10 @@ from typing import Any, NamedTuple
 
 from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a key to
 
-from ratelimit_sidecar.config.model import AlgorithmName
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import shared_rules as rules
+from ratelimit_sidecar.storage.blocks import BLOCKS
 from ratelimit_sidecar.storage.errors import StoreUnreadable
 from ratelimit_sidecar.storage.keys import (
     KeySchema,
@@ -112,6 +113,7 @@ class SyncCodec:
         self, keys: KeySchema, *, cluster: bool, node_id: str = "", node_ttl_ms: int = 0
     ) -> None:
         self.keys = keys
+        self.blocks_channel = keys.channel(BLOCKS)  # where the scripts announce a new block
         self.cluster = cluster
         self.node_id = node_id
         self.node_ttl_ms = node_ttl_ms
@@ -185,7 +187,7 @@ class SyncCodec:
         entry = SCRIPT_ENTRIES[first.limit.algorithm]
         entries = [entry(pushes[index]) for index in chunk]
         route = self.keys.counter(first.key, first.window)
-        return (1, route, self.keys.prefix, ";".join(entries))
+        return (1, route, self.keys.prefix, ";".join(entries), self.blocks_channel)
 
     def commands(self, batch: SyncBatch) -> list[Command]:
         """The reads, the store's clock and the heartbeat, in the order of `Replies`."""
@@ -217,7 +219,8 @@ def fixed_entry(push: Push) -> str:
     key, limit = push.key, push.limit
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{push.count}|"
-        f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}"
+        f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}|"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
@@ -226,7 +229,8 @@ def sliding_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{span_stem(key)}|"
         f"{rules.pushed_span(push)}|{push.count}|{rules.window_ttl_ms(limit)}|"
-        f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}"
+        f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}|"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
 
 
@@ -235,8 +239,18 @@ def bucket_entry(push: Push) -> str:
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.count}|"
         f"{rules.window_ttl_ms(limit)}|{limit.window_ms}|{limit.requests_per_unit}|"
-        f"{limit.capacity}|{limit.cooldown}"
+        f"{limit.capacity}|{limit.cooldown}|"
+        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
+
+
+def penalty_spec(limit: RateLimit, wanted: int, blocking: int = -1) -> str:
+    """A penalised limit's "factor/max_ms/forgive_after_ms/wanted/blocking" (penalty.lua), else
+    ""."""
+    penalty = limit.penalty
+    if penalty is None:
+        return ""
+    return f"{penalty.factor!r}/{penalty.max_ms}/{penalty.forgive_after_ms}/{wanted}/{blocking}"
 
 
 SCRIPT_ENTRIES: dict[AlgorithmName, Callable[[Push], str]] = {
@@ -295,9 +309,14 @@ def script_answers(reply: Any, keys: int) -> list[str]:
 
 def push_result(answer: str, with_spans: bool = False) -> PushResult:
     """One key's "total,left" ("total,left,t1 t2 ... tN" for a sliding window: its span
-    totals, oldest first), or "E:<reason>" when nothing was applied for it."""
+    totals, oldest first), then "|level|block_level" for a penalised key, or "E:<reason>"
+    when nothing was applied for it."""
     if answer.startswith(KEY_ERROR):
         return PushResult(0, 0, error=answer[len(KEY_ERROR) :] or "error")
+    level = block_level = -1
+    if "|" in answer:
+        answer, levels, blocked_at = answer.split("|")
+        level, block_level = int(levels), int(blocked_at)
     spans: tuple[int, ...] = ()
     if with_spans:
         total, left, span_totals = answer.split(",")
@@ -305,7 +324,7 @@ def push_result(answer: str, with_spans: bool = False) -> PushResult:
     else:
         total, left = answer.split(",")
     # A flag without a TTL (-1, never written by the script) must not block forever.
-    return PushResult(int(total), max(0, int(left)), spans=spans)
+    return PushResult(int(total), max(0, int(left)), "", spans, level, max(0, block_level))
 
 
 def number(reply: Any) -> int:

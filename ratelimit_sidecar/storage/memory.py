@@ -7,6 +7,7 @@ from collections.abc import Callable
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import KeyId, Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import shared_rules as rules
+from ratelimit_sidecar.storage.memorypenalty import Penalties
 
 PURGE_EVERY = 64  # batches between sweeps of expired counters
 UNSYNCABLE = "sliding_log is never synced per span"  # a push the config should have refused
@@ -26,6 +27,7 @@ class MemoryStorage:
         self._counters: dict[CounterName, tuple[int, int]] = {}  # -> (value, expires)
         self._buckets: dict[KeyId, tuple[float, int]] = {}  # -> (TAT, expires)
         self._flags: dict[KeyId, int] = {}  # -> expires
+        self._penalties = Penalties()  # levels and their blocks' levels (sync_common.lua)
         self._nodes: dict[str, int] = {}  # node id -> last heartbeat
         self._node_ttl_ms = node_ttl_ms
         self.round_trips = 0
@@ -68,6 +70,8 @@ class MemoryStorage:
             total = self._bucket(push, now)
         else:
             total = window_total
+        if push.limit.penalty is not None:
+            return self._penalties.push(push, total, spans, now)
         return PushResult(total, self._flag(push.key, push.limit, total, now), spans=spans)
 
     def _spans(self, push: Push, now: int) -> tuple[int, ...]:
@@ -113,3 +117,4 @@ class MemoryStorage:
         self._counters = {k: v for k, v in self._counters.items() if now < v[1]}
         self._buckets = {k: v for k, v in self._buckets.items() if now < v[1]}
         self._flags = {k: t for k, t in self._flags.items() if now < t}
+        self._penalties.purge(now)

@@ -5,13 +5,20 @@
 -- ARGV[1]  the key prefix
 -- ARGV[2]  a token unique to this call (sliding log members are "<token>:<n>")
 -- ARGV[3]  one entry per limit, joined by ";":
---          "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow"
+--          "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow|penalty"
 --          algorithm: 0 fixed window, 1 sliding window, 2 token bucket, 3 sliding log;
 --          base: the counter's name after its tag, without its last part (keys.py:
 --          counter_suffix(key, "")); hits may be 0 (check only) or negative (quota given back);
 --          cooldown_ms > 0: a refusal of hits starts a block for that long (the shared flag,
 --          SET NX), as the same count in the limiter's own rule would;
---          shadow 1: a refusal is reported but does not stop the call from counting.
+--          shadow 1: a refusal is reported but does not stop the call from counting;
+--          penalty: empty, or "factor/max_ms/forgive_after_ms/0/-1" (penalty.lua, which runs
+--          first): a block starts at the key's level, and a request refused by a block that
+--          has run for the grace, more than the grace before its end, is an offence (its
+--          first refusal, which started it, told the client): the level goes to the block's
+--          level + 1 (core/penalty.py).
+-- ARGV[4]  the channel a block started here is announced on, as the sync scripts do
+--          (sync_common.lua, storage/blocks.py); '' or absent: none
 --
 -- All or nothing: the hits are counted only if no limit refuses them (a shadow limit's refusal
 -- does not count as one); then every limit counts them, shadow ones included. Key names and
@@ -23,8 +30,8 @@
 -- A shared block flag (set by a refusal here or by the eventual sync's cooldown) refuses until
 -- it expires.
 
-local prefix, token = ARGV[1], ARGV[2]
-local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])$'
+local prefix, token, blocks_channel = ARGV[1], ARGV[2], ARGV[4] or ''
+local entry = '^(%d)|([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([01])|([^|]*)$'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -33,17 +40,17 @@ local function ceil(x)
 end
 
 local function parse(text)
-  local alg, digest, base, hits, max, window, spans, capacity, cooldown, shadow =
+  local alg, digest, base, hits, max, window, spans, capacity, cooldown, shadow, penalty =
     string.match(text, entry)
   if not alg then
     return redis.error_reply('malformed strict entry')
   end
   local tag = prefix .. '{' .. digest .. '}'
   return {
-    alg = tonumber(alg), tag = tag, name = tag .. base, flag = tag .. ':block',
+    alg = tonumber(alg), digest = digest, tag = tag, name = tag .. base, flag = tag .. ':block',
     hits = tonumber(hits), max = tonumber(max), window = tonumber(window),
     spans = tonumber(spans), capacity = tonumber(capacity), cooldown = tonumber(cooldown),
-    shadow = shadow == '1',
+    shadow = shadow == '1', penalty = penalty_of(penalty),
   }
 end
 
@@ -81,10 +88,13 @@ function sliding.check(l)
   l.ends = span_start(cur + 1, l) - now -- ms until the current span ends
   l.inside = l.ends - 1 -- ms of the old span still in the trailing window (now - W, now]
   l.len = span_start(cur + 1, l) - span_start(cur, l)
+  l.cur, l.counts = cur, {} -- counts[s]: span s of the trailing window and the one leaving it
   l.recent, l.old = 0, tonumber(redis.call('GET', l.name .. 's' .. (cur - l.spans)) or '0')
+  l.counts[cur - l.spans] = l.old
   l.own = tonumber(redis.call('GET', l.key) or '0')
   for s = cur - l.spans + 1, cur do
-    l.recent = l.recent + tonumber(redis.call('GET', l.name .. 's' .. s) or '0')
+    l.counts[s] = tonumber(redis.call('GET', l.name .. 's' .. s) or '0')
+    l.recent = l.recent + l.counts[s]
   end
   -- recent + hits + old * inside / len <= max, in integers (core/sliding_window.py)
   l.fits = l.hits <= 0 or (l.recent + l.hits) * l.len + l.old * l.inside <= l.max * l.len
@@ -95,16 +105,37 @@ function sliding.count(l)
   redis.call('PEXPIRE', l.key, l.window + 2 * ceil(l.window / l.spans))
   l.recent = l.recent + delta
 end
+-- A refusal's wait: the first moment the hits fit if nobody sends more, span by span as the
+-- spans leave the window, the oldest one gradually (core/trailing_wait.py).
+local function sliding_wait(l)
+  if l.hits > l.max then
+    return l.window -- never fits: as long as a window
+  end
+  for step = 0, l.spans do
+    local s = l.cur + step
+    local first, after = span_start(s, l), span_start(s + 1, l)
+    local at = math.max(now, first)
+    local whole = 0
+    for j = s - l.spans + 1, l.cur do
+      whole = whole + (l.counts[j] or 0)
+    end
+    local oldest = l.counts[s - l.spans] or 0
+    local room = (l.max - whole - l.hits) * (after - first)
+    if room >= 0 and oldest * (after - 1 - at) <= room then
+      return math.max(1, at - now)
+    end
+    if room >= 0 then -- later in this span, once enough of the oldest span is out
+      return math.max(1, after - 1 - math.floor(room / oldest) - now)
+    end
+  end
+  return l.window
+end
 function sliding.answer(l)
   local free = l.max * l.len - l.recent * l.len - l.old * l.inside
   if l.fits then
     return math.max(0, math.floor(free / l.len)), l.ends
   end
-  local need = l.hits * l.len - free -- in hit-ms: what the old span must still give up
-  if l.old > 0 and l.hits + l.recent <= l.max and need <= l.old * l.inside then
-    return 0, math.max(1, ceil(need / l.old))
-  end
-  return 0, l.ends -- not before the current span ends: asked again then
+  return 0, sliding_wait(l)
 end
 
 -- Token bucket (GCRA): the theoretical arrival time TAT; each hit moves it T = window/rate on.
@@ -173,6 +204,17 @@ end
 
 local algorithms = { [0] = fixed, [1] = sliding, [2] = bucket, [3] = log }
 
+-- A request refused by the running block of a penalised limit (core/penalty.py, 2. and 3.).
+local function offended(l)
+  local at = stored_level(l.flag)
+  local ran = penalised_ms(l.cooldown, l.penalty, at) - l.block
+  local grace = grace_ms(l.cooldown)
+  if ran >= grace and l.block > grace then
+    local wanted = math.min(at + 1, top_level(l.cooldown, l.penalty))
+    penalty_level(l.tag, l.penalty, wanted)
+  end
+end
+
 local limits, refused = {}, false
 for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   local l = parse(text)
@@ -185,9 +227,20 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   l.block = redis.call('PTTL', l.flag)
   if l.block > 0 then -- as an eventual key under a block: refused, even a check
     l.fits = false
+    if l.penalty and l.hits > 0 and not l.shadow then
+      offended(l)
+    end
   elseif not l.fits and l.hits > 0 and l.cooldown > 0 then -- over: the cooldown starts now
-    redis.call('SET', l.flag, '1', 'PX', l.cooldown, 'NX')
-    l.block = l.cooldown
+    local level, ms = 0, l.cooldown
+    if l.penalty then
+      level = penalty_level(l.tag, l.penalty, 0)
+      ms = penalised_ms(l.cooldown, l.penalty, level)
+    end
+    redis.call('SET', l.flag, l.penalty and level or '1', 'PX', ms, 'NX')
+    l.block = ms
+    if blocks_channel ~= '' then -- every node refuses the key at once (its eventual checks too)
+      redis.pcall('PUBLISH', blocks_channel, l.digest .. '|' .. ms .. '|' .. level) -- best effort
+    end
   end
   refused = refused or (not l.fits and not l.shadow)
   limits[#limits + 1] = l

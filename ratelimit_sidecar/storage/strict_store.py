@@ -29,11 +29,15 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.types import KeyId
+from ratelimit_sidecar.storage.codec import penalty_spec
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
 from ratelimit_sidecar.storage.keys import counter_suffix, digest
 from ratelimit_sidecar.storage.redis_store import RedisStorage, sent_error
 
-STRICT_SCRIPT = resources.files(__package__).joinpath("strict.lua").read_text(encoding="utf-8")
+STRICT_SCRIPT = "\n".join(
+    resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    for name in ("penalty.lua", "strict.lua")  # penalty.lua: what strict.lua calls for penalties
+)
 STRICT_SHA = hashlib.sha1(STRICT_SCRIPT.encode("utf-8")).hexdigest()
 
 
@@ -63,6 +67,7 @@ class StrictStore:
     def __init__(self, storage: RedisStorage) -> None:
         self.client = storage.client
         self.keys = storage.keys
+        self._blocks_channel = storage.codec.blocks_channel  # the sync scripts' channel
         self.cluster = isinstance(storage.client, RedisCluster)
         # Sliding log members must be unique across the fleet: a random token per process,
         # then a sequence number per call.
@@ -143,7 +148,8 @@ class StrictStore:
     async def _call(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]:
         route = self.keys.flag(checks[0].key)
         token = f"{self._token}.{next(self._calls)}"
-        args = (1, route, self.keys.prefix, token, ";".join(_entry(c) for c in checks))
+        entries = ";".join(_entry(c) for c in checks)
+        args = (1, route, self.keys.prefix, token, entries, self._blocks_channel)
         try:
             try:
                 reply = await self.client.execute_command("EVALSHA", STRICT_SHA, *args)
@@ -155,7 +161,8 @@ class StrictStore:
 
 
 def _entry(check: StrictCheck) -> str:
-    """The script's "algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow"."""
+    """The script's entry: algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|
+    shadow|penalty (strict.lua)."""
     limit, key = check.limit, check.key
     fields = (
         int(limit.algorithm),
@@ -168,6 +175,7 @@ def _entry(check: StrictCheck) -> str:
         limit.capacity,
         limit.cooldown,
         int(check.shadow),
+        penalty_spec(limit, 0),
     )
     return "|".join(str(f) for f in fields)
 

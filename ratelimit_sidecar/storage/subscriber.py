@@ -24,6 +24,7 @@ RETRY_S = 0.5  # first pause after a failure; doubles up to MAX_RETRY_S
 MAX_RETRY_S = 5.0
 QUIET_S = 5.0  # a PING after this long without a message; no answer in as long again: reconnect
 READ_S = 0.5  # longest single wait for a message, so `stop` is seen promptly
+YIELD_EVERY = 32  # messages handled back to back before yielding to the event loop
 Handler = Callable[[bytes], None]
 
 
@@ -69,6 +70,8 @@ class Subscriber:
             except (RedisError, RedisClusterException, OSError) as exc:
                 if self.connected:
                     log.warning("subscription lost (%s); reconnecting", type(exc).__name__)
+                elif self._pause == self._retry_s:  # once per streak (say, an ACL without it)
+                    log.warning("cannot subscribe (%s: %s); retrying", type(exc).__name__, exc)
             except Exception:  # a client bug must not end the subscription for good
                 log.exception("subscription failed; reconnecting")
             if not self._stop.is_set():
@@ -113,12 +116,16 @@ class Subscriber:
         loop = asyncio.get_running_loop()
         heard = loop.time()
         pinged = False
+        handled = 0
         while not self._stop.is_set():
             message = await pubsub.get_message(timeout=READ_S)
             now = loop.time()
             if message is not None:
                 heard, pinged = now, False
                 self._handle(message)
+                handled += 1
+                if handled % YIELD_EVERY == 0:  # a burst is read from the buffer without a
+                    await asyncio.sleep(0)  # pause: let requests in between
             elif now - heard > self._quiet_s * (2 if pinged else 1):
                 if pinged:
                     raise SubscriptionLost("no answer to PING")

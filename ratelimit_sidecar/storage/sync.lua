@@ -1,12 +1,15 @@
 -- One span's deltas for many counters (key names: ratelimit_sidecar/storage/keys.py).
--- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
+-- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
 --
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
 -- ARGV[1]  the key prefix
--- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms" entry per key, joined by ";"
+-- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms|penalty" entry per key, joined by ";"
 --          (counter = prefix{digest}suffix, flag = prefix{digest}:block; count may be 0: the
---          key is only read; negative: quota given back)
+--          key is only read; negative: quota given back; penalty: empty, or
+--          "factor/max_ms/forgive_ms/wanted" (sync_common.lua): the answer then ends with
+--          "|level|block_level")
+-- ARGV[3]  the blocks channel (sync_common.lua)
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left" (the counter after its
 -- INCRBY, and the remaining ms of its block flag, 0 if none), or "E:<reason>" when nothing was
@@ -20,10 +23,10 @@
 -- keys answered "E:", because those were surely not counted.
 
 local prefix = ARGV[1]
-local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)$'
+local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([^|]*)$'
 
 local function push(text)
-  local digest, suffix, count, ttl, max, cooldown = string.match(text, entry)
+  local digest, suffix, count, ttl, max, cooldown, penalty = string.match(text, entry)
   if not digest then
     return 'E:malformed entry'
   end
@@ -38,9 +41,13 @@ local function push(text)
   -- From here on the count is applied: a later failure only costs this key its block flag.
   redis.pcall('PEXPIRE', counter, ttl)
   cooldown = tonumber(cooldown)
+  local p = penalty_of(penalty)
+  if p then -- "total,left|level|block_level" (sync_common.lua)
+    local left, levels = penalised(digest, tag, cooldown, total > tonumber(max), p)
+    return total .. ',' .. left .. levels
+  end
   if total > tonumber(max) and cooldown > 0 then
-    -- NX: the first node to see the crossing starts the cooldown; later pushes don't extend it.
-    redis.pcall('SET', flag, '1', 'PX', cooldown, 'NX')
+    start_block(digest, flag, cooldown)
   end
   -- Read even without a cooldown: a fixed window honours a flag another config set.
   return total .. ',' .. block_left(flag)

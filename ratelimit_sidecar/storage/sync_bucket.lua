@@ -1,15 +1,18 @@
 -- One span's deltas for many token buckets (key names: storage/keys.py; the rules, in the same
--- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
+-- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
 -- order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
 --          share its slot)
 -- ARGV[1]  the key prefix
 -- ARGV[2]  one entry per key, joined by ";":
---          "digest|window_suffix|bucket_suffix|count|window_ttl_ms|window_ms|requests|capacity|cooldown_ms"
+--          "digest|window_suffix|bucket_suffix|count|window_ttl_ms|window_ms|requests|capacity|cooldown_ms|penalty"
 --          TAT = prefix{digest}bucket_suffix (epoch ms, a decimal with 3 places); window counter =
 --          prefix{digest}window_suffix; flag = prefix{digest}:block. count may be 0 (read only)
 --          or negative (tokens given back; the TAT never goes before now).
+--          penalty: empty, or "factor/max_ms/forgive_ms/wanted" (sync_common.lua): then the
+--          answer ends with "|level|block_level".
+-- ARGV[3]  the blocks channel (sync_common.lua)
 --
 -- Returns one answer per entry, in order, joined by ";": "debt,left" (ceil(TAT - now) in ms
 -- after the push, and the remaining ms of the block flag, 0 if none or without a cooldown),
@@ -21,7 +24,7 @@
 -- and a failure after it (window counter, flag) costs that part alone.
 
 local prefix = ARGV[1]
-local entry = '^([^|]+)|([^|]*)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$'
+local entry = '^([^|]+)|([^|]*)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)$'
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
@@ -43,8 +46,8 @@ local function next_tat(state, count, window_ms, requests)
 end
 
 local function push(text)
-  local digest, window_suffix, state, count, window_ttl, window_ms, requests, capacity, cooldown =
-    string.match(text, entry)
+  local digest, window_suffix, state, count, window_ttl, window_ms, requests, capacity, cooldown,
+    penalty = string.match(text, entry)
   if not digest then
     return 'E:malformed entry'
   end
@@ -66,8 +69,13 @@ local function push(text)
   redis.pcall('INCRBY', tag .. window_suffix, count)
   redis.pcall('PEXPIRE', tag .. window_suffix, window_ttl)
   local over = debt > tonumber(capacity) * window_ms / requests
-  local left = cooled(tag .. ':block', tonumber(cooldown), over)
-  return debt .. ',' .. left
+  local p, left, levels = penalty_of(penalty), 0, ''
+  if p then
+    left, levels = penalised(digest, tag, tonumber(cooldown), over, p)
+  else
+    left = cooled(digest, tag .. ':block', tonumber(cooldown), over)
+  end
+  return debt .. ',' .. left .. levels
 end
 
 return answer_each(push)

@@ -1,6 +1,11 @@
 -- What every sync script shares (sync.lua, sync_sliding.lua, sync_bucket.lua): the store puts
 -- this file in front of each one when it loads it (storage/redis_store.py), so the three run
 -- the same error handling, block flag and answer loop.
+--
+-- ARGV[3]  the channel a started block is announced on (storage/blocks.py); '' or absent:
+--          none (ARGV[1] and ARGV[2] are each script's own)
+
+local blocks_channel = ARGV[3] or ''
 
 local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
@@ -21,17 +26,48 @@ local function block_left(flag)
   return left
 end
 
--- Start the cooldown when `over` (NX: the first node to see the crossing starts it; later
--- pushes do not extend it), then the flag's remaining ms. Without a cooldown the limit has no
--- flag: nothing to read (a flag left by an earlier config with one must not block it).
-local function cooled(flag, cooldown, over)
+-- Start a block of `ms` on `digest`'s flag unless one runs (NX: the first node to see the
+-- crossing starts it; later pushes do not extend it). A block that starts is announced at once
+-- to every node as "digest|left_ms|level" (storage/blocks.py; more fields may follow): the
+-- nodes that do not push this span learn it now instead of at their next span end.
+-- A penalised key's flag holds the level its block started at (core/penalty.py), others '1'.
+local function start_block(digest, flag, ms, level)
+  local started = redis.pcall('SET', flag, tostring(level or 1), 'PX', ms, 'NX')
+  if type(started) == 'table' and started.ok and blocks_channel ~= '' then
+    redis.pcall('PUBLISH', blocks_channel, digest .. '|' .. ms .. '|' .. (level or 0))
+  end
+end
+
+-- Start the cooldown when `over` (start_block), then the flag's remaining ms. Without a
+-- cooldown the limit has no flag: nothing to read (a flag left by an earlier config with one
+-- must not block it).
+local function cooled(digest, flag, cooldown, over)
   if cooldown <= 0 then
     return 0
   end
   if over then
-    redis.pcall('SET', flag, '1', 'PX', cooldown, 'NX')
+    start_block(digest, flag, cooldown)
   end
   return block_left(flag)
+end
+
+-- Progressive penalties: penalty_of, penalty_level and penalised_ms are penalty.lua's.
+
+-- `cooled` for a penalised key: a block starts at the key's level, for its length, and the
+-- answer gains "|level|block_level" (the flag's level, 0 without a block) after the flag's
+-- remaining ms.
+local function penalised(digest, tag, cooldown, over, p)
+  local flag = tag .. ':block'
+  local level = penalty_level(tag, p, p.wanted)
+  if over and cooldown > 0 then
+    local at = flag_level(level, p.blocking)
+    start_block(digest, flag, penalised_ms(cooldown, p, at), at)
+  end
+  local left, at = block_left(flag), 0
+  if left > 0 then
+    at = stored_level(flag)
+  end
+  return left, '|' .. level .. '|' .. at
 end
 
 -- Every entry of ARGV[2] (";"-separated) through `push`, the answers joined by ";".

@@ -1,14 +1,17 @@
 -- One span's deltas for many sliding window counters (key names: storage/keys.py; the rules,
--- (Runs after sync_common.lua: failed, reason, block_left, cooled, answer_each.)
+-- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
 -- in the same order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
 --          share its slot)
 -- ARGV[1]  the key prefix
 -- ARGV[2]  one entry per key, joined by ";":
---          "digest|window_suffix|span_stem|span|count|window_ttl_ms|span_ttl_ms|spans|max|cooldown_ms"
+--          "digest|window_suffix|span_stem|span|count|window_ttl_ms|span_ttl_ms|spans|max|cooldown_ms|penalty"
 --          span counter n = prefix{digest}span_stem..n; window counter = prefix{digest}window_suffix;
 --          flag = prefix{digest}:block. count may be 0 (read only) or negative (given back).
+--          penalty: empty, or "factor/max_ms/forgive_ms/wanted" (sync_common.lua): then the
+--          answer ends with "|level|block_level".
+-- ARGV[3]  the blocks channel (sync_common.lua)
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left,t1 t2 ... tN" (t1 .. tN:
 -- the totals of spans span-N+1 .. span, oldest first; total: their sum; left: the remaining ms
@@ -20,7 +23,7 @@
 -- counter, which only feeds the nodes estimate, or the flag) costs that part alone.
 
 local prefix = ARGV[1]
-local entry = '^([^|]+)|([^|]*)|([^|]*)|(%d+)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$'
+local entry = '^([^|]+)|([^|]*)|([^|]*)|(%d+)|(-?%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)$'
 
 -- The totals of the spans before `span` (oldest first), 0 for a gone or unreadable one;
 -- `base` is the span counters' name without the span number.
@@ -41,8 +44,8 @@ local function older_totals(base, span, spans)
 end
 
 local function push(text)
-  local digest, window_suffix, stem, span, count, window_ttl, span_ttl, spans, max, cooldown =
-    string.match(text, entry)
+  local digest, window_suffix, stem, span, count, window_ttl, span_ttl, spans, max, cooldown,
+    penalty = string.match(text, entry)
   if not digest then
     return 'E:malformed entry'
   end
@@ -62,8 +65,13 @@ local function push(text)
   for i = 1, #totals do
     total = total + totals[i]
   end
-  local left = cooled(tag .. ':block', tonumber(cooldown), total > tonumber(max))
-  return total .. ',' .. left .. ',' .. table.concat(totals, ' ')
+  local over, p, left, levels = total > tonumber(max), penalty_of(penalty), 0, ''
+  if p then
+    left, levels = penalised(digest, tag, tonumber(cooldown), over, p)
+  else
+    left = cooled(digest, tag .. ':block', tonumber(cooldown), over)
+  end
+  return total .. ',' .. left .. ',' .. table.concat(totals, ' ') .. levels
 end
 
 return answer_each(push)

@@ -160,7 +160,10 @@ async def test_sliding_window_weights_the_span_before_the_trailing_window(
     assert answer.remaining == max(0, int(expected // 1))
     big = await one(store, StrictCheck(k, limit, 70, False))
     assert not big.fits  # 31 + 70 > 100 whatever the old span's weight
-    assert big.reset_ms == (cur + 1) * span_ms - big.now_ms
+    # Retry-After: 70 fit once the 30 of span cur - 1 are mostly out of the window, in span
+    # cur + 5 (the current span's 1 still counts): 30 x (ms still inside) <= 29 x span_ms.
+    fits_at = (cur + 6) * span_ms - 1 - (29 * span_ms) // 30
+    assert big.reset_ms == fits_at - big.now_ms
 
 
 async def test_token_bucket_spends_and_refills_by_redis_time(store: StrictStore) -> None:
@@ -276,5 +279,9 @@ async def test_every_algorithm_agrees_with_its_core_module(store: StrictStore, n
         seen = (index, sent[: index + 1], answers[: index + 1], verdict)
         assert answer.fits == (verdict.code is Code.OK), seen
         assert answer.remaining == verdict.remaining, (index, answer, verdict)
+        # Retry-After, the same wait (without a cooldown: the script's block flag starts at
+        # its own refusals, the local core's at its span ends)
+        if not answer.fits and hits > 0 and limit.cooldown == 0:
+            assert answer.reset_ms == verdict.reset_ms, (index, answer, verdict)
         refused += not answer.fits
     assert refused > 0 and len(answers) > 20  # the sequence did reach the limit

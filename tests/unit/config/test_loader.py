@@ -291,7 +291,7 @@ def test_reference_defaults_missing_requests_per_unit_and_empty_value(tmp_path: 
 UNITS = "second, minute, hour, day, week, month, year"
 RATE_LIMIT_KEYS = (
     "unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, spans, cooldown,"
-    " algorithm, burst, consistency, on_store_failure"
+    " algorithm, burst, consistency, on_store_failure, penalty"
 )
 DESCRIPTOR_KEYS = (
     "key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric,"
@@ -373,7 +373,9 @@ EXPECTED_ERRORS: dict[str, list[str]] = {
         "6: descriptors[0].rate_limit.requests_per_minute: unknown key"
         f" (allowed here: {RATE_LIMIT_KEYS})"
     ],
-    "unknown_key_root.yaml": ["2: descriptor: unknown key (allowed here: domain, descriptors)"],
+    "unknown_key_root.yaml": [
+        "2: descriptor: unknown key (allowed here: domain, descriptors, penalty)"
+    ],
     "unlimited_with_unit.yaml": [
         "7: descriptors[0].rate_limit.unit: must not be set when unlimited is true",
         "8: descriptors[0].rate_limit.requests_per_unit: must not be set when unlimited is true",

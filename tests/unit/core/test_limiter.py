@@ -22,7 +22,8 @@ def test_admits_up_to_the_limit_then_blocks_for_the_cooldown() -> None:
     assert codes == [Code.OK, Code.OK, Code.OK, Code.OVER_LIMIT]
     blocked = limiter.hit(T0 + 499, [hit(r)])
     assert blocked.code is Code.OVER_LIMIT
-    assert blocked.verdicts[0].reset_ms == 3 + 500 - 499
+    # The block ends at T0 + 503, but the window stays full until T0 + 1000: the retry waits.
+    assert blocked.verdicts[0].reset_ms == 1000 - 499
     assert limiter.hit(T0 + 1003, [hit(r)]).code is Code.OK  # block over, new window
 
 
@@ -298,7 +299,9 @@ def test_an_estimate_over_max_rejects_the_request_but_starts_no_cooldown() -> No
     assert [limiter.hit(T0 + i, [hit(r)]).code for i in range(10)] == [Code.OK] * 10
     rejected = limiter.hit(T0 + 100, [hit(r)])
     assert rejected.code is Code.OVER_LIMIT
-    assert rejected.verdicts[0].reset_ms == 400  # retry after the next sync, at T0 + 500
+    # Retry-After: the window's end, when a retry surely fits (the next sync, at T0 + 500,
+    # may admit it sooner, but an estimate over MAX most often means the window is full).
+    assert rejected.verdicts[0].reset_ms == 900
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.blocked_until == 0 and state.rejected == 1
     batch = limiter.end_span(T0 + 500)

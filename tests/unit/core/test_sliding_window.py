@@ -288,7 +288,9 @@ def test_a_fallback_over_max_blocks_when_a_cooldown_is_set() -> None:
     limiter.algorithm_of(state).set_nodes(state, 2.0)  # the fleet grew: 100 x 2 > MAX
     stats = limiter.apply_sync(T0 + 250, limiter.end_span(T0 + 250), None)
     assert stats.blocked_keys == 1
-    assert limiter.hit(T0 + 260, [hit(r)]).verdicts[0].reset_ms == 290
+    # Blocked until T0 + 550, but the 100 hits (x 2) of span 0 leave room for one more (x 2)
+    # only once 98/200 of that span is left inside the window: at T0 + 1249 - 122 = T0 + 1127.
+    assert limiter.hit(T0 + 260, [hit(r)]).verdicts[0].reset_ms == 1127 - 260
 
 
 def test_a_window_boundary_roll_before_the_sync_loses_no_span() -> None:

@@ -47,10 +47,10 @@ def test_a_sliding_entry_names_its_span_and_the_span_ttl() -> None:
     key: KeyId = ("gw", "ip", "1.2.3.4")
     pushes = [Push(key, W, 3, SLIDING, W * 4 + 2), Push(key, W, -1, SLIDING)]
     encoded = codec().encode(SyncBatch(NOW, pushes))
-    numkeys, route, prefix, packed = encoded.script_args[0]
+    numkeys, route, prefix, packed, _channel = encoded.script_args[0]
     assert (numkeys, route, prefix) == (1, KEYS.counter(key, W), "t:")
     first, last_span = packed.split(";")
-    assert first == f"{digest(key)}|:gw:ip:{W}|:gw:ip:s|{W * 4 + 2}|3|120000|90000|4|10|0"
+    assert first == f"{digest(key)}|:gw:ip:{W}|:gw:ip:s|{W * 4 + 2}|3|120000|90000|4|10|0|"
     assert last_span.split("|")[3:5] == [str(W * 4 + 3), "-1"]  # span -1: the window's last
     assert encoded.layout.scripts == (SLIDING_,)
 
@@ -59,7 +59,7 @@ def test_a_bucket_entry_carries_the_token_time_parts_and_capacity() -> None:
     key: KeyId = ("gw", "user", "u1")
     encoded = codec().encode(SyncBatch(NOW, [Push(key, W, 2, BUCKET)]))
     entry = encoded.script_args[0][3]
-    assert entry == f"{digest(key)}|:gw:user:{W}|:gw:user:tb|2|120000|60000|7|20|0"
+    assert entry == f"{digest(key)}|:gw:user:{W}|:gw:user:tb|2|120000|60000|7|20|0|"
     assert encoded.layout.scripts == (BUCKET_,)
 
 

@@ -1,0 +1,85 @@
+"""A sliding window's Retry-After (core/sliding_window.py): how long until a refused request
+fits in the trailing window if nobody sends more, and never before the key's block ends.
+
+Spans leave the trailing window one by one, the oldest one gradually (its weight is the share
+of its milliseconds still inside). The wait walks them: at each span start from now on, the
+spans still wholly inside plus the weighted oldest one must leave room for the request's hits,
+scaled by `nodes` as the request check scales them. strict.lua walks the same way.
+
+Under a block every refusal asks again, and the walk costs about 10 µs: a blocked key keeps
+the answer (`KeyState.retry_memo`) until its counts change (a store answer, a new `nodes`, own
+hits counted) or its block does.
+"""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.spans import span_bounds, span_number
+
+NEVER_DRAINED = 2**62
+
+
+def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    """A refusal's Retry-After: the later of the block's end and the time `hits` fit (a
+    cooldown shorter than the time the window takes to drain waits for the drain)."""
+    blocked_until = state.blocked_until
+    if hits <= 0 or blocked_until >= _drained_at(state, hits):  # it fits by the block's end
+        return max(blocked_until, now_ms) - now_ms
+    memo = state.retry_memo
+    if memo is not None and memo[:3] == (blocked_until, state.pending, hits):
+        return max(blocked_until, memo[3], now_ms) - now_ms
+    fits_at = now_ms + _wait_ms(state, hits, now_ms)
+    if now_ms < blocked_until:
+        state.retry_memo = (blocked_until, state.pending, hits, fits_at)
+    return max(blocked_until, fits_at) - now_ms
+
+
+def _drained_at(state: KeyState, hits: int) -> int:
+    """When every span counted so far has left the trailing window (0: none counted); `hits`
+    more than MAX never fit, as if never drained."""
+    limit = state.limit
+    if hits * state.check_nodes > limit.requests_per_unit:
+        return NEVER_DRAINED
+    counted = (state.fleet_spans, state.own_spans)
+    newest = max((c.newest for c in counted if c is not None), default=-1)
+    if newest < 0:
+        return 0
+    return span_bounds(newest + limit.spans, limit)[1] - 1
+
+
+def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    """How long until `hits` more fit if nobody sends more: the first moment, span by span,
+    when the spans still inside (the oldest one weighted) leave room for them."""
+    limit = state.limit
+    extra, max_hits = hits * state.check_nodes, limit.requests_per_unit
+    if extra > max_hits:
+        return limit.window_ms  # never fits: as long as a window
+    span = span_number(now_ms, limit)
+    first = span - limit.spans  # counts[i] is span first + i
+    counts = [_span_count(state, j) for j in range(first, _newest(state, span) + 1)]
+    for step in range(len(counts) + 1):
+        start, end = span_bounds(span + step, limit)
+        at = max(now_ms, start)
+        oldest = counts[step] if step < len(counts) else 0
+        room = (max_hits - sum(counts[step + 1 :]) - extra) * (end - start)
+        if room >= 0 and oldest * (end - 1 - at) <= room:
+            return at - now_ms
+        if room >= 0:  # later in this span, once enough of the oldest span is out
+            return end - 1 - int(room // oldest) - now_ms
+    return limit.window_ms  # not reached: the last step has nothing left to count
+
+
+def _span_count(state: KeyState, span: int) -> float:
+    """One span's count in the trailing window, as the request check estimates it."""
+    fleet, own = state.fleet_spans, state.own_spans
+    counted = own.get(span) * state.check_nodes if own is not None else 0
+    if fleet is not None:
+        counted += fleet.estimate(span)
+    return counted
+
+
+def _newest(state: KeyState, span: int) -> int:
+    """The newest span with a count, or `span` if later (a store's answer may count a later
+    span: a retried push lands in the last span of its window)."""
+    held = [c.newest for c in (state.fleet_spans, state.own_spans) if c is not None]
+    return max([span, *held])

@@ -1,0 +1,125 @@
+"""Blocks announced by Redis: the message the scripts publish, and which tracked key it names.
+
+When a sync script (sync_common.lua `start_block`) or a strict check (strict.lua) starts a
+block, it publishes on `KeySchema.channel(BLOCKS)`::
+
+    <digest>|<left_ms>|<level>[|more fields...]
+
+`digest` is the key's (keys.py: the hash tag of its counters and flag; values never go out in
+clear), `left_ms` the block's length as set (the flag's PX; Redis TIME based, and relative, so
+a node's clock skew does not matter), `level` the penalty level it was started with (0 without
+penalties). Readers ignore fields they do not know, so later versions can add some.
+
+A message names a key by digest, the limiter tracks keys by KeyId: `DigestIndex` maps one to
+the other beside the key table, off the request path (see its docstring).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from ratelimit_sidecar.core.keytable import KeyTable
+from ratelimit_sidecar.core.types import KeyId
+from ratelimit_sidecar.storage.keys import DIGEST_HEX, digest
+
+BLOCKS = "blocks"  # the channel name, under the deployment's prefix (KeySchema.channel)
+MAX_MESSAGE = 256  # bytes: anything longer is not ours
+STALE_SLACK = 1024  # index entries allowed beyond twice the table before a rebuild
+MAX_CATCH_UP = 500  # new keys one lookup may hash (1-5 ms); beyond, a rebuild in slices
+REBUILD_STEP = 500  # keys a rebuild hashes between two yields to the event loop
+_DIGEST = re.compile(rb"[0-9a-f]{%d}" % DIGEST_HEX)
+
+
+class BlockNotice(NamedTuple):
+    """One announced block."""
+
+    digest: str
+    left_ms: int
+    level: int
+
+
+def parse_notice(data: bytes) -> BlockNotice | None:
+    """The notice in `data`, or None if it is not one (a reader must survive any message)."""
+    if len(data) > MAX_MESSAGE:
+        return None
+    fields = data.split(b"|")
+    if len(fields) < 3 or not _DIGEST.fullmatch(fields[0]):
+        return None
+    try:
+        left_ms, level = int(fields[1]), int(fields[2])
+    except ValueError:
+        return None
+    if left_ms <= 0 or level < 0:
+        return None
+    return BlockNotice(fields[0].decode("ascii"), left_ms, level)
+
+
+def notice_message(notice: BlockNotice) -> bytes:
+    """What the scripts publish for `notice` (tests and tools speak the same format)."""
+    return f"{notice.digest}|{notice.left_ms}|{notice.level}".encode("ascii")
+
+
+class DigestIndex:
+    """Which tracked key has a given digest, kept beside a `KeyTable` without touching requests.
+
+    Filled lazily: a lookup that misses hashes the keys the table took in since the last look,
+    newest first (the table keeps insertion order), and stops once it has seen that many new
+    ones; so each key is hashed about once, and a digest the node does not track costs nothing
+    while the table is unchanged. More new keys than a lookup may hash at once (MAX_CATCH_UP:
+    the first message after a long quiet spell) or too many entries of keys gone from the
+    table: `rebuild_wanted`, and the caller runs `rebuild_steps` in slices between requests.
+    Memory stays within about twice the table.
+    """
+
+    def __init__(self, table: KeyTable, name: Callable[[KeyId], str] = digest) -> None:
+        self._table = table
+        self._name = name
+        self._keys: dict[str, KeyId] = {}
+        self._added_seen = 0  # table.added when the index last caught up with it
+        self.rebuild_wanted = False
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def find(self, name: str) -> KeyId | None:
+        """The tracked key whose digest is `name`, None if the table holds none (or none the
+        index knows yet: then a rebuild is wanted)."""
+        key = self._keys.get(name)
+        if key is None and self._table.added != self._added_seen:
+            self._catch_up()
+            key = self._keys.get(name)
+        if key is None or self._table.get(key) is None:
+            return None
+        return key
+
+    def _catch_up(self) -> None:
+        added = self._table.added
+        new = added - self._added_seen
+        if new > MAX_CATCH_UP or len(self._keys) > 2 * len(self._table) + STALE_SLACK:
+            self.rebuild_wanted = True
+            return
+        found = 0
+        for looked, key in enumerate(self._table.newest_first()):
+            if found >= new:
+                break
+            if looked >= 2 * MAX_CATCH_UP:  # new keys evicted meanwhile, or moved ones
+                self.rebuild_wanted = True
+                return
+            name = self._name(key)
+            if self._keys.get(name) != key:
+                self._keys[name] = key
+                found += 1
+        self._added_seen = added
+
+    def rebuild_steps(self, keys_per_step: int = REBUILD_STEP) -> Iterator[int]:
+        """Index the whole table anew, yielding after every `keys_per_step` keys (a caller on
+        an event loop answers requests in between); the old index serves until it is done."""
+        added, keys = self._table.added, list(self._table.newest_first())
+        fresh: dict[str, KeyId] = {}
+        for index, key in enumerate(keys):
+            fresh[self._name(key)] = key
+            if index % keys_per_step == keys_per_step - 1:
+                yield index + 1
+        self._keys, self._added_seen, self.rebuild_wanted = fresh, added, False
