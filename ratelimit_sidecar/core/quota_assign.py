@@ -14,38 +14,33 @@ The rule, for one limit of MAX per window W with capacity C (a token bucket's `b
 - Blocked (the count is known to be over), or nothing left: DENY_ALL until the block ends (or,
   with an estimate alone at zero, until room frees or the next sync), rounded up to whole
   seconds, and decided again then by the server.
-- Otherwise a token bucket of `max_tokens` = s x what is left (at least 1, at most s x C).
+- Otherwise a token bucket of `max_tokens` = s x what is left (at least 1, at most s x C),
+  less, for a fixed window, what the gateway has likely admitted since its last report (`Pace`).
   Envoy builds every bucket the server sends full (see `replaces_bucket`), so `max_tokens` is
-  what the gateway may spend from now on; the server answers every report (and wakes when the
-  counter frees capacity) with the share of what is left then, sending it only when it differs
-  meaningfully from what the gateway's bucket still holds (`settle`).
+  what the gateway may spend from now on. It is sent when it differs meaningfully from what
+  the bucket still holds (`settle`): smaller at once; larger, within a fixed window, only up to
+  `grow_to`, what is left after the other gateways' usage this node cannot know yet (their
+  reports are up to 5 s late), unless what is left covers the gateway's pace to the reset.
 - How the bucket refills depends on the algorithm. A token bucket refills at s x MAX per W:
   Envoy's own shape, exact up to the share and the report delay. A window (fixed, sliding, log)
   frees capacity only when hits leave it, which the server sees and Envoy cannot: its bucket
-  gets a token per fill interval of at least a window (the least Envoy 1.40 accepts: without
-  `tokens_per_fill` it never refills), and the server refills it when the window frees room,
-  at the window's reset for a fixed window (always a new bucket: the old window's tokens are
-  gone), as old spans leave for a sliding one, and after each sync of the counter (the other
-  gateways' counts arrive then), rechecked at most once a second. A window so admits its
-  share of MAX, not MAX plus a refill; a sliding log loses its per-request exactness (it is
-  rebalanced at span granularity, like a sliding window).
-- Shadow-mode and unlimited rules, and buckets no rule matches: ALLOW_ALL. A deny list
-  (`requests_per_unit: 0`): DENY_ALL.
+  gets a token per fill interval of a window or more (without `tokens_per_fill` 1.40 never
+  refills), and the server refills it at a fixed window's reset (a new bucket), as old spans
+  leave a sliding one, and after each sync of the counter, at most once a second. A sliding
+  log is rebalanced at span granularity, like a sliding window: not exact per request.
+- Shadow-mode and unlimited rules, and buckets no rule matches: ALLOW_ALL. A deny list: DENY_ALL.
 
-Envoy 1.40 facts the numbers respect: `fill_interval` is read in whole seconds (under 1 s means
-no limit), a bucket without `tokens_per_fill` never refills, `assignment_time_to_live` is whole
-seconds and unset expires at once, an identical token bucket sent again keeps its tokens and
-restarts the TTL (so a resend renews an assignment without refilling it), a different one
-starts with the old one's fraction of tokens left (`replaces_bucket`), and only the nanos of
-`fill_interval` are compared (so `fill_interval` here depends on the limit alone and never
-changes while the share does).
+Envoy 1.40 facts the numbers respect: `fill_interval` is whole seconds (under 1 s: no limit),
+`assignment_time_to_live` too (unset: expires at once), the same token bucket sent again keeps
+its tokens and restarts the TTL (a resend renews without refilling), a different one starts with
+the old one's fraction of tokens left (`replaces_bucket`), and only the nanos of `fill_interval`
+are compared (so it depends on the limit alone, never on the share).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
@@ -93,6 +88,7 @@ class Assignment:
     # had left (a drained bucket stays drained); it builds a bucket full only where it held no
     # token bucket. So the servicer sends a blanket rule just before it, in the same response.
     replaces_bucket: bool = False
+    grow_to: int = 0  # the most a bucket may grow to (0: `bucket.max_tokens`), see `settle`
 
     @property
     def expires_ms(self) -> int:
@@ -127,6 +123,10 @@ class QuotaPolicy:
     abandon_after_reports: int = 12  # idle (0 allowed, 0 denied) reports before abandoning
     min_recheck_ms: int = 1000  # Envoy counts TTLs in whole seconds: no finer rechecks
     shadow_mode: bool = False  # `--shadow-mode`: every bucket counted, and allowed
+    # Within a fixed window a bucket grows only by what is left after the other gateways'
+    # usage this node cannot know yet: up to a report period late (`_others_unreported`).
+    others_late_ms: int = 5000
+    cover: float = 0.8  # ... unless what is left covers this much of the gateway's pace
 
     @property
     def refresh_before_ms(self) -> int:
@@ -137,10 +137,35 @@ class QuotaPolicy:
 DEFAULT_POLICY = QuotaPolicy()
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A gateway's usage the counters do not have yet, from its reports: `rate_per_ms`, the
+    requests it was offered per ms over its last report's period (allowed and denied), which
+    stands for the other gateways' unreported pace too; `since_report_ms`, the time since that
+    report; `held`, the most its bucket may still hold (what it can have spent since)."""
+
+    rate_per_ms: float = 0.0
+    since_report_ms: int = 0
+    held: float = 0.0
+
+    def unreported(self, limit: RateLimit, now_ms: int) -> float:
+        """What the gateway has likely admitted since its report, in the current fixed window
+        (measured with the simulator, this helped a fixed window only: 0 for the others)."""
+        if limit.algorithm is not AlgorithmName.FIXED_WINDOW:
+            return 0.0
+        return min(self.held, self.rate_per_ms * _recent_ms(limit, now_ms, self.since_report_ms))
+
+
 def assign(
-    view: KeyView, now_ms: int, streams: int = 1, policy: QuotaPolicy = DEFAULT_POLICY
+    view: KeyView,
+    now_ms: int,
+    streams: int = 1,
+    policy: QuotaPolicy = DEFAULT_POLICY,
+    pace: Pace | None = None,
 ) -> Assignment:
-    """The assignment one limit's counter calls for now (see the module's rule)."""
+    """The assignment one limit's counter calls for now (see the module's rule); `pace`, the
+    gateway's usage the counters do not have yet (see `Pace`)."""
+    pace = pace or Pace()
     limit = view.limit
     if view.shadow:
         return allow_all(now_ms, policy)
@@ -151,17 +176,47 @@ def assign(
     if view.remaining <= 0:  # by the estimate alone: decided again when it can change
         return deny_until(now_ms, _next_news(view, policy) or policy.report_interval_ms)
     share = 1.0 / (max(view.nodes, 1.0) * max(streams, 1))
-    max_tokens = _tokens(view.remaining * share, limit.capacity * share)
+    left = view.remaining * share - pace.unreported(limit, now_ms)
+    max_tokens = _tokens(left, limit.capacity * share)
+    grow_to = _tokens(
+        left - _others_unreported(limit, now_ms, share, left, pace=pace, policy=policy), max_tokens
+    )
     interval = fill_interval_s(limit)
     if limit.algorithm is AlgorithmName.TOKEN_BUCKET:
         per_fill = max(1, round(limit.requests_per_unit * share * _fills(limit)))
         bucket = TokenBucket(max_tokens, per_fill, interval)
-        return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket)
+        return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, grow_to=grow_to)
     news = _next_news(view, policy)
     bucket = TokenBucket(max_tokens, 1, interval)  # the server refills a window
     windows = (view.window,) if view.window >= 0 else ()
     recheck = now_ms + news if news else 0
-    return Assignment(Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, recheck, windows=windows)
+    return Assignment(
+        Action.TOKEN_BUCKET, policy.ttl_s, now_ms, bucket, recheck, windows=windows, grow_to=grow_to
+    )
+
+
+def _others_unreported(
+    limit: RateLimit, now_ms: int, share: float, left: float, *, pace: Pace, policy: QuotaPolicy
+) -> float:
+    """This gateway's share of what the other gateways have likely admitted and this node does
+    not know yet (a fixed window only): they are as late as a report period, and offered as
+    much as this gateway's pace stands for ((1/share - 1) x its pace). Nothing while what is
+    left covers `policy.cover` of this gateway's pace until the window ends: far from MAX,
+    where holding a bucket back only refuses requests."""
+    if limit.algorithm is not AlgorithmName.FIXED_WINDOW:
+        return 0.0
+    until_reset = limit.window_ms - now_ms % limit.window_ms
+    if left >= policy.cover * pace.rate_per_ms * until_reset:
+        return 0.0
+    return (1.0 - share) * pace.rate_per_ms * _recent_ms(limit, now_ms, policy.others_late_ms)
+
+
+def _recent_ms(limit: RateLimit, now_ms: int, span_ms: int) -> int:
+    """The last `span_ms`, within the current fixed window only (what was admitted before it
+    began counts in the window before)."""
+    if limit.algorithm is AlgorithmName.FIXED_WINDOW:
+        return max(0, min(span_ms, now_ms % limit.window_ms))
+    return max(0, span_ms)
 
 
 def _next_news(view: KeyView, policy: QuotaPolicy) -> int:
@@ -199,33 +254,6 @@ def _tokens(left: float, capacity: float) -> int:
     return max(1, min(math.ceil(left), math.ceil(capacity)))
 
 
-def combine(assignments: Sequence[Assignment]) -> Assignment:
-    """One bucket under several limits (`rate_limits:`): every limit must admit.
-
-    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill (in
-    tokens per second: the fill intervals differ between limits), rechecked at the earliest."""
-    if len(assignments) == 1:
-        return assignments[0]
-    denials = [a for a in assignments if a.action is Action.DENY_ALL]
-    if denials:
-        return max(denials, key=lambda a: (a.recheck_ms == 0, a.recheck_ms, a.ttl_s))
-    buckets = [a for a in assignments if a.bucket is not None]
-    if not buckets:
-        return assignments[0]
-    slowest = min(buckets, key=lambda a: _rate(a.bucket))
-    smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
-    recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
-    assert slowest.bucket is not None
-    bucket = replace(slowest.bucket, max_tokens=smallest)
-    windows = tuple(w for b in buckets for w in b.windows)
-    return replace(slowest, bucket=bucket, recheck_ms=recheck, windows=windows)
-
-
-def _rate(bucket: TokenBucket | None) -> float:
-    assert bucket is not None
-    return bucket.tokens_per_fill / bucket.fill_interval_s
-
-
 def settle(
     previous: Assignment | None,
     fresh: Assignment,
@@ -233,19 +261,23 @@ def settle(
     policy: QuotaPolicy = DEFAULT_POLICY,
     *,
     spent: int = 0,
+    unreported: float = 0.0,
 ) -> Assignment | None:
     """What to send for a bucket: `fresh` when it differs meaningfully from what Envoy holds,
     `previous` again (same numbers, a new TTL) when that is about to expire, else None.
 
-    `spent` is what the gateway reported allowed since Envoy built `previous`'s bucket: with
-    its refill since, an upper bound of the tokens the bucket holds now. Envoy builds a bucket
-    full whenever its numbers change, so a new one is sent only when what it would start with
-    differs from that by more than `change_ratio` (and a token): small moves of the share or of
-    what is left wait until they add up."""
+    `spent` (reported allowed since Envoy built `previous`'s bucket, with its refill since) less
+    `unreported` (likely admitted since the last report) bounds what the bucket holds now. Envoy
+    builds a bucket full whenever its numbers change, so one is sent only when what it starts
+    with differs from that by over `change_ratio` (and a token), up to `grow_to` if larger."""
     if previous is None or previous.action is not fresh.action:
-        return fresh
-    if previous.action is Action.TOKEN_BUCKET and _moved(previous, fresh, now_ms, spent, policy):
-        return replace(fresh, replaces_bucket=True)
+        denied = previous is not None and previous.action is Action.DENY_ALL
+        return _grown(fresh) if denied else fresh  # after a DENY_ALL: a growth
+    used = (spent, unreported)
+    if previous.action is Action.TOKEN_BUCKET:
+        moved = _moved(previous, fresh, now_ms, used, policy)
+        if moved is not None:
+            return replace(moved, replaces_bucket=True)
     if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
         return fresh
     if previous.action is Action.DENY_ALL and previous.recheck_ms > now_ms:
@@ -273,19 +305,37 @@ def _deny_moved(previous: Assignment, fresh: Assignment, now_ms: int) -> bool:
 
 
 def _moved(
-    previous: Assignment, fresh: Assignment, now_ms: int, spent: int, policy: QuotaPolicy
-) -> bool:
+    previous: Assignment,
+    fresh: Assignment,
+    now_ms: int,
+    used: tuple[int, float],
+    policy: QuotaPolicy,
+) -> Assignment | None:
     old, new = previous.bucket, fresh.bucket
     assert old is not None and new is not None
     if old.fill_interval_s != new.fill_interval_s:
-        return True  # the limit itself changed (a reload)
+        return fresh  # the limit itself changed (a reload)
     if previous.windows != fresh.windows:
-        return True  # a new fixed window: the old one's tokens are gone
+        return fresh  # a new fixed window: the old one's tokens are gone
     ratio = policy.change_ratio
     if abs(new.tokens_per_fill - old.tokens_per_fill) > max(1.0, ratio * old.tokens_per_fill):
-        return True
-    held = held_tokens(old, (now_ms - previous.since_ms) / MS, spent)
-    return abs(new.max_tokens - held) > max(1.0, ratio * max(new.max_tokens, held))
+        return fresh
+    spent, unreported = used
+    held = max(0.0, held_tokens(old, (now_ms - previous.since_ms) / MS, spent) - unreported)
+    if new.max_tokens < held:
+        shrink = held - new.max_tokens > max(1.0, ratio * held)
+        return fresh if shrink else None
+    grown = _grown(fresh)
+    assert grown.bucket is not None
+    grow = grown.bucket.max_tokens
+    return grown if grow - held > max(1.0, ratio * grow) else None
+
+
+def _grown(fresh: Assignment) -> Assignment:
+    """`fresh` as a bucket that grows may be sent: no larger than `grow_to`."""
+    if fresh.bucket is None or not fresh.grow_to or fresh.grow_to >= fresh.bucket.max_tokens:
+        return fresh
+    return replace(fresh, bucket=replace(fresh.bucket, max_tokens=fresh.grow_to))
 
 
 def held_tokens(bucket: TokenBucket, elapsed_s: float, spent: int) -> float:

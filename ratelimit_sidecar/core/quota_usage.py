@@ -9,18 +9,22 @@ counters (core/quota_assign.py). Pure: the clock is `now_ms`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import Limiter
 from ratelimit_sidecar.core.quota_assign import (
     DEFAULT_POLICY,
+    Action,
     Assignment,
     KeyView,
+    Pace,
     QuotaPolicy,
+    TokenBucket,
     allow_all,
     assign,
-    combine,
+    held_tokens,
     kept,
     settle,
 )
@@ -35,6 +39,7 @@ def report_usage(
     policy: QuotaPolicy = DEFAULT_POLICY,
     *,
     since_ms: int | None = None,
+    pace: Pace | None = None,
 ) -> Assignment:
     """Count a report's allowed requests (`hit.hits`, 0 for an idle report; admitted since
     `since_ms`, the previous report) under the hit's rule, and return the assignment its
@@ -44,7 +49,7 @@ def report_usage(
         limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
         return allow_all(now_ms, policy)
     states = limiter.count_admitted(now_ms, hit, since_ms)
-    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy)
+    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy, pace=pace)
 
 
 def assignment_of(
@@ -55,13 +60,41 @@ def assignment_of(
     *,
     streams: int = 1,
     policy: QuotaPolicy = DEFAULT_POLICY,
+    pace: Pace | None = None,
 ) -> Assignment:
     """The assignment for a rule whose limits' counters are `states` (one per limit)."""
     views = [
         view_of(limiter, limit, state, now_ms)
         for limit, state in zip(rule.limits, states, strict=True)
     ]
-    return combine([assign(view, now_ms, streams, policy) for view in views])
+    return combine([assign(view, now_ms, streams, policy, pace) for view in views])
+
+
+def combine(assignments: Sequence[Assignment]) -> Assignment:
+    """One bucket under several limits (`rate_limits:`): every limit must admit.
+
+    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill (in
+    tokens per second: the fill intervals differ between limits), rechecked at the earliest."""
+    if len(assignments) == 1:
+        return assignments[0]
+    denials = [a for a in assignments if a.action is Action.DENY_ALL]
+    if denials:
+        return max(denials, key=lambda a: (a.recheck_ms == 0, a.recheck_ms, a.ttl_s))
+    buckets = [a for a in assignments if a.bucket is not None]
+    if not buckets:
+        return assignments[0]
+    slowest = min(buckets, key=lambda a: _rate(a.bucket))
+    smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
+    recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
+    assert slowest.bucket is not None
+    bucket = replace(slowest.bucket, max_tokens=smallest)
+    windows = tuple(w for b in buckets for w in b.windows)
+    return replace(slowest, bucket=bucket, recheck_ms=recheck, windows=windows)
+
+
+def _rate(bucket: TokenBucket | None) -> float:
+    assert bucket is not None
+    return bucket.tokens_per_fill / bucket.fill_interval_s
 
 
 def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
@@ -89,6 +122,11 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
     )
 
 
+def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
+    """What the gateway has likely spent since its report, under the rule's tightest limit."""
+    return max((pace.unreported(limit, now_ms) for limit in rule.limits), default=0.0)
+
+
 class BucketQuota:
     """One bucket of one stream as the server remembers it: the assignment Envoy holds and what
     the gateway reported allowed since Envoy built that bucket. The servicer and the simulator
@@ -98,6 +136,7 @@ class BucketQuota:
         self.sent: Assignment | None = None
         self.spent = 0
         self.reported_ms: int | None = None  # the last report's time (None: none yet)
+        self.rate = 0.0  # offered (allowed and denied) per ms over the last report's period
 
     @property
     def recheck_ms(self) -> int:
@@ -111,17 +150,24 @@ class BucketQuota:
         now_ms: int,
         streams: int = 1,
         policy: QuotaPolicy = DEFAULT_POLICY,
+        *,
+        denied: int = 0,
     ) -> Assignment | None:
-        """A report of `hit.hits` allowed: counted, then what to send (None: nothing)."""
+        """A report of `hit.hits` allowed (and `denied` refused): counted, then what to send
+        (None: nothing)."""
         if self.sent is not None:
             self.spent += max(0, hit.hits)
         # Since the last report; a bucket first seen here may carry a whole report period.
         since = self.reported_ms
         if since is None and hit.hits > 1:
             since = now_ms - policy.report_interval_ms
+        if since is not None and now_ms > since:
+            self.rate = (max(0, hit.hits) + max(0, denied)) / (now_ms - since)
         self.reported_ms = now_ms
-        fresh = report_usage(limiter, hit, now_ms, streams, policy, since_ms=since)
-        return self._settle(fresh, now_ms, policy)
+        fresh = report_usage(
+            limiter, hit, now_ms, streams, policy, since_ms=since, pace=Pace(self.rate)
+        )
+        return self._settle(fresh, now_ms, policy, 0.0)
 
     def recheck(
         self,
@@ -131,12 +177,24 @@ class BucketQuota:
         streams: int = 1,
         policy: QuotaPolicy = DEFAULT_POLICY,
     ) -> Assignment | None:
-        """No report: decided again on the counters as they are (nothing counted)."""
-        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy)
-        return self._settle(fresh, now_ms, policy)
+        """No report: decided again on the counters as they are (nothing counted), less what
+        the gateway has likely spent since its report at the rate it reported."""
+        pace = self._pace(now_ms)
+        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy, pace=pace)
+        unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
+        return self._settle(fresh, now_ms, policy, unreported)
 
-    def _settle(self, fresh: Assignment, now_ms: int, policy: QuotaPolicy) -> Assignment | None:
-        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent)
+    def _pace(self, now_ms: int) -> Pace:
+        """The gateway's pace since its last report, within what its bucket may hold."""
+        if self.reported_ms is None or self.sent is None or self.sent.bucket is None:
+            return Pace(self.rate)
+        held = held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
+        return Pace(self.rate, now_ms - self.reported_ms, held)
+
+    def _settle(
+        self, fresh: Assignment, now_ms: int, policy: QuotaPolicy, unreported: float
+    ) -> Assignment | None:
+        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent, unreported=unreported)
         if send is None:
             assert self.sent is not None  # settle sends whatever is new
             self.sent = kept(self.sent, fresh)

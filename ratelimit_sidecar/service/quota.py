@@ -133,7 +133,7 @@ class QuotaStream:
         actions = []
         for bucket, tracked in list(self._buckets.items()):
             if 0 < tracked.quota.recheck_ms <= now:
-                action = self._decide(bucket, tracked, 0, now, recheck=True)
+                action = self._decide(bucket, tracked, None, now)
                 if action is not None:
                     actions.append(action)
         return actions
@@ -188,7 +188,8 @@ class QuotaStream:
         tracked.idle = tracked.idle + 1 if idle else 0
         if abandoned(tracked.idle, service.policy):
             return self._abandon(bucket, tracked)
-        return self._decide(bucket, tracked, min(usage.allowed, MAX_HITS), now)
+        hits = (min(usage.allowed, MAX_HITS), min(usage.denied, MAX_HITS))
+        return self._decide(bucket, tracked, hits, now)
 
     def _track(self, domain: str, bucket: BucketId) -> _Tracked:
         """The bucket's match, made again when the rules were reloaded since."""
@@ -209,13 +210,17 @@ class QuotaStream:
         return tracked
 
     def _decide(
-        self, bucket: BucketId, tracked: _Tracked, hits: int, now: int, *, recheck: bool = False
+        self, bucket: BucketId, tracked: _Tracked, hits: tuple[int, int] | None, now: int
     ) -> BucketAction | None:
+        """`hits`: a report's (allowed, denied); None: a recheck."""
         service = self._service
         streams = service.holders.get(tracked.key, 1)
-        hit = Hit(tracked.rule, tracked.key, hits)
-        decide = tracked.quota.recheck if recheck else tracked.quota.report
-        send = decide(service.limiter, hit, now, streams, service.policy)
+        quota, limiter, policy = tracked.quota, service.limiter, service.policy
+        if hits is None:
+            send = quota.recheck(limiter, Hit(tracked.rule, tracked.key, 0), now, streams, policy)
+        else:
+            hit = Hit(tracked.rule, tracked.key, hits[0])
+            send = quota.report(limiter, hit, now, streams, policy, denied=hits[1])
         if send is None:
             return None
         if service.observer is not None:

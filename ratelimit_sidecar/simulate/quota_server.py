@@ -54,7 +54,8 @@ class SidecarQuota:
     def report(
         self, limiter: Limiter, hits: Sequence[Hit], now_ms: int, usage: Usage
     ) -> EnvoyAssignment | None:
-        return _wire(self.bucket.report(limiter, hits[0]._replace(hits=usage.allowed), now_ms))
+        hit = hits[0]._replace(hits=usage.allowed)
+        return _wire(self.bucket.report(limiter, hit, now_ms, denied=usage.denied))
 
     def recheck(self, limiter: Limiter, hits: Sequence[Hit], now_ms: int) -> EnvoyAssignment | None:
         """No report: the same rule on the counters as they are now (nothing counted)."""

@@ -15,12 +15,11 @@ from ratelimit_sidecar.core.quota_assign import (
     TokenBucket,
     abandoned,
     assign,
-    combine,
     held_tokens,
     kept,
     settle,
 )
-from ratelimit_sidecar.core.quota_usage import BucketQuota, report_usage
+from ratelimit_sidecar.core.quota_usage import BucketQuota, combine, report_usage
 from ratelimit_sidecar.storage.memory import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
