@@ -20,16 +20,11 @@ this module is only what Envoy does with an answer, pinned to 1.40's measured be
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+from ratelimit_sidecar.core.quota_assign import Action  # the wire actions: one definition
+
 REPORT_PERIOD_MS = 5_000  # 1.40 ignores reporting_interval
-
-
-class Action(enum.Enum):
-    ALLOW_ALL = "allow_all"
-    DENY_ALL = "deny_all"
-    TOKEN_BUCKET = "token_bucket"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,23 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ratelimit_sidecar.core import Hit, Limiter
-from ratelimit_sidecar.core.quota_assign import Action as CoreAction
-from ratelimit_sidecar.core.quota_assign import Assignment
+from ratelimit_sidecar.core.quota_assign import Action, Assignment
 from ratelimit_sidecar.core.quota_usage import BucketQuota
-from ratelimit_sidecar.simulate.envoy_quota import Action, EnvoyAssignment, Usage
-
-ACTIONS = {
-    CoreAction.ALLOW_ALL: Action.ALLOW_ALL,
-    CoreAction.DENY_ALL: Action.DENY_ALL,
-    CoreAction.TOKEN_BUCKET: Action.TOKEN_BUCKET,
-}
+from ratelimit_sidecar.simulate.envoy_quota import EnvoyAssignment, Usage
 
 
 def on_the_wire(assignment: Assignment) -> EnvoyAssignment:
     """What Envoy receives: whole seconds, as the protos carry them."""
     bucket = assignment.bucket
     if bucket is None:
-        return EnvoyAssignment(ACTIONS[assignment.action], assignment.ttl_s * 1000)
+        return EnvoyAssignment(assignment.action, assignment.ttl_s * 1000)
     return EnvoyAssignment(
         Action.TOKEN_BUCKET,
         assignment.ttl_s * 1000,

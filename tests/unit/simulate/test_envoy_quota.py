@@ -11,10 +11,10 @@ import itertools
 from collections.abc import Sequence
 
 from ratelimit_sidecar.core import Hit, Limiter
+from ratelimit_sidecar.core.quota_assign import Action
 from ratelimit_sidecar.simulate.engine import KEY, Engine
 from ratelimit_sidecar.simulate.envoy_quota import (
     REPORT_PERIOD_MS,
-    Action,
     EnvoyAssignment,
     EnvoyBucket,
     Usage,
