@@ -57,16 +57,26 @@ def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     span = span_number(now_ms, limit)
     first = span - limit.spans  # counts[i] is span first + i
     counts = [_span_count(state, j) for j in range(first, _newest(state, span) + 1)]
+    inside = _suffix_sums(counts)  # inside[i]: sum(counts[i:]), one pass, not one per step
     for step in range(len(counts) + 1):
         start, end = span_bounds(span + step, limit)
         at = max(now_ms, start)
         oldest = counts[step] if step < len(counts) else 0
-        room = (max_hits - sum(counts[step + 1 :]) - extra) * (end - start)
+        room = (max_hits - inside[min(step + 1, len(counts))] - extra) * (end - start)
         if room >= 0 and oldest * (end - 1 - at) <= room:
             return at - now_ms
         if room >= 0:  # later in this span, once enough of the oldest span is out
             return end - 1 - int(room // oldest) - now_ms
     return limit.window_ms  # not reached: the last step has nothing left to count
+
+
+def _suffix_sums(counts: list[float]) -> list[float]:
+    """sums[i] = counts[i] + ... + counts[-1], and sums[len(counts)] = 0: the spans still
+    wholly inside at each step of the walk, in O(spans) rather than O(spans²)."""
+    sums: list[float] = [0] * (len(counts) + 1)  # ints stay ints: exact, as sum() was
+    for index in range(len(counts) - 1, -1, -1):
+        sums[index] = counts[index] + sums[index + 1]
+    return sums
 
 
 def _span_count(state: KeyState, span: int) -> float:

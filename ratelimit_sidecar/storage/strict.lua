@@ -111,13 +111,16 @@ local function sliding_wait(l)
   if l.hits > l.max then
     return l.window -- never fits: as long as a window
   end
+  local whole = 0 -- the spans wholly inside at this step: a running sum, one pass in all
+  for j = l.cur - l.spans + 1, l.cur do
+    whole = whole + (l.counts[j] or 0)
+  end
   for step = 0, l.spans do
     local s = l.cur + step
     local first, after = span_start(s, l), span_start(s + 1, l)
     local at = math.max(now, first)
-    local whole = 0
-    for j = s - l.spans + 1, l.cur do
-      whole = whole + (l.counts[j] or 0)
+    if step > 0 then
+      whole = whole - (l.counts[s - l.spans] or 0) -- now the oldest, weighted
     end
     local oldest = l.counts[s - l.spans] or 0
     local room = (l.max - whole - l.hits) * (after - first)

@@ -249,6 +249,26 @@ async def test_a_shadow_log_takes_a_huge_hits_addend_in_bounded_time(store: Stri
     assert await store.client.zcard(f"{store.keys.tag(k)}{counter_suffix(k, 'log')}") == 6
 
 
+async def test_a_long_windows_refusal_walks_its_spans_once(store: StrictStore) -> None:
+    """An hour of 3,600 spans, the newest holding the whole limit: a refusal's wait walks every
+    span. Its time stays close to an admitted check's (the same GETs), not spans² / 2 sums."""
+    limit = RateLimit(3600, Unit.HOUR, algorithm=AlgorithmName.SLIDING_WINDOW, spans=3600)
+    k = key("long")
+    probe = await one(store, StrictCheck(k, limit, 0, False))
+    cur = probe.now_ms // (limit.window_ms // limit.spans)
+    await store.client.set(f"{store.keys.tag(k)}{counter_suffix(k, '')}s{cur}", 3600)
+    checks, refusals = [], []
+    for _ in range(3):  # the fastest of three: the machine is shared
+        started = time.perf_counter()
+        await one(store, StrictCheck(k, limit, 0, False))
+        checks.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        refused = await one(store, StrictCheck(k, limit, 1, False))
+        refusals.append(time.perf_counter() - started)
+        assert not refused.fits and refused.reset_ms > limit.window_ms - 2_000
+    assert min(refusals) < 5 * min(checks) + 0.01, (checks, refusals)
+
+
 AGREEING_LIMITS = {
     "fixed_window": RateLimit(5, Unit.SECOND, spans=4),
     "sliding_window": RateLimit(5, Unit.SECOND, spans=4, algorithm=AlgorithmName.SLIDING_WINDOW),
