@@ -46,6 +46,12 @@ RATE_LIMIT_KEYS = (
 REPLACES_KEYS = ("name",)
 MAX_REQUESTS_PER_UNIT = 2**32 - 1  # the reference reads it into a uint32
 MAX_LOG_REQUESTS = 100_000  # a sliding log keeps one time per admitted request and key
+# Every key holds `spans` + 1 counts on every node and a push reads `spans` span counters, so
+# both bounds keep one rule from costing memory and Redis time without end: an hour in seconds,
+# a year with a leap day.
+MAX_SPANS = 3600
+MAX_WINDOW_DAYS = 366
+MAX_WINDOW_MS = MAX_WINDOW_DAYS * 86_400_000
 UNIT_NAMES = "second, minute, hour, day, week, month, year"
 ALGORITHM_NAMES = ", ".join(name.text for name in AlgorithmName)
 CONSISTENCY_NAMES = ("eventual", "strict")
@@ -132,7 +138,9 @@ class LimitReader(PenaltyReader):
             unit=self.unit(fields, node, path),
             unit_multiplier=self.count(fields, "unit_multiplier", path, minimum=1),
             name=name,
-            spans=self.count(fields, "spans", path, default=self.defaults.spans, minimum=2),
+            spans=self.count(
+                fields, "spans", path, default=self.defaults.spans, minimum=2, maximum=MAX_SPANS
+            ),
             cooldown_ms=0 if window_end else self.cooldown(cooldown, join_path(path, "cooldown")),
             cooldown_window_end=window_end,
             replaces=replaces,
@@ -147,7 +155,16 @@ class LimitReader(PenaltyReader):
         return ParsedLimits((limit,), False, replaces)
 
     def check_limit(self, limit: RateLimit, fields: dict[str, Node], node: Node, path: str) -> None:
-        """What only the whole limit can tell: spans too short, a log too long."""
+        """What only the whole limit can tell: a window too long, spans too short, a log too
+        long."""
+        if limit.window_ms > MAX_WINDOW_MS:
+            message = (
+                f"window of {limit.window_ms // 86_400_000} days (unit x unit_multiplier) is"
+                f" longer than {MAX_WINDOW_DAYS} days"
+            )
+            self.add(
+                fields.get("unit_multiplier", node), join_path(path, "unit_multiplier"), message
+            )
         shortest = limit.spans * MIN_SPAN_MS
         if limit.window_ms < shortest:
             message = (

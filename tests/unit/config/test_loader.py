@@ -360,7 +360,10 @@ EXPECTED_ERRORS: dict[str, list[str]] = {
         "5: descriptors[0].share_threshold: only allowed on a wildcard value (one containing '*')"
     ],
     "spans_too_small.yaml": [
-        "4: descriptors[0].rate_limit.spans: must be an integer >= 2 (got '1')"
+        "4: descriptors[0].rate_limit.spans: must be an integer from 2 to 3600 (got '1')"
+    ],
+    "spans_too_large.yaml": [
+        "4: descriptors[0].rate_limit.spans: must be an integer from 2 to 3600 (got '100000000')"
     ],
     "too_large_requests_per_unit.yaml": [
         "4: descriptors[0].rate_limit.requests_per_unit: must be an integer from 0 to 4294967295"
@@ -383,6 +386,10 @@ EXPECTED_ERRORS: dict[str, list[str]] = {
     "window_too_short.yaml": [
         "7: descriptors[0].rate_limit.spans: window of 1000 ms is shorter than 30 spans"
         " x 50 ms = 1500 ms"
+    ],
+    "window_too_long.yaml": [
+        "7: descriptors[0].rate_limit.unit_multiplier: window of 367 days (unit x"
+        " unit_multiplier) is longer than 366 days"
     ],
     "yaml_syntax.yaml": [
         "4: yaml: invalid YAML: expected <block end>, but found '<block mapping start>'"

@@ -128,6 +128,11 @@ BAD = [
     (_with(rate_limit={"unlimited": True, "unit": "minute"}), "must not be set when unlimited"),
     (_with(rate_limit={"unit": "minute", "requests_per_unit": 5, "algorithm": "x"}), "unknown"),
     (_with(rate_limit={"unit": "second", "requests_per_unit": 5, "spans": 100}), "spans"),
+    (_with(rate_limit={"unit": "hour", "requests_per_unit": 5, "spans": 10**8}), "from 2 to 3600"),
+    (
+        _with(rate_limit={"unit": "year", "requests_per_unit": 5, "unit_multiplier": 2}),
+        r"unit_multiplier: window of 730 days",
+    ),
     (_with(expires_at="2026-12-01"), "expires_at: must be an RFC 3339 time"),
     (_with(expires_at="2026-12-01T00:00:00"), "must be in UTC"),
     (_with(expires_at="2026-12-01T00:00:00+01:00"), "must be in UTC"),
