@@ -18,7 +18,7 @@ from ratelimit_sidecar.core.algorithms import algorithms_with
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import KeyTable
-from ratelimit_sidecar.core.penalty import Tally
+from ratelimit_sidecar.core.penalty import PenaltyState, Tally
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, unlimited_verdict
@@ -184,6 +184,10 @@ class Limiter(ABC):
         if state is not None and same_counting(state.limit, limit):  # keep the counts
             if limit.requests_per_unit > state.limit.requests_per_unit:
                 state.blocked_until = 0  # a raised limit applies to the window's count so far
+            if limit.penalty != state.limit.penalty:  # its levels meant the old penalty's blocks
+                state.penalty = (
+                    None if limit.penalty is None else PenaltyState(limit.penalty, self.penalties)
+                )
             state.limit, state.shadow = limit, shadow
             state.ceiling = limit.requests_per_unit
             if hit.rule is not None:
