@@ -135,10 +135,15 @@ class QuotaServicer:
         timeout = None if recheck is None else max(0, recheck - self.service.clock_ms()) / 1000
         getter = asyncio.ensure_future(inbox.get())
         closing = asyncio.ensure_future(self._closing.wait())
-        done, _ = await asyncio.wait(
-            {getter, closing}, timeout=timeout, return_when="FIRST_COMPLETED"
-        )
-        closing.cancel()
+        try:
+            done, _ = await asyncio.wait(
+                {getter, closing}, timeout=timeout, return_when="FIRST_COMPLETED"
+            )
+        except BaseException:  # grpc cancelled the call (Envoy gone): no wait may outlive it
+            getter.cancel()
+            raise
+        finally:
+            closing.cancel()
         if getter in done:
             return getter.result()
         getter.cancel()

@@ -200,3 +200,25 @@ async def test_reports_feed_the_rlqs_metrics(stream: QuotaStream, sidecar: Sidec
     assert registry.get_sample_value(name + "streams") == 1
     sent = {"action": "token_bucket"}
     assert registry.get_sample_value(name + "assignments_total", sent) == 1
+
+
+def _stream_waiters() -> list[asyncio.Task[object]]:
+    """Tasks waiting for a stream's next report or for shutdown (rlqs_api's `_next`)."""
+    names = ("Queue.get", "Event.wait")
+    return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ in names]  # type: ignore[union-attr]
+
+
+async def test_cancelled_streams_leave_no_waiting_task(channel: grpc.aio.Channel) -> None:
+    """Envoy gone mid-stream: grpc cancels the handler while it waits for a report, and the
+    waits it started go with it."""
+    before = len(_stream_waiters())
+    streams = [QuotaStream(channel, "shop") for _ in range(40)]
+    for quota in streams:
+        await quota.exchange((ALICE, 0, 0))  # each handler now waits for its next report
+    for quota in streams:
+        quota.call.cancel()
+        await quota.close()
+    deadline = asyncio.get_running_loop().time() + 5
+    while len(_stream_waiters()) > before and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    assert len(_stream_waiters()) <= before, [t.get_coro() for t in _stream_waiters()][:3]
