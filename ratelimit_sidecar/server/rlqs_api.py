@@ -43,6 +43,9 @@ _BLANKETS = {
     Action.DENY_ALL: RateLimitStrategy.DENY_ALL,
 }
 _END = object()  # the reader's mark: Envoy closed its side of the stream
+# Reports read ahead of the one being answered: a full inbox stops the reader, so a gateway
+# sending faster than its reports are answered waits in gRPC's flow control, not in memory.
+INBOX_REPORTS = 2
 
 
 class QuotaMetrics:
@@ -97,7 +100,7 @@ class QuotaServicer:
         context: grpc.aio.ServicerContext,
     ) -> None:
         stream = self.service.open_stream()
-        inbox: asyncio.Queue[object] = asyncio.Queue()
+        inbox = _inbox()
         reader = asyncio.create_task(_read(reports, inbox))
         try:
             await self._serve(stream, inbox, context)
@@ -161,11 +164,14 @@ async def _read(
     cancelled) is an end like any other."""
     try:
         async for report in reports:
-            inbox.put_nowait(report)
+            await inbox.put(report)  # waits while the inbox is full
     except (grpc.RpcError, grpc.aio.UsageError, OSError):
         pass
-    finally:
-        inbox.put_nowait(_END)
+    await inbox.put(_END)  # not when cancelled: the handler that would read it has ended
+
+
+def _inbox() -> asyncio.Queue[object]:
+    return asyncio.Queue(maxsize=INBOX_REPORTS)
 
 
 def _usages(message: RateLimitQuotaUsageReports) -> list[Usage]:

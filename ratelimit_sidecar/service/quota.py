@@ -121,7 +121,7 @@ class QuotaStream:
         Raises InvalidRequest for a report that cannot be answered (no domain, a bucket with no
         or oversized entries, too many buckets); nothing of it has been counted then."""
         domain = self._domain(domain)
-        checked = [(self._bucket_id(i, u), u) for i, u in enumerate(usages)]
+        checked = self._checked(usages)
         now = self._service.clock_ms()
         actions = [self._one(domain, bucket, usage, now) for bucket, usage in checked]
         return [action for action in actions if action is not None]
@@ -170,13 +170,26 @@ class QuotaStream:
         self.domain = domain
         return domain
 
+    def _checked(self, usages: Iterable[Usage]) -> list[tuple[BucketId, Usage]]:
+        """The report's buckets, each checked; the new ones counted as they come, so that one
+        report cannot take the stream past MAX_BUCKETS_PER_STREAM."""
+        checked, new = [], set()
+        for index, usage in enumerate(usages):
+            bucket = self._bucket_id(index, usage)
+            if bucket not in self._buckets:
+                new.add(bucket)
+                if len(self._buckets) + len(new) > MAX_BUCKETS_PER_STREAM:
+                    raise InvalidRequest(
+                        f"more than {MAX_BUCKETS_PER_STREAM} buckets on one stream"
+                    )
+            checked.append((bucket, usage))
+        return checked
+
     def _bucket_id(self, index: int, usage: Usage) -> BucketId:
         entries = sorted(usage.bucket.items())
         if not entries:
             raise InvalidRequest(f"bucket {index} has an empty bucket id")
         validate_entries(index, entries, self._service.bounds)
-        if len(self._buckets) >= MAX_BUCKETS_PER_STREAM and tuple(entries) not in self._buckets:
-            raise InvalidRequest(f"more than {MAX_BUCKETS_PER_STREAM} buckets on one stream")
         return tuple(entries)
 
     def _one(self, domain: str, bucket: BucketId, usage: Usage, now: int) -> BucketAction | None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
-from ratelimit_sidecar.service.quota import QuotaService, Usage
+from ratelimit_sidecar.service import quota as quota_module
+from ratelimit_sidecar.service.quota import InvalidRequest, QuotaService, QuotaStream, Usage
 
 T0 = 1_700_000_040_000
 
@@ -25,3 +28,28 @@ def test_a_reports_allowed_and_denied_requests_are_the_buckets_pace(tmp_path: Pa
     stream.report("d", [Usage({"user": "a"}, 10, 30)])
     quota = stream._buckets[(("user", "a"),)].quota
     assert quota.rate == 40 / 5000  # requests offered per ms, allowed or not
+
+
+def _stream(tmp_path: Path) -> QuotaStream:
+    path = tmp_path / "d.yaml"
+    limit = "{unit: minute, requests_per_unit: 240}"
+    path.write_text(f"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {limit}\n")
+    rules = load_rules(path)
+    return QuotaService(lambda: rules, LocalLimiter(), lambda: T0).open_stream()
+
+
+def test_one_report_cannot_take_a_stream_past_its_bucket_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(quota_module, "MAX_BUCKETS_PER_STREAM", 5)
+    stream = _stream(tmp_path)
+    stream.report("d", [Usage({"user": str(n)}, 1, 0) for n in range(3)])
+    too_many = [Usage({"user": str(n)}, 1, 0) for n in range(10)]  # 7 new: 3 + 7 > 5
+
+    with pytest.raises(InvalidRequest, match="more than 5 buckets"):
+        stream.report("d", too_many)
+
+    assert len(stream._buckets) == 3  # nothing of the refused report was counted
+    again = [Usage({"user": str(n)}, 1, 0) for n in (0, 1, 2, 2, 3, 4)]  # 2 new: 5 in all
+    stream.report("d", again)
+    assert len(stream._buckets) == 5
