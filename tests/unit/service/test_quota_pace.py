@@ -10,7 +10,8 @@ import pytest
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.service import quota as quota_module
-from ratelimit_sidecar.service.quota import InvalidRequest, QuotaService, QuotaStream, Usage
+from ratelimit_sidecar.service.quota import QuotaService, QuotaStream, Usage
+from ratelimit_sidecar.service.validation import InvalidRequest
 
 T0 = 1_700_000_040_000
 
