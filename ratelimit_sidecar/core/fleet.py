@@ -15,7 +15,12 @@ from collections.abc import Iterator
 from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter
+from ratelimit_sidecar.core.limiter import (
+    DEFAULT_MAX_KEYS,
+    KEYS_PER_STEP,
+    Limiter,
+    lifts_block,
+)
 from ratelimit_sidecar.core.spans import span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
 from ratelimit_sidecar.core.types import (
@@ -171,13 +176,19 @@ class FleetLimiter(Limiter):
                 )
                 state.unsent = 0
 
-    def apply_block(self, key: KeyId, left_ms: int, now_ms: int, level: int = 0) -> bool:
+    def apply_block(
+        self, key: KeyId, left_ms: int, now_ms: int, level: int = 0, set_for: int = 0
+    ) -> bool:
         """A block the store started for `key` (another node's push crossed MAX, or a strict
         refusal), announced at once instead of found by this node's next sync: the key refuses
         until `now_ms + left_ms`, as if that sync had answered it. True if it blocks the key
-        longer than it was; an untracked key is left alone (its first push reads the flag)."""
+        longer than it was; an untracked key is left alone (its first push reads the flag), and
+        so is a key whose limit is above the `set_for` the block was started for (a node that
+        had not seen a raise yet started it: `lifts_block`)."""
         state = self.keys.get(key)
         if state is None or left_ms <= 0 or now_ms + left_ms <= state.blocked_until:
+            return False
+        if lifts_block(set_for, state.limit):
             return False
         if state.penalty is not None:  # the block's level, so that its offences raise it
             state.penalty.take_block(now_ms, level, left_ms)

@@ -182,7 +182,7 @@ class Limiter(ABC):
         if state is not None and state.limit is limit:
             return state
         if state is not None and same_counting(state.limit, limit):  # keep the counts
-            if limit.requests_per_unit > state.limit.requests_per_unit:
+            if lifts_block(state.limit.requests_per_unit, limit):
                 state.blocked_until = 0  # a raised limit applies to the window's count so far
             if limit.penalty != state.limit.penalty:  # its levels meant the old penalty's blocks
                 state.penalty = (
@@ -263,6 +263,15 @@ class Limiter(ABC):
 
 
 _SUMMED = (AlgorithmName.FIXED_WINDOW, AlgorithmName.SLIDING_WINDOW)
+
+
+def lifts_block(set_for: int, limit: RateLimit) -> bool:
+    """Whether a block started under a limit of `set_for` requests per unit no longer holds
+    under `limit`: the limit was raised since (a reload, a runtime override). The node lifts its
+    own block of the key (`_state`), ignores an announced one (`FleetLimiter.apply_block`), and
+    the store deletes the shared flag (storage/shared_rules.py `lifted`, block_flag.lua). A
+    lowered or unchanged limit keeps it; 0 (not known: an older sender's flag) holds."""
+    return 0 < set_for < limit.requests_per_unit
 
 
 def same_counting(old: RateLimit, new: RateLimit) -> bool:

@@ -134,8 +134,9 @@ class Sidecar:
         )
         # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
         self.quota, self._add_quota = quota_wiring(
-            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry
-        )
+            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry,
+            overrides=lambda: self.handler.api_overrides,
+        )  # fmt: skip
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

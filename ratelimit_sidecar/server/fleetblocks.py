@@ -61,7 +61,9 @@ class FleetBlocks:
 
     def _apply(self, notice: BlockNotice, left_ms: int, now_ms: int) -> bool:
         key = self.index.find(notice.digest)
-        if key is None or not self.limiter.apply_block(key, left_ms, now_ms, notice.level):
+        if key is None or not self.limiter.apply_block(
+            key, left_ms, now_ms, notice.level, notice.set_for
+        ):
             return False
         self.applied += 1
         return True

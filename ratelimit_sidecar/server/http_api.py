@@ -160,7 +160,7 @@ class HttpApi:
         if "transfer-encoding" in headers:
             return json_error(411, "length_required", "send the body with Content-Length")
         length_text = headers.get("content-length", "0")
-        if not length_text.isdigit() or len(length_text) > 12:
+        if not (length_text.isascii() and length_text.isdigit()) or len(length_text) > 12:
             return json_error(400, "bad_request", "invalid Content-Length")
         length = int(length_text)
         if length > self._max_body:

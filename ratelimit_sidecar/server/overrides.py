@@ -101,6 +101,7 @@ class OverrideKeeper:
         self._refresh_s = refresh_s
         self._metrics = metrics
         self._parsed: dict[str, tuple[Document, Override]] = {}  # by id: reused while unchanged
+        self._installed = False  # the first read installs even version 0; later, changes only
         self._next_expiry: int | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
@@ -124,19 +125,9 @@ class OverrideKeeper:
                 self._failed(str(exc) or type(exc).__name__)
                 return False
             self.store_up, self.last_error = True, ""
-            if snapshot.version != self.snapshot.version or not self.snapshot.version:
+            if snapshot.version != self.snapshot.version or not self._installed:
                 self._install_parsed(snapshot, await self._parse_all(snapshot))
         return True
-
-    def install(self, snapshot: OverrideSnapshot) -> None:
-        """Make `snapshot` the set in force at once (`refresh` does it without holding the event
-        loop for long: new documents are parsed in slices)."""
-        parsed: dict[str, tuple[Document, Override]] = {}
-        for override_id, document in snapshot.documents.items():
-            found = self._parse(override_id, document)
-            if found is not None:
-                parsed[override_id] = (document, found)
-        self._install_parsed(snapshot, parsed)
 
     async def _parse_all(self, snapshot: OverrideSnapshot) -> dict[str, tuple[Document, Override]]:
         """Every document's override; unchanged ones reused, new ones parsed `PARSE_SLICE` at a
@@ -157,7 +148,7 @@ class OverrideKeeper:
     def _install_parsed(
         self, snapshot: OverrideSnapshot, parsed: dict[str, tuple[Document, Override]]
     ) -> None:
-        self.snapshot, self._parsed = snapshot, parsed
+        self.snapshot, self._parsed, self._installed = snapshot, parsed, True
         self.apply_current()
         self._wake.set()
 
@@ -193,8 +184,16 @@ class OverrideKeeper:
             if self._next_expiry is not None and self._clock_ms() >= self._next_expiry:
                 self.apply_current()
             if loop.time() >= next_read:
-                await self.refresh()
+                await self._refresh_surviving()
                 next_read = loop.time() + self._refresh_s
+
+    async def _refresh_surviving(self) -> None:
+        """The periodic read: whatever goes wrong is logged, and the loop goes on (a dead loop
+        would leave every later change and expiry unapplied on this node)."""
+        try:
+            await self.refresh()
+        except Exception:
+            log.exception("override refresh failed; next attempt in %.1f s", self._refresh_s)
 
     def stop(self) -> None:
         self._stop.set()

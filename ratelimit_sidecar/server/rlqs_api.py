@@ -30,6 +30,7 @@ from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import Limiter
 from ratelimit_sidecar.core.quota_assign import Action, Assignment, QuotaPolicy
 from ratelimit_sidecar.metriclabels import NS
+from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.quota import BucketAction, QuotaService, QuotaStream, Usage
 from ratelimit_sidecar.service.validation import Bounds, InvalidRequest
 from ratelimit_sidecar.settings import Settings
@@ -241,10 +242,12 @@ def quota_wiring(
     clock_ms: Callable[[], int],
     settings: Settings,
     registry: CollectorRegistry,
+    *,
+    overrides: Callable[[], AppliedOverrides] = lambda: NO_OVERRIDES,
 ) -> tuple[QuotaServicer, Callable[[grpc.aio.Server], str]]:
-    """The sidecar's RLQS servicer, on its rules (read at each report: a reload applies at the
-    next one), limiter and metrics registry, and the hook that adds it to the gRPC server of
-    ShouldRateLimit."""
+    """The sidecar's RLQS servicer, on its rules and runtime overrides (read at each report: a
+    change applies at the next one), limiter and metrics registry, and the hook that adds it to
+    the gRPC server of ShouldRateLimit."""
     service = QuotaService(
         rules,
         limiter,
@@ -252,6 +255,7 @@ def quota_wiring(
         bounds=Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes),
         policy=QuotaPolicy(shadow_mode=settings.shadow_mode),
         observer=QuotaMetrics(registry),
+        overrides=overrides,
     )
     servicer = QuotaServicer(service)
     return servicer, lambda server: add_quota_service(server, servicer)

@@ -1,7 +1,9 @@
 """Rate Limit Quota Service semantics: usage reports in, bucket assignments out, no I/O.
 
 One `QuotaStream` per Envoy stream. Each report's buckets are matched to rules
-(config/buckets.py), their allowed requests counted through the limiter into the same counters
+(config/buckets.py), then to the runtime overrides as ShouldRateLimit requests are (an override
+names a bucket by its entries in the rule tree's order, in key order where no rule matches),
+their allowed requests counted through the limiter into the same counters
 as ShouldRateLimit requests (core/quota_usage.py), and an assignment computed; only what changed
 meaningfully, new buckets, assignments about to expire and buckets idle too long (abandoned) are
 answered (core/quota_assign.py). A DENY_ALL is decided again when its block ends (`due`), without
@@ -25,6 +27,7 @@ from ratelimit_sidecar.core.quota_assign import (
     abandoned,
 )
 from ratelimit_sidecar.core.quota_usage import BucketQuota
+from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.ratelimit import MAX_HITS, _key
 from ratelimit_sidecar.service.validation import Bounds, InvalidRequest, validate_entries
 
@@ -62,13 +65,15 @@ class QuotaObserver(Protocol):
 
 @dataclass(slots=True)
 class _Tracked:
-    """A bucket this stream reports: its match under `rules`, what Envoy holds, idle reports."""
+    """A bucket this stream reports: its match under `rules` and `overrides`, what Envoy holds,
+    idle reports."""
 
     rules: RuleSet
     rule: Rule | None
     key: KeyId
     quota: BucketQuota = field(default_factory=BucketQuota)
     idle: int = 0
+    overrides: AppliedOverrides = NO_OVERRIDES
 
 
 class QuotaService:
@@ -83,8 +88,10 @@ class QuotaService:
         bounds: Bounds | None = None,
         policy: QuotaPolicy = DEFAULT_POLICY,
         observer: QuotaObserver | None = None,
+        overrides: Callable[[], AppliedOverrides] = lambda: NO_OVERRIDES,
     ) -> None:
         self.rules = rules  # read at each report: a reload applies at the next one
+        self.overrides = overrides  # the handler's runtime overrides, read likewise
         self.limiter = limiter
         self.clock_ms = clock_ms
         self.bounds = bounds or Bounds()
@@ -205,21 +212,24 @@ class QuotaStream:
         return self._decide(bucket, tracked, hits, now)
 
     def _track(self, domain: str, bucket: BucketId) -> _Tracked:
-        """The bucket's match, made again when the rules were reloaded since."""
-        rules = self._service.rules()
+        """The bucket's match, made again when the rules or the overrides changed since."""
+        rules, overrides = self._service.rules(), self._service.overrides()
         tracked = self._buckets.get(bucket)
-        if tracked is not None and tracked.rules is rules:
+        if tracked is not None and tracked.rules is rules and tracked.overrides is overrides:
             return tracked
         found = rules.domain(domain)
         rule, entries = (None, list(bucket)) if found is None else match_bucket(found, dict(bucket))
+        if overrides.rules:  # precedence as for ShouldRateLimit: override > rule files
+            rule = overrides.rule(domain, tuple(entries), rule)
         key = _key(domain, entries, rule)
         if tracked is None:
-            tracked = self._buckets[bucket] = _Tracked(rules, rule, key)
+            tracked = self._buckets[bucket] = _Tracked(rules, rule, key, overrides=overrides)
             self._service.hold(key, 1)
         elif key != tracked.key:
             self._service.hold(tracked.key, -1)
             self._service.hold(key, 1)
         tracked.rules, tracked.rule, tracked.key = rules, rule, key
+        tracked.overrides = overrides
         return tracked
 
     def _decide(

@@ -3,12 +3,14 @@
 When a sync script (sync_common.lua `start_block`) or a strict check (strict.lua) starts a
 block, it publishes on `KeySchema.channel(BLOCKS)`::
 
-    <digest>|<left_ms>|<level>[|more fields...]
+    <digest>|<left_ms>|<level>|<set_for>[|more fields...]
 
 `digest` is the key's (keys.py: the hash tag of its counters and flag; values never go out in
 clear), `left_ms` the block's length as set (the flag's PX; Redis TIME based, and relative, so
 a node's clock skew does not matter), `level` the penalty level it was started with (0 without
-penalties). Readers ignore fields they do not know, so later versions can add some.
+penalties), `set_for` the requests per unit of the limit it was started for (a node whose
+limit is higher ignores it: core/limiter.py `lifts_block`; absent or 0: not known). Readers
+ignore fields they do not know, so later versions can add some.
 
 A message names a key by digest, the limiter tracks keys by KeyId: `DigestIndex` maps one to
 the other beside the key table, off the request path (see its docstring).
@@ -38,6 +40,7 @@ class BlockNotice(NamedTuple):
     digest: str
     left_ms: int
     level: int
+    set_for: int = 0  # the limit's requests per unit the block was started for; 0: not known
 
 
 def parse_notice(data: bytes) -> BlockNotice | None:
@@ -49,16 +52,17 @@ def parse_notice(data: bytes) -> BlockNotice | None:
         return None
     try:
         left_ms, level = int(fields[1]), int(fields[2])
+        set_for = int(fields[3]) if len(fields) > 3 else 0
     except ValueError:
         return None
-    if left_ms <= 0 or level < 0:
+    if left_ms <= 0 or level < 0 or set_for < 0:
         return None
-    return BlockNotice(fields[0].decode("ascii"), left_ms, level)
+    return BlockNotice(fields[0].decode("ascii"), left_ms, level, set_for)
 
 
 def notice_message(notice: BlockNotice) -> bytes:
     """What the scripts publish for `notice` (tests and tools speak the same format)."""
-    return f"{notice.digest}|{notice.left_ms}|{notice.level}".encode("ascii")
+    return f"{notice.digest}|{notice.left_ms}|{notice.level}|{notice.set_for}".encode("ascii")
 
 
 class DigestIndex:

@@ -26,7 +26,7 @@ class MemoryStorage:
         self._clock = clock
         self._counters: dict[CounterName, tuple[int, int]] = {}  # -> (value, expires)
         self._buckets: dict[KeyId, tuple[float, int]] = {}  # -> (TAT, expires)
-        self._flags: dict[KeyId, int] = {}  # -> expires
+        self._flags: dict[KeyId, tuple[int, int]] = {}  # -> (expires, requests it was set for)
         self._penalties = Penalties()  # levels and their blocks' levels (sync_common.lua)
         self._nodes: dict[str, int] = {}  # node id -> last heartbeat
         self._node_ttl_ms = node_ttl_ms
@@ -102,9 +102,14 @@ class MemoryStorage:
         """The block flag's ms left, set first (NX) if `total` crosses the limit."""
         if not limit.cooldown:
             return 0  # no flag for this limit (rules.blocks)
-        if rules.blocks(limit, total) and self._flags.get(key, 0) <= now:
-            self._flags[key] = now + limit.cooldown
-        return max(0, self._flags.get(key, 0) - now)
+        expires, set_for = self._flags.get(key, (0, 0))
+        if expires > now and rules.lifted(set_for, limit):  # raised since: deleted
+            del self._flags[key]
+            expires = 0
+        if rules.blocks(limit, total) and expires <= now:
+            expires = now + limit.cooldown
+            self._flags[key] = (expires, limit.requests_per_unit)
+        return max(0, expires - now)
 
     def _heartbeat(self, node_id: str, now: int) -> int:
         if not node_id or not self._node_ttl_ms:
@@ -116,5 +121,5 @@ class MemoryStorage:
     def _purge(self, now: int) -> None:
         self._counters = {k: v for k, v in self._counters.items() if now < v[1]}
         self._buckets = {k: v for k, v in self._buckets.items() if now < v[1]}
-        self._flags = {k: t for k, t in self._flags.items() if now < t}
+        self._flags = {k: v for k, v in self._flags.items() if now < v[0]}
         self._penalties.purge(now)

@@ -16,18 +16,22 @@ class Penalties:
 
     def __init__(self) -> None:
         self._levels: dict[KeyId, tuple[int, int]] = {}  # -> (level, expires)
-        self._flags: dict[KeyId, tuple[int, int]] = {}  # -> (expires, the block's level)
+        # -> (expires, the block's level, the requests per unit it was set for)
+        self._flags: dict[KeyId, tuple[int, int, int]] = {}
 
     def push(self, push: Push, total: int, spans: tuple[int, ...], now: int) -> PushResult:
         """The answer to a penalised key's push: sync_common.lua `penalised`."""
         limit, penalty = push.limit, push.limit.penalty
         assert penalty is not None
         level = self._level(push, now)
-        expires, at = self._flags.get(push.key, (0, 0))
+        expires, at, set_for = self._flags.get(push.key, (0, 0, 0))
+        if expires > now and rules.lifted(set_for, limit):  # raised since: deleted
+            del self._flags[push.key]
+            expires = 0
         if rules.blocks(limit, total) and expires <= now:
             at = flag_level(level, push.blocking_level)
             expires = now + block_ms(limit.cooldown, penalty, at)
-            self._flags[push.key] = (expires, at)
+            self._flags[push.key] = (expires, at, limit.requests_per_unit)
         left = max(0, expires - now)
         return PushResult(total, left, "", spans, level, at if left else 0)
 

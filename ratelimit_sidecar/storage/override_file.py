@@ -115,7 +115,7 @@ class FileOverrideStore(MemoryOverrideStore):
         try:
             state = json.loads(self.path.read_text(encoding="utf-8"))
             version, documents, changes = _parse_state(state)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             self._set_aside(exc)
             return
         self.version, self.documents, self.changes = version, documents, changes
@@ -139,14 +139,16 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return status.st_mtime_ns, status.st_size
 
 
-def _parse_state(state: dict[str, object]) -> tuple[int, dict[str, Document], list[Change]]:
+def _parse_state(state: object) -> tuple[int, dict[str, Document], list[Change]]:
+    if not isinstance(state, dict):  # valid JSON but not our object ([] or null)
+        raise ValueError(f"not a JSON object but {type(state).__name__}")
     if state.get("format") != FORMAT:
         raise ValueError(f"unknown format {state.get('format')!r}")
-    version = int(state["version"])  # type: ignore[call-overload]
-    documents = dict(state["documents"])  # type: ignore[call-overload]
+    version = int(state["version"])
+    documents = dict(state["documents"])
     changes = [
         Change(int(c["version"]), int(c["time_ms"]), str(c["action"]), _touched(c["touched"]))
-        for c in state["changes"]  # type: ignore[attr-defined]
+        for c in state["changes"]
     ]
     return version, documents, changes
 

@@ -87,15 +87,18 @@ class RedisOverrideStore:
         return (await self._read("history"))[2]
 
     async def put(self, document: Document, now_ms: int) -> int:
+        await self._restore_if_lost()
         override_id = str(document["id"])
         version = await self._write("put", ((override_id, None, document),), now_ms)
         assert version is not None  # a put without an expected version always applies
         return version
 
     async def delete(self, override_id: str, now_ms: int) -> int | None:
+        await self._restore_if_lost()
         return await self._write("delete", ((override_id, None, None),), now_ms)
 
     async def rollback(self, version: int, now_ms: int) -> int:
+        await self._restore_if_lost()
         for _ in range(ROLLBACK_ATTEMPTS):
             current, documents, changes = await self._read("all")
             touched = rollback_touches(documents, documents_at(documents, version, changes))
@@ -125,13 +128,26 @@ class RedisOverrideStore:
         """Redis has no set (restarted without persistence, flushed) but this node knew one:
         put it back at its version, so that nothing is lost (history aside), unless another
         node or a write did first; either way, answer what is there now."""
-        pairs = [part for i, d in last.documents.items() for part in _triple(i, d)[::2]]
-        reply = await self._call("restore", str(last.version), self.channel, *pairs)
-        if int(reply[0]) == 1:
-            log.warning("overrides restored at version %d: Redis had lost them", last.version)
+        if await self._put_back(last):
             return last.version, dict(last.documents)
         version, documents, _ = await self._read("set")
         return version, documents
+
+    async def _restore_if_lost(self) -> None:
+        """Before a write: a Redis that lost the set gets this node's last one back first, or
+        the write would start the versions again at 1 over an empty set, and every node would
+        read that (one round trip; the script does nothing when the set is there)."""
+        if self._last.version > 0:
+            await self._put_back(self._last)
+
+    async def _put_back(self, last: OverrideSnapshot) -> bool:
+        """`last` written back if Redis has no version; True if it was."""
+        pairs = [part for i, d in last.documents.items() for part in _triple(i, d)[::2]]
+        reply = await self._call("restore", str(last.version), self.channel, *pairs)
+        if int(reply[0]) != 1:
+            return False
+        log.warning("overrides restored at version %d: Redis had lost them", last.version)
+        return True
 
     async def _write(
         self,

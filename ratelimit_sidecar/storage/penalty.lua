@@ -21,10 +21,11 @@ local function penalty_of(spec)
   }
 end
 
--- A number stored at `key`, 0 if none (or unreadable).
+-- The number stored at `key` (a level; a block flag's "<level>:<max>", block_flag.lua: its
+-- level), 0 if none (or unreadable).
 local function stored_level(key)
   local stored = redis.pcall('GET', key)
-  return (type(stored) == 'string' and tonumber(stored)) or 0
+  return (type(stored) == 'string' and tonumber(string.match(stored, '^%d+'))) or 0
 end
 
 -- The key's level after a report asking for `wanted` (0: none): the highest asked for, never

@@ -48,9 +48,10 @@ def _lua(name: str) -> str:
 
 
 def _script(name: str) -> tuple[str, str]:
-    """A packaged sync script's source, after the helpers every sync script shares (penalty.lua,
-    sync_common.lua), and its SHA1 (the name EVALSHA calls it by)."""
-    source = "\n".join([_lua("penalty.lua"), _lua("sync_common.lua"), _lua(name)])
+    """A packaged sync script's source, after the helpers every sync script shares
+    (block_flag.lua, penalty.lua, sync_common.lua), and its SHA1 (the name EVALSHA calls it by)."""
+    helpers = [_lua("block_flag.lua"), _lua("penalty.lua"), _lua("sync_common.lua")]
+    source = "\n".join([*helpers, _lua(name)])
     return source, hashlib.sha1(source.encode("utf-8")).hexdigest()
 
 

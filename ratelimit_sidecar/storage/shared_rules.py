@@ -11,7 +11,8 @@ check the Redis answers against these functions, so a change of rule is made her
   `span_ttl_ms`) and is answered the fleet's totals of `answered_spans`.
 * token bucket: the store keeps the theoretical arrival time (TAT, epoch ms) and answers how
   far ahead of now its debt reaches (`bucket_debt_ms`).
-* a block flag is set only when `blocks` says so.
+* a block flag is set only when `blocks` says so, and records the requests per unit it was set
+  for; a push whose limit was raised past that finds it `lifted` and deletes it first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
+from ratelimit_sidecar.core.limiter import lifts_block
 from ratelimit_sidecar.core.types import Push
 
 TAT_DECIMALS = 3  # a TAT is stored with microsecond resolution: no drift from rounding per push
@@ -85,3 +87,10 @@ def blocks(limit: RateLimit, total: int) -> bool:
     """Whether a push answered `total` sets the shared block flag (SET NX PX cooldown). A
     limit without a cooldown neither sets nor reads the flag: it is answered 0."""
     return limit.cooldown > 0 and total > block_above(limit)
+
+
+def lifted(set_for: int, limit: RateLimit) -> bool:
+    """Whether a block flag set for `set_for` requests per unit is lifted for a push of
+    `limit` (core/limiter.py `lifts_block`: the limit was raised since): the store deletes it
+    before the push is applied, so that a block at the new limit may start."""
+    return lifts_block(set_for, limit)

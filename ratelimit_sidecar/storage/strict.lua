@@ -227,7 +227,7 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
   l.index = #limits + 1
   l.algorithm = algorithms[l.alg]
   l.algorithm.check(l)
-  l.block = redis.call('PTTL', l.flag)
+  l.block = held_left(l.flag, l.max) -- a flag set for a lower limit is lifted (block_flag.lua)
   if l.block > 0 then -- as an eventual key under a block: refused, even a check
     l.fits = false
     if l.penalty and l.hits > 0 and not l.shadow then
@@ -239,10 +239,11 @@ for text in string.gmatch(ARGV[3] or '', '[^;]+') do
       level = penalty_level(l.tag, l.penalty, 0)
       ms = penalised_ms(l.cooldown, l.penalty, level)
     end
-    redis.call('SET', l.flag, l.penalty and level or '1', 'PX', ms, 'NX')
+    redis.call('SET', l.flag, flag_value(l.penalty and level or 1, l.max), 'PX', ms, 'NX')
     l.block = ms
     if blocks_channel ~= '' then -- every node refuses the key at once (its eventual checks too)
-      redis.pcall('PUBLISH', blocks_channel, l.digest .. '|' .. ms .. '|' .. level) -- best effort
+      local notice = l.digest .. '|' .. ms .. '|' .. level .. '|' .. l.max
+      redis.pcall('PUBLISH', blocks_channel, notice) -- best effort
     end
   end
   refused = refused or (not l.fits and not l.shadow)

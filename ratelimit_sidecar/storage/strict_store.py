@@ -36,7 +36,8 @@ from ratelimit_sidecar.storage.redis_store import RedisStorage, sent_error
 
 STRICT_SCRIPT = "\n".join(
     resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-    for name in ("penalty.lua", "strict.lua")  # penalty.lua: what strict.lua calls for penalties
+    # block_flag.lua and penalty.lua: what strict.lua calls for flags and penalties
+    for name in ("block_flag.lua", "penalty.lua", "strict.lua")
 )
 STRICT_SHA = hashlib.sha1(STRICT_SCRIPT.encode("utf-8")).hexdigest()
 

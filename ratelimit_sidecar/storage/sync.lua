@@ -1,5 +1,6 @@
 -- One span's deltas for many counters (key names: ratelimit_sidecar/storage/keys.py).
--- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
+-- (Runs after block_flag.lua and sync_common.lua: held_left, failed, reason, start_block, cooled,
+-- answer_each.)
 --
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
@@ -42,15 +43,18 @@ local function push(text)
   redis.pcall('PEXPIRE', counter, ttl)
   cooldown = tonumber(cooldown)
   local p = penalty_of(penalty)
+  max = tonumber(max)
   if p then -- "total,left|level|block_level" (sync_common.lua)
-    local left, levels = penalised(digest, tag, cooldown, total > tonumber(max), p)
+    local left, levels = penalised(digest, tag, cooldown, total > max, p, max)
     return total .. ',' .. left .. levels
   end
-  if total > tonumber(max) and cooldown > 0 then
-    start_block(digest, flag, cooldown)
+  -- Read even without a cooldown: a fixed window honours a flag another config set (unless
+  -- set for a lower limit than this one: block_flag.lua).
+  local left = held_left(flag, max)
+  if left == 0 and total > max and cooldown > 0 then
+    left = start_block(digest, flag, cooldown, nil, max)
   end
-  -- Read even without a cooldown: a fixed window honours a flag another config set.
-  return total .. ',' .. block_left(flag)
+  return total .. ',' .. left
 end
 
 return answer_each(push)

@@ -1,5 +1,6 @@
 -- One span's deltas for many token buckets (key names: storage/keys.py; the rules, in the same
--- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
+-- (Runs after block_flag.lua and sync_common.lua: held_left, failed, reason, start_block, cooled,
+-- answer_each.)
 -- order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
@@ -70,10 +71,10 @@ local function push(text)
   redis.pcall('PEXPIRE', tag .. window_suffix, window_ttl)
   local over = debt > tonumber(capacity) * window_ms / requests
   local p, left, levels = penalty_of(penalty), 0, ''
-  if p then
-    left, levels = penalised(digest, tag, tonumber(cooldown), over, p)
+  if p then -- the flag records `requests` (block_flag.lua)
+    left, levels = penalised(digest, tag, tonumber(cooldown), over, p, requests)
   else
-    left = cooled(digest, tag .. ':block', tonumber(cooldown), over)
+    left = cooled(digest, tag .. ':block', tonumber(cooldown), over, requests)
   end
   return debt .. ',' .. left .. levels
 end

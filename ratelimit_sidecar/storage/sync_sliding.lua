@@ -1,5 +1,6 @@
 -- One span's deltas for many sliding window counters (key names: storage/keys.py; the rules,
--- (Runs after sync_common.lua: failed, reason, block_left, start_block, cooled, answer_each.)
+-- (Runs after block_flag.lua and sync_common.lua: held_left, failed, reason, start_block, cooled,
+-- answer_each.)
 -- in the same order: storage/shared_rules.py).
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
@@ -65,11 +66,12 @@ local function push(text)
   for i = 1, #totals do
     total = total + totals[i]
   end
-  local over, p, left, levels = total > tonumber(max), penalty_of(penalty), 0, ''
+  max = tonumber(max)
+  local over, p, left, levels = total > max, penalty_of(penalty), 0, ''
   if p then
-    left, levels = penalised(digest, tag, tonumber(cooldown), over, p)
+    left, levels = penalised(digest, tag, tonumber(cooldown), over, p, max)
   else
-    left = cooled(digest, tag .. ':block', tonumber(cooldown), over)
+    left = cooled(digest, tag .. ':block', tonumber(cooldown), over, max)
   end
   return total .. ',' .. left .. ',' .. table.concat(totals, ' ') .. levels
 end

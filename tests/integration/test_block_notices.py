@@ -111,6 +111,7 @@ async def test_a_crossing_push_announces_its_block_once(
     await asyncio.sleep(0.1)
     assert sorted(n.digest for n in listening.notices) == sorted(digest(k) for k in keys)
     assert all(n.left_ms == COOLDOWN_MS and n.level == 0 for n in listening.notices)
+    assert {n.set_for for n in listening.notices} == {lim.requests_per_unit}  # what it was for
 
 
 async def test_a_strict_refusal_announces_its_block(listening: Listening) -> None:
@@ -120,7 +121,7 @@ async def test_a_strict_refusal_announces_its_block(listening: Listening) -> Non
     (refused,) = await strict.check([StrictCheck(key, lim, 1, False)])
     assert admitted.fits and not refused.fits
     await eventually(lambda: len(listening.notices) == 1)
-    assert listening.notices == [BlockNotice(digest(key), COOLDOWN_MS, 0)]
+    assert listening.notices == [BlockNotice(digest(key), COOLDOWN_MS, 0, lim.requests_per_unit)]
 
 
 async def test_a_user_without_rights_on_the_channel_still_syncs_and_blocks(

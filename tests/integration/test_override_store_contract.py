@@ -324,8 +324,56 @@ async def test_a_redis_that_lost_the_set_gets_back_the_last_one_read(
         assert (await second.read()).version == 2  # already back: nothing to restore
         assert await second.put(doc("c", 1), 3) == 3  # versions go on from there
         own_redis_server.restart()
-        assert await third.put(doc("d", 1), 4) == 1  # a write first: the old set stays lost
+        assert await third.put(doc("d", 1), 4) == 1  # a node that never read: set lost
         assert sorted((await second.read()).documents) == ["d"]
     finally:
         for store in (first, second, third):
             await store.close()
+
+
+async def test_a_write_to_a_redis_that_lost_the_set_puts_it_back_first(
+    own_redis_server: ServerProcess,
+) -> None:
+    """FLUSHALL (or a restart without persistence), then a write before any read: the writer's
+    last set comes back first and the versions go on, instead of restarting at 1 over nothing."""
+    writer, other = (
+        redis_store(own_redis_server.url, "lost:"),
+        redis_store(own_redis_server.url, "lost:"),
+    )
+    try:
+        for number, name in enumerate("abc", start=1):
+            assert await writer.put(doc(name, 10), number) == number
+        assert (await writer.read()).version == 3
+        with own_redis_server.client() as admin:
+            admin.flushall()
+
+        assert await writer.put(doc("d", 10), 4) == 4
+        snapshot = await other.read()
+        assert snapshot.version == 4 and sorted(snapshot.documents) == ["a", "b", "c", "d"]
+    finally:
+        for store in (writer, other):
+            await store.close()
+
+
+async def test_a_user_without_rights_on_the_channel_writes_and_is_told_so(
+    own_redis_server: ServerProcess,
+) -> None:
+    """The announcement is best effort: a user with no channels gets its write's version (not
+    an error after the write committed), and a restore works the same."""
+    with own_redis_server.client() as admin:
+        admin.acl_setuser(
+            "nochan", enabled=True, passwords=["+pw"], keys="*", commands=["+@all"],
+            reset_channels=True,
+        )  # fmt: skip
+    store = redis_store(f"redis://nochan:pw@127.0.0.1:{own_redis_server.port}/0", "acl:")
+    try:
+        assert await store.put(doc("a", 10), 1) == 1
+        assert await store.delete("a", 2) == 2
+        assert await store.put(doc("b", 10), 3) == 3
+        assert (await store.read()).version == 3
+        with own_redis_server.client() as admin:
+            admin.flushall()
+        restored = await store.read()
+        assert restored.version == 3 and sorted(restored.documents) == ["b"]
+    finally:
+        await store.close()

@@ -158,3 +158,48 @@ async def test_without_a_store_the_set_is_empty() -> None:
     await keeper.start()
 
     assert keeper.snapshot.version == 0 and keeper.in_force == ()
+
+
+async def test_an_empty_set_is_installed_once_not_at_every_read() -> None:
+    """Version 0 read again and again: the handler (and its compiled-request cache) is left
+    alone after the first install."""
+    keeper, applied = _keeper(FlakyStore(), [T0])
+
+    await keeper.start()
+    for _ in range(3):
+        await keeper.refresh()
+
+    assert len(applied.sets) == 1 and applied.last.version == 0
+
+
+class BrokenStore(FlakyStore):
+    """A store whose read fails with an unexpected error `failures` times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def read(self) -> OverrideSnapshot:
+        if self.failures > 0:
+            self.failures -= 1
+            raise AttributeError("'list' object has no attribute 'get'")
+        return await super().read()
+
+
+async def test_the_periodic_read_survives_an_unexpected_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = BrokenStore(failures=2)
+    await store.put(document("a"), T0)
+    keeper, _ = _keeper(store, [T0], refresh_s=0.02)
+    task = asyncio.create_task(keeper.run())
+    try:
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and not keeper.in_force and not task.done():
+            await asyncio.sleep(0.02)
+    finally:
+        keeper.stop()
+        await asyncio.wait_for(task, 2.0)
+
+    assert len(keeper.in_force) == 1
+    assert "override refresh failed" in caplog.text

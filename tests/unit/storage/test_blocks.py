@@ -25,9 +25,11 @@ D = "0123456789abcdef"
 
 
 def test_a_notice_is_read_and_later_fields_are_ignored() -> None:
-    assert parse_notice(b"0123456789abcdef|1500|2") == BlockNotice(D, 1500, 2)
-    assert parse_notice(b"0123456789abcdef|1500|0|1700000000000|x") == BlockNotice(D, 1500, 0)
-    assert parse_notice(notice_message(BlockNotice(D, 7, 1))) == BlockNotice(D, 7, 1)
+    assert parse_notice(b"0123456789abcdef|1500|2") == BlockNotice(D, 1500, 2, 0)
+    assert parse_notice(b"0123456789abcdef|1500|0|30|x") == BlockNotice(D, 1500, 0, 30)
+    assert parse_notice(notice_message(BlockNotice(D, 7, 1, 5))) == BlockNotice(D, 7, 1, 5)
+    assert parse_notice(b"0123456789abcdef|1500|0|-3") is None
+    assert parse_notice(b"0123456789abcdef|1500|0|x") is None
 
 
 def test_anything_else_is_not_a_notice() -> None:

@@ -89,3 +89,15 @@ def test_an_unreadable_file_is_set_aside_not_lost(tmp_path: Path) -> None:
     assert store.version == 0
     aside = [name for name in os.listdir(tmp_path) if name.startswith(FILE_NAME + ".unreadable")]
     assert len(aside) == 1 and (tmp_path / aside[0]).read_text() == "{not json"
+
+
+@pytest.mark.parametrize("text", ["[]", "null", "3"])
+async def test_valid_json_that_is_not_an_object_is_set_aside(tmp_path: Path, text: str) -> None:
+    (tmp_path / FILE_NAME).write_text(text)
+
+    store = FileOverrideStore(str(tmp_path))
+
+    assert store.version == 0 and (await store.read()).version == 0
+    aside = [name for name in os.listdir(tmp_path) if name.startswith(FILE_NAME + ".unreadable")]
+    assert len(aside) == 1 and (tmp_path / aside[0]).read_text() == text
+    assert await store.put(doc("a", 10), 1) == 1
