@@ -4,17 +4,20 @@ change) where wall-clock runs are too noisy.
 
     python bench/instructions.py --tree before=/path/to/old/tree --tree after=.
 
-For each tree and case, `DRIVER` runs under callgrind twice with that tree first on PYTHONPATH and
-the same interpreter: the same set-up, then `SMALL` or `LARGE` decisions through
-`RateLimitHandler.decide`. The difference of the two totals over `LARGE - SMALL` is the cost of one
-decision, without the interpreter's start, the imports and the set-up. PYTHONHASHSEED is fixed and
-the clock is a fake one that starts at a fixed instant, so a count repeats to a few instructions.
+For each tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH and the
+same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitHandler.decide`,
+consumed by `deque(map(decide, bodies), maxlen=0)`. Callgrind collects only inside that deque's
+`consume_iterator` (a C function nothing else here calls), so the count is the decisions' alone:
+not the interpreter's start, the imports or the set-up (whose count moves by millions from run to
+run with where memory lands). PYTHONHASHSEED is fixed and the clock is a fake one that starts at a
+fixed instant, so a count repeats to within a few instructions per decision.
 
 Cases: `hot` (10 hot keys, admitted), `blocked` (one hot key refused under its block), `distinct`
 (every request new: parse, match, a new counter); `hot-10k`, `blocked-10k`, `distinct-10k`, with
 10,000 runtime overrides loaded (half of the distinct requests meet one); `penalised` (a blocked
-key of a rule with a penalty, each request an offence). The last four need a tree with overrides
-and penalties (`--case` to choose).
+key of a rule with a penalty, each request an offence): these four only on a tree that has
+overrides and penalties; `hot-fleet`, `blocked-fleet`: the limiter of a node with Redis
+(`FleetLimiter`, without its sync loop).
 """
 
 from __future__ import annotations
@@ -28,15 +31,18 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-SMALL, LARGE = 2_000, 12_000  # decisions per run: the difference is what is counted
+DECISIONS = 10_000  # per run
+LOOP = "consume_iterator"  # CPython's deque(iterable, maxlen=0) loop: callgrind counts inside it
 HOT_KEYS = 10
 LOADED = 10_000
 START_MS = 1_800_000_000_000  # the fake clock's fixed start: runs repeat exactly
 STEP_MS = 0.1  # 10,000 decisions per second of the fake clock
 BASE_CASES = ("hot", "blocked", "distinct")
 LOADED_CASES = ("hot-10k", "blocked-10k", "distinct-10k", "penalised")
+FLEET_CASES = ("hot-fleet", "blocked-fleet")  # the limiter of a node with Redis, no sync loop
 PENALTY = "penalty: {factor: 2, max: 1h, forgive_after: 1h}"
 DRIVER = Path(__file__).resolve()
+OVERRIDES_MODULE = "ratelimit_sidecar/service/overrides.py"  # a tree that has the `-10k` cases
 TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 Counts = Mapping[tuple[str, str], float]  # (tree, case) -> instructions per decision
@@ -54,8 +60,7 @@ class FixedClock:
 
 
 def bodies(case: str, decisions: int) -> list[bytes]:
-    """The request bodies decided, in order (`drive` builds LARGE of them in every run, so the
-    two runs of a case allocate alike)."""
+    """The request bodies decided, in order."""
     from bench.workload import key_values, request
 
     if _base(case) == "distinct":
@@ -68,8 +73,8 @@ def bodies(case: str, decisions: int) -> list[bytes]:
 
 
 def _base(case: str) -> str:
-    """The case without its `-10k`."""
-    return case.removesuffix("-10k")
+    """The case without its `-10k` or `-fleet`."""
+    return case.removesuffix("-10k").removesuffix("-fleet")
 
 
 def overridden_values() -> list[str]:
@@ -82,14 +87,22 @@ def overridden_values() -> list[str]:
 
 def make_handler(case: str) -> Callable[[bytes], bytes]:
     """The handler's `decide` for `case`, warmed up: blocked keys already blocked."""
-    from bench.workload import bench_rules, handler, rules_yaml
+    from bench.workload import bench_rules, fleet_limiter, handler, rules_yaml
     from ratelimit_sidecar.metrics import Metrics
+    from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 
     blocking = _base(case) in ("blocked", "penalised")
     extra = PENALTY if case == "penalised" else ""
     text = rules_yaml(1, extra) if blocking else rules_yaml()
     text = text.replace("unit: second", "unit: hour") if blocking else text
-    decider = handler(2 * LARGE, FixedClock(), metrics=Metrics(), rules=bench_rules(text))
+    rules = bench_rules(text)
+    if case.endswith("-fleet"):
+        limiter = fleet_limiter(2 * DECISIONS)
+        decider = RateLimitHandler(
+            rules, limiter, FixedClock(), observer=Metrics(), cache_entries=2 * DECISIONS
+        )
+    else:
+        decider = handler(2 * DECISIONS, FixedClock(), metrics=Metrics(), rules=rules)
     if case.endswith("-10k"):
         from bench.overrides import applied_overrides
 
@@ -102,30 +115,30 @@ def make_handler(case: str) -> Callable[[bytes], bytes]:
 def drive(case: str, decisions: int) -> None:
     """What runs under callgrind: the set-up, then `decisions` decisions."""
     import gc
+    from collections import deque
 
     import ratelimit_sidecar
     from ratelimit_sidecar import wire
 
     if not Path(ratelimit_sidecar.__file__).resolve().is_relative_to(Path.cwd().resolve()):
         raise SystemExit(f"{ratelimit_sidecar.__file__} is not from the tree in {Path.cwd()}")
-    decide, requests = make_handler(case), bodies(case, LARGE)[:decisions]
+    decide, requests = make_handler(case), bodies(case, decisions)
     gc.collect()
     gc.freeze()  # as the server does after start-up
-    last = b""
-    for body in requests:
-        last = decide(body)
+    deque(map(decide, requests), maxlen=0)  # what callgrind counts
+    last = decide(requests[-1])
     code = wire.RateLimitResponse.FromString(last).overall_code
-    expected = (
-        wire.Code.OVER_LIMIT if case in ("blocked", "blocked-10k", "penalised") else wire.Code.OK
-    )
+    refused = _base(case) in ("blocked", "penalised")
+    expected = wire.Code.OVER_LIMIT if refused else wire.Code.OK
     if code != expected:
         raise SystemExit(f"{case}: the last answer was code {code}, expected {expected}")
 
 
 def count(python: str, tree: Path, case: str, decisions: int, out: Path) -> int:
-    """Total instructions of one driver run under callgrind."""
+    """Instructions of one driver run's decisions, under callgrind."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    command += ["--collect-atstart=no", f"--toggle-collect={LOOP}"]
     command += [python, str(DRIVER), "drive", case, str(decisions)]
     subprocess.run(command, env=env, check=True, capture_output=True, cwd=tree)
     return totals(out.read_text())
@@ -137,10 +150,6 @@ def totals(callgrind_out: str) -> int:
     if found is None:
         raise ValueError("no summary or totals line in the callgrind output")
     return int(found.group(1))
-
-
-def per_decision(small: int, large: int) -> float:
-    return (large - small) / (LARGE - SMALL)
 
 
 def rows(counts: Counts, trees: Sequence[str], cases: Sequence[str]) -> list[list[str]]:
@@ -169,16 +178,10 @@ def measure(python: str, trees: Mapping[str, Path], cases: Sequence[str], keep: 
     counts: dict[tuple[str, str], float] = {}
     for case in cases:
         for name, tree in trees.items():
-            if (
-                case in LOADED_CASES
-                and not (tree / "ratelimit_sidecar/service/overrides.py").exists()
-            ):
+            if case in LOADED_CASES and not (tree / OVERRIDES_MODULE).exists():
                 continue
-            small, large = (
-                count(python, tree, case, n, keep / f"{name}.{case}.{n}.out")
-                for n in (SMALL, LARGE)
-            )
-            counts[name, case] = per_decision(small, large)
+            out = keep / f"{name}.{case}.out"
+            counts[name, case] = count(python, tree, case, DECISIONS, out) / DECISIONS
             print(f"{name} {case}: {counts[name, case]:,.0f} instructions per decision", flush=True)
     return counts
 
@@ -192,11 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python bench/instructions.py", description=__doc__)
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
-    parser.add_argument("--case", action="append", choices=BASE_CASES + LOADED_CASES)
+    parser.add_argument("--case", action="append", choices=BASE_CASES + LOADED_CASES + FLEET_CASES)
     parser.add_argument("--keep", type=Path, help="directory for callgrind's output files")
     options = parser.parse_args(args)
     trees = {n: Path(p).resolve() for n, p in (t.split("=", 1) for t in options.tree)}
-    cases = options.case or [*BASE_CASES, *LOADED_CASES]
+    cases = options.case or [*BASE_CASES, *FLEET_CASES, *LOADED_CASES]
     keep = options.keep or Path(tempfile.mkdtemp(prefix="rls-callgrind-"))
     keep.mkdir(parents=True, exist_ok=True)
     counts = measure(sys.executable, trees, cases, keep)

@@ -20,11 +20,6 @@ def test_totals_read_from_a_callgrind_file() -> None:
         instructions.totals("events: Ir\n")
 
 
-def test_per_decision_is_the_difference_over_the_extra_decisions() -> None:
-    extra = instructions.LARGE - instructions.SMALL
-    assert instructions.per_decision(1_000_000, 1_000_000 + 37 * extra) == 37
-
-
 def test_table_rows_give_each_tree_and_its_ratio_to_the_first() -> None:
     counts = {("before", "hot"): 1000.0, ("after", "hot"): 1100.0, ("after", "penalised"): 5.0}
     rows = instructions.rows(counts, ["before", "after"], ["hot", "penalised"])
@@ -41,12 +36,15 @@ def test_overrides_hold_the_hot_keys_and_every_other_distinct_value() -> None:
     loaded = set(values)
     assert len(values) == len(loaded) == instructions.LOADED
     assert set(key_values(instructions.HOT_KEYS)) <= loaded
-    distinct = key_values(100_000)[: instructions.LARGE]
+    distinct = key_values(100_000)[: instructions.DECISIONS]
     met = sum(v in loaded for v in distinct[instructions.HOT_KEYS :])
-    assert met == (instructions.LARGE - instructions.HOT_KEYS) // 2
+    assert met == (instructions.DECISIONS - instructions.HOT_KEYS) // 2
 
 
-@pytest.mark.parametrize("case", instructions.BASE_CASES + instructions.LOADED_CASES)
+CASES = instructions.BASE_CASES + instructions.LOADED_CASES + instructions.FLEET_CASES
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_each_case_answers_as_intended(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)  # the driver checks that the package comes from the tree it runs in
     instructions.drive(case, 50)  # raises SystemExit on an unexpected last answer
