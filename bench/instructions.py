@@ -13,11 +13,12 @@ run with where memory lands). PYTHONHASHSEED is fixed and the clock is a fake on
 fixed instant, so a count repeats to within a few instructions per decision.
 
 Cases: `hot` (10 hot keys, admitted), `blocked` (one hot key refused under its block), `distinct`
-(every request new: parse, match, a new counter); `hot-10k`, `blocked-10k`, `distinct-10k`, with
-10,000 runtime overrides loaded (half of the distinct requests meet one); `penalised` (a blocked
-key of a rule with a penalty, each request an offence): these four only on a tree that has
-overrides and penalties; `hot-fleet`, `blocked-fleet`: the limiter of a node with Redis
-(`FleetLimiter`, without its sync loop).
+(every request new: parse, match, a new counter), `seen` (the same requests, each decided once
+before: the steady state of `bench overhead`'s distinct-100k); `hot-10k`, `blocked-10k`,
+`distinct-10k`, with 10,000 runtime overrides loaded (half of the distinct requests meet one);
+`penalised` (a blocked key of a rule with a penalty, each request an offence): these four only
+on a tree that has overrides and penalties; `hot-fleet`, `blocked-fleet`: the limiter of a node
+with Redis (`FleetLimiter`, without its sync loop).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ HOT_KEYS = 10
 LOADED = 10_000
 START_MS = 1_800_000_000_000  # the fake clock's fixed start: runs repeat exactly
 STEP_MS = 0.1  # 10,000 decisions per second of the fake clock
-BASE_CASES = ("hot", "blocked", "distinct")
+BASE_CASES = ("hot", "blocked", "distinct", "seen")
 LOADED_CASES = ("hot-10k", "blocked-10k", "distinct-10k", "penalised")
 FLEET_CASES = ("hot-fleet", "blocked-fleet")  # the limiter of a node with Redis, no sync loop
 PENALTY = "penalty: {factor: 2, max: 1h, forgive_after: 1h}"
@@ -63,7 +64,7 @@ def bodies(case: str, decisions: int) -> list[bytes]:
     """The request bodies decided, in order."""
     from bench.workload import key_values, request
 
-    if _base(case) == "distinct":
+    if _base(case) in ("distinct", "seen"):
         values = key_values(100_000)[:decisions]
     elif _base(case) == "hot":
         values = [key_values(HOT_KEYS)[i % HOT_KEYS] for i in range(decisions)]
@@ -107,7 +108,8 @@ def make_handler(case: str) -> Callable[[bytes], bytes]:
         from bench.overrides import applied_overrides
 
         decider.swap_overrides(applied_overrides(overridden_values()))
-    for body in bodies(case, 20) if _base(case) != "distinct" else ():
+    warm_up = {"distinct": 0, "seen": DECISIONS}.get(_base(case), 20)
+    for body in bodies(case, warm_up):
         decider.decide(body)
     return decider.decide
 
