@@ -1,0 +1,213 @@
+"""Instructions per decision, counted by valgrind's callgrind: a measure of the request path that
+other load on the machine does not move, for comparing two source trees (before and after a
+change) where wall-clock runs are too noisy.
+
+    python bench/instructions.py --tree before=/path/to/old/tree --tree after=.
+
+For each tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH and the
+same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitHandler.decide`,
+consumed by `deque(map(decide, bodies), maxlen=0)`. Callgrind collects only inside that deque's
+`consume_iterator` (a C function nothing else here calls), so the count is the decisions' alone:
+not the interpreter's start, the imports or the set-up (whose count moves by millions from run to
+run with where memory lands). PYTHONHASHSEED is fixed and the clock is a fake one that starts at a
+fixed instant, so a count repeats to within a few instructions per decision.
+
+Cases: `hot` (10 hot keys, admitted), `blocked` (one hot key refused under its block), `distinct`
+(every request new: parse, match, a new counter), `seen` (the same requests, each decided once
+before: the steady state of `bench overhead`'s distinct-100k); `hot-10k`, `blocked-10k`,
+`distinct-10k`, with 10,000 runtime overrides loaded (half of the distinct requests meet one);
+`penalised` (a blocked key of a rule with a penalty, each request an offence): these four only
+on a tree that has overrides and penalties; `hot-fleet`, `blocked-fleet`: the limiter of a node
+with Redis (`FleetLimiter`, without its sync loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+DECISIONS = 10_000  # per run
+LOOP = "consume_iterator"  # CPython's deque(iterable, maxlen=0) loop: callgrind counts inside it
+HOT_KEYS = 10
+LOADED = 10_000
+START_MS = 1_800_000_000_000  # the fake clock's fixed start: runs repeat exactly
+STEP_MS = 0.1  # 10,000 decisions per second of the fake clock
+BASE_CASES = ("hot", "blocked", "distinct", "seen")
+LOADED_CASES = ("hot-10k", "blocked-10k", "distinct-10k", "penalised")
+FLEET_CASES = ("hot-fleet", "blocked-fleet")  # the limiter of a node with Redis, no sync loop
+PENALTY = "penalty: {factor: 2, max: 1h, forgive_after: 1h}"
+DRIVER = Path(__file__).resolve()
+OVERRIDES_MODULE = "ratelimit_sidecar/service/overrides.py"  # a tree that has the `-10k` cases
+TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
+
+Counts = Mapping[tuple[str, str], float]  # (tree, case) -> instructions per decision
+
+
+class FixedClock:
+    """Starts at START_MS and advances STEP_MS per read."""
+
+    def __init__(self) -> None:
+        self.now = float(START_MS)
+
+    def __call__(self) -> int:
+        self.now += STEP_MS
+        return int(self.now)
+
+
+def bodies(case: str, decisions: int) -> list[bytes]:
+    """The request bodies decided, in order."""
+    from bench.workload import key_values, request
+
+    if _base(case) in ("distinct", "seen"):
+        values = key_values(100_000)[:decisions]
+    elif _base(case) == "hot":
+        values = [key_values(HOT_KEYS)[i % HOT_KEYS] for i in range(decisions)]
+    else:
+        values = ["blocked"] * decisions
+    return [request(value).SerializeToString() for value in values]
+
+
+def _base(case: str) -> str:
+    """The case without its `-10k` or `-fleet`."""
+    return case.removesuffix("-10k").removesuffix("-fleet")
+
+
+def overridden_values() -> list[str]:
+    """The hot keys and every other distinct value: LOADED in all (the blocked key meets none)."""
+    from bench.workload import key_values
+
+    distinct = key_values(100_000)[HOT_KEYS : HOT_KEYS + 2 * LOADED : 2]
+    return [*key_values(HOT_KEYS), *distinct][:LOADED]
+
+
+def make_handler(case: str) -> Callable[[bytes], bytes]:
+    """The handler's `decide` for `case`, warmed up: blocked keys already blocked."""
+    from bench.workload import bench_rules, fleet_limiter, handler, rules_yaml
+    from ratelimit_sidecar.metrics import Metrics
+    from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+
+    blocking = _base(case) in ("blocked", "penalised")
+    extra = PENALTY if case == "penalised" else ""
+    text = rules_yaml(1, extra) if blocking else rules_yaml()
+    text = text.replace("unit: second", "unit: hour") if blocking else text
+    rules = bench_rules(text)
+    if case.endswith("-fleet"):
+        limiter = fleet_limiter(2 * DECISIONS)
+        decider = RateLimitHandler(
+            rules, limiter, FixedClock(), observer=Metrics(), cache_entries=2 * DECISIONS
+        )
+    else:
+        decider = handler(2 * DECISIONS, FixedClock(), metrics=Metrics(), rules=rules)
+    if case.endswith("-10k"):
+        from bench.overrides import applied_overrides
+
+        decider.swap_overrides(applied_overrides(overridden_values()))
+    warm_up = {"distinct": 0, "seen": DECISIONS}.get(_base(case), 20)
+    for body in bodies(case, warm_up):
+        decider.decide(body)
+    return decider.decide
+
+
+def drive(case: str, decisions: int) -> None:
+    """What runs under callgrind: the set-up, then `decisions` decisions."""
+    import gc
+    from collections import deque
+
+    import ratelimit_sidecar
+    from ratelimit_sidecar import wire
+
+    if not Path(ratelimit_sidecar.__file__).resolve().is_relative_to(Path.cwd().resolve()):
+        raise SystemExit(f"{ratelimit_sidecar.__file__} is not from the tree in {Path.cwd()}")
+    decide, requests = make_handler(case), bodies(case, decisions)
+    gc.collect()
+    gc.freeze()  # as the server does after start-up
+    deque(map(decide, requests), maxlen=0)  # what callgrind counts
+    last = decide(requests[-1])
+    code = wire.RateLimitResponse.FromString(last).overall_code
+    refused = _base(case) in ("blocked", "penalised")
+    expected = wire.Code.OVER_LIMIT if refused else wire.Code.OK
+    if code != expected:
+        raise SystemExit(f"{case}: the last answer was code {code}, expected {expected}")
+
+
+def count(python: str, tree: Path, case: str, decisions: int, out: Path) -> int:
+    """Instructions of one driver run's decisions, under callgrind."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    command += ["--collect-atstart=no", f"--toggle-collect={LOOP}"]
+    command += [python, str(DRIVER), "drive", case, str(decisions)]
+    subprocess.run(command, env=env, check=True, capture_output=True, cwd=tree)
+    return totals(out.read_text())
+
+
+def totals(callgrind_out: str) -> int:
+    """The instructions counted in a callgrind output file's text."""
+    found = TOTALS.search(callgrind_out)
+    if found is None:
+        raise ValueError("no summary or totals line in the callgrind output")
+    return int(found.group(1))
+
+
+def rows(counts: Counts, trees: Sequence[str], cases: Sequence[str]) -> list[list[str]]:
+    """One row per case: instructions per decision per tree, and each tree against the first."""
+    table = []
+    for case in cases:
+        cells = [counts.get((tree, case)) for tree in trees]
+        first = cells[0]
+        shown = [f"{c:,.0f}" if c is not None else "-" for c in cells]
+        ratios = [f"{c / first:.3f}" if c is not None and first else "-" for c in cells[1:]]
+        table.append([case, *shown, *ratios])
+    return table
+
+
+def render(counts: Counts, trees: Sequence[str], cases: Sequence[str]) -> str:
+    header = [
+        "case",
+        *(f"{t} instr/decision" for t in trees),
+        *(f"{t}/{trees[0]}" for t in trees[1:]),
+    ]
+    lines = [header, *rows(counts, trees, cases)]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def measure(python: str, trees: Mapping[str, Path], cases: Sequence[str], keep: Path) -> Counts:
+    counts: dict[tuple[str, str], float] = {}
+    for case in cases:
+        for name, tree in trees.items():
+            if case in LOADED_CASES and not (tree / OVERRIDES_MODULE).exists():
+                continue
+            out = keep / f"{name}.{case}.out"
+            counts[name, case] = count(python, tree, case, DECISIONS, out) / DECISIONS
+            print(f"{name} {case}: {counts[name, case]:,.0f} instructions per decision", flush=True)
+    return counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["drive"]:
+        if sys.path and Path(sys.path[0]).resolve() == DRIVER.parent:
+            del sys.path[0]  # bench/'s modules are imported as `bench.*`, from PYTHONPATH's tree
+        drive(args[1], int(args[2]))
+        return 0
+    parser = argparse.ArgumentParser(prog="python bench/instructions.py", description=__doc__)
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
+    parser.add_argument("--case", action="append", choices=BASE_CASES + LOADED_CASES + FLEET_CASES)
+    parser.add_argument("--keep", type=Path, help="directory for callgrind's output files")
+    options = parser.parse_args(args)
+    trees = {n: Path(p).resolve() for n, p in (t.split("=", 1) for t in options.tree)}
+    cases = options.case or [*BASE_CASES, *FLEET_CASES, *LOADED_CASES]
+    keep = options.keep or Path(tempfile.mkdtemp(prefix="rls-callgrind-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    counts = measure(sys.executable, trees, cases, keep)
+    print(f"\n{render(counts, list(trees), cases)}\ncallgrind files: {keep}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
