@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import rlqs_table
-from bench.envoy import envoy_found
+from bench.envoy import API_KEY, DOMAIN, RULES_YAML, STATS_PREFIX, envoy_found
 from bench.load import cpu, runs
 from bench.load.clients import Load, LoadShape, Wrk
 from bench.load.runs import Bench
@@ -42,14 +42,6 @@ CONNECTIONS = 8  # per stack; HTTP/1.1, one request in flight each
 DURATION_S = 3
 ROUNDS = 8
 WARM_UP_S = 2  # the RLQS stacks' first report and assignment land in it
-DOMAIN, API_KEY = "gateway", "bench"
-RULES_YAML = f"""\
-domain: {DOMAIN}
-descriptors:
-  - key: api_key
-    rate_limit: {{unit: second, requests_per_unit: 1000000000}}
-"""
-RLS_STATS = "cluster.backend.ratelimit."
 FINISH_GRACE_S = 30.0
 SAMPLE_MARGIN_S = 0.3
 
@@ -79,9 +71,9 @@ class Stack:
     def problems(self) -> list[str]:
         """Why this stack's runs do not show its filter at work (read after the runs)."""
         if self.name == rlqs_table.RLS:
-            stats = self.envoy.stats(RLS_STATS)
-            failed = stats.get(RLS_STATS + "error", 0)
-            failed += stats.get(RLS_STATS + "failure_mode_allowed", 0)
+            stats = self.envoy.stats(STATS_PREFIX)
+            failed = stats.get(STATS_PREFIX + "error", 0)
+            failed += stats.get(STATS_PREFIX + "failure_mode_allowed", 0)
             return [f"{failed} rate limit calls failed (Envoy failed open)"] if failed else []
         if self.name not in (ALLOW_ALL, rlqs_table.RLQS):
             return []
