@@ -25,6 +25,24 @@ def free_ports(count: int) -> list[int]:
         return [int(sock.getsockname()[1]) for sock in socks]
 
 
+def consecutive_free_ports(count: int, avoid: tuple[int, ...] = ()) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 (none in `avoid`): a
+    `--workers` node takes its metrics port + worker index."""
+    for _ in range(100):
+        base = free_port()
+        ports = range(base, base + count)
+        if base + count > 65535 or any(port in avoid for port in ports):
+            continue
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in ports:
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
 def http_ok(url: str, timeout_s: float = 1.0) -> bool:
     """True if a GET of `url` answers with a status below 400."""
     try:

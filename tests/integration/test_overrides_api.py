@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
-from harness.net import free_port
+from harness.net import consecutive_free_ports, free_port
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess, start_cli
 from ratelimit_sidecar import wire
@@ -273,7 +273,9 @@ def _raw(port: int, message: bytes) -> int:
 
 
 def test_workers_have_one_admin_api_and_follow_the_state_file(tmp_path: Path) -> None:
-    grpc_port, metrics, admin = free_port(), free_port(), free_port()
+    grpc_port = free_port()
+    metrics = consecutive_free_ports(2, avoid=(grpc_port,))  # worker 1 takes metrics + 1
+    admin = consecutive_free_ports(1, avoid=(grpc_port, metrics, metrics + 1))
     args = [
         "serve", "--config", str(write_rules(tmp_path, RULES)), "--workers", "2",
         "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics}",

@@ -9,14 +9,15 @@ from pathlib import Path
 import grpc
 
 from harness.grpc_client import request, rls_stub
-from harness.net import free_port, wait_grpc_serving
+from harness.net import consecutive_free_ports, free_port, wait_grpc_serving
 from harness.process import stop_process
 from harness.rules import write_rules
 from harness.sidecar import start_cli
 
 
 def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
-    port, metrics = free_port(), free_port()
+    port = free_port()
+    metrics = consecutive_free_ports(2, avoid=(port,))  # worker 1 takes metrics + 1
     proc = start_cli(
         [
             "serve", "--config", str(write_rules(tmp_path)), "--workers", "2",
