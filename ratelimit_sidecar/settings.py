@@ -20,6 +20,7 @@ from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 
 ENV_PREFIX = "RLS_"
 REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
+TRANSPORTS = ("fast", "grpcio")
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
 
@@ -51,6 +52,10 @@ class Settings:
     node_id: str = field(
         default_factory=default_node_id,
         metadata=_help("this node's id", default_text="hostname-pid"),
+    )
+    transport: str = field(
+        default="fast",
+        metadata=_help("gRPC server: fast (HTTP/2 on the sidecar's loop) or grpcio"),
     )
     workers: int = field(
         default=1, metadata=_help("processes sharing the gRPC port (SO_REUSEPORT)")
@@ -140,6 +145,8 @@ class Settings:
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"--transport must be one of {', '.join(TRANSPORTS)}")
         if self.overrides_refresh_s <= 0:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:

@@ -8,6 +8,7 @@ import gc
 import logging
 import signal
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -140,7 +141,7 @@ class Sidecar:
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._server: grpc.aio.Server | None = None
+        self._server: Any = None  # grpc.aio.Server or the fast transport's FastServer
         self.port = 0
 
     def _strict_decider(self, settings: Settings, storage: Storage | None) -> StrictDecider | None:
@@ -162,7 +163,11 @@ class Sidecar:
         """Bind and start serving; raises BindError if the address is not available."""
         servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
         server, health, self.port = build_server(
-            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,)
+            servicer,
+            self.settings.grpc_address,
+            self._reuse_port,
+            (self._add_quota,),
+            transport=self.settings.transport,
         )
         await self.overrides.start()
         try:

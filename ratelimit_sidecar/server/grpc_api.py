@@ -1,17 +1,24 @@
-"""The gRPC surface: a thin ShouldRateLimit servicer, health and reflection on one server."""
+"""The gRPC surface: a thin ShouldRateLimit servicer, health and reflection on one server.
+
+The server is the fast transport (server/transport/) or grpc.aio's (`--transport grpcio`);
+both take the same services through grpc's registration calls.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
+from ratelimit_sidecar.server.transport.server import FastServer, accepts
+from ratelimit_sidecar.server.transport.status import CallError
 from ratelimit_sidecar.service.validation import InvalidRequest
 
 log = logging.getLogger("ratelimit_sidecar.grpc")
@@ -28,22 +35,44 @@ class RateLimitServicer:
         self.handler = handler
         self._observe = observe_seconds
 
-    async def ShouldRateLimit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    def answer(self, request: bytes) -> bytes | Awaitable[bytes]:
+        """The response's wire bytes, or an awaitable of them (a strict rule waits for Redis);
+        raises CallError with the status of a bad request."""
         started = time.perf_counter()
         try:
             response = self.handler.respond(request)
-            if not isinstance(response, bytes):  # a strict rule: one Redis call to wait for
-                response = await response
-            if self._observe is not None:
-                self._observe(time.perf_counter() - started)
-            return response
-        except InvalidRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Exception as exc:
+            raise _status_of(exc) from exc
+        if not isinstance(response, bytes):
+            return self._finish(response, started)
+        if self._observe is not None:
+            self._observe(time.perf_counter() - started)
+        return response
+
+    async def _finish(self, response: Awaitable[bytes], started: float) -> bytes:
+        try:
+            answer = await response
+        except Exception as exc:
+            raise _status_of(exc) from exc
+        if self._observe is not None:
+            self._observe(time.perf_counter() - started)
+        return answer
+
+    async def ShouldRateLimit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """The grpc.aio method: `answer`, its CallError as an aborted call."""
+        try:
+            response = self.answer(request)
+            return response if isinstance(response, bytes) else await response
+        except CallError as exc:
+            await context.abort(exc.code, exc.message)
             raise  # unreachable: abort raises
-        except Exception:
-            log.exception("ShouldRateLimit failed")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the sidecar log")
-            raise
+
+
+def _status_of(exc: Exception) -> CallError:
+    if isinstance(exc, InvalidRequest):
+        return CallError(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    log.error("ShouldRateLimit failed", exc_info=exc)
+    return CallError(grpc.StatusCode.INTERNAL, "internal error; see the sidecar log")
 
 
 def rate_limit_methods(servicer: RateLimitServicer) -> dict[str, grpc.RpcMethodHandler]:
@@ -76,30 +105,51 @@ def build_server(
     servicer: RateLimitServicer,
     address: str,
     reuse_port: bool = False,
-    more_services: Sequence[Callable[[grpc.aio.Server], str]] = (),
-) -> tuple[grpc.aio.Server, health.HealthServicer, int]:
+    more_services: Sequence[Callable[[Any], str]] = (),
+    transport: str = "fast",
+) -> tuple[Any, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port.
 
-    `more_services` add other services to the same server (the RLQS one), each returning its
-    name for reflection."""
-    options = [
-        ("grpc.so_reuseport", 1 if reuse_port else 0),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ]
-    server = grpc.aio.server(options=options)
-    add_rate_limit_service(server, servicer)
+    `transport` is "fast" (server/transport/) or "grpcio"; `more_services` add other services
+    to the same server (the RLQS one), each returning its name for reflection."""
+    server, port = _bind(address, reuse_port, transport)
+    if isinstance(server, FastServer):
+        server.add_fast_unary(wire.METHOD_PATH, servicer.answer)
+    else:
+        add_rate_limit_service(server, servicer)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (
         wire.SERVICE_NAME,
         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         *(add(server) for add in more_services),
+        reflection.SERVICE_NAME,
     )
-    reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection.aio.ReflectionServicer(names), server
+    )
+    return server, health_servicer, port
+
+
+def _bind(address: str, reuse_port: bool, transport: str) -> tuple[Any, int]:
+    if transport == "fast" and not accepts(address):
+        log.warning("the fast transport cannot listen on %s: serving it with grpcio", address)
+        transport = "grpcio"
+    if transport == "fast":
+        try:
+            server = FastServer(address, reuse_port, MAX_MESSAGE_BYTES)
+        except (OSError, ValueError) as exc:
+            raise BindError(f"cannot listen on {address}: {exc}") from exc
+        return server, server.port
+    options = [
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
+    server = grpc.aio.server(options=options)
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
         raise BindError(f"cannot listen on {address}: {exc}") from exc
     if port == 0 and not address.endswith(":0"):
         raise BindError(f"cannot listen on {address}: address in use or not available")
-    return server, health_servicer, port
+    return server, port

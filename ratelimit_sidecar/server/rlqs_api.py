@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -47,6 +48,15 @@ _END = object()  # the reader's mark: Envoy closed its side of the stream
 # Reports read ahead of the one being answered: a full inbox stops the reader, so a gateway
 # sending faster than its reports are answered waits in gRPC's flow control, not in memory.
 INBOX_REPORTS = 2
+
+
+class ServicerContext(Protocol):
+    """The part of a call's context the servicer uses; grpc.aio's and the fast transport's
+    (server/transport/calls.py) both have it."""
+
+    async def write(self, message: Any) -> None: ...
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None: ...
 
 
 class QuotaMetrics:
@@ -98,7 +108,7 @@ class QuotaServicer:
     async def StreamRateLimitQuotas(
         self,
         reports: AsyncIterator[RateLimitQuotaUsageReports],
-        context: grpc.aio.ServicerContext,
+        context: ServicerContext,
     ) -> None:
         stream = self.service.open_stream()
         inbox = _inbox()
@@ -115,7 +125,7 @@ class QuotaServicer:
             stream.close()
 
     async def _serve(
-        self, stream: QuotaStream, inbox: asyncio.Queue[object], context: grpc.aio.ServicerContext
+        self, stream: QuotaStream, inbox: asyncio.Queue[object], context: ServicerContext
     ) -> None:
         """Answer each report; between reports, wake for the next recheck (a block ends, a
         window frees room). A response's actions apply in order: the report's come first, and a
@@ -224,8 +234,9 @@ def _assignment(
     strategy.token_bucket.CopyFrom(bucket)
 
 
-def add_quota_service(server: grpc.aio.Server, servicer: QuotaServicer) -> str:
-    """Register StreamRateLimitQuotas on `server`; returns the service name (for reflection)."""
+def add_quota_service(server: Any, servicer: QuotaServicer) -> str:
+    """Register StreamRateLimitQuotas on `server` (grpc.aio's or the fast transport's: both
+    take grpc's generic handlers); returns the service name (for reflection)."""
     method = grpc.stream_stream_rpc_method_handler(
         servicer.StreamRateLimitQuotas,
         request_deserializer=RateLimitQuotaUsageReports.FromString,
@@ -244,7 +255,7 @@ def quota_wiring(
     registry: CollectorRegistry,
     *,
     overrides: Callable[[], AppliedOverrides] = lambda: NO_OVERRIDES,
-) -> tuple[QuotaServicer, Callable[[grpc.aio.Server], str]]:
+) -> tuple[QuotaServicer, Callable[[Any], str]]:
     """The sidecar's RLQS servicer, on its rules and runtime overrides (read at each report: a
     change applies at the next one), limiter and metrics registry, and the hook that adds it to
     the gRPC server of ShouldRateLimit."""

@@ -1,0 +1,421 @@
+"""One HTTP/2 connection: the frame loop, flow control, and the limits that keep abuse cheap.
+
+The loop parses every complete frame of a read, answers what it can at once (a ShouldRateLimit
+call is decided inline) and writes all answers of the read in one `write`. Limits, each with
+the answer RFC 9113 gives for it:
+
+* frames larger than SETTINGS_MAX_FRAME_SIZE, a bad preface, frames out of order: GOAWAY;
+* header blocks over `HARD_HEADER_BYTES` (a CONTINUATION flood): GOAWAY ENHANCE_YOUR_CALM;
+* frames that ask work without a request to show for it (PING, SETTINGS, PRIORITY, RST_STREAM,
+  empty DATA, unknown types) spend a per-connection budget that answered calls refill; an empty
+  budget (a PING or SETTINGS flood, rapid reset) is GOAWAY ENHANCE_YOUR_CALM;
+* streams over SETTINGS_MAX_CONCURRENT_STREAMS: RST_STREAM REFUSED_STREAM;
+* a peer that does not read: its writes buffer up to the high-water mark, then the connection
+  stops reading until they drain, so it cannot make the server queue more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+import hpack
+
+from ratelimit_sidecar.server.transport import frames as f
+from ratelimit_sidecar.server.transport.frames import ConnectionError_, ErrorCode
+
+if TYPE_CHECKING:
+    from ratelimit_sidecar.server.transport.calls import Call
+    from ratelimit_sidecar.server.transport.server import ServerCore
+
+log = logging.getLogger("ratelimit_sidecar.transport")
+
+MAX_CONCURRENT_STREAMS = 1024
+SOFT_HEADER_LIST_BYTES = 16 * 1024  # the advertised limit; over it, the call is refused
+HARD_HEADER_BYTES = 64 * 1024  # over it, encoded or decoded, the connection ends
+CONNECTION_WINDOW = 16 * 1024 * 1024
+FLOOD_BUDGET = 10_000
+WRITE_HIGH_WATER = 256 * 1024
+HANDSHAKE_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 5.0  # a closing connection whose peer does not read is aborted after this
+SERVER_SETTINGS = f.settings(
+    {
+        f.SETTINGS_MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+        f.SETTINGS_MAX_HEADER_LIST_SIZE: SOFT_HEADER_LIST_BYTES,
+        f.SETTINGS_ENABLE_PUSH: 0,
+    }
+) + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
+
+
+class H2Connection(asyncio.Protocol):
+    """The server side of one HTTP/2 connection carrying gRPC calls."""
+
+    def __init__(self, core: ServerCore) -> None:
+        self.core = core
+        self.transport: asyncio.Transport | None = None
+        self.decoder = hpack.Decoder()
+        self.decoder.max_header_list_size = HARD_HEADER_BYTES
+        self.buffer = bytearray()
+        self.out: list[bytes] = []
+        self.calls: dict[int, Call] = {}
+        self.last_stream_id = 0
+        self.preface_seen = False
+        self.block_stream = 0  # a header block continues in CONTINUATION frames on this stream
+        self.block = bytearray()
+        self.block_end_stream = False
+        self.send_window = f.DEFAULT_WINDOW
+        self.peer_initial_window = f.DEFAULT_WINDOW
+        self.peer_max_frame = f.DEFAULT_FRAME_SIZE
+        self.recv_window = CONNECTION_WINDOW
+        self.recv_unacked = 0
+        self.budget = FLOOD_BUDGET
+        self.blocked: dict[int, Call] = {}  # calls waiting for send window
+        self.fresh: list[Call] = []  # calls with a deadline opened in this read
+        self.draining = False
+        self.closed = False
+        self.reading_paused = False
+        self.peer = ""
+        self._timer: asyncio.TimerHandle | None = None
+        self._dispatch: tuple[Callable[[int, int, bytes], None], ...] = (
+            self._on_data, self._on_headers, self._on_priority, self._on_rst_stream,
+            self._on_settings, self._on_push_promise, self._on_ping, self._on_goaway,
+            self._on_window_update, self._on_continuation,
+        )  # fmt: skip
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's is one without subclassing
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.write(SERVER_SETTINGS)
+        self._timer = asyncio.get_running_loop().call_later(
+            HANDSHAKE_TIMEOUT_S, self._handshake_expired
+        )
+        self.core.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for call in list(self.calls.values()):
+            call.cancel()
+        self.calls.clear()
+        self.blocked.clear()
+        self.core.connections.discard(self)
+
+    def pause_writing(self) -> None:
+        """The peer reads slower than we answer: stop taking its requests until it catches up."""
+        if self.transport is not None and not self.closed:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closed and self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        """The peer closed its side: answer the calls it sent, then close."""
+        self.draining = True
+        self._close_if_idle()
+        return True
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.buffer += data
+        try:
+            if not self.preface_seen and not self._read_preface():
+                return
+            self._read_frames()
+        except ConnectionError_ as exc:
+            self.fail(exc.code, str(exc))
+        if self.fresh:  # a deadline needs a timer only if its call was not answered at once
+            for call in self.fresh:
+                call.arm_deadline()
+            self.fresh.clear()
+        self.flush()
+
+    # -- frame loop ---------------------------------------------------------------------------
+
+    def _read_preface(self) -> bool:
+        seen = bytes(self.buffer[: len(f.PREFACE)])
+        if not f.PREFACE.startswith(seen):
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+        if len(seen) < len(f.PREFACE):
+            return False
+        del self.buffer[: len(f.PREFACE)]
+        self.preface_seen = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return True
+
+    def _read_frames(self) -> None:
+        buffer, unpack, dispatch = self.buffer, f.FRAME_HEADER.unpack_from, self._dispatch
+        pos, size = 0, len(buffer)
+        try:
+            while size - pos >= 9 and not self.closed:
+                high, low, kind, flags, stream_id = unpack(buffer, pos)
+                length = high << 16 | low
+                if length > f.DEFAULT_FRAME_SIZE:
+                    raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes")
+                end = pos + 9 + length
+                if end > size:
+                    break
+                payload = bytes(buffer[pos + 9 : end])
+                pos = end
+                stream_id &= 0x7FFFFFFF
+                if self.block_stream and kind != f.CONTINUATION:
+                    raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+                if kind < 10:
+                    dispatch[kind](flags, stream_id, payload)
+                else:  # unknown frame types are ignored (RFC 9113 §4.1), at a cost
+                    self.spend(1)
+        finally:
+            del buffer[:pos]
+
+    def spend(self, cost: int) -> None:
+        self.budget -= cost
+        if self.budget < 0:
+            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "too many frames without requests")
+
+    def refill(self) -> None:
+        if self.budget < FLOOD_BUDGET:
+            self.budget += 1
+
+    # -- frames -------------------------------------------------------------------------------
+
+    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
+        self.recv_window -= size
+        if self.recv_window < 0:
+            raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overrun")
+        data = _unpad(payload) if flags & f.PADDED else payload
+        if not data and not flags & f.END_STREAM:
+            self.spend(1)
+        call = self.calls.get(stream_id)
+        if call is None:
+            if stream_id > self.last_stream_id:
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream")
+            self.consumed(size)  # a stream we ended: its data is dropped
+            return
+        self.consumed(size - len(data))
+        call.receive(data, size, flags & f.END_STREAM != 0)
+
+    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0 or stream_id % 2 == 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
+        block = _unpad(payload) if flags & f.PADDED else payload
+        if flags & f.PRIORITY_FLAG:
+            block = block[5:]
+        self.block_end_stream = flags & f.END_STREAM != 0
+        if flags & f.END_HEADERS:
+            self._header_block(stream_id, block)
+        else:
+            self.block_stream = stream_id
+            self.block[:] = block
+
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id != self.block_stream or stream_id == 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+        if not payload:
+            self.spend(1)
+        self.block += payload
+        if len(self.block) > HARD_HEADER_BYTES:
+            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
+        if flags & f.END_HEADERS:
+            self.block_stream = 0
+            block = bytes(self.block)
+            self.block.clear()
+            self._header_block(stream_id, block)
+
+    def _header_block(self, stream_id: int, block: bytes) -> None:
+        try:
+            headers = self.decoder.decode(block, raw=True)
+        except hpack.OversizedHeaderListError as exc:
+            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header list too large") from exc
+        except hpack.HPACKError as exc:
+            raise ConnectionError_(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
+        end_stream = self.block_end_stream
+        call = self.calls.get(stream_id)
+        if call is not None:  # trailers from the client end its side
+            if not end_stream:
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
+            call.receive(b"", 0, True)
+            return
+        if stream_id <= self.last_stream_id:
+            raise ConnectionError_(ErrorCode.STREAM_CLOSED, f"HEADERS on closed stream {stream_id}")
+        self.last_stream_id = stream_id
+        if self.draining or len(self.calls) >= MAX_CONCURRENT_STREAMS:
+            self.spend(1)
+            self.out.append(f.rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
+            return
+        self.core.open_call(self, stream_id, headers, end_stream)
+
+    def _on_priority(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 5 or stream_id == 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad PRIORITY frame")
+        self.spend(1)
+
+    def _on_rst_stream(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4 or stream_id == 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad RST_STREAM frame")
+        if stream_id > self.last_stream_id:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
+        self.spend(1)
+        call = self.calls.pop(stream_id, None)
+        self.blocked.pop(stream_id, None)
+        if call is not None:
+            call.cancel()
+            self._close_if_idle()
+
+    def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id != 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & f.ACK:
+            if payload:
+                raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            return
+        if len(payload) % 6:
+            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of a bad length")
+        self.spend(1)
+        for offset in range(0, len(payload), 6):
+            key, value = struct.unpack_from("!HL", payload, offset)
+            self._setting(key, value)
+        self.out.append(f.frame(f.SETTINGS, f.ACK, 0))
+        self._unblock()
+
+    def _setting(self, key: int, value: int) -> None:
+        if key == f.SETTINGS_INITIAL_WINDOW_SIZE:
+            if value > f.MAX_WINDOW:
+                raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "initial window too large")
+            delta, self.peer_initial_window = value - self.peer_initial_window, value
+            for call in self.calls.values():
+                call.send_window += delta
+        elif key == f.SETTINGS_MAX_FRAME_SIZE:
+            if not f.DEFAULT_FRAME_SIZE <= value <= f.MAX_FRAME_SIZE_LIMIT:
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE")
+            self.peer_max_frame = value
+        elif key == f.SETTINGS_ENABLE_PUSH and value > 1:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad SETTINGS_ENABLE_PUSH")
+
+    def _on_push_promise(self, flags: int, stream_id: int, payload: bytes) -> None:
+        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+
+    def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 8:
+            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "PING of a bad length")
+        if stream_id != 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
+        if not flags & f.ACK:
+            self.spend(1)
+            self.out.append(f.frame(f.PING, f.ACK, 0, payload))
+
+    def _on_goaway(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id != 0:
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
+        self.draining = True  # the peer opens no more streams: close once ours are answered
+        self._close_if_idle()
+
+    def _on_window_update(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE of a bad length")
+        increment = struct.unpack("!L", payload)[0] & 0x7FFFFFFF
+        if stream_id == 0:
+            if increment == 0:
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self.send_window += increment
+            if self.send_window > f.MAX_WINDOW:
+                raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
+            self._unblock()
+            return
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.window_update(increment)
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def consumed(self, size: int) -> None:
+        """`size` bytes of request data were used up: hand them back to the peer's window."""
+        self.recv_window += size
+        self.recv_unacked += size
+        if self.recv_unacked >= CONNECTION_WINDOW // 4:
+            self.out.append(f.window_update(0, self.recv_unacked))
+            self.recv_unacked = 0
+
+    def flush(self) -> None:
+        if self.out and self.transport is not None and not self.closed:
+            self.transport.write(b"".join(self.out))
+        self.out.clear()
+
+    def _unblock(self) -> None:
+        for stream_id, call in list(self.blocked.items()):
+            if self.send_window <= 0:
+                return
+            del self.blocked[stream_id]
+            call.pump()
+
+    def ended(self, call: Call) -> None:
+        """`call` sent its trailers: forget it; a peer still sending is told to stop."""
+        self.calls.pop(call.stream_id, None)
+        self.blocked.pop(call.stream_id, None)
+        if not call.remote_closed:
+            self.out.append(f.rst_stream(call.stream_id, ErrorCode.NO_ERROR))
+        self.refill()
+        self._close_if_idle()
+
+    def goaway(self) -> None:
+        """Graceful drain: no new streams; close once the open ones are answered."""
+        if self.closed:
+            return
+        self.draining = True
+        self.out.append(f.goaway(self.last_stream_id, ErrorCode.NO_ERROR))
+        self.flush()
+        self._close_if_idle()
+
+    def fail(self, code: ErrorCode, reason: str) -> None:
+        """A connection error: GOAWAY with `code`, then close."""
+        if self.closed:
+            return
+        log.info("HTTP/2 connection from %s ended: %s (%s)", self.peer, reason, code.name)
+        self.out.append(f.goaway(self.last_stream_id, code, reason))
+        self.flush()
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        self.closed = True
+        for call in list(self.calls.values()):
+            call.cancel()
+        self.transport.close()  # sends what is buffered first; a peer that never reads...
+        transport = self.transport
+        asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, transport.abort)  # ...is cut
+
+    def _close_if_idle(self) -> None:
+        if self.draining and not self.calls:
+            self.flush()
+            self.close()
+
+    def _handshake_expired(self) -> None:
+        self._timer = None
+        if not self.preface_seen:
+            self.fail(ErrorCode.PROTOCOL_ERROR, "no connection preface in time")
+
+
+def _unpad(payload: bytes) -> bytes:
+    if not payload:
+        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padded frame without a pad length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padding longer than the frame")
+    return payload[1 : len(payload) - pad]
