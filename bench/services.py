@@ -7,6 +7,8 @@ KIND is one of:
 
 * empty: ShouldRateLimit answers one prebuilt OK status, whatever the request: the least any
   service on this stack can do.
+* empty-fast: `empty` on the sidecar's fast transport (ratelimit_sidecar/server/transport/):
+  the prebuilt answer's bytes, whatever the request, with the transport's health service.
 * empty-4: one prebuilt OK status per descriptor, like the sidecar's answer. Envoy turns every
   status into x-ratelimit headers, so behind Envoy this does the sidecar's share of Envoy's work.
 * limits: the design the sidecar replaces, a rate limit service asking Redis on every request:
@@ -37,6 +39,7 @@ from limits.errors import StorageError
 from ratelimit_sidecar import wire
 from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from ratelimit_sidecar._proto.envoy.type.v3 import ratelimit_strategy_pb2
+from ratelimit_sidecar.server.transport.server import FastServer
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
 PREBUILT = 16  # empty-4 builds its answers for 1..16 descriptors once
@@ -139,6 +142,26 @@ class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
 Servicer = wire.RateLimitServiceServicer | AllowAll
 
 
+async def serve_fast(address: str) -> int:
+    """`empty` on the fast transport, until SIGTERM or SIGINT."""
+    server = FastServer(address, False, 4 * 1024 * 1024)
+    prebuilt = answer(1).SerializeToString()
+    server.add_fast_unary(wire.METHOD_PATH, lambda _request: prebuilt)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    await server.start()
+    await _until_stopped()
+    await server.stop(1.0)
+    return 0
+
+
+async def _until_stopped() -> None:
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
 async def serve(address: str, servicer: Servicer) -> int:
     """Until SIGTERM or SIGINT."""
     server = grpc.aio.server()
@@ -153,17 +176,14 @@ async def serve(address: str, servicer: Servicer) -> int:
         return 1
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await _until_stopped()
     await server.stop(1.0)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.services")
-    parser.add_argument("kind", choices=("empty", "empty-4", "limits", "rlqs-allow"))
+    parser.add_argument("kind", choices=("empty", "empty-fast", "empty-4", "limits", "rlqs-allow"))
     parser.add_argument("--address", required=True, help="host:port to listen on")
     parser.add_argument("--redis-url", help="redis://host:port/db (limits only)")
     args = parser.parse_args(argv)
@@ -174,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def run() -> int:  # the servicer's Redis client must be made on the running loop
         if args.kind == "rlqs-allow":
             return await serve(args.address, AllowAll())
+        if args.kind == "empty-fast":
+            return await serve_fast(args.address)
         limits = args.kind == "limits"
         servicer = Limits(args.redis_url) if limits else Empty(args.kind == "empty-4")
         return await serve(args.address, servicer)

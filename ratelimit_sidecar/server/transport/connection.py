@@ -36,6 +36,8 @@ log = logging.getLogger("ratelimit_sidecar.transport")
 MAX_CONCURRENT_STREAMS = 1024
 SOFT_HEADER_LIST_BYTES = 16 * 1024  # the advertised limit; over it, the call is refused
 HARD_HEADER_BYTES = 64 * 1024  # over it, encoded or decoded, the connection ends
+MAX_CACHED_BLOCKS = 64  # decoded header blocks kept per connection
+MAX_CACHED_BLOCK = 1024  # bytes; larger blocks are decoded each time
 CONNECTION_WINDOW = 16 * 1024 * 1024
 FLOOD_BUDGET = 10_000
 WRITE_HIGH_WATER = 256 * 1024
@@ -58,6 +60,8 @@ class H2Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.decoder = hpack.Decoder()
         self.decoder.max_header_list_size = HARD_HEADER_BYTES
+        self.decoded: dict[bytes, tuple[int, list[tuple[bytes, bytes]]]] = {}
+        self.table_version = 0
         self.buffer = bytearray()
         self.out: list[bytes] = []
         self.calls: dict[int, Call] = {}
@@ -239,12 +243,7 @@ class H2Connection(asyncio.Protocol):
             self._header_block(stream_id, block)
 
     def _header_block(self, stream_id: int, block: bytes) -> None:
-        try:
-            headers = self.decoder.decode(block, raw=True)
-        except hpack.OversizedHeaderListError as exc:
-            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header list too large") from exc
-        except hpack.HPACKError as exc:
-            raise ConnectionError_(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
+        headers = self._decode(block)
         end_stream = self.block_end_stream
         call = self.calls.get(stream_id)
         if call is not None:  # trailers from the client end its side
@@ -260,6 +259,28 @@ class H2Connection(asyncio.Protocol):
             self.out.append(f.rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
             return
         self.core.open_call(self, stream_id, headers, end_stream)
+
+    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """The block's headers. A client repeats the same block for the same call: a block that
+        added nothing to the dynamic table, decoded since the table last changed, is reused."""
+        cached = self.decoded.get(block)
+        if cached is not None and cached[0] == self.table_version:
+            return cached[1]
+        entries = self.decoder.header_table.dynamic_entries
+        newest, count = entries[0] if entries else None, len(entries)
+        try:
+            headers: list[tuple[bytes, bytes]] = self.decoder.decode(block, raw=True)
+        except hpack.OversizedHeaderListError as exc:
+            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header list too large") from exc
+        except hpack.HPACKError as exc:
+            raise ConnectionError_(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
+        if len(entries) != count or (entries[0] if entries else None) is not newest:
+            self.table_version += 1  # indices now name other headers: older entries are stale
+        elif len(block) <= MAX_CACHED_BLOCK:
+            if len(self.decoded) >= MAX_CACHED_BLOCKS:
+                self.decoded.clear()
+            self.decoded[block] = (self.table_version, headers)
+        return headers
 
     def _on_priority(self, flags: int, stream_id: int, payload: bytes) -> None:
         if len(payload) != 5 or stream_id == 0:
