@@ -27,12 +27,15 @@ class SidecarProcess:
         *extra: str,
         env: dict[str, str] | None = None,
         ports: tuple[int, int] | None = None,
+        transport: str | None = None,
     ) -> None:
-        """`ports` (gRPC, metrics) restarts a sidecar where its Envoy expects it."""
+        """`ports` (gRPC, metrics) restarts a sidecar where its Envoy expects it; `transport`
+        (fast, grpcio) is its --transport, else the default or RLS_TRANSPORT of the tests."""
         self.port, self.metrics_port = ports or (free_port(), free_port())
         self.address = f"127.0.0.1:{self.port}"
         metrics = f"127.0.0.1:{self.metrics_port}"
-        self.proc = start_cli(serve_args(config, self.address, metrics, *extra), env)
+        chosen = ("--transport", transport) if transport else ()
+        self.proc = start_cli(serve_args(config, self.address, metrics, *chosen, *extra), env)
         self.stderr = ""
 
     def wait_ready(self) -> SidecarProcess:

@@ -10,7 +10,6 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-import grpc
 from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 

@@ -16,9 +16,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from ratelimit_sidecar import wire
-from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.server.transport.server import FastServer, accepts
 from ratelimit_sidecar.server.transport.status import CallError
+from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.validation import InvalidRequest
 
 log = logging.getLogger("ratelimit_sidecar.grpc")

@@ -18,7 +18,7 @@ from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.settings import TRANSPORTS, Settings
 from ratelimit_sidecar.storage.memory import MemoryStorage
 
 T0 = 1_700_000_040_000  # a minute boundary
@@ -38,10 +38,17 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-async def sidecar(tmp_path: Path, clock: Clock) -> AsyncIterator[Sidecar]:
+@pytest.fixture(params=TRANSPORTS)
+async def sidecar(
+    tmp_path: Path, clock: Clock, request: pytest.FixtureRequest
+) -> AsyncIterator[Sidecar]:
     rules = load_rules(write_rules(tmp_path))
-    settings = Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0", max_descriptors=4)
+    settings = Settings(
+        config_path=str(tmp_path),
+        grpc_address="127.0.0.1:0",
+        max_descriptors=4,
+        transport=request.param,
+    )
     server = Sidecar(settings, rules, clock_ms=clock)
     await server.startup()
     yield server
@@ -157,11 +164,12 @@ async def test_health_and_reflection_are_served(channel: grpc.aio.Channel) -> No
     assert wire.SERVICE_NAME in names
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_shutdown_flushes_every_admitted_hit_to_a_shared_store(
-    tmp_path: Path, clock: Clock
+    tmp_path: Path, clock: Clock, transport: str
 ) -> None:
     store = MemoryStorage()  # stands for a store other nodes read: every count must reach it
-    settings = Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0")
+    settings = Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0", transport=transport)
     sidecar = Sidecar(settings, load_rules(write_rules(tmp_path)), store, clock_ms=clock)
     await sidecar.startup()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as chan:

@@ -18,7 +18,7 @@ from ratelimit_sidecar import wire
 from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLimitStrategy
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.settings import TRANSPORTS, Settings
 
 T0 = 1_700_000_040_000  # a minute boundary
 RULES = """\
@@ -49,10 +49,14 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-async def sidecar(tmp_path: Path, clock: Clock) -> AsyncIterator[Sidecar]:
+@pytest.fixture(params=TRANSPORTS)
+async def sidecar(
+    tmp_path: Path, clock: Clock, request: pytest.FixtureRequest
+) -> AsyncIterator[Sidecar]:
     rules = load_rules(write_rules(tmp_path, RULES, "shop.yaml"))
-    settings = Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0")
+    settings = Settings(
+        config_path=str(tmp_path), grpc_address="127.0.0.1:0", transport=request.param
+    )
     server = Sidecar(settings, rules, clock_ms=clock)
     await server.startup()
     yield server

@@ -1,1 +1,1 @@
-"""The fast gRPC transport: HTTP/2 frames on the sidecar's own asyncio loop (see docs/TRANSPORT.md)."""
+"""The fast gRPC transport: HTTP/2 on the sidecar's own asyncio loop (docs/TRANSPORT.md)."""

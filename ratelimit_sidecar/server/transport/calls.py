@@ -9,7 +9,6 @@ ServicerContext those servicers use.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from ratelimit_sidecar.server.transport import frames as f
+from ratelimit_sidecar.server.transport.context import Context, invoke
 from ratelimit_sidecar.server.transport.frames import ErrorCode
 from ratelimit_sidecar.server.transport.status import CallError
 
@@ -51,9 +51,7 @@ class Call:
         "stream_id", "task", "timer", "trailers",
     )  # fmt: skip
 
-    def __init__(
-        self, conn: H2Connection, stream_id: int, method: Method, max_bytes: int
-    ) -> None:
+    def __init__(self, conn: H2Connection, stream_id: int, method: Method, max_bytes: int) -> None:
         self.conn, self.stream_id, self.method, self.max_bytes = conn, stream_id, method, max_bytes
         self.send_window = conn.peer_initial_window
         self.recv_window = f.DEFAULT_WINDOW
@@ -141,7 +139,9 @@ class Call:
         if self.recv_window < f.DEFAULT_WINDOW // 2 and (
             self.inbox is None or self.inbox.qsize() < INBOX_MESSAGES
         ):
-            self.conn.out.append(f.window_update(self.stream_id, f.DEFAULT_WINDOW - self.recv_window))
+            self.conn.out.append(
+                f.window_update(self.stream_id, f.DEFAULT_WINDOW - self.recv_window)
+            )
             self.recv_window = f.DEFAULT_WINDOW
 
     # -- handlers ---------------------------------------------------------------------------
@@ -168,10 +168,10 @@ class Call:
     async def _run(self) -> None:
         """A grpc servicer method: to completion, then its status in the trailers."""
         handler = self.method.handler
-        context = Context(self)
+        context = Context(self, handler.response_serializer)
         code, message = grpc.StatusCode.OK, ""
         try:
-            await _invoke(handler, self._request(handler), context)
+            await invoke(handler, self._request(handler), context)
             code, message = context.status()
         except CallError as exc:
             code, message = exc.code, exc.message
@@ -271,6 +271,15 @@ class Call:
         elif self.pending or self.trailers is not None:
             self.pump()
 
+    def flush(self) -> None:
+        self.conn.flush()
+
+    def cancelled(self) -> bool:
+        return self.done and self.trailers is None
+
+    def peer(self) -> str:
+        return f"ipv4:{self.conn.peer}"
+
     async def wait_drained(self) -> None:
         while len(self.pending) > WRITE_HIGH_WATER and not self.done:
             self.drained = self.drained or asyncio.Event()
@@ -319,61 +328,5 @@ class Call:
             self.timer = None
 
 
-async def _invoke(handler: Any, request: Any, context: Context) -> None:
-    """Run a grpc RpcMethodHandler's function whichever of grpc's four shapes it has."""
-    function = (
-        handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
-    )
-    result = function(request, context)
-    if inspect.isasyncgen(result):
-        async for response in result:
-            await context.write(response)
-        return
-    response = await result
-    if not handler.response_streaming and response is not None:
-        await context.write(response)
-
-
 def _whole_message(data: bytes) -> bool:
     return len(data) >= 5 and data[0] == 0 and int.from_bytes(data[1:5]) == len(data) - 5
-
-
-class Context:
-    """What grpc's servicers (health, reflection, RLQS) use of grpc.aio.ServicerContext."""
-
-    def __init__(self, call: Call) -> None:
-        self._call = call
-        self._code = grpc.StatusCode.OK
-        self._details = ""
-        handler = call.method.handler
-        self._serialize = handler.response_serializer or (lambda message: message)
-
-    async def write(self, message: Any) -> None:
-        self._call.send_message(self._serialize(message))
-        self._call.conn.flush()
-        await self._call.wait_drained()
-
-    async def abort(self, code: grpc.StatusCode, details: str = "", *_: object) -> None:
-        raise CallError(code, details)
-
-    def set_code(self, code: grpc.StatusCode) -> None:
-        self._code = code
-
-    def set_details(self, details: str) -> None:
-        self._details = details
-
-    def status(self) -> tuple[grpc.StatusCode, str]:
-        return self._code, self._details
-
-    def peer(self) -> str:
-        return f"ipv4:{self._call.conn.peer}"
-
-    def cancelled(self) -> bool:
-        return self._call.done and self._call.trailers is None
-
-    def time_remaining(self) -> float | None:
-        deadline = self._call.deadline
-        return None if deadline is None else deadline - asyncio.get_running_loop().time()
-
-    def invocation_metadata(self) -> tuple[()]:
-        return ()

@@ -18,26 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
-
-import hpack
+from typing import Protocol, cast
 
 from ratelimit_sidecar.server.transport import frames as f
+from ratelimit_sidecar.server.transport.control import ControlFrames, Stream
 from ratelimit_sidecar.server.transport.frames import ConnectionError_, ErrorCode
-
-if TYPE_CHECKING:
-    from ratelimit_sidecar.server.transport.calls import Call
-    from ratelimit_sidecar.server.transport.server import ServerCore
+from ratelimit_sidecar.server.transport.headers import BlockDecoder
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
 MAX_CONCURRENT_STREAMS = 1024
 SOFT_HEADER_LIST_BYTES = 16 * 1024  # the advertised limit; over it, the call is refused
 HARD_HEADER_BYTES = 64 * 1024  # over it, encoded or decoded, the connection ends
-MAX_CACHED_BLOCKS = 64  # decoded header blocks kept per connection
-MAX_CACHED_BLOCK = 1024  # bytes; larger blocks are decoded each time
 CONNECTION_WINDOW = 16 * 1024 * 1024
 FLOOD_BUDGET = 10_000
 WRITE_HIGH_WATER = 256 * 1024
@@ -52,19 +45,26 @@ SERVER_SETTINGS = f.settings(
 ) + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
 
 
-class H2Connection(asyncio.Protocol):
+class CallOpener(Protocol):
+    """Where a connection's calls start (ServerCore, server/transport/server.py)."""
+
+    connections: set[H2Connection]
+
+    def open_call(
+        self, conn: H2Connection, stream_id: int, headers: list[tuple[bytes, bytes]], end: bool
+    ) -> None: ...
+
+
+class H2Connection(ControlFrames, asyncio.Protocol):
     """The server side of one HTTP/2 connection carrying gRPC calls."""
 
-    def __init__(self, core: ServerCore) -> None:
+    def __init__(self, core: CallOpener) -> None:
         self.core = core
         self.transport: asyncio.Transport | None = None
-        self.decoder = hpack.Decoder()
-        self.decoder.max_header_list_size = HARD_HEADER_BYTES
-        self.decoded: dict[bytes, tuple[int, list[tuple[bytes, bytes]]]] = {}
-        self.table_version = 0
+        self.decoder = BlockDecoder(HARD_HEADER_BYTES)
         self.buffer = bytearray()
         self.out: list[bytes] = []
-        self.calls: dict[int, Call] = {}
+        self.calls: dict[int, Stream] = {}
         self.last_stream_id = 0
         self.preface_seen = False
         self.block_stream = 0  # a header block continues in CONTINUATION frames on this stream
@@ -76,8 +76,8 @@ class H2Connection(asyncio.Protocol):
         self.recv_window = CONNECTION_WINDOW
         self.recv_unacked = 0
         self.budget = FLOOD_BUDGET
-        self.blocked: dict[int, Call] = {}  # calls waiting for send window
-        self.fresh: list[Call] = []  # calls with a deadline opened in this read
+        self.blocked: dict[int, Stream] = {}  # calls waiting for send window
+        self.fresh: list[Stream] = []  # calls with a deadline opened in this read
         self.draining = False
         self.closed = False
         self.reading_paused = False
@@ -103,7 +103,7 @@ class H2Connection(asyncio.Protocol):
         )
         self.core.connections.add(self)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_lost(self, _exc: Exception | None) -> None:
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -127,7 +127,7 @@ class H2Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         """The peer closed its side: answer the calls it sent, then close."""
         self.draining = True
-        self._close_if_idle()
+        self.close_if_idle()
         return True
 
     def data_received(self, data: bytes) -> None:
@@ -243,7 +243,7 @@ class H2Connection(asyncio.Protocol):
             self._header_block(stream_id, block)
 
     def _header_block(self, stream_id: int, block: bytes) -> None:
-        headers = self._decode(block)
+        headers = self.decoder.decode(block)
         end_stream = self.block_end_stream
         call = self.calls.get(stream_id)
         if call is not None:  # trailers from the client end its side
@@ -260,109 +260,6 @@ class H2Connection(asyncio.Protocol):
             return
         self.core.open_call(self, stream_id, headers, end_stream)
 
-    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        """The block's headers. A client repeats the same block for the same call: a block that
-        added nothing to the dynamic table, decoded since the table last changed, is reused."""
-        cached = self.decoded.get(block)
-        if cached is not None and cached[0] == self.table_version:
-            return cached[1]
-        entries = self.decoder.header_table.dynamic_entries
-        newest, count = entries[0] if entries else None, len(entries)
-        try:
-            headers: list[tuple[bytes, bytes]] = self.decoder.decode(block, raw=True)
-        except hpack.OversizedHeaderListError as exc:
-            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header list too large") from exc
-        except hpack.HPACKError as exc:
-            raise ConnectionError_(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
-        if len(entries) != count or (entries[0] if entries else None) is not newest:
-            self.table_version += 1  # indices now name other headers: older entries are stale
-        elif len(block) <= MAX_CACHED_BLOCK:
-            if len(self.decoded) >= MAX_CACHED_BLOCKS:
-                self.decoded.clear()
-            self.decoded[block] = (self.table_version, headers)
-        return headers
-
-    def _on_priority(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 5 or stream_id == 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad PRIORITY frame")
-        self.spend(1)
-
-    def _on_rst_stream(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4 or stream_id == 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad RST_STREAM frame")
-        if stream_id > self.last_stream_id:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
-        self.spend(1)
-        call = self.calls.pop(stream_id, None)
-        self.blocked.pop(stream_id, None)
-        if call is not None:
-            call.cancel()
-            self._close_if_idle()
-
-    def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id != 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
-        if flags & f.ACK:
-            if payload:
-                raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
-            return
-        if len(payload) % 6:
-            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS of a bad length")
-        self.spend(1)
-        for offset in range(0, len(payload), 6):
-            key, value = struct.unpack_from("!HL", payload, offset)
-            self._setting(key, value)
-        self.out.append(f.frame(f.SETTINGS, f.ACK, 0))
-        self._unblock()
-
-    def _setting(self, key: int, value: int) -> None:
-        if key == f.SETTINGS_INITIAL_WINDOW_SIZE:
-            if value > f.MAX_WINDOW:
-                raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "initial window too large")
-            delta, self.peer_initial_window = value - self.peer_initial_window, value
-            for call in self.calls.values():
-                call.send_window += delta
-        elif key == f.SETTINGS_MAX_FRAME_SIZE:
-            if not f.DEFAULT_FRAME_SIZE <= value <= f.MAX_FRAME_SIZE_LIMIT:
-                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE")
-            self.peer_max_frame = value
-        elif key == f.SETTINGS_ENABLE_PUSH and value > 1:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "bad SETTINGS_ENABLE_PUSH")
-
-    def _on_push_promise(self, flags: int, stream_id: int, payload: bytes) -> None:
-        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
-
-    def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 8:
-            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "PING of a bad length")
-        if stream_id != 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
-        if not flags & f.ACK:
-            self.spend(1)
-            self.out.append(f.frame(f.PING, f.ACK, 0, payload))
-
-    def _on_goaway(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id != 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
-        self.draining = True  # the peer opens no more streams: close once ours are answered
-        self._close_if_idle()
-
-    def _on_window_update(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE of a bad length")
-        increment = struct.unpack("!L", payload)[0] & 0x7FFFFFFF
-        if stream_id == 0:
-            if increment == 0:
-                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
-            self.send_window += increment
-            if self.send_window > f.MAX_WINDOW:
-                raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
-            self._unblock()
-            return
-        call = self.calls.get(stream_id)
-        if call is not None:
-            call.window_update(increment)
-
     # -- output ---------------------------------------------------------------------------------
 
     def consumed(self, size: int) -> None:
@@ -378,21 +275,21 @@ class H2Connection(asyncio.Protocol):
             self.transport.write(b"".join(self.out))
         self.out.clear()
 
-    def _unblock(self) -> None:
+    def unblock(self) -> None:
         for stream_id, call in list(self.blocked.items()):
             if self.send_window <= 0:
                 return
             del self.blocked[stream_id]
             call.pump()
 
-    def ended(self, call: Call) -> None:
+    def ended(self, call: Stream) -> None:
         """`call` sent its trailers: forget it; a peer still sending is told to stop."""
         self.calls.pop(call.stream_id, None)
         self.blocked.pop(call.stream_id, None)
         if not call.remote_closed:
             self.out.append(f.rst_stream(call.stream_id, ErrorCode.NO_ERROR))
         self.refill()
-        self._close_if_idle()
+        self.close_if_idle()
 
     def goaway(self) -> None:
         """Graceful drain: no new streams; close once the open ones are answered."""
@@ -401,7 +298,7 @@ class H2Connection(asyncio.Protocol):
         self.draining = True
         self.out.append(f.goaway(self.last_stream_id, ErrorCode.NO_ERROR))
         self.flush()
-        self._close_if_idle()
+        self.close_if_idle()
 
     def fail(self, code: ErrorCode, reason: str) -> None:
         """A connection error: GOAWAY with `code`, then close."""
@@ -422,7 +319,7 @@ class H2Connection(asyncio.Protocol):
         transport = self.transport
         asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, transport.abort)  # ...is cut
 
-    def _close_if_idle(self) -> None:
+    def close_if_idle(self) -> None:
         if self.draining and not self.calls:
             self.flush()
             self.close()

@@ -96,9 +96,7 @@ def _hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
 
 def literal(name: bytes, value: bytes) -> bytes:
     """One header as a literal without indexing, new name, no Huffman coding."""
-    return (
-        b"\x00" + _hpack_int(len(name), 7) + name + _hpack_int(len(value), 7) + value
-    )
+    return b"\x00" + _hpack_int(len(name), 7) + name + _hpack_int(len(value), 7) + value
 
 
 STATUS_200 = b"\x88"  # :status 200, index 8 of the static table
@@ -107,7 +105,7 @@ GRPC_OK_TRAILERS = literal(b"grpc-status", b"0")
 MAX_GRPC_MESSAGE_CHARS = 2048
 
 
-def grpc_status_block(code: int, message: str, *, headers_too: bool) -> bytes:
+def grpc_status_block(code: int, message: str, headers_too: bool) -> bytes:
     """grpc-status and a percent-encoded grpc-message; `headers_too` makes it trailers-only."""
     block = GRPC_RESPONSE_HEADERS if headers_too else b""
     block += literal(b"grpc-status", str(code).encode())

@@ -18,7 +18,7 @@ import grpc
 
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.calls import Call, FastAnswer, Method
-from ratelimit_sidecar.server.transport.connection import H2Connection
+from ratelimit_sidecar.server.transport.connection import SOFT_HEADER_LIST_BYTES, H2Connection
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
@@ -59,13 +59,18 @@ class ServerCore:
     ) -> None:
         fields = dict(headers)
         problem = _http_problem(fields)
+        if not problem and sum(len(n) + len(v) + 32 for n, v in headers) > SOFT_HEADER_LIST_BYTES:
+            status = grpc.StatusCode.RESOURCE_EXHAUSTED
+            problem = f.grpc_status_block(
+                status.value[0], f"headers over the limit of {SOFT_HEADER_LIST_BYTES} bytes", True
+            )
         if problem:
             conn.out.append(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, problem))
             if not end:
                 conn.out.append(f.rst_stream(stream_id, f.ErrorCode.NO_ERROR))
             return
         method = self.lookup(fields.get(b":path", b""))
-        status = _grpc_problem(fields, method)
+        status = _grpc_problem(fields, method)  # a gRPC call the server does not take
         if status is not None:
             block = f.grpc_status_block(status[0].value[0], status[1], headers_too=True)
             if status[0] is grpc.StatusCode.UNIMPLEMENTED and b"grpc-encoding" in fields:
@@ -188,7 +193,7 @@ def _listening_socket(address: str, reuse_port: bool) -> socket.socket:
 
 def accepts(address: str) -> bool:
     """Whether the fast server can listen on `address` (a TCP host:port, not unix:)."""
-    host, sep, port = address.rpartition(":")
+    _, sep, port = address.rpartition(":")
     return bool(sep) and port.isdigit() and not address.startswith(("unix:", "unix-abstract:"))
 
 
