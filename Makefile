@@ -3,16 +3,27 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+CLIENTS := tests/clients/node_modules/.installed
+# The suites that exercise the gRPC port, run again on the grpcio transport (the default run
+# uses the fast one); the in-process gRPC and RLQS tests are parametrized over both already.
+GRPCIO_TESTS := tests/e2e tests/integration/test_workers.py tests/integration/test_cli.py \
+	tests/integration/test_rlqs_service.py tests/integration/test_transport_clients.py
 
 .PHONY: install proto lint test test-unit bench run clean
 
-install: $(STAMP)
+install: $(STAMP) $(CLIENTS)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench,dev,plot]'
 	touch $(STAMP)
+
+# Test clients beyond Python: h2load, node (bench/ensure-tools.sh installs them as root), and
+# @grpc/grpc-js from npm. A missing one fails its tests with how to install it.
+$(CLIENTS): tests/clients/package.json
+	-bash bench/ensure-tools.sh
+	-cd tests/clients && npm install --no-audit --no-fund --silent && touch node_modules/.installed
 
 proto: $(STAMP)
 	$(PY) -m ratelimit_sidecar.tools.genproto
@@ -22,8 +33,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy ratelimit_sidecar harness bench tests
 
-test: $(STAMP)
+test: $(STAMP) $(CLIENTS)
 	$(PY) -m pytest tests
+	RLS_TRANSPORT=grpcio $(PY) -m pytest $(GRPCIO_TESTS)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the benchmark's load generators if they are missing and we can (root + apt-get):
-#   h2load (nghttp2-client), wrk (wrk), node (nodejs: bench/grpc_load.js, built-in http2 only).
+#   h2load (nghttp2-client), wrk (wrk), node (nodejs: bench/grpc_load.js, built-in http2 only),
+#   npm (the transport tests' @grpc/grpc-js client, tests/clients).
 # Never fails: a tool that cannot be installed is reported, and `python -m bench` then
 # reports the workloads that need it as "not measured".
 set -u
@@ -51,4 +52,5 @@ ensure() {
 ensure h2load nghttp2-client
 ensure wrk wrk
 ensure node nodejs
+ensure npm npm
 exit 0
