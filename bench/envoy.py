@@ -6,7 +6,9 @@ gateway; wrk (HTTP/1.1, `x-api-key: bench`) and this driver run on the other CPU
 * empty: `bench.services empty`, one status whatever the request: the target's baseline;
 * empty-4: one status per descriptor, like the sidecar's answer to the template's four
   descriptors (Envoy turns every status into x-ratelimit headers): a like-for-like cross-check;
-* sidecar: local-only, a never-reached limit on the API key.
+* sidecar: local-only, a never-reached limit on the API key, on its fast transport (default);
+* sidecar-grpcio: the same on `--transport grpcio`;
+* plain: the same Envoy without the rate limit filter, no service: the gateway's own cost.
 One Envoy per service, the idle stacks stopped (SIGSTOP): switching one Envoy between services
 would mean a cold restart every round, or an xDS server.
 
@@ -14,7 +16,8 @@ Envoy fails open (50 ms timeout), so a 200 alone does not prove the service answ
 also reads Envoy's ratelimit counters, and a run with rate limit errors, fail-open decisions,
 non-2xx responses or socket errors is invalid.
 
-Target: the sidecar stack reaches at least 90 % of the empty stack's RPS.
+Targets: the sidecar stack reaches at least 90 % of the empty stack's RPS, and spends at most
+2.5 times plain Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, pct, version
 from bench.workload import Workload, rules_dir
-from harness.envoy import EnvoyProcess, envoy_binary
+from harness.envoy import TEMPLATE, EnvoyProcess, envoy_binary
+from harness.net import free_port
 from harness.process import pause, resume
 
 NAME = "envoy"
@@ -40,7 +44,10 @@ ROUNDS = 4
 WARM_UP_S = 1
 RETRY_BUDGET_S = 30.0
 TARGET_RATIO = 0.90
-SERVICES = ("empty", "empty-4", "sidecar")
+SERVICES = ("empty", "empty-4", "sidecar", "sidecar-grpcio", "plain")
+MAX_CPU_VS_PLAIN = 2.5
+FILTER_START = "                  - name: envoy.filters.http.ratelimit\n"
+FILTER_END = "                  - name: envoy.filters.http.router\n"
 DOMAIN, API_KEY = "gateway", "bench"
 # The template sends four descriptors for this request: api_key, api_key+path, remote_address
 # and generic_key. Only the API key has a rule, with a limit no run can reach; the other three
@@ -58,24 +65,30 @@ STATS_PREFIX = "cluster.backend.ratelimit."  # the route's cluster keeps the fil
 class Stack:
     """One rate limit service and the Envoy calling it, both on the server CPU."""
 
-    def __init__(self, service: ServerProcess, workdir: Path, pinning: Pinning) -> None:
-        self.name, self.service = service.name, service
+    def __init__(
+        self, name: str, service: ServerProcess | None, workdir: Path, pinning: Pinning
+    ) -> None:
+        """`service` None: Envoy without the rate limit filter (its cluster left unused)."""
+        self.name, self.service = name, service
 
         def on_server_cpu(argv: list[str]) -> list[str]:
             return pinning.taskset(argv, pinning.server_cpus)
 
-        port = int(service.address.rsplit(":", 1)[1])
+        port = int(service.address.rsplit(":", 1)[1]) if service else free_port()
+        template = TEMPLATE if service else without_filter(workdir)
         try:
             self.envoy = EnvoyProcess(
-                workdir, port, f"envoy-{self.name}", domain=DOMAIN, wrap=on_server_cpu
-            ).wait_ready()
+                workdir, port, f"envoy-{name}", domain=DOMAIN, wrap=on_server_cpu,
+                template=template,
+            ).wait_ready()  # fmt: skip
         except BaseException:
-            service.stop()
+            if service is not None:
+                service.stop()
             raise
         self.address = f"127.0.0.1:{self.envoy.port}"
 
     def roles(self) -> dict[str, list[int]]:
-        return {"envoy": [self.envoy.pid], "service": self.service.pids}
+        return {"envoy": [self.envoy.pid], "service": self.service.pids if self.service else []}
 
     def counters(self) -> dict[str, int]:
         found = self.envoy.stats(STATS_PREFIX)
@@ -83,29 +96,46 @@ class Stack:
 
     def pause(self) -> None:
         pause(self.envoy.proc)
-        self.service.pause()
+        if self.service is not None:
+            self.service.pause()
 
     def resume(self) -> None:
-        self.service.resume()
+        if self.service is not None:
+            self.service.resume()
         resume(self.envoy.proc)
 
     def stop(self) -> None:
         self.envoy.stop()
-        self.service.stop()
+        if self.service is not None:
+            self.service.stop()
+
+
+def without_filter(workdir: Path) -> Path:
+    """The project's Envoy template less its rate limit filter."""
+    text = TEMPLATE.read_text()
+    start = text.index(FILTER_START)
+    path = workdir / "envoy-plain.yaml.tmpl"
+    path.write_text(text[:start] + text[text.index(FILTER_END, start) :])
+    return path
 
 
 def start_stack(kind: str, bench: Bench) -> Stack:
     workdir, pinning = bench.workdir, bench.pinning
-    if kind == "sidecar":
-        service = start_sidecar(workdir, pinning, rules_dir(workdir, RULES_YAML, DOMAIN))
-    else:
+    service: ServerProcess | None = None
+    if kind.startswith("sidecar"):
+        rules = rules_dir(workdir, RULES_YAML, DOMAIN)
+        transport = ("--transport", "grpcio") if kind == "sidecar-grpcio" else ()
+        service = start_sidecar(workdir, pinning, rules, *transport, name=kind)
+    elif kind != "plain":
         service = start_service(workdir, pinning, kind)
-    return Stack(service, workdir, pinning)
+    return Stack(kind, service, workdir, pinning)
 
 
 def problems(run: Run) -> list[str]:
     """Why a run (or a pooled row) does not show the service answering every request."""
     found, stats = [run.first_error] if run.errors else [], run.counters
+    if run.server == "plain":  # no filter: no rate limit counters
+        return found
     if failed := stats["error"] + stats["failure_mode_allowed"]:
         found.append(f"{failed} rate limit calls failed (Envoy failed open)")
     if stats["over_limit"]:
@@ -178,6 +208,14 @@ def run(options: Options) -> Outcome:
         if found:
             measured = measure(bench, wrk, rounds)
     verdicts = {name: judge(measured, name, name == SERVICES[0]) for name in SERVICES[:2]}
+    cpu = {row.server: row.cpu_us(row.cpu.server_pct) for row in runs.rows(measured)}
+    plain_us = cpu.get("plain")
+
+    def vs_plain(row: Run) -> str:
+        own = cpu.get(row.server)
+        return (
+            "" if not plain_us or own is None or row.server == "plain" else f"{own / plain_us:.2f}x"
+        )
 
     def role_us(role: str) -> runs.Column:
         return (f"{role} µs/req", lambda row: fmt(row.cpu_us(row.cpu.roles.get(role))))
@@ -185,18 +223,36 @@ def run(options: Options) -> Outcome:
     def vs(name: str) -> runs.Column:
         return (f"vs {name}", lambda row: pct(verdicts[name][1]) if row.server == "sidecar" else "")
 
-    columns = [role_us("envoy"), role_us("service"), vs("empty"), vs("empty-4")]
+    columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
+    columns += [vs("empty"), vs("empty-4")]
     lines = runs.render(bench, measured, rounds, columns, LEGEND)
     lines += [f"  note: {row.server}: {p}" for row in runs.rows(measured) for p in problems(row)]
     lines += [f"  not measured: {s}" for s in skipped] + [t for _, _, t in verdicts.values()]
     document = {**runs.document(bench, measured, rounds), "skipped": skipped}
     document |= {"envoy": version([str(envoy_binary()), "--version"]) if found else None}
     document["sidecar_rules"] = RULES_YAML
+    gateway = cpu_verdict(cpu)
+    lines.append(gateway[1])
     passed = verdicts["empty"][0]
-    return conclude(options, NAME, started, lines, document, verdicts=[passed])
+    return conclude(options, NAME, started, lines, document, verdicts=[passed, gateway[0]])
+
+
+def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:
+    """Envoy and the sidecar's CPU per request over plain Envoy's, against MAX_CPU_VS_PLAIN."""
+    plain, sidecar = cpu.get("plain"), cpu.get("sidecar")
+    if not plain or sidecar is None:
+        return None, "gateway CPU vs plain Envoy: NOT MEASURED"
+    ratio = sidecar / plain
+    word = "PASS" if ratio <= MAX_CPU_VS_PLAIN else "FAIL"
+    return ratio <= MAX_CPU_VS_PLAIN, (
+        f"gateway CPU vs plain Envoy: {word}: Envoy with the filter + sidecar {sidecar:.0f} µs/req"
+        f" = {ratio:.2f}x plain Envoy's {plain:.0f} µs/req (pooled); target ≤ {MAX_CPU_VS_PLAIN}x"
+    )
 
 
 LEGEND = """\
 server = Envoy and the service (same CPU); envoy / service µs/req = each one's CPU time per
-request; vs X = median over rounds of sidecar RPS / X's RPS in the same round (target: 90 % of
-empty; empty-4 answers one status per descriptor, like the sidecar: a cross-check)."""
+request; CPU/req vs plain = the stack's CPU per request over Envoy's without the filter
+(target for sidecar: ≤ 2.5x); vs X = median over rounds of sidecar RPS / X's RPS in the same
+round (target: 90 % of empty; empty-4 answers one status per descriptor, like the sidecar: a
+cross-check)."""
