@@ -16,6 +16,7 @@ from bench import (
     decision,
     envoy,
     flood,
+    memory,
     overhead,
     overrides,
     per_request_redis,
@@ -30,7 +31,7 @@ from bench.report import Options, Outcome
 SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
     decision.NAME: ("in-process cost of one decision, and of the metrics on it", decision.run),
     overhead.NAME: (
-        "sidecar vs an empty grpc.aio handler under load: hot-10, distinct-100k, fresh-300k",
+        "sidecar vs empty handlers (fast transport, grpcio) under load: hot-10, distinct-100k",
         overhead.run,
     ),
     algorithms.NAME: (
@@ -53,7 +54,11 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         "in-process CPU per strict request, layer by layer, vs the `limits` call; profile",
         strict_cost.run,
     ),
-    envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
+    envoy.NAME: (
+        "end to end: wrk -> Envoy -> sidecar vs empty service and plain Envoy; CPU per request",
+        envoy.run,
+    ),
+    memory.NAME: ("resident memory idle and with 100,000 keys, per transport", memory.run),
     rlqs.NAME: (
         "wrk -> Envoy: no filter, RLQS (ALLOW_ALL server; sidecar), ShouldRateLimit, at once",
         rlqs.run,

@@ -74,7 +74,9 @@ def test_grpcio_gets_statuses_for_bad_calls(sidecar: SidecarProcess) -> None:
 def test_grpc_js_gets_the_same_answers(sidecar: SidecarProcess) -> None:
     node = shutil.which("node")
     if node is None or not GRPC_JS.is_dir():
-        pytest.fail("needs node and @grpc/grpc-js: `make install` runs npm install in tests/clients")
+        pytest.fail(
+            "needs node and @grpc/grpc-js: `make install` runs npm install in tests/clients"
+        )
     good = request("gateway", [("api_key", "js")]).SerializeToString()
     bad = request("", [("a", "b")]).SerializeToString()
     calls = [

@@ -30,6 +30,7 @@ WRITE_HIGH_WATER = 64 * 1024  # a streaming handler's write waits while more is 
 INBOX_MESSAGES = 4  # request messages read ahead of a streaming handler
 HEADERS_FRAME_FLAGS = f.END_HEADERS
 TRAILERS_FLAGS = f.END_HEADERS | f.END_STREAM
+_HEADER, _OPENING, _CLOSING = f.FRAME_HEADER, f.GRPC_RESPONSE_HEADERS, f.GRPC_OK_TRAILERS
 
 
 class Method:
@@ -220,10 +221,19 @@ class Call:
             return
         conn.send_window -= size
         self.send_window -= size
-        conn.out += (
-            f.frame(f.HEADERS, HEADERS_FRAME_FLAGS, stream_id, f.GRPC_RESPONSE_HEADERS),
-            f.frame(f.DATA, 0, stream_id, b"\0" + (size - 5).to_bytes(4) + message),
-            f.frame(f.HEADERS, TRAILERS_FLAGS, stream_id, f.GRPC_OK_TRAILERS),
+        conn.out.append(
+            b"".join(
+                (
+                    _HEADER.pack(0, len(_OPENING), f.HEADERS, HEADERS_FRAME_FLAGS, stream_id),
+                    _OPENING,
+                    _HEADER.pack(size >> 16, size & 0xFFFF, f.DATA, 0, stream_id),
+                    b"\0",
+                    (size - 5).to_bytes(4),
+                    message,
+                    _HEADER.pack(0, len(_CLOSING), f.HEADERS, TRAILERS_FLAGS, stream_id),
+                    _CLOSING,
+                )
+            )
         )
         self._ended()
 

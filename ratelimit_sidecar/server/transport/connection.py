@@ -24,7 +24,7 @@ from typing import Protocol, cast
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.control import ControlFrames, Stream
 from ratelimit_sidecar.server.transport.frames import ConnectionError_, ErrorCode
-from ratelimit_sidecar.server.transport.headers import BlockDecoder
+from ratelimit_sidecar.server.transport.headers import BlockDecoder, Decoded
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
@@ -51,7 +51,7 @@ class CallOpener(Protocol):
     connections: set[H2Connection]
 
     def open_call(
-        self, conn: H2Connection, stream_id: int, headers: list[tuple[bytes, bytes]], end: bool
+        self, conn: H2Connection, stream_id: int, decoded: Decoded, end: bool
     ) -> None: ...
 
 
@@ -243,7 +243,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             self._header_block(stream_id, block)
 
     def _header_block(self, stream_id: int, block: bytes) -> None:
-        headers = self.decoder.decode(block)
+        decoded = self.decoder.decode(block)
         end_stream = self.block_end_stream
         call = self.calls.get(stream_id)
         if call is not None:  # trailers from the client end its side
@@ -258,7 +258,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             self.spend(1)
             self.out.append(f.rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
             return
-        self.core.open_call(self, stream_id, headers, end_stream)
+        self.core.open_call(self, stream_id, decoded, end_stream)
 
     # -- output ---------------------------------------------------------------------------------
 

@@ -12,13 +12,14 @@ import contextlib
 import logging
 import socket
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.calls import Call, FastAnswer, Method
 from ratelimit_sidecar.server.transport.connection import SOFT_HEADER_LIST_BYTES, H2Connection
+from ratelimit_sidecar.server.transport.headers import Decoded
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
@@ -54,41 +55,54 @@ class ServerCore:
                     break
         return method
 
-    def open_call(
-        self, conn: H2Connection, stream_id: int, headers: list[tuple[bytes, bytes]], end: bool
-    ) -> None:
+    def open_call(self, conn: H2Connection, stream_id: int, decoded: Decoded, end: bool) -> None:
+        """Start the call `decoded` asks for, or answer at once why not. What a header block
+        asks is worked out once per cached block (`Decoded.plan`)."""
+        plan: Plan = decoded.plan or self._plan(decoded.headers)
+        decoded.plan = plan
+        if plan.refusal:
+            conn.out.append(
+                f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, plan.refusal)
+            )
+            if not end:
+                conn.out.append(f.rst_stream(stream_id, f.ErrorCode.NO_ERROR))
+            conn.refill()
+            return
+        assert plan.method is not None
+        call = Call(conn, stream_id, plan.method, self.max_message_bytes)
+        conn.calls[stream_id] = call
+        if plan.timeout_s is not None:
+            call.deadline = asyncio.get_running_loop().time() + plan.timeout_s
+            conn.fresh.append(call)
+        if end:
+            call.receive(b"", 0, True)
+
+    def _plan(self, headers: list[tuple[bytes, bytes]]) -> Plan:
         fields = dict(headers)
         problem = _http_problem(fields)
         if not problem and sum(len(n) + len(v) + 32 for n, v in headers) > SOFT_HEADER_LIST_BYTES:
             status = grpc.StatusCode.RESOURCE_EXHAUSTED
-            problem = f.grpc_status_block(
-                status.value[0], f"headers over the limit of {SOFT_HEADER_LIST_BYTES} bytes", True
-            )
+            message = f"headers over the limit of {SOFT_HEADER_LIST_BYTES} bytes"
+            problem = f.grpc_status_block(status.value[0], message, True)
         if problem:
-            conn.out.append(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, problem))
-            if not end:
-                conn.out.append(f.rst_stream(stream_id, f.ErrorCode.NO_ERROR))
-            return
+            return Plan(None, None, problem)
         method = self.lookup(fields.get(b":path", b""))
         status = _grpc_problem(fields, method)  # a gRPC call the server does not take
         if status is not None:
             block = f.grpc_status_block(status[0].value[0], status[1], headers_too=True)
             if status[0] is grpc.StatusCode.UNIMPLEMENTED and b"grpc-encoding" in fields:
                 block += f.literal(b"grpc-accept-encoding", b"identity")
-            conn.out.append(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream_id, block))
-            if not end:
-                conn.out.append(f.rst_stream(stream_id, f.ErrorCode.NO_ERROR))
-            conn.refill()
-            return
-        assert method is not None
-        call = Call(conn, stream_id, method, self.max_message_bytes)
-        conn.calls[stream_id] = call
+            return Plan(None, None, block)
         timeout = fields.get(b"grpc-timeout")
-        if timeout is not None:
-            call.deadline = asyncio.get_running_loop().time() + _timeout_s(timeout)
-            conn.fresh.append(call)
-        if end:
-            call.receive(b"", 0, True)
+        return Plan(method, None if timeout is None else _timeout_s(timeout), b"")
+
+
+class Plan(NamedTuple):
+    """What a request's headers ask: a method (and its timeout), or a `refusal` to answer."""
+
+    method: Method | None
+    timeout_s: float | None
+    refusal: bytes
 
 
 def _http_problem(fields: dict[bytes, bytes]) -> bytes:

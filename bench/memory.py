@@ -1,0 +1,84 @@
+"""Resident memory of one sidecar process per transport: idle after start, and after 100,000
+distinct keys were each decided once (the rule of `overhead`, one counter per key).
+
+The keys are sent over one connection by the raw HTTP/2 client of the transport tests
+(harness/h2raw.py), 200 calls in flight, each answer checked; RSS is read from
+/proc/<pid>/status (VmRSS) after a short settle. No target: it shows what each transport adds.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import Options, Outcome, conclude
+from bench.workload import key_values, request, rules_dir
+from harness.h2raw import RawH2
+from harness.sidecar import SidecarProcess
+
+NAME = "memory"
+KEYS = 100_000
+IN_FLIGHT = 200
+SETTLE_S = 1.0
+TRANSPORTS = ("grpcio", "fast")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def send_keys(port: int, values: list[str]) -> None:
+    """Every value once, IN_FLIGHT calls at a time; raises if one is not answered OK."""
+    client = RawH2(port)
+    try:
+        stream_id = 1
+        for start in range(0, len(values), IN_FLIGHT):
+            batch = values[start : start + IN_FLIGHT]
+            ids = list(range(stream_id, stream_id + 2 * len(batch), 2))
+            stream_id = ids[-1] + 2
+            client.send(
+                *(
+                    client.call(sid, request(value).SerializeToString())
+                    for sid, value in zip(ids, batch, strict=True)
+                )
+            )
+            for sid, answer in client.responses(ids, timeout_s=30).items():
+                if answer.status != 0:
+                    raise RuntimeError(f"call {sid}: grpc-status {answer.status} {answer.message}")
+    finally:
+        client.close()
+
+
+def measure(transport: str, workdir: Path) -> tuple[int, int]:
+    """(idle, with KEYS keys) RSS in KiB of a sidecar on `transport`."""
+    rules = rules_dir(workdir)
+    sidecar = SidecarProcess(
+        rules, "--max-keys", str(2 * KEYS), "--log-level", "warning", transport=transport
+    ).wait_ready()
+    try:
+        time.sleep(SETTLE_S)
+        idle = rss_kib(sidecar.proc.pid)
+        send_keys(sidecar.port, key_values(KEYS))
+        time.sleep(SETTLE_S)
+        return idle, rss_kib(sidecar.proc.pid)
+    finally:
+        sidecar.stop()
+
+
+def run(options: Options) -> Outcome:
+    started = time.monotonic()
+    print(f"[{NAME}] resident memory, idle and with {KEYS:,} keys, per transport")
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="rls-bench-memory-") as tmp:
+        for transport in TRANSPORTS:
+            rows[transport] = measure(transport, Path(tmp))
+    lines = [f"  {'transport':<10} {'idle MiB':>9} {'100k keys MiB':>14} {'per key B':>10}"]
+    for transport, (idle, full) in rows.items():
+        per_key = (full - idle) * 1024 / KEYS
+        lines.append(f"  {transport:<10} {idle / 1024:9.1f} {full / 1024:14.1f} {per_key:10.0f}")
+    document = {"keys": KEYS, "rss_kib": {t: {"idle": i, "keys": k} for t, (i, k) in rows.items()}}
+    return conclude(options, NAME, started, lines, document)
