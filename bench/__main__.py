@@ -16,6 +16,7 @@ from bench import (
     decision,
     envoy,
     flood,
+    latency,
     memory,
     overhead,
     overrides,
@@ -58,6 +59,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         "end to end: wrk -> Envoy -> sidecar vs empty service and plain Envoy; CPU per request",
         envoy.run,
     ),
+    latency.NAME: ("p99 of a decision at half the saturation rate, per transport", latency.run),
     memory.NAME: ("resident memory idle and with 100,000 keys, per transport", memory.run),
     rlqs.NAME: (
         "wrk -> Envoy: no filter, RLQS (ALLOW_ALL server; sidecar), ShouldRateLimit, at once",

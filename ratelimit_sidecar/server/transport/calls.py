@@ -18,6 +18,7 @@ import grpc
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.context import Context, invoke
 from ratelimit_sidecar.server.transport.frames import ErrorCode
+from ratelimit_sidecar.server.transport.methods import Method
 from ratelimit_sidecar.server.transport.status import CallError
 
 if TYPE_CHECKING:
@@ -25,22 +26,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
-FastAnswer = Callable[[bytes], "bytes | Awaitable[bytes]"]
 WRITE_HIGH_WATER = 64 * 1024  # a streaming handler's write waits while more is unsent
 INBOX_MESSAGES = 4  # request messages read ahead of a streaming handler
 HEADERS_FRAME_FLAGS = f.END_HEADERS
 TRAILERS_FLAGS = f.END_HEADERS | f.END_STREAM
 _HEADER, _OPENING, _CLOSING = f.FRAME_HEADER, f.GRPC_RESPONSE_HEADERS, f.GRPC_OK_TRAILERS
-
-
-class Method:
-    """What answers one path: a `fast` bytes-to-bytes function, or a grpc RpcMethodHandler."""
-
-    __slots__ = ("fast", "handler")
-
-    def __init__(self, fast: FastAnswer | None = None, handler: Any = None) -> None:
-        self.fast = fast
-        self.handler = handler
 
 
 class Call:
@@ -299,7 +289,18 @@ class Call:
     def _ended(self) -> None:
         self.done = True
         self._stop_timer()
+        self._release()
         self.conn.ended(self)
+
+    def _release(self) -> None:
+        """Request bytes the call will not use go back to the connection's window."""
+        unused = len(self.body)
+        self.body.clear()
+        while self.inbox is not None and not self.inbox.empty():
+            item = self.inbox.get_nowait()
+            unused += item[1] if item is not None else 0
+        if unused:
+            self.conn.consumed(unused)
 
     # -- ends -------------------------------------------------------------------------------
 
@@ -327,6 +328,7 @@ class Call:
         self.done = True
         self._stop_timer()
         self._cancel_task()
+        self._release()
 
     def _cancel_task(self) -> None:
         if self.task is not None and not self.task.done():

@@ -17,9 +17,10 @@ from typing import Any, NamedTuple
 import grpc
 
 from ratelimit_sidecar.server.transport import frames as f
-from ratelimit_sidecar.server.transport.calls import Call, FastAnswer, Method
+from ratelimit_sidecar.server.transport.calls import Call
 from ratelimit_sidecar.server.transport.connection import SOFT_HEADER_LIST_BYTES, H2Connection
 from ratelimit_sidecar.server.transport.headers import Decoded
+from ratelimit_sidecar.server.transport.methods import FastAnswer, Method
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
