@@ -7,7 +7,7 @@ CLIENTS := tests/clients/node_modules/.installed
 # The suites that exercise the gRPC port, run again on the grpcio transport (the default run
 # uses the fast one); the in-process gRPC and RLQS tests are parametrized over both already.
 GRPCIO_TESTS := tests/e2e tests/integration/test_workers.py tests/integration/test_cli.py \
-	tests/integration/test_rlqs_service.py tests/integration/test_transport_clients.py
+	tests/integration/test_rlqs_service.py
 
 .PHONY: install proto lint test test-unit bench run clean
 

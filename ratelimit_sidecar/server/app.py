@@ -29,6 +29,7 @@ from ratelimit_sidecar.server.rlqs_api import quota_wiring
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
+from ratelimit_sidecar.server.transport.server import FastServer
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from ratelimit_sidecar.service.strict import StrictDecider
@@ -206,9 +207,11 @@ class Sidecar:
         domains = self.handler.rules.domains.values()
         rules = sum(len(d.rules()) for d in domains)
         host = s.grpc_address.rsplit(":", 1)[0]
+        transport = "fast" if isinstance(self._server, FastServer) else "grpcio"
         log.info(
-            "serving on %s:%d (metrics on port %d); mode %s; node %s; %d domains, %d rules%s; %s",
-            host, self.port, self.http.port, mode, s.node_id, len(domains), rules,
+            "serving on %s:%d (%s transport; metrics on port %d); mode %s; node %s;"
+            " %d domains, %d rules%s; %s",
+            host, self.port, transport, self.http.port, mode, s.node_id, len(domains), rules,
             "; shadow mode" if s.shadow_mode else "", self.admin.describe(),
         )  # fmt: skip
 

@@ -29,9 +29,7 @@ def test_a_status_message_is_percent_encoded_and_trailers_only_carries_headers()
 
 def test_long_names_and_values_use_multi_byte_lengths() -> None:
     value = b"v" * 1000
-    assert dict(hpack.Decoder().decode(f.literal(b"x-long", value), raw=True)) == {
-        b"x-long": value
-    }
+    assert dict(hpack.Decoder().decode(f.literal(b"x-long", value), raw=True)) == {b"x-long": value}
 
 
 @pytest.mark.parametrize(
