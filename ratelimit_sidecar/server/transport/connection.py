@@ -7,8 +7,9 @@ the answer RFC 9113 gives for it:
 * frames larger than SETTINGS_MAX_FRAME_SIZE, a bad preface, frames out of order: GOAWAY;
 * header blocks over `HARD_HEADER_BYTES` (a CONTINUATION flood): GOAWAY ENHANCE_YOUR_CALM;
 * frames that ask work without a request to show for it (PING, SETTINGS, PRIORITY, RST_STREAM,
-  empty DATA, unknown types) spend a per-connection budget that answered calls refill; an empty
-  budget (a PING or SETTINGS flood, rapid reset) is GOAWAY ENHANCE_YOUR_CALM;
+  empty DATA, unknown types) spend a per-connection budget that answered calls refill; a budget
+  spent within FLOOD_WINDOW_S (a PING or SETTINGS flood, rapid reset) is GOAWAY
+  ENHANCE_YOUR_CALM, one spent more slowly starts again (keepalive pings);
 * streams over SETTINGS_MAX_CONCURRENT_STREAMS: RST_STREAM REFUSED_STREAM;
 * a peer that does not read: its writes buffer up to the high-water mark, then the connection
   stops reading until they drain, so it cannot make the server queue more.
@@ -32,7 +33,8 @@ MAX_CONCURRENT_STREAMS = 1024
 SOFT_HEADER_LIST_BYTES = 16 * 1024  # the advertised limit; over it, the call is refused
 HARD_HEADER_BYTES = 64 * 1024  # over it, encoded or decoded, the connection ends
 CONNECTION_WINDOW = 16 * 1024 * 1024
-FLOOD_BUDGET = 10_000
+FLOOD_BUDGET = 10_000  # frames that ask work without a request, per FLOOD_WINDOW_S
+FLOOD_WINDOW_S = 10.0
 WRITE_HIGH_WATER = 256 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0  # a closing connection whose peer does not read is aborted after this
@@ -76,6 +78,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         self.recv_window = CONNECTION_WINDOW
         self.recv_unacked = 0
         self.budget = FLOOD_BUDGET
+        self.budget_since = asyncio.get_running_loop().time()
         self.blocked: dict[int, Stream] = {}  # calls waiting for send window
         self.fresh: list[Stream] = []  # calls with a deadline opened in this read
         self.draining = False
@@ -187,8 +190,11 @@ class H2Connection(ControlFrames, asyncio.Protocol):
 
     def spend(self, cost: int) -> None:
         self.budget -= cost
-        if self.budget < 0:
-            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "too many frames without requests")
+        if self.budget < 0:  # a budget older than FLOOD_WINDOW_S starts again: keepalives pass
+            now = asyncio.get_running_loop().time()
+            if now - self.budget_since < FLOOD_WINDOW_S:
+                raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "too many frames, no requests")
+            self.budget, self.budget_since = FLOOD_BUDGET - cost, now
 
     def refill(self) -> None:
         if self.budget < FLOOD_BUDGET:
