@@ -193,3 +193,21 @@ async def test_a_local_only_node_counts_in_memory_and_has_nothing_to_flush(
     assert isinstance(sidecar.limiter, LocalLimiter) and sidecar.storage is None
     assert sorted(s.local_cur for s in sidecar.limiter.keys) == [3, 3, 4]
     assert await sidecar.sync.flush() == 0
+
+
+async def test_a_unix_socket_address_is_served_by_grpcio(
+    tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    address = f"unix:{tmp_path}/rls.sock"
+    settings = Settings(config_path=str(tmp_path), grpc_address=address)
+    sidecar = Sidecar(settings, load_rules(write_rules(tmp_path)), clock_ms=clock)
+    await sidecar.startup()
+    try:
+        async with grpc.aio.insecure_channel(address) as chan:
+            reply = await rls_stub(chan).ShouldRateLimit(request("gateway", [("tier", "internal")]))
+        assert reply.overall_code == OK
+        assert (
+            f"the fast transport cannot listen on {address}: serving it with grpcio" in caplog.text
+        )
+    finally:
+        await sidecar.shutdown()
