@@ -12,7 +12,7 @@ from ratelimit_sidecar.server.transport.server import _timeout_s
 
 
 def decode(block: bytes) -> dict[str, str]:
-    return dict(hpack.Decoder().decode(block))
+    return {str(name): str(value) for name, value in hpack.Decoder().decode(block)}
 
 
 def test_response_blocks_decode_as_grpc_headers_and_trailers() -> None:
