@@ -107,12 +107,15 @@ def build_server(
     reuse_port: bool = False,
     more_services: Sequence[Callable[[Any], str]] = (),
     transport: str = "fast",
+    *,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[Any, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port.
 
     `transport` is "fast" (server/transport/) or "grpcio"; `more_services` add other services
-    to the same server (the RLQS one), each returning its name for reflection."""
-    server, port = _bind(address, reuse_port, transport)
+    to the same server (the RLQS one), each returning its name for reflection. With
+    `credentials` the port speaks TLS, on grpcio."""
+    server, port = _bind(address, reuse_port, transport, credentials)
     if isinstance(server, FastServer):
         server.add_fast_unary(wire.METHOD_PATH, servicer.answer)
     else:
@@ -131,9 +134,14 @@ def build_server(
     return server, health_servicer, port
 
 
-def _bind(address: str, reuse_port: bool, transport: str) -> tuple[Any, int]:
+def _bind(
+    address: str, reuse_port: bool, transport: str, credentials: grpc.ServerCredentials | None
+) -> tuple[Any, int]:
     if transport == "fast" and not accepts(address):
         log.warning("the fast transport cannot listen on %s: serving it with grpcio", address)
+        transport = "grpcio"
+    if transport == "fast" and credentials is not None:
+        log.warning("the fast transport has no TLS yet: serving %s with grpcio", address)
         transport = "grpcio"
     if transport == "fast":
         try:
@@ -147,7 +155,10 @@ def _bind(address: str, reuse_port: bool, transport: str) -> tuple[Any, int]:
     ]
     server = grpc.aio.server(options=options)
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise BindError(f"cannot listen on {address}: {exc}") from exc
     if port == 0 and not address.endswith(":0"):

@@ -14,10 +14,12 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
+from harness.tls_proxy import make_cert
 from ratelimit_sidecar import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
+from ratelimit_sidecar.server.grpc_api import RateLimitServicer, build_server
 from ratelimit_sidecar.settings import TRANSPORTS, Settings
 from ratelimit_sidecar.storage.memory import MemoryStorage
 
@@ -211,3 +213,26 @@ async def test_a_unix_socket_address_is_served_by_grpcio(
         )
     finally:
         await sidecar.shutdown()
+
+
+async def test_tls_credentials_are_served_by_grpcio(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cert, key = make_cert(tmp_path)
+    credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+    handler = Sidecar(
+        Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0"),
+        load_rules(write_rules(tmp_path)),
+    ).handler
+    server, _, port = build_server(
+        RateLimitServicer(handler), "127.0.0.1:0", credentials=credentials
+    )
+    await server.start()
+    try:
+        trust = grpc.ssl_channel_credentials(cert.read_bytes())
+        async with grpc.aio.secure_channel(f"127.0.0.1:{port}", trust) as chan:
+            reply = await rls_stub(chan).ShouldRateLimit(request("gateway", [("tier", "x")]))
+        assert reply.overall_code == OK
+        assert "the fast transport has no TLS yet: serving 127.0.0.1:0 with grpcio" in caplog.text
+    finally:
+        await server.stop(None)
