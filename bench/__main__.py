@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bench import (
+    abuse,
     algorithms,
     decision,
     envoy,
@@ -60,6 +61,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         envoy.run,
     ),
     latency.NAME: ("p99 of a decision at half the saturation rate, per transport", latency.run),
+    abuse.NAME: ("honest p99 on the fast transport while one connection abuses it", abuse.run),
     memory.NAME: ("resident memory idle and with 100,000 keys, per transport", memory.run),
     rlqs.NAME: (
         "wrk -> Envoy: no filter, RLQS (ALLOW_ALL server; sidecar), ShouldRateLimit, at once",

@@ -1,18 +1,11 @@
 """One HTTP/2 connection: the frame loop, flow control, and the limits that keep abuse cheap.
 
-The loop parses every complete frame of a read, answers what it can at once (a ShouldRateLimit
-call is decided inline) and writes all answers of the read in one `write`. Limits, each with
-the answer RFC 9113 gives for it:
-
-* frames larger than SETTINGS_MAX_FRAME_SIZE, a bad preface, frames out of order: GOAWAY;
-* header blocks over `HARD_HEADER_BYTES` (a CONTINUATION flood): GOAWAY ENHANCE_YOUR_CALM;
-* frames that ask work without a request to show for it (PING, SETTINGS, PRIORITY, RST_STREAM,
-  empty DATA, unknown types) spend a per-connection budget that answered calls refill; a budget
-  spent within FLOOD_WINDOW_S (a PING or SETTINGS flood, rapid reset) is GOAWAY
-  ENHANCE_YOUR_CALM, one spent more slowly starts again (keepalive pings);
-* streams over SETTINGS_MAX_CONCURRENT_STREAMS: RST_STREAM REFUSED_STREAM;
-* a peer that does not read: its writes buffer up to the high-water mark, then the connection
-  stops reading until they drain, so it cannot make the server queue more.
+The loop parses the complete frames of a read, answers what it can at once (a ShouldRateLimit
+call is decided inline) and writes all answers of the read in one `write`. Each limit and the
+RFC 9113 answer it gives (GOAWAY or RST_STREAM with its code) is listed in docs/TRANSPORT.md:
+frame and header block sizes, a flood budget for frames that ask work without a request (PING,
+SETTINGS, rapid reset), concurrent streams, and a peer that does not read (the connection
+stops being read until its answers drain).
 """
 
 from __future__ import annotations
@@ -33,7 +26,8 @@ MAX_CONCURRENT_STREAMS = 1024
 SOFT_HEADER_LIST_BYTES = 16 * 1024  # the advertised limit; over it, the call is refused
 HARD_HEADER_BYTES = 64 * 1024  # over it, encoded or decoded, the connection ends
 CONNECTION_WINDOW = 16 * 1024 * 1024
-FLOOD_BUDGET = 10_000  # frames that ask work without a request, per FLOOD_WINDOW_S
+FLOOD_BUDGET = 2_000  # frames that ask work without a request, per FLOOD_WINDOW_S
+FRAMES_PER_TURN = 256
 FLOOD_WINDOW_S = 10.0
 WRITE_HIGH_WATER = 256 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -83,7 +77,9 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         self.fresh: list[Stream] = []  # calls with a deadline opened in this read
         self.draining = False
         self.closed = False
-        self.reading_paused = False
+        self.reading_paused = False  # by the write side (a slow reader)
+        self.yielding = False  # reading paused until the buffered frames are handled
+        self._turn: asyncio.Handle | None = None
         self.peer = ""
         self._timer: asyncio.TimerHandle | None = None
         self._dispatch: tuple[Callable[[int, int, bytes], None], ...] = (
@@ -91,8 +87,6 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             self._on_settings, self._on_push_promise, self._on_ping, self._on_goaway,
             self._on_window_update, self._on_continuation,
         )  # fmt: skip
-
-    # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is one without subclassing
@@ -108,6 +102,8 @@ class H2Connection(ControlFrames, asyncio.Protocol):
 
     def connection_lost(self, _exc: Exception | None) -> None:
         self.closed = True
+        if self._turn is not None:
+            self._turn.cancel()
         if self._timer is not None:
             self._timer.cancel()
         for call in list(self.calls.values()):
@@ -125,7 +121,8 @@ class H2Connection(ControlFrames, asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.transport is not None and not self.closed and self.reading_paused:
             self.reading_paused = False
-            self.transport.resume_reading()
+            if not self.yielding:
+                self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         """The peer closed its side: answer the calls it sent, then close."""
@@ -137,10 +134,16 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         if self.closed:
             return
         self.buffer += data
+        if self._turn is None:  # else a turn is due: it reads this too
+            self._work()
+
+    def _work(self) -> None:
+        """Handle up to FRAMES_PER_TURN frames; with more left, let other connections have
+        the loop first (reading paused meanwhile): one flood cannot hold it for long."""
+        self._turn, more = None, False
         try:
-            if not self.preface_seen and not self._read_preface():
-                return
-            self._read_frames()
+            if self.preface_seen or self._read_preface():
+                more = self._read_frames()
         except ConnectionError_ as exc:
             self.fail(exc.code, str(exc))
         if self.fresh:  # a deadline needs a timer only if its call was not answered at once
@@ -148,8 +151,15 @@ class H2Connection(ControlFrames, asyncio.Protocol):
                 call.arm_deadline()
             self.fresh.clear()
         self.flush()
-
-    # -- frame loop ---------------------------------------------------------------------------
+        if more and not self.closed and self.transport is not None:
+            if not self.yielding:
+                self.yielding = True
+                self.transport.pause_reading()
+            self._turn = asyncio.get_running_loop().call_soon(self._work)
+        elif self.yielding and not self.closed and self.transport is not None:
+            self.yielding = False
+            if not self.reading_paused:
+                self.transport.resume_reading()
 
     def _read_preface(self) -> bool:
         seen = bytes(self.buffer[: len(f.PREFACE)])
@@ -164,11 +174,15 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             self._timer = None
         return True
 
-    def _read_frames(self) -> None:
+    def _read_frames(self) -> bool:
+        """The complete frames of the buffer, FRAMES_PER_TURN at most; True if more are left."""
         buffer, unpack, dispatch = self.buffer, f.FRAME_HEADER.unpack_from, self._dispatch
-        pos, size = 0, len(buffer)
+        pos, size, turn = 0, len(buffer), FRAMES_PER_TURN
         try:
             while size - pos >= 9 and not self.closed:
+                turn -= 1
+                if turn < 0:
+                    return True
                 high, low, kind, flags, stream_id = unpack(buffer, pos)
                 length = high << 16 | low
                 if length > f.DEFAULT_FRAME_SIZE:
@@ -187,6 +201,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
                     self.spend(1)
         finally:
             del buffer[:pos]
+        return False
 
     def spend(self, cost: int) -> None:
         self.budget -= cost
@@ -200,8 +215,6 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         if self.budget < FLOOD_BUDGET:
             self.budget += 1
 
-    # -- frames -------------------------------------------------------------------------------
-
     def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
             raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
@@ -209,7 +222,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         self.recv_window -= size
         if self.recv_window < 0:
             raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overrun")
-        data = _unpad(payload) if flags & f.PADDED else payload
+        data = f.unpad(payload) if flags & f.PADDED else payload
         if not data and not flags & f.END_STREAM:
             self.spend(1)
         call = self.calls.get(stream_id)
@@ -224,7 +237,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
             raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
-        block = _unpad(payload) if flags & f.PADDED else payload
+        block = f.unpad(payload) if flags & f.PADDED else payload
         if flags & f.PRIORITY_FLAG:
             block = block[5:]
         self.block_end_stream = flags & f.END_STREAM != 0
@@ -265,8 +278,6 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             self.out.append(f.rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
             return
         self.core.open_call(self, stream_id, decoded, end_stream)
-
-    # -- output ---------------------------------------------------------------------------------
 
     def consumed(self, size: int) -> None:
         """`size` bytes of request data were used up: hand them back to the peer's window."""
@@ -334,12 +345,3 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         self._timer = None
         if not self.preface_seen:
             self.fail(ErrorCode.PROTOCOL_ERROR, "no connection preface in time")
-
-
-def _unpad(payload: bytes) -> bytes:
-    if not payload:
-        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padded frame without a pad length")
-    pad = payload[0]
-    if pad >= len(payload):
-        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1 : len(payload) - pad]

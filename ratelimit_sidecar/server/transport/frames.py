@@ -63,6 +63,16 @@ def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     return FRAME_HEADER.pack(size >> 16, size & 0xFFFF, kind, flags, stream_id) + payload
 
 
+def unpad(payload: bytes) -> bytes:
+    """A PADDED frame's payload without its pad length byte and padding."""
+    if not payload:
+        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padded frame without a pad length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padding longer than the frame")
+    return payload[1 : len(payload) - pad]
+
+
 def settings(values: dict[int, int]) -> bytes:
     payload = b"".join(struct.pack("!HL", key, value) for key, value in values.items())
     return frame(SETTINGS, 0, 0, payload)
