@@ -1,4 +1,5 @@
-"""Command line: `serve`, `check`, `simulate`, `overrides`; serve flags have RLS_* variables."""
+"""Command line: `serve`, `check`, `simulate`, `overrides`, `xds-dump`; serve flags have RLS_*
+variables."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from ratelimit_sidecar.config.limits import LIMIT_NAMES
-from ratelimit_sidecar.settings import ENV_PREFIX, OPTIONS, Option, settings_from
+from ratelimit_sidecar.settings import ENV_PREFIX, OPTIONS, Option, env_text, settings_from
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         if option.name in LIMIT_NAMES:
             _add_option(check, option)
+    dump = commands.add_parser("xds-dump", help="print the rules an xDS control plane serves")
+    dump.add_argument("url")
+    dump.add_argument("--timeout-s", type=float, default=10.0, help="wait at most this long")
+    for option in OPTIONS:
+        if option.name.startswith(("config_xds_", "max_rule_", "max_yaml_")):
+            _add_option(dump, option)
     simulate = commands.add_parser("simulate", help="accuracy simulator", add_help=False)
     simulate.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -29,9 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_option(parser: argparse.ArgumentParser, option: Option) -> None:
     """A flag whose default is its environment variable, else None (the Settings default)."""
-    env = os.environ.get(option.env)
+    env = env_text(option, os.environ)
     shown = f" (default: {option.default_text})" if option.default_text else ""
-    text = f"{option.help}{shown} [{option.env}]"
+    text = f"{option.help}{shown} [{', '.join((option.env, *option.reference_env))}]"
     if option.kind is bool:
         default = False if env is None else option.parse(env)
         parser.add_argument(
@@ -55,13 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return overrides_main(argv[1:])
     args = vars(build_parser().parse_args(argv))
-    if args.pop("command") == "check":
+    command = args.pop("command")
+    if command == "xds-dump":
+        from ratelimit_sidecar.cli_xds import run_xds_dump
+
+        return run_xds_dump(args.pop("url"), args, args.pop("timeout_s"))
+    if command == "check":
         from ratelimit_sidecar.cli_check import limits_from, run_check
 
         return run_check(args["path"], limits_from(args))
-    if not args["config_path"]:
-        print("ratelimit-sidecar: error: --config (or RLS_CONFIG) is required", file=sys.stderr)
-        return 2
     # gRPC's C core logs its own copy of startup errors we already report in one line.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from ratelimit_sidecar.server.run import run_serve

@@ -4,6 +4,8 @@ Every field is an option: its command line flag is the field name with dashes (`
 its environment variable is `RLS_` + the upper-case name (`RLS_MAX_KEYS`), and its help text is
 the field's `help` metadata. Booleans are switches. The CLI builds its parser from `OPTIONS`,
 and the `--workers` supervisor hands its children their settings through `environment`.
+A field may also answer to the reference service's variable names (`reference_env` metadata,
+e.g. `CONFIG_GRPC_XDS_SERVER_URL`), read when its `RLS_` variable is unset (`env_text`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 ENV_PREFIX = "RLS_"
 REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+CONFIG_TYPES = ("FILE", "GRPC_XDS_SOTW")
+XDS_DEFAULT_URL = "localhost:18000"  # the reference's, for CONFIG_TYPE=GRPC_XDS_SOTW alone
+_GO_UNITS = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
 
 
 def default_node_id() -> str:
@@ -28,15 +33,29 @@ def default_node_id() -> str:
 
 
 def _help(text: str, **more: str) -> dict[str, str]:
-    """Field metadata: `help`, and optionally `flag` (a name other than the field's) and
-    `default_text` (how to show a default computed at start-up)."""
+    """Field metadata: `help`, and optionally `flag` (a name other than the field's),
+    `default_text` (how to show a default computed at start-up) and `reference_env` (the
+    reference service's variable names for it, comma-separated)."""
     return {"help": text, **more}
+
+
+def go_seconds(text: str) -> str:
+    """A duration as Go writes it (`3s`, `500ms`, `1m`) as seconds; plain numbers unchanged."""
+    for suffix, scale in _GO_UNITS:
+        number = text.removesuffix(suffix)
+        if number != text and number.replace(".", "", 1).isdigit():
+            return str(float(number) * scale)
+    return text
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     config_path: str = field(
-        metadata=_help("rule YAML file or directory (envoyproxy/ratelimit format)", flag="config")
+        default="",
+        metadata=_help(
+            "rule YAML file or directory (envoyproxy/ratelimit format); not with --config-xds",
+            flag="config",
+        ),
     )
     redis_url: str | None = field(
         default=None,
@@ -136,7 +155,87 @@ class Settings:
         default=10.0, metadata=_help("seconds between full reads of the override set")
     )
 
+    # Rules from an xDS control plane instead of files (docs/XDS.md): the reference's names.
+    config_type: str = field(
+        default="FILE",
+        metadata=_help("FILE, or GRPC_XDS_SOTW for xDS rules", reference_env="CONFIG_TYPE"),
+    )
+    config_xds: str | None = field(
+        default=None,
+        metadata=_help(
+            "host:port of an xDS control plane serving RateLimitConfig (ADS); replaces --config",
+            reference_env="CONFIG_GRPC_XDS_SERVER_URL",
+        ),
+    )
+    config_xds_node_id: str = field(
+        default="default",
+        metadata=_help(
+            "node id sent to the control plane", reference_env="CONFIG_GRPC_XDS_NODE_ID"
+        ),
+    )
+    config_xds_node_metadata: str = field(
+        default="",
+        metadata=_help(
+            "node metadata sent to the control plane: key=value,key=value",
+            reference_env="CONFIG_GRPC_XDS_NODE_METADATA",
+        ),
+    )
+    config_xds_client_tls: bool = field(
+        default=False,
+        metadata=_help(
+            "TLS to the control plane (mTLS with a client certificate)",
+            reference_env="CONFIG_GRPC_XDS_CLIENT_TLS,CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        ),
+    )
+    config_xds_client_tls_cert: str | None = field(
+        default=None,
+        metadata=_help(
+            "client certificate (PEM) for mTLS, re-read on change",
+            reference_env="CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+        ),
+    )
+    config_xds_client_tls_key: str | None = field(
+        default=None,
+        metadata=_help(
+            "client private key (PEM) for mTLS, re-read on change",
+            reference_env="CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        ),
+    )
+    config_xds_server_tls_cacert: str | None = field(
+        default=None,
+        metadata=_help(
+            "CA (PEM) the control plane's certificate must chain to (else the system's)",
+            reference_env="CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+        ),
+    )
+    config_xds_server_tls_san: str | None = field(
+        default=None,
+        metadata=_help(
+            "name the control plane's certificate must carry (else the URL's host)",
+            reference_env="CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+        ),
+    )
+    config_xds_retry_s: float = field(
+        default=3.0,
+        metadata=_help(
+            "first reconnect delay after a stream error; doubles per failed attempt, jittered",
+            reference_env="CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        ),
+    )
+    config_xds_retry_max_s: float = field(
+        default=60.0,
+        metadata=_help("longest reconnect delay", reference_env="XDS_CLIENT_BACKOFF_MAX_INTERVAL"),
+    )
+    ready_without_config: bool = field(
+        default=False,
+        metadata=_help(
+            "with xDS rules, /readyz answers ready before the first configuration arrives",
+            reference_env="FORCE_START_WITHOUT_INITIAL_CONFIG",
+        ),
+    )
+
     def __post_init__(self) -> None:
+        self._check_rule_source()
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
@@ -144,6 +243,23 @@ class Settings:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+
+    def _check_rule_source(self) -> None:
+        if self.config_type.upper() not in CONFIG_TYPES:
+            raise ValueError(f"--config-type must be one of {', '.join(CONFIG_TYPES)}")
+        if self.xds_url is None and not self.config_path:
+            raise ValueError("--config (or RLS_CONFIG) is required, unless --config-xds is set")
+        if bool(self.config_xds_client_tls_cert) != bool(self.config_xds_client_tls_key):
+            raise ValueError("--config-xds-client-tls-cert and -key go together")
+        if not 0 < self.config_xds_retry_s <= self.config_xds_retry_max_s:
+            raise ValueError("--config-xds-retry-s must be > 0 and <= --config-xds-retry-max-s")
+
+    @property
+    def xds_url(self) -> str | None:
+        """The control plane rules come from, or None when they come from files."""
+        if self.config_xds:
+            return self.config_xds
+        return XDS_DEFAULT_URL if self.config_type.upper() == "GRPC_XDS_SOTW" else None
 
     @property
     def local_only(self) -> bool:
@@ -165,6 +281,7 @@ class Option(NamedTuple):
     kind: type  # bool, int, float or str
     help: str
     default_text: str  # "" when the field has no default (required)
+    reference_env: tuple[str, ...] = ()  # the reference service's names for it
 
     def parse(self, text: str) -> Any:
         """The value an environment variable's text stands for."""
@@ -193,12 +310,25 @@ def _options() -> tuple[Option, ...]:
                 kind=kinds[0] if kinds else hints[spec.name],
                 help=spec.metadata["help"],
                 default_text=spec.metadata.get("default_text", default),
+                reference_env=tuple(
+                    filter(None, spec.metadata.get("reference_env", "").split(","))
+                ),
             )
         )
     return tuple(found)
 
 
 OPTIONS = _options()
+
+
+def env_text(option: Option, environ: Mapping[str, str]) -> str | None:
+    """The option's variable: `RLS_…`, else the first of the reference's names that is set."""
+    text = environ.get(option.env)
+    for name in option.reference_env:
+        if text is None and name in environ:
+            text = environ[name]
+            return go_seconds(text) if option.kind is float else text
+    return text
 
 
 def settings_from(values: Mapping[str, Any]) -> Settings:

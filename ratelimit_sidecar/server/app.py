@@ -13,7 +13,6 @@ import grpc
 from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
@@ -24,8 +23,8 @@ from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, buil
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
-from ratelimit_sidecar.server.reload import RuleWatcher
 from ratelimit_sidecar.server.rlqs_api import quota_wiring
+from ratelimit_sidecar.server.rule_source import rule_source
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
@@ -114,6 +113,13 @@ class Sidecar:
         self.admin = AdminServer(settings, self.overrides, clock_ms, self.metrics)
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
+        # Rule files (watched) or an xDS control plane: each new rule set is swapped in whole.
+        self.watcher = rule_source(
+            settings,
+            self.swap_rules,
+            lambda _error: self.metrics.config_loaded(False),
+            self.metrics.registry,
+        )
         mode = "local-only" if storage is None else storage.description
         endpoints = Endpoints(
             lambda: self.handler.rules,
@@ -122,16 +128,9 @@ class Sidecar:
             mode,
             show_values=settings.debug_show_values,
             overrides=self.overrides.view,
+            source=self.watcher.view,
         )
         self.http = HttpApi(endpoints.routes(self._scrape))
-        self.watcher = RuleWatcher(
-            settings.config_path,
-            self.swap_rules,
-            lambda _error: self.metrics.config_loaded(False),
-            settings.reload_poll_s,
-            ConfigLimits.of(settings),
-            defaults=settings.rule_defaults,
-        )
         # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
         self.quota, self._add_quota = quota_wiring(
             lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry,

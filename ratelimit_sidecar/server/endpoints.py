@@ -66,6 +66,7 @@ class Endpoints:
         *,
         show_values: bool = False,
         overrides: Callable[[bool], dict[str, object]] | None = None,
+        source: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         self._get_rules = get_rules
         self._limiter = limiter
@@ -73,11 +74,13 @@ class Endpoints:
         self._mode = mode
         self._show_values = show_values
         self._overrides = overrides  # the runtime overrides in force (server/overrides.py)
+        self._source = source  # where the rules come from, and whether they have arrived
 
     def routes(self, metrics: Route | None = None) -> dict[str, Route]:
         routes: dict[str, Route] = {
             "/healthz": lambda _q: text_reply("ok\n"),
             "/readyz": lambda _q: self.ready(),
+            "/healthcheck": lambda _q: self.ready(),  # the reference service's name for it
             "/debug/rules": lambda _q: json_reply(self.rules_view()),
             "/debug/keys": self.keys,
         }
@@ -87,6 +90,8 @@ class Endpoints:
 
     def rules_view(self) -> dict[str, object]:
         view = rules_view(self._rules())
+        if self._source is not None:
+            view["source"] = self._source()
         if self._overrides is not None:
             view["overrides"] = self._overrides(self._show_values)
         return view
@@ -95,16 +100,21 @@ class Endpoints:
         return self._get_rules()
 
     def ready(self) -> Reply:
-        """Ready once rules are loaded; the store's state is reported, not required (fail open)."""
+        """Ready once rules are loaded (from xDS: once the first configuration arrived); the
+        store's state is reported, not required (fail open)."""
+        source = self._source() if self._source is not None else {"ready": True}
+        ready = bool(source["ready"])
         return json_reply(
             {
-                "ready": True,
+                "ready": ready,
                 "config_version": self._rules().version,
+                "config_source": source,
                 "mode": self._mode,
                 "store_up": self._sync.store_up,
                 "store_error": self._sync.last_error,
                 "store_key_errors": self._sync.key_errors,
-            }
+            },
+            200 if ready else 503,
         )
 
     def keys(self, query: dict[str, list[str]]) -> Reply:

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
+from types import MappingProxyType
 from typing import Any
 
 from ratelimit_sidecar.config.errors import ConfigError
@@ -31,9 +32,7 @@ def fail(message: str) -> int:
 def run_serve(settings: Settings) -> int:
     setup_logging(settings.log_format, settings.log_level)
     try:
-        rules = load_rules(
-            settings.config_path, ConfigLimits.of(settings), defaults=settings.rule_defaults
-        )
+        rules = first_rules(settings)
     except ConfigError as exc:
         return fail(f"invalid configuration:\n{exc}")
     except OSError as exc:
@@ -42,6 +41,15 @@ def run_serve(settings: Settings) -> int:
         return run_workers(settings)
     reuse_port = os.environ.get(REUSE_PORT_ENV) == "1"
     return run_async(lambda: serve(settings, rules, reuse_port))
+
+
+def first_rules(settings: Settings) -> RuleSet:
+    """The rule files' rules; none yet when they come from xDS (the stream brings them)."""
+    if settings.xds_url is not None:
+        return RuleSet(MappingProxyType({}))
+    return load_rules(
+        settings.config_path, ConfigLimits.of(settings), defaults=settings.rule_defaults
+    )
 
 
 def run_async(factory: Callable[[], Coroutine[Any, Any, int]]) -> int:
