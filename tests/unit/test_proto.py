@@ -14,6 +14,7 @@ from harness.envoy import envoy_binary as envoy_binary_path
 from ratelimit_sidecar import wire
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
 from ratelimit_sidecar._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from ratelimit_sidecar._proto.envoy.service.discovery.v3 import discovery_pb2
 from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from ratelimit_sidecar._proto.envoy.service.ratelimit.v3 import rls_pb2
 from ratelimit_sidecar._proto.envoy.type.v3 import (
@@ -32,6 +33,7 @@ OUR_FILES = (
     rlqs_pb2,
     ratelimit_strategy_pb2,
     token_bucket_pb2,
+    discovery_pb2,
 )
 
 Response = rls_pb2.RateLimitResponse

@@ -123,3 +123,36 @@ def test_a_worker_without_redis_stays_local(monkeypatch: pytest.MonkeyPatch) -> 
     for name, value in worker_env(child).items():
         monkeypatch.setenv(name, value)
     assert parse().local_only
+
+
+def test_xds_settings_answer_to_the_reference_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
+    monkeypatch.setenv("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit")
+    monkeypatch.setenv("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true")
+    monkeypatch.setenv("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt")
+    monkeypatch.setenv("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key")
+    monkeypatch.setenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "500ms")
+    monkeypatch.setenv("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")
+    settings = parse()
+    assert settings.xds_url == "localhost:18000"  # the reference's default URL
+    assert settings.config_path == ""  # no --config needed
+    assert (settings.config_xds_node_id, settings.config_xds_client_tls) == (
+        "envoy-ratelimit",
+        True,
+    )
+    assert settings.config_xds_retry_s == 0.5
+    assert settings.ready_without_config is True
+    monkeypatch.setenv("CONFIG_GRPC_XDS_SERVER_URL", "eg:18001")
+    monkeypatch.setenv("RLS_CONFIG_XDS_NODE_ID", "ours-wins")
+    settings = parse("--config-xds-retry-s", "2")
+    assert (settings.xds_url, settings.config_xds_node_id) == ("eg:18001", "ours-wins")
+    assert settings.config_xds_retry_s == 2.0
+
+
+def test_config_is_required_unless_rules_come_from_xds() -> None:
+    with pytest.raises(ValueError, match="--config"):
+        parse()
+    assert parse("--config-xds", "127.0.0.1:18000").xds_url == "127.0.0.1:18000"
+    assert parse("--config", "r").xds_url is None
+    with pytest.raises(ValueError, match="go together"):
+        parse("--config-xds", "h:1", "--config-xds-client-tls-cert", "c.pem")
