@@ -12,9 +12,13 @@ from harness.net import free_port, wait_grpc_serving
 from harness.process import python_module, stop_process
 
 
-def serve_args(config: Path, grpc_address: str, metrics_address: str, *extra: str) -> list[str]:
-    """The `serve` command line for one sidecar on the given loopback addresses."""
-    args = ["serve", "--config", str(config), "--grpc-address", grpc_address]
+def serve_args(
+    config: Path | None, grpc_address: str, metrics_address: str, *extra: str
+) -> list[str]:
+    """The `serve` command line for one sidecar on the given loopback addresses (no `--config`
+    without `config`: rules from xDS)."""
+    rules = [] if config is None else ["--config", str(config)]
+    args = ["serve", *rules, "--grpc-address", grpc_address]
     return [*args, "--metrics-address", metrics_address, *extra]
 
 
@@ -23,7 +27,7 @@ class SidecarProcess:
 
     def __init__(
         self,
-        config: Path,
+        config: Path | None,
         *extra: str,
         env: dict[str, str] | None = None,
         ports: tuple[int, int] | None = None,

@@ -24,9 +24,13 @@ import grpc
 from google.protobuf.any_pb2 import Any as AnyMessage
 
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2
+from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
 from ratelimit_sidecar.config.xds_rules import RESOURCE_TYPE
 
+GATEWAY_DOMAIN = "default/eg/http"  # Envoy Gateway names domains after the gateway
+GATEWAY_RESOURCE = "httproute/default/app/rule/0"
+# What Envoy sends for the first rule of `gateway_config`, before the client address.
+GATEWAY_PREFIX = (("rule-0-match-0", "rule-0-match-0"), ("masked_remote_address", "0.0.0.0/0"))
 Request = discovery_pb2.DiscoveryRequest
 Response = discovery_pb2.DiscoveryResponse
 
@@ -51,6 +55,29 @@ class ServerTls:
 class _Snapshot:
     version: str
     resources: list[AnyMessage]
+
+
+def gateway_config(
+    limit: int = 10, unit: int = rls.MINUTE, domain: str = GATEWAY_DOMAIN
+) -> rls.RateLimitConfig:
+    """As Envoy Gateway shapes one route's rules: `rule-<i>-match-<j>` levels, the client
+    CIDR as `masked_remote_address` with a per-address leaf, and a shadow rule."""
+    per_ip = rls.RateLimitDescriptor(
+        key="remote_address", rate_limit=rls.RateLimitPolicy(unit=unit, requests_per_unit=limit)
+    )
+    cidr = rls.RateLimitDescriptor(
+        key="masked_remote_address", value="0.0.0.0/0", descriptors=[per_ip]
+    )
+    header = rls.RateLimitDescriptor(
+        key="rule-0-match-0", value="rule-0-match-0", descriptors=[cidr]
+    )
+    shadow = rls.RateLimitDescriptor(
+        key="rule-1-match--1",
+        value="rule-1-match--1",
+        shadow_mode=True,
+        rate_limit=rls.RateLimitPolicy(unit=rls.WEEK, requests_per_unit=1),
+    )
+    return rls.RateLimitConfig(name=GATEWAY_RESOURCE, domain=domain, descriptors=[header, shadow])
 
 
 class AdsServer:
@@ -95,9 +122,7 @@ class AdsServer:
             self._server.stop(grace=None).wait(10)
             self._server = None
 
-    def push(
-        self, configs: Sequence[rls_conf_pb2.RateLimitConfig | AnyMessage], version: str
-    ) -> None:
+    def push(self, configs: Sequence[rls.RateLimitConfig | AnyMessage], version: str) -> None:
         """Serve `configs` as the whole set, at `version`, to every subscribed stream."""
         resources = []
         for config in configs:

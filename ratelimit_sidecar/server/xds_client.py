@@ -61,6 +61,8 @@ class XdsMetrics:
             f"{NS}_xds_responses", "xDS responses by answer (ack, nack)", ("answer",),
             registry=registry,
         )  # fmt: skip
+        for answer in ("ack", "nack"):  # both shown from the start, at 0
+            self.responses.labels(answer)
         self.attempts = Counter(
             f"{NS}_xds_connect_attempts", "Streams opened to the control plane", registry=registry
         )

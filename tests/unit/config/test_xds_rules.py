@@ -9,6 +9,7 @@ import yaml
 from google.protobuf.any_pb2 import Any as AnyMessage
 from google.protobuf.struct_pb2 import Struct
 
+from harness.xds_server import gateway_config
 from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
 from ratelimit_sidecar.config import ConfigError, load_rules
 from ratelimit_sidecar.config.limits import ConfigLimits
@@ -22,23 +23,6 @@ from ratelimit_sidecar.config.xds_rules import (
 )
 
 Descriptor, Policy = rls.RateLimitDescriptor, rls.RateLimitPolicy
-
-
-def gateway_config(limit: int = 10, unit: int = rls.MINUTE) -> rls.RateLimitConfig:
-    """As Envoy Gateway shapes one route's rules: `rule-<i>-match-<j>` levels, the client
-    CIDR as `masked_remote_address` with a per-address leaf, and a shadow rule."""
-    per_ip = Descriptor(key="remote_address", rate_limit=Policy(unit=unit, requests_per_unit=limit))
-    cidr = Descriptor(key="masked_remote_address", value="0.0.0.0/0", descriptors=[per_ip])
-    header = Descriptor(key="rule-0-match-0", value="rule-0-match-0", descriptors=[cidr])
-    shadow = Descriptor(
-        key="rule-1-match--1",
-        value="rule-1-match--1",
-        shadow_mode=True,
-        rate_limit=Policy(unit=rls.WEEK, requests_per_unit=1),
-    )
-    return rls.RateLimitConfig(
-        name="httproute/default/app/rule/0", domain="default/eg/http", descriptors=[header, shadow]
-    )
 
 
 def test_an_envoy_gateway_resource_becomes_the_nested_rules() -> None:

@@ -1,0 +1,193 @@
+"""Rules from an xDS control plane: an ADS server on loopback drives a fleet of sidecar
+processes sharing Redis (pushes, NACKs, the control plane killed and restarted)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+
+import grpc
+import pytest
+
+from harness.grpc_client import request, rls_stub
+from harness.redis_servers import ServerProcess
+from harness.sidecar import SidecarProcess, run_cli
+from harness.xds_server import (
+    GATEWAY_DOMAIN,
+    GATEWAY_PREFIX,
+    GATEWAY_RESOURCE,
+    AdsServer,
+    gateway_config,
+)
+from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
+
+pytestmark = pytest.mark.integration
+
+# Fast backoff for tests: 0.2 s doubling up to 1 s (each delay at least half of that).
+RETRY = ("--config-xds-retry-s", "0.2", "--config-xds-retry-max-s", "1")
+NODE = ("--config-xds-node-id", "envoy-ratelimit")
+_addresses = (f"10.0.{i // 250}.{i % 250}" for i in itertools.count())
+
+
+@pytest.fixture(scope="module")
+def ads() -> Iterator[AdsServer]:
+    server = AdsServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(ads: AdsServer, module_redis_server: ServerProcess) -> Iterator[list[SidecarProcess]]:
+    """Three sidecars on xDS rules, counting together in one Redis; no rules pushed yet."""
+    redis = ("--redis-url", module_redis_server.url, "--redis-prefix", "xds:")
+    nodes: list[SidecarProcess] = []
+    try:
+        for name in ("n1", "n2", "n3"):
+            extra = ("--config-xds", ads.address, *NODE, *RETRY, *redis, "--node-id", name)
+            nodes.append(SidecarProcess(None, *extra).wait_ready())
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def decide(node: SidecarProcess, address: str) -> wire.DescriptorStatus:
+    with grpc.insecure_channel(node.address) as channel:
+        message = request(GATEWAY_DOMAIN, [*GATEWAY_PREFIX, ("remote_address", address)])
+        reply = rls_stub(channel).ShouldRateLimit(message, timeout=5)
+    return reply.statuses[0]
+
+
+def limit_seen(node: SidecarProcess) -> int:
+    """The limit a new client address gets on `node` (0: no rule matched)."""
+    return int(decide(node, next(_addresses)).current_limit.requests_per_unit)
+
+
+def get(node: SidecarProcess, path: str) -> tuple[int, dict[str, object]]:
+    url = f"http://127.0.0.1:{node.metrics_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def metric(node: SidecarProcess, name: str) -> float:
+    url = f"http://127.0.0.1:{node.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(f"ratelimit_sidecar_{name} "):
+                return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float) -> float:
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout_s, f"not within {timeout_s} s"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_not_ready_until_the_first_configuration(
+    fleet: list[SidecarProcess], ads: AdsServer
+) -> None:
+    for node in fleet:
+        wait_for(lambda n=node: get(n, "/readyz")[1]["config_source"]["connected"], 5)  # type: ignore[index]
+        status, body = get(node, "/readyz")
+        assert status == 503 and body["ready"] is False
+    ads.push([gateway_config(5)], "v1")
+    wait_for(lambda: all(get(n, "/readyz")[0] == 200 for n in fleet), 2)
+    assert [limit_seen(node) for node in fleet] == [5, 5, 5]
+    _, rules = get(fleet[0], "/debug/rules")
+    source = rules["source"]
+    assert isinstance(source, dict)
+    assert (source["type"], source["accepted_version"], source["url"]) == ("xds", "v1", ads.address)
+    assert metric(fleet[0], "config_source_connected") == 1
+
+
+def test_limits_follow_each_push_within_a_second_on_every_node(
+    fleet: list[SidecarProcess], ads: AdsServer
+) -> None:
+    for version, limit in (("v2", 7), ("v3", 3), ("v4", 9)):
+        ads.push([gateway_config(limit)], version)
+        took = wait_for(lambda n=limit: all(limit_seen(node) == n for node in fleet), 1.0)
+        assert took < 1.0
+        acks = ads.wait_for(lambda v=version: len(ads.answers_to(v)) == len(fleet))
+        assert acks < 1.0
+        for ack in ads.answers_to(version):
+            assert ack.version_info == version and not ack.HasField("error_detail")
+            assert ack.node.id == "envoy-ratelimit"
+
+
+def test_a_bad_resource_is_nacked_with_a_reason_and_the_old_rules_keep_deciding(
+    fleet: list[SidecarProcess], ads: AdsServer
+) -> None:
+    ads.push([gateway_config(30)], "v5")
+    wait_for(lambda: all(limit_seen(node) == 30 for node in fleet), 1.0)
+    nacks_before = metric(fleet[0], 'xds_responses_total{answer="nack"}')
+    bad = gateway_config(1)
+    bad.descriptors[0].descriptors[0].descriptors[0].rate_limit.unit = rls.UNKNOWN
+    ads.push([bad], "v6")
+    ads.wait_for(lambda: len(ads.answers_to("v6")) == len(fleet))
+    for nack in ads.answers_to("v6"):
+        assert nack.version_info == "v5"  # the last accepted
+        assert nack.error_detail.code == 3
+        assert nack.error_detail.message.startswith(
+            f"resource '{GATEWAY_RESOURCE}': "
+            "descriptors[0].descriptors[0].descriptors[0].rate_limit.unit: invalid unit 'UNKNOWN'"
+        )
+    assert metric(fleet[0], 'xds_responses_total{answer="nack"}') == nacks_before + 1
+    address = next(_addresses)
+    for node in fleet:  # the v5 rule decides, not the refused one (1 a UNKNOWN unit)
+        status = decide(node, address)
+        assert (status.code, status.current_limit.requests_per_unit) == (wire.Code.OK, 30)
+        assert status.current_limit.unit == wire.Unit.MINUTE
+    _, body = get(fleet[1], "/readyz")
+    assert "invalid unit" in str(body["config_source"])  # the last error, for operators
+
+
+def test_the_control_plane_killed_and_restarted(
+    fleet: list[SidecarProcess], ads: AdsServer
+) -> None:
+    ads.push([gateway_config(4)], "v7")
+    wait_for(lambda: all(limit_seen(node) == 4 for node in fleet), 1.0)
+    before = [metric(node, "xds_connect_attempts_total") for node in fleet]
+    ads.stop()
+    down_s = 3.0
+    started = time.monotonic()
+    while time.monotonic() - started < down_s:  # about 30 rounds: the fleet keeps answering
+        assert [limit_seen(node) for node in fleet] == [4, 4, 4]
+        time.sleep(0.1)
+    assert all(metric(node, "config_source_connected") == 0 for node in fleet)
+    attempts = [
+        metric(n, "xds_connect_attempts_total") - b for n, b in zip(fleet, before, strict=True)
+    ]
+    print(f"\nreconnect attempts while down {down_s:g} s (0.2 s doubling to 1 s): {attempts}")
+    # Delays of at least 0.1, 0.2, 0.4, then 0.5 s: at most 8 attempts in 3 s; and it retries.
+    assert all(2 <= n <= 8 for n in attempts), attempts
+    ads.push([gateway_config(6)], "v8")
+    ads.start()  # the same port
+    wait_for(lambda: all(limit_seen(node) == 6 for node in fleet), 3.0)
+    resubscribed = [r for r in ads.requests if r.response_nonce == "" and r.version_info == "v7"]
+    assert len(resubscribed) >= len(fleet)  # each came back with the last accepted version
+    wait_for(lambda: all(metric(node, "config_source_connected") == 1 for node in fleet), 2.0)
+
+
+def test_xds_dump_prints_what_the_control_plane_serves(ads: AdsServer) -> None:
+    ads.push([gateway_config(6)], "v9")
+    done = run_cli(["xds-dump", ads.address, *NODE])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# version v9: 1 RateLimitConfig resources\n---\n")
+    assert f"domain: {GATEWAY_DOMAIN}" in done.stdout
+    assert "key: masked_remote_address\n" in done.stdout
+    assert "requests_per_unit: 6" in done.stdout
+    unreachable = run_cli(["xds-dump", "127.0.0.1:1", "--timeout-s", "2"])
+    assert unreachable.returncode == 1 and "127.0.0.1:1" in unreachable.stderr
