@@ -58,7 +58,7 @@ class _Snapshot:
 
 
 def gateway_config(
-    limit: int = 10, unit: int = rls.MINUTE, domain: str = GATEWAY_DOMAIN
+    limit: int = 10, unit: rls.RateLimitUnit = rls.MINUTE, domain: str = GATEWAY_DOMAIN
 ) -> rls.RateLimitConfig:
     """As Envoy Gateway shapes one route's rules: `rule-<i>-match-<j>` levels, the client
     CIDR as `masked_remote_address` with a per-address leaf, and a shadow rule."""

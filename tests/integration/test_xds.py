@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import grpc
 import pytest
@@ -62,7 +63,8 @@ def decide(node: SidecarProcess, address: str) -> wire.DescriptorStatus:
     with grpc.insecure_channel(node.address) as channel:
         message = request(GATEWAY_DOMAIN, [*GATEWAY_PREFIX, ("remote_address", address)])
         reply = rls_stub(channel).ShouldRateLimit(message, timeout=5)
-    return reply.statuses[0]
+    status: wire.DescriptorStatus = reply.statuses[0]
+    return status
 
 
 def limit_seen(node: SidecarProcess) -> int:
@@ -88,6 +90,19 @@ def metric(node: SidecarProcess, name: str) -> float:
     raise AssertionError(f"no metric {name}")
 
 
+def connected(node: SidecarProcess) -> bool:
+    source = get(node, "/readyz")[1]["config_source"]
+    return isinstance(source, dict) and source["connected"] is True
+
+
+def fleet_limit_is(fleet: list[SidecarProcess], limit: int) -> bool:
+    return all(limit_seen(node) == limit for node in fleet)
+
+
+def answered_by_all(ads: AdsServer, version: str, fleet: list[SidecarProcess]) -> bool:
+    return len(ads.answers_to(version)) == len(fleet)
+
+
 def wait_for(check: Callable[[], bool], timeout_s: float) -> float:
     started = time.monotonic()
     while not check():
@@ -100,7 +115,7 @@ def test_not_ready_until_the_first_configuration(
     fleet: list[SidecarProcess], ads: AdsServer
 ) -> None:
     for node in fleet:
-        wait_for(lambda n=node: get(n, "/readyz")[1]["config_source"]["connected"], 5)  # type: ignore[index]
+        wait_for(partial(connected, node), 5)
         status, body = get(node, "/readyz")
         assert status == 503 and body["ready"] is False
     ads.push([gateway_config(5)], "v1")
@@ -118,9 +133,9 @@ def test_limits_follow_each_push_within_a_second_on_every_node(
 ) -> None:
     for version, limit in (("v2", 7), ("v3", 3), ("v4", 9)):
         ads.push([gateway_config(limit)], version)
-        took = wait_for(lambda n=limit: all(limit_seen(node) == n for node in fleet), 1.0)
+        took = wait_for(partial(fleet_limit_is, fleet, limit), 1.0)
         assert took < 1.0
-        acks = ads.wait_for(lambda v=version: len(ads.answers_to(v)) == len(fleet))
+        acks = ads.wait_for(partial(answered_by_all, ads, version, fleet))
         assert acks < 1.0
         for ack in ads.answers_to(version):
             assert ack.version_info == version and not ack.HasField("error_detail")
@@ -131,7 +146,7 @@ def test_a_bad_resource_is_nacked_with_a_reason_and_the_old_rules_keep_deciding(
     fleet: list[SidecarProcess], ads: AdsServer
 ) -> None:
     ads.push([gateway_config(30)], "v5")
-    wait_for(lambda: all(limit_seen(node) == 30 for node in fleet), 1.0)
+    wait_for(partial(fleet_limit_is, fleet, 30), 1.0)
     nacks_before = metric(fleet[0], 'xds_responses_total{answer="nack"}')
     bad = gateway_config(1)
     bad.descriptors[0].descriptors[0].descriptors[0].rate_limit.unit = rls.UNKNOWN
@@ -158,7 +173,7 @@ def test_the_control_plane_killed_and_restarted(
     fleet: list[SidecarProcess], ads: AdsServer
 ) -> None:
     ads.push([gateway_config(4)], "v7")
-    wait_for(lambda: all(limit_seen(node) == 4 for node in fleet), 1.0)
+    wait_for(partial(fleet_limit_is, fleet, 4), 1.0)
     before = [metric(node, "xds_connect_attempts_total") for node in fleet]
     ads.stop()
     down_s = 3.0
@@ -175,7 +190,7 @@ def test_the_control_plane_killed_and_restarted(
     assert all(2 <= n <= 8 for n in attempts), attempts
     ads.push([gateway_config(6)], "v8")
     ads.start()  # the same port
-    wait_for(lambda: all(limit_seen(node) == 6 for node in fleet), 3.0)
+    wait_for(partial(fleet_limit_is, fleet, 6), 3.0)
     resubscribed = [r for r in ads.requests if r.response_nonce == "" and r.version_info == "v7"]
     assert len(resubscribed) >= len(fleet)  # each came back with the last accepted version
     wait_for(lambda: all(metric(node, "config_source_connected") == 1 for node in fleet), 2.0)

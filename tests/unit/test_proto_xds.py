@@ -80,7 +80,7 @@ def test_type_url_and_service_path() -> None:
     assert method.client_streaming and method.server_streaming
     assert method.input_type is discovery_pb2.DiscoveryRequest.DESCRIPTOR
     detail = discovery_pb2.DiscoveryRequest.DESCRIPTOR.fields_by_name["error_detail"]
-    assert detail.message_type.full_name == "google.rpc.Status"
+    assert detail.message_type is status_pb2.Status.DESCRIPTOR
 
 
 def test_rewrite_covers_the_vendored_packages_and_leaves_protobuf_alone() -> None:

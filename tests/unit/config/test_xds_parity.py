@@ -81,7 +81,7 @@ def as_proto(tree: tuple[Node, ...]) -> rls.RateLimitConfig:
         if node.unlimited:
             out.rate_limit.unlimited = True
         elif node.limit is not None:
-            out.rate_limit.unit = rls.RateLimitUnit.Value(node.limit[0])
+            out.rate_limit.unit = rls.RateLimitUnit.Value(node.limit[0])  # type: ignore[assignment]
             out.rate_limit.requests_per_unit = node.limit[1]
         out.descriptors.extend(descriptor(child) for child in node.children)
         return out
