@@ -24,6 +24,7 @@ from bench import (
     strict,
     strict_cost,
     workers,
+    xds,
 )
 from bench.report import Options, Outcome
 
@@ -63,6 +64,10 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
     overrides.NAME: (
         "overrides: propagation p50/p99 across 3 nodes; request path with 10,000 loaded vs none",
         overrides.run,
+    ),
+    xds.NAME: (
+        "xDS rules: push -> every node of 3, p50/p99; reconnect attempts per minute while down",
+        xds.run,
     ),
 }
 

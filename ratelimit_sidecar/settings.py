@@ -39,6 +39,11 @@ def _help(text: str, **more: str) -> dict[str, str]:
     return {"help": text, **more}
 
 
+def _ref(default: Any, text: str, reference_env: str) -> Any:
+    """A field with a default, help, and the reference service's variable names for it."""
+    return field(default=default, metadata=_help(text, reference_env=reference_env))
+
+
 def go_seconds(text: str) -> str:
     """A duration as Go writes it (`3s`, `500ms`, `1m`) as seconds; plain numbers unchanged."""
     for suffix, scale in _GO_UNITS:
@@ -155,83 +160,60 @@ class Settings:
         default=10.0, metadata=_help("seconds between full reads of the override set")
     )
 
-    # Rules from an xDS control plane instead of files (docs/XDS.md): the reference's names.
-    config_type: str = field(
-        default="FILE",
-        metadata=_help("FILE, or GRPC_XDS_SOTW for xDS rules", reference_env="CONFIG_TYPE"),
+    # Rules from an xDS control plane instead of files (docs/XDS.md), and TLS on the gRPC port
+    # (Envoy Gateway's mTLS): these also answer to the reference service's variable names.
+    config_type: str = _ref("FILE", "FILE, or GRPC_XDS_SOTW for xDS rules", "CONFIG_TYPE")
+    config_xds: str | None = _ref(
+        None,
+        "host:port of an xDS control plane serving RateLimitConfig (ADS); replaces --config",
+        "CONFIG_GRPC_XDS_SERVER_URL",
     )
-    config_xds: str | None = field(
-        default=None,
-        metadata=_help(
-            "host:port of an xDS control plane serving RateLimitConfig (ADS); replaces --config",
-            reference_env="CONFIG_GRPC_XDS_SERVER_URL",
-        ),
+    config_xds_node_id: str = _ref(
+        "default", "node id sent to the control plane", "CONFIG_GRPC_XDS_NODE_ID"
     )
-    config_xds_node_id: str = field(
-        default="default",
-        metadata=_help(
-            "node id sent to the control plane", reference_env="CONFIG_GRPC_XDS_NODE_ID"
-        ),
+    config_xds_node_metadata: str = _ref(
+        "", "node metadata for the control plane: k=v,k=v", "CONFIG_GRPC_XDS_NODE_METADATA"
     )
-    config_xds_node_metadata: str = field(
-        default="",
-        metadata=_help(
-            "node metadata sent to the control plane: key=value,key=value",
-            reference_env="CONFIG_GRPC_XDS_NODE_METADATA",
-        ),
+    config_xds_client_tls: bool = _ref(
+        False,
+        "TLS to the control plane (mTLS with a client certificate)",
+        "CONFIG_GRPC_XDS_CLIENT_TLS,CONFIG_GRPC_XDS_SERVER_USE_TLS",
     )
-    config_xds_client_tls: bool = field(
-        default=False,
-        metadata=_help(
-            "TLS to the control plane (mTLS with a client certificate)",
-            reference_env="CONFIG_GRPC_XDS_CLIENT_TLS,CONFIG_GRPC_XDS_SERVER_USE_TLS",
-        ),
+    config_xds_client_tls_cert: str | None = _ref(
+        None, "client certificate (PEM), re-read on change", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"
     )
-    config_xds_client_tls_cert: str | None = field(
-        default=None,
-        metadata=_help(
-            "client certificate (PEM) for mTLS, re-read on change",
-            reference_env="CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-        ),
+    config_xds_client_tls_key: str | None = _ref(
+        None, "client private key (PEM), re-read on change", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"
     )
-    config_xds_client_tls_key: str | None = field(
-        default=None,
-        metadata=_help(
-            "client private key (PEM) for mTLS, re-read on change",
-            reference_env="CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-        ),
+    config_xds_server_tls_cacert: str | None = _ref(
+        None,
+        "CA (PEM) the control plane's certificate must chain to (else the system's)",
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
     )
-    config_xds_server_tls_cacert: str | None = field(
-        default=None,
-        metadata=_help(
-            "CA (PEM) the control plane's certificate must chain to (else the system's)",
-            reference_env="CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
-        ),
+    config_xds_server_tls_san: str | None = _ref(
+        None,
+        "name the control plane's certificate must carry (else the URL's host)",
+        "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
     )
-    config_xds_server_tls_san: str | None = field(
-        default=None,
-        metadata=_help(
-            "name the control plane's certificate must carry (else the URL's host)",
-            reference_env="CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-        ),
+    config_xds_retry_s: float = _ref(
+        3.0,
+        "first reconnect delay after a stream error; doubles per failed attempt, jittered",
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
     )
-    config_xds_retry_s: float = field(
-        default=3.0,
-        metadata=_help(
-            "first reconnect delay after a stream error; doubles per failed attempt, jittered",
-            reference_env="CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-        ),
+    config_xds_retry_max_s: float = _ref(
+        60.0, "longest reconnect delay", "XDS_CLIENT_BACKOFF_MAX_INTERVAL"
     )
-    config_xds_retry_max_s: float = field(
-        default=60.0,
-        metadata=_help("longest reconnect delay", reference_env="XDS_CLIENT_BACKOFF_MAX_INTERVAL"),
+    ready_without_config: bool = _ref(
+        False,
+        "with xDS rules, /readyz answers ready before the first configuration arrives",
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
     )
-    ready_without_config: bool = field(
-        default=False,
-        metadata=_help(
-            "with xDS rules, /readyz answers ready before the first configuration arrives",
-            reference_env="FORCE_START_WITHOUT_INITIAL_CONFIG",
-        ),
+    grpc_tls_cert: str | None = _ref(
+        None, "serve gRPC over TLS with this certificate (PEM)", "GRPC_SERVER_TLS_CERT"
+    )
+    grpc_tls_key: str | None = _ref(None, "its private key (PEM)", "GRPC_SERVER_TLS_KEY")
+    grpc_tls_ca_cert: str | None = _ref(
+        None, "CA (PEM) clients' certificates must chain to (mTLS)", "GRPC_SERVER_TLS_CA_CERT"
     )
 
     def __post_init__(self) -> None:
@@ -251,6 +233,8 @@ class Settings:
             raise ValueError("--config (or RLS_CONFIG) is required, unless --config-xds is set")
         if bool(self.config_xds_client_tls_cert) != bool(self.config_xds_client_tls_key):
             raise ValueError("--config-xds-client-tls-cert and -key go together")
+        if bool(self.grpc_tls_cert) != bool(self.grpc_tls_key):
+            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
         if not 0 < self.config_xds_retry_s <= self.config_xds_retry_max_s:
             raise ValueError("--config-xds-retry-s must be > 0 and <= --config-xds-retry-max-s")
 

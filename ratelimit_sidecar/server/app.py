@@ -20,6 +20,7 @@ from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
+from ratelimit_sidecar.server.grpc_tls import server_credentials
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
@@ -160,8 +161,12 @@ class Sidecar:
     async def startup(self) -> None:
         """Bind and start serving; raises BindError if the address is not available."""
         servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
+        try:
+            credentials = server_credentials(self.settings)
+        except OSError as exc:
+            raise BindError(f"cannot read the gRPC TLS files: {exc}") from exc
         server, health, self.port = build_server(
-            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,)
+            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,), credentials
         )
         await self.overrides.start()
         try:

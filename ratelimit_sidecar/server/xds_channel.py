@@ -15,6 +15,7 @@ import grpc
 from google.protobuf.struct_pb2 import Struct
 
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
+from ratelimit_sidecar.server.grpc_tls import Fingerprint, files_fingerprint
 from ratelimit_sidecar.settings import Settings
 
 USER_AGENT = "ratelimit-sidecar"
@@ -75,16 +76,8 @@ class TlsFiles:
             settings.config_xds_server_tls_san or None,
         )
 
-    def fingerprint(self) -> tuple[tuple[int, int], ...]:
-        """Modification time and size of each file: a rotation changes it."""
-        seen = []
-        for path in (self.cert, self.key, self.ca):
-            try:
-                stat = path.stat() if path is not None else None
-            except OSError:
-                stat = None
-            seen.append((stat.st_mtime_ns, stat.st_size) if stat is not None else (0, 0))
-        return tuple(seen)
+    def fingerprint(self) -> Fingerprint:
+        return files_fingerprint((self.cert, self.key, self.ca))
 
     def credentials(self) -> grpc.ChannelCredentials:
         """Read now, so a new channel uses the files as they are now; OSError if unreadable."""

@@ -133,7 +133,10 @@ def test_xds_settings_answer_to_the_reference_names(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key")
     monkeypatch.setenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "500ms")
     monkeypatch.setenv("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")
+    monkeypatch.setenv("GRPC_SERVER_TLS_CERT", "/certs/tls.crt")
+    monkeypatch.setenv("GRPC_SERVER_TLS_KEY", "/certs/tls.key")
     settings = parse()
+    assert (settings.grpc_tls_cert, settings.grpc_tls_key) == ("/certs/tls.crt", "/certs/tls.key")
     assert settings.xds_url == "localhost:18000"  # the reference's default URL
     assert settings.config_path == ""  # no --config needed
     assert (settings.config_xds_node_id, settings.config_xds_client_tls) == (
