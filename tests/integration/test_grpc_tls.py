@@ -79,8 +79,10 @@ def served_name(node: SidecarProcess, pki: Pki) -> str:
         socket.create_connection(("127.0.0.1", node.port), timeout=5) as raw,
         context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls,
     ):
-        subject = dict(pair[0] for pair in tls.getpeercert()["subject"])  # type: ignore[index]
-    return str(subject["commonName"])
+        peer = tls.getpeercert()
+    assert peer is not None
+    names = [pair[1] for rdn in peer["subject"] for pair in rdn if pair[0] == "commonName"]
+    return str(names[0])
 
 
 def test_mutual_tls_answers_and_a_client_without_a_certificate_is_refused(
