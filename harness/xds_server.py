@@ -27,8 +27,7 @@ from ratelimit_sidecar._proto.envoy.service.discovery.v3 import ads_pb2_grpc, di
 from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
 from ratelimit_sidecar.config.xds_rules import RESOURCE_TYPE
 
-GATEWAY_DOMAIN = "default/eg/http"  # Envoy Gateway names domains after the gateway
-GATEWAY_RESOURCE = "httproute/default/app/rule/0"
+GATEWAY_DOMAIN = "default/eg/http"  # Envoy Gateway: the listener; its resource is named so
 # What Envoy sends for the first rule of `gateway_config`, before the client address.
 GATEWAY_PREFIX = (("rule-0-match-0", "rule-0-match-0"), ("masked_remote_address", "0.0.0.0/0"))
 Request = discovery_pb2.DiscoveryRequest
@@ -77,7 +76,7 @@ def gateway_config(
         shadow_mode=True,
         rate_limit=rls.RateLimitPolicy(unit=rls.WEEK, requests_per_unit=1),
     )
-    return rls.RateLimitConfig(name=GATEWAY_RESOURCE, domain=domain, descriptors=[header, shadow])
+    return rls.RateLimitConfig(name=domain, domain=domain, descriptors=[header, shadow])
 
 
 class AdsServer:

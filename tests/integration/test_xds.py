@@ -20,7 +20,6 @@ from harness.sidecar import SidecarProcess, run_cli
 from harness.xds_server import (
     GATEWAY_DOMAIN,
     GATEWAY_PREFIX,
-    GATEWAY_RESOURCE,
     AdsServer,
     gateway_config,
 )
@@ -156,7 +155,7 @@ def test_a_bad_resource_is_nacked_with_a_reason_and_the_old_rules_keep_deciding(
         assert nack.version_info == "v5"  # the last accepted
         assert nack.error_detail.code == 3
         assert nack.error_detail.message.startswith(
-            f"resource '{GATEWAY_RESOURCE}': "
+            f"resource '{GATEWAY_DOMAIN}': "
             "descriptors[0].descriptors[0].descriptors[0].rate_limit.unit: invalid unit 'UNKNOWN'"
         )
     assert metric(fleet[0], 'xds_responses_total{answer="nack"}') == nacks_before + 1

@@ -95,7 +95,7 @@ def test_a_problem_names_the_resource_and_the_field() -> None:
         rules_from_configs([bad])
     text = problem_text(caught.value.problems)
     assert text.startswith(
-        "resource 'httproute/default/app/rule/0': "
+        "resource 'default/eg/http': "
         "descriptors[0].descriptors[0].descriptors[0].rate_limit.unit: invalid unit 'UNKNOWN'"
     )
 
@@ -125,7 +125,7 @@ def test_two_resources_for_one_domain_are_refused() -> None:
         rules_from_configs([first, second])
     assert problem_text(caught.value.problems) == (
         "resource 'again': domain: duplicate domain 'default/eg/http'"
-        " (already in resource 'httproute/default/app/rule/0')"
+        " (already in resource 'default/eg/http')"
     )
 
 
