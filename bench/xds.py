@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-import urllib.request
 
 import grpc
 
@@ -43,15 +42,6 @@ def limit_seen(node: SidecarProcess, client: int) -> int:
     return int(reply.statuses[0].current_limit.requests_per_unit)
 
 
-def attempts(node: SidecarProcess) -> float:
-    url = f"http://127.0.0.1:{node.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith("ratelimit_sidecar_xds_connect_attempts_total "):
-                return float(line.split()[1])
-    raise RuntimeError("no xds_connect_attempts_total metric")
-
-
 def propagation(ads: AdsServer, nodes: list[SidecarProcess]) -> list[float]:
     seconds = []
     for push in range(PUSHES):
@@ -73,11 +63,11 @@ def reconnects(ads: AdsServer, node: SidecarProcess, down_s: float) -> tuple[lis
     while limit_seen(node, 1) != 42:
         time.sleep(0.05)
     ads.stop()
-    counts, answered, started = [attempts(node)], True, time.monotonic()
+    counts, answered, started = [node.metric("xds_connect_attempts_total")], True, time.monotonic()
     while (elapsed := time.monotonic() - started) < down_s:
         time.sleep(min(60.0, down_s - elapsed, 60.0 - elapsed % 60.0))
         answered = answered and limit_seen(node, 2) == 42
-        counts.append(attempts(node))
+        counts.append(node.metric("xds_connect_attempts_total"))
     return [b - a for a, b in itertools.pairwise(counts)], answered
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +47,16 @@ class SidecarProcess:
             self.stop()
             raise AssertionError(f"sidecar did not start:\n{self.stderr}") from None
         return self
+
+    def metric(self, name: str) -> float:
+        """One sample of its /metrics: `name` without the `ratelimit_sidecar_` prefix, with its
+        labels as exposed (`xds_responses_total{answer="ack"}`); AssertionError if absent."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            for line in reply.read().decode().splitlines():
+                if line.startswith(f"ratelimit_sidecar_{name} "):
+                    return float(line.split()[1])
+        raise AssertionError(f"no metric {name}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
         """Stop with `sig` (SIGKILL after `timeout_s`); its exit code. Keeps its stderr."""

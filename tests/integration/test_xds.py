@@ -80,15 +80,6 @@ def get(node: SidecarProcess, path: str) -> tuple[int, dict[str, object]]:
         return error.code, json.loads(error.read())
 
 
-def metric(node: SidecarProcess, name: str) -> float:
-    url = f"http://127.0.0.1:{node.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith(f"ratelimit_sidecar_{name} "):
-                return float(line.split()[1])
-    raise AssertionError(f"no metric {name}")
-
-
 def connected(node: SidecarProcess) -> bool:
     source = get(node, "/readyz")[1]["config_source"]
     return isinstance(source, dict) and source["connected"] is True
@@ -124,7 +115,7 @@ def test_not_ready_until_the_first_configuration(
     source = rules["source"]
     assert isinstance(source, dict)
     assert (source["type"], source["accepted_version"], source["url"]) == ("xds", "v1", ads.address)
-    assert metric(fleet[0], "config_source_connected") == 1
+    assert fleet[0].metric("config_source_connected") == 1
 
 
 def test_limits_follow_each_push_within_a_second_on_every_node(
@@ -146,7 +137,7 @@ def test_a_bad_resource_is_nacked_with_a_reason_and_the_old_rules_keep_deciding(
 ) -> None:
     ads.push([gateway_config(30)], "v5")
     wait_for(partial(fleet_limit_is, fleet, 30), 1.0)
-    nacks_before = metric(fleet[0], 'xds_responses_total{answer="nack"}')
+    nacks_before = fleet[0].metric('xds_responses_total{answer="nack"}')
     bad = gateway_config(1)
     bad.descriptors[0].descriptors[0].descriptors[0].rate_limit.unit = rls.UNKNOWN
     ads.push([bad], "v6")
@@ -158,7 +149,7 @@ def test_a_bad_resource_is_nacked_with_a_reason_and_the_old_rules_keep_deciding(
             f"resource '{GATEWAY_DOMAIN}': "
             "descriptors[0].descriptors[0].descriptors[0].rate_limit.unit: invalid unit 'UNKNOWN'"
         )
-    assert metric(fleet[0], 'xds_responses_total{answer="nack"}') == nacks_before + 1
+    assert fleet[0].metric('xds_responses_total{answer="nack"}') == nacks_before + 1
     address = next(_addresses)
     for node in fleet:  # the v5 rule decides, not the refused one (1 a UNKNOWN unit)
         status = decide(node, address)
@@ -173,16 +164,16 @@ def test_the_control_plane_killed_and_restarted(
 ) -> None:
     ads.push([gateway_config(4)], "v7")
     wait_for(partial(fleet_limit_is, fleet, 4), 1.0)
-    before = [metric(node, "xds_connect_attempts_total") for node in fleet]
+    before = [node.metric("xds_connect_attempts_total") for node in fleet]
     ads.stop()
     down_s = 3.0
     started = time.monotonic()
     while time.monotonic() - started < down_s:  # about 30 rounds: the fleet keeps answering
         assert [limit_seen(node) for node in fleet] == [4, 4, 4]
         time.sleep(0.1)
-    assert all(metric(node, "config_source_connected") == 0 for node in fleet)
+    assert all(node.metric("config_source_connected") == 0 for node in fleet)
     attempts = [
-        metric(n, "xds_connect_attempts_total") - b for n, b in zip(fleet, before, strict=True)
+        n.metric("xds_connect_attempts_total") - b for n, b in zip(fleet, before, strict=True)
     ]
     print(f"\nreconnect attempts while down {down_s:g} s (0.2 s doubling to 1 s): {attempts}")
     # Delays of at least 0.1, 0.2, 0.4, then 0.5 s: at most 8 attempts in 3 s; and it retries.
@@ -192,7 +183,7 @@ def test_the_control_plane_killed_and_restarted(
     wait_for(partial(fleet_limit_is, fleet, 6), 3.0)
     resubscribed = [r for r in ads.requests if r.response_nonce == "" and r.version_info == "v7"]
     assert len(resubscribed) >= len(fleet)  # each came back with the last accepted version
-    wait_for(lambda: all(metric(node, "config_source_connected") == 1 for node in fleet), 2.0)
+    wait_for(lambda: all(node.metric("config_source_connected") == 1 for node in fleet), 2.0)
 
 
 def test_xds_dump_prints_what_the_control_plane_serves(ads: AdsServer) -> None:

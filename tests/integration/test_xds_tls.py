@@ -13,7 +13,7 @@ import pytest
 from harness.sidecar import SidecarProcess
 from harness.xds_certs import SERVER_NAME, Pki, client_cert, make_pki
 from harness.xds_server import AdsServer, ServerTls, gateway_config
-from tests.integration.test_xds import RETRY, get, limit_seen, metric, wait_for
+from tests.integration.test_xds import RETRY, get, limit_seen, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ def test_a_control_plane_the_ca_did_not_sign_is_refused_with_a_clear_log_line(
     other = make_pki(tmp_path / "other", "other-ca")
     node = tls_sidecar(ads, pki.client_cert, pki.client_key, other.ca)
     try:
-        wait_for(lambda: metric(node, "xds_connect_attempts_total") >= 2, 5.0)
+        wait_for(lambda: node.metric("xds_connect_attempts_total") >= 2, 5.0)
         status, body = get(node, "/readyz")
         assert status == 503 and body["ready"] is False
         assert limit_seen(node) == 0  # no rules: nothing matches

@@ -23,6 +23,7 @@ from ratelimit_sidecar._proto.envoy.type.v3 import (
     token_bucket_pb2,
 )
 from ratelimit_sidecar.tools import genproto
+from tests.unit.test_proto_xds import XDS_NUMBERS
 
 COMMITTED = Path(genproto.__file__).resolve().parents[1] / "_proto"
 OUR_FILES = (
@@ -143,6 +144,7 @@ EXPECTED_NUMBERS: list[tuple[type[Message], str, int]] = [
     (token_bucket_pb2.TokenBucket, "tokens_per_fill", 2),
     (token_bucket_pb2.TokenBucket, "fill_interval", 3),
 ]
+EXPECTED_NUMBERS += XDS_NUMBERS  # the xDS protos'
 
 
 @pytest.mark.parametrize(
