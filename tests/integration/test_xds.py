@@ -196,3 +196,21 @@ def test_xds_dump_prints_what_the_control_plane_serves(ads: AdsServer) -> None:
     assert "requests_per_unit: 6" in done.stdout
     unreachable = run_cli(["xds-dump", "127.0.0.1:1", "--timeout-s", "2"])
     assert unreachable.returncode == 1 and "127.0.0.1:1" in unreachable.stderr
+
+
+def test_counters_of_unchanged_rules_continue_across_a_push(ads: AdsServer) -> None:
+    node = SidecarProcess(None, "--config-xds", ads.address, *NODE, *RETRY).wait_ready()
+    try:
+        ads.push([gateway_config(3)], "c1")
+        wait_for(partial(fleet_limit_is, [node], 3), 2.0)
+        address = next(_addresses)
+        assert [decide(node, address).limit_remaining for _ in range(2)] == [2, 1]
+        grown = gateway_config(3)
+        grown.descriptors.add(key="extra", rate_limit={"unit": rls.HOUR, "requests_per_unit": 1})
+        ads.push([grown], "c2")
+        wait_for(lambda: get(node, "/debug/rules")[1]["source"]["accepted_version"] == "c2", 2.0)  # type: ignore[index]
+        third, fourth = decide(node, address), decide(node, address)
+        assert (third.code, third.limit_remaining) == (wire.Code.OK, 0)  # the count went on
+        assert fourth.code == wire.Code.OVER_LIMIT
+    finally:
+        node.stop()
