@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         if option.name in LIMIT_NAMES:
             _add_option(check, option)
     dump = commands.add_parser("xds-dump", help="print the rules an xDS control plane serves")
-    dump.add_argument("url")
+    dump.add_argument("url", help="host:port of the control plane")
     dump.add_argument("--timeout-s", type=float, default=10.0, help="wait at most this long")
     for option in OPTIONS:
         if option.name.startswith(("config_xds_", "max_rule_", "max_yaml_")):

@@ -20,6 +20,7 @@ from ratelimit_sidecar.settings import Settings
 
 USER_AGENT = "ratelimit-sidecar"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a whole rule set comes in one response
+KEEPALIVE_MS = 330_000
 
 
 def node_of(settings: Settings) -> base_pb2.Node:
@@ -93,6 +94,10 @@ def open_channel(url: str, tls: TlsFiles | None) -> grpc.aio.Channel:
     options: list[tuple[str, object]] = [
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.primary_user_agent", USER_AGENT),
+        # A control plane that vanished without closing the stream is found by pings, spaced
+        # beyond gRPC servers' default 5-minute minimum so they are not refused as abuse.
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", 20_000),
     ]
     if tls is None:
         return grpc.aio.insecure_channel(url, options=options)

@@ -194,6 +194,13 @@ def test_xds_dump_prints_what_the_control_plane_serves(ads: AdsServer) -> None:
     assert f"domain: {GATEWAY_DOMAIN}" in done.stdout
     assert "key: masked_remote_address\n" in done.stdout
     assert "requests_per_unit: 6" in done.stdout
+    bad = gateway_config(6)
+    bad.descriptors[1].rate_limit.requests_per_unit = 0
+    bad.descriptors[1].rate_limit.unlimited = True  # with a unit: refused
+    ads.push([bad], "v10")
+    refused = run_cli(["xds-dump", ads.address, *NODE])
+    assert refused.returncode == 1 and "# version v10" in refused.stdout
+    assert "descriptors[1].rate_limit.unit: must not be set when unlimited" in refused.stderr
     unreachable = run_cli(["xds-dump", "127.0.0.1:1", "--timeout-s", "2"])
     assert unreachable.returncode == 1 and "127.0.0.1:1" in unreachable.stderr
 
