@@ -10,11 +10,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 
 import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
+from harness.net import free_port
+from harness.override_fleet import TOKEN
 from harness.redis_servers import ServerProcess
 from harness.sidecar import SidecarProcess, run_cli
 from harness.xds_server import (
@@ -219,5 +222,39 @@ def test_counters_of_unchanged_rules_continue_across_a_push(ads: AdsServer) -> N
         third, fourth = decide(node, address), decide(node, address)
         assert (third.code, third.limit_remaining) == (wire.Code.OK, 0)  # the count went on
         assert fourth.code == wire.Code.OVER_LIMIT
+    finally:
+        node.stop()
+
+
+def test_runtime_overrides_keep_precedence_across_pushes(ads: AdsServer, tmp_path: Path) -> None:
+    admin_port = free_port()
+    node = SidecarProcess(
+        None,
+        *("--config-xds", ads.address, *NODE, *RETRY, "--state-dir", str(tmp_path)),
+        *("--admin-address", f"127.0.0.1:{admin_port}"),
+        env={"RLS_ADMIN_TOKEN": TOKEN},
+    ).wait_ready()
+    try:
+        ads.push([gateway_config(3)], "o1")
+        wait_for(partial(fleet_limit_is, [node], 3), 2.0)
+        vip = next(_addresses)
+        entries = [*GATEWAY_PREFIX, ("remote_address", vip)]
+        body = {
+            "domain": GATEWAY_DOMAIN,
+            "descriptor": [{"key": key, "value": value} for key, value in entries],
+            "rate_limit": {"unit": "minute", "requests_per_unit": 50},
+        }
+        put = urllib.request.Request(
+            f"http://127.0.0.1:{admin_port}/v1/overrides",
+            data=json.dumps(body).encode(),
+            method="PUT",
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(put, timeout=5) as reply:
+            assert reply.status in (200, 201)
+        assert decide(node, vip).current_limit.requests_per_unit == 50
+        ads.push([gateway_config(4)], "o2")
+        wait_for(partial(fleet_limit_is, [node], 4), 2.0)  # the push applies to everyone else
+        assert decide(node, vip).current_limit.requests_per_unit == 50  # the override stays
     finally:
         node.stop()
