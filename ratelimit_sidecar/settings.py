@@ -67,6 +67,10 @@ class Settings:
         default=False,
         metadata=_help("add the request and its passing descriptors' metadata to each answer"),
     )
+    debug_address: str | None = field(
+        default=None,
+        metadata=_help("host:port of /rlconfig and POST /json (the reference's debug port); off"),
+    )
     log_format: str = field(default="text", metadata=_help("text or json"))
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
     ietf_headers: bool = field(

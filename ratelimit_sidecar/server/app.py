@@ -18,6 +18,7 @@ from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.admin import AdminServer
+from ratelimit_sidecar.server.debug_api import MAX_JSON_BYTES, DebugApi
 from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
@@ -41,6 +42,8 @@ from ratelimit_sidecar.storage.strict_store import StrictStore
 log = logging.getLogger("ratelimit_sidecar.server")
 
 PREPARE_TIMEOUT_S = 2.0  # Redis down at start: strict rules start on their on_store_failure
+# gRPC health answers for the whole server ("") and, as the reference does, for "ratelimit".
+HEALTH_NAMES = ("", "ratelimit")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -115,7 +118,7 @@ class Sidecar:
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
         mode = "local-only" if storage is None else storage.description
-        endpoints = Endpoints(
+        self.endpoints = endpoints = Endpoints(
             lambda: self.handler.rules,
             self.limiter,
             self.sync,
@@ -124,6 +127,8 @@ class Sidecar:
             overrides=self.overrides.view,
         )
         self.http = HttpApi(endpoints.routes(self._scrape))
+        debug = DebugApi(lambda: self.handler.rules, self._respond)
+        self.debug = HttpApi(dispatch=debug.dispatch, max_body=MAX_JSON_BYTES)
         self.watcher = RuleWatcher(
             settings.config_path,
             self.swap_rules,
@@ -165,18 +170,17 @@ class Sidecar:
             servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,)
         )
         await self.overrides.start()
-        try:
-            await self.http.start(self.settings.metrics_address)
-        except OSError as exc:
-            address = self.settings.metrics_address
-            raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
+        await _listen(self.http, self.settings.metrics_address, "metrics")
         await self.admin.start()
+        if self.settings.debug_address:
+            await _listen(self.debug, self.settings.debug_address, "debug")
         if self.strict_store is not None:  # slot map and script, before the first request
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
         await server.start()
         self._server, self._health = server, health
-        await health.set("", SERVING)
+        for name in HEALTH_NAMES:
+            await health.set(name, SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
         self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
@@ -191,6 +195,11 @@ class Sidecar:
         """Install a new rule set in one step; counters of unchanged rules carry over."""
         self.handler.swap_rules(rules)
         self.metrics.config_loaded(True, rules.version)
+
+    async def _respond(self, raw: bytes) -> bytes:
+        """ShouldRateLimit's answer to wire bytes, for the debug address's `/json`."""
+        answer = self.handler.respond(raw)
+        return answer if isinstance(answer, bytes) else await answer
 
     def _scrape(self, _query: dict[str, list[str]]) -> Reply:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
@@ -228,8 +237,10 @@ class Sidecar:
         Returns the hits that could not be pushed (0 unless the store is down).
         """
         log.info("shutting down: draining requests and flushing counts")
+        self.endpoints.serving = False
         if self._server is not None:
-            await self._health.set("", NOT_SERVING)
+            for name in HEALTH_NAMES:
+                await self._health.set(name, NOT_SERVING)
             self.quota.end_streams()  # RLQS streams last for ever: end them, counted
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
@@ -246,6 +257,14 @@ class Sidecar:
         if self.storage is not None:
             await self.storage.close()
         await self.admin.stop()
+        await self.debug.stop()
         await self.http.stop()
         log.info("stopped")
         return lost
+
+
+async def _listen(api: HttpApi, address: str, role: str) -> None:
+    try:
+        await api.start(address)
+    except OSError as exc:
+        raise BindError(f"cannot listen on {address} ({role}): {exc.strerror}") from exc

@@ -73,10 +73,12 @@ class Endpoints:
         self._mode = mode
         self._show_values = show_values
         self._overrides = overrides  # the runtime overrides in force (server/overrides.py)
+        self.serving = True  # False from SIGTERM on: load balancers stop sending before the drain
 
     def routes(self, metrics: Route | None = None) -> dict[str, Route]:
         routes: dict[str, Route] = {
             "/healthz": lambda _q: text_reply("ok\n"),
+            "/healthcheck": lambda _q: text_reply("OK") if self.serving else text_reply("", 500),
             "/readyz": lambda _q: self.ready(),
             "/debug/rules": lambda _q: json_reply(self.rules_view()),
             "/debug/keys": self.keys,
