@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 
 from google.protobuf.json_format import MessageToJson, Parse, ParseError
 
+from ratelimit_sidecar._proto.wire import RateLimitRequest, RateLimitResponse
 from ratelimit_sidecar.config.model import RateLimit, Rule, RuleSet
 from ratelimit_sidecar.server.http_api import Reply, Request, json_error, text_reply
 from ratelimit_sidecar.service.validation import InvalidRequest
-from ratelimit_sidecar.wire import RateLimitRequest, RateLimitResponse
 
 MAX_JSON_BYTES = 64 * 1024
 Respond = Callable[[bytes], Awaitable[bytes]]  # wire request in, wire response out
