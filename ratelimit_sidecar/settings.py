@@ -67,6 +67,10 @@ class Settings:
         default=False,
         metadata=_help("add the request and its passing descriptors' metadata to each answer"),
     )
+    health_address: str | None = field(
+        default=None,
+        metadata=_help("host:port of a listener of its own for /healthcheck, /healthz, /readyz"),
+    )
     debug_address: str | None = field(
         default=None,
         metadata=_help("host:port of /rlconfig and POST /json (the reference's debug port); off"),

@@ -19,7 +19,7 @@ from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.debug_api import MAX_JSON_BYTES, DebugApi
-from ratelimit_sidecar.server.endpoints import Endpoints
+from ratelimit_sidecar.server.endpoints import HEALTH_PATHS, Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
@@ -126,7 +126,10 @@ class Sidecar:
             show_values=settings.debug_show_values,
             overrides=self.overrides.view,
         )
-        self.http = HttpApi(endpoints.routes(self._scrape))
+        routes = endpoints.routes(self._scrape)
+        self.http = HttpApi(routes)
+        # Probes on a port of their own, as the reference serves them (its PORT, 8080).
+        self.health_http = HttpApi({path: routes[path] for path in HEALTH_PATHS})
         debug = DebugApi(lambda: self.handler.rules, self._respond)
         self.debug = HttpApi(dispatch=debug.dispatch, max_body=MAX_JSON_BYTES)
         self.watcher = RuleWatcher(
@@ -172,6 +175,8 @@ class Sidecar:
         await self.overrides.start()
         await _listen(self.http, self.settings.metrics_address, "metrics")
         await self.admin.start()
+        if self.settings.health_address:
+            await _listen(self.health_http, self.settings.health_address, "health")
         if self.settings.debug_address:
             await _listen(self.debug, self.settings.debug_address, "debug")
         if self.strict_store is not None:  # slot map and script, before the first request
@@ -258,6 +263,7 @@ class Sidecar:
             await self.storage.close()
         await self.admin.stop()
         await self.debug.stop()
+        await self.health_http.stop()
         await self.http.stop()
         log.info("stopped")
         return lost

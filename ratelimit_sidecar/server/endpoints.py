@@ -13,6 +13,7 @@ from ratelimit_sidecar.server.http_api import Reply, Route, json_reply, text_rep
 from ratelimit_sidecar.storage.keys import digest
 
 DEFAULT_KEYS = 20
+HEALTH_PATHS = ("/healthcheck", "/healthz", "/readyz")  # what --health-address serves
 MAX_KEYS_SHOWN = 1000
 
 

@@ -91,7 +91,8 @@ class HttpApi:
 
     async def start(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        self._server = await asyncio.start_server(self._handle, host or "127.0.0.1", int(port))
+        host = host.strip("[]") or "127.0.0.1"  # [::]:8080 is every IPv6 (and IPv4) address
+        self._server = await asyncio.start_server(self._handle, host, int(port))
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

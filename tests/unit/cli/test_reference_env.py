@@ -1,0 +1,124 @@
+"""The reference service's environment turned into this sidecar's settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from ratelimit_sidecar.cli.reference import IGNORED, ReferenceEnvError, translate
+from ratelimit_sidecar.settings import OPTIONS
+from ratelimit_sidecar.storage.redis_urls import open_redis
+
+ISTIO_SAMPLE = {  # samples/ratelimit/rate-limit-service.yaml, as Istio ships it
+    "LOG_LEVEL": "debug",
+    "REDIS_SOCKET_TYPE": "tcp",
+    "REDIS_URL": "redis:6379",
+    "USE_STATSD": "false",
+    "RUNTIME_ROOT": "/data",
+    "RUNTIME_SUBDIRECTORY": "ratelimit",
+    "RUNTIME_WATCH_ROOT": "false",
+    "RUNTIME_IGNOREDOTFILES": "true",
+    "HOST": "::",
+    "GRPC_HOST": "::",
+}
+
+
+def test_istio_sample() -> None:
+    translation = translate(ISTIO_SAMPLE)
+    assert translation.variables == {
+        "RLS_GRPC_ADDRESS": "[::]:8081",
+        "RLS_HEALTH_ADDRESS": "[::]:8080",
+        "RLS_DEBUG_ADDRESS": "127.0.0.1:6070",
+        "RLS_CONFIG": "/data/ratelimit/config",
+        "RLS_REDIS_URL": "redis://redis:6379",
+        "RLS_LOG_LEVEL": "debug",
+    }
+    assert translation.ignored == (
+        f"USE_STATSD: {IGNORED['USE_STATSD']}",
+        f"RUNTIME_WATCH_ROOT: {IGNORED['RUNTIME_WATCH_ROOT']}",
+        f"RUNTIME_IGNOREDOTFILES: {IGNORED['RUNTIME_IGNOREDOTFILES']}",
+    )
+
+
+def test_the_references_defaults_listen_everywhere_and_read_its_runtime_path() -> None:
+    variables = translate({}).variables
+    assert variables["RLS_GRPC_ADDRESS"] == "0.0.0.0:8081"
+    assert variables["RLS_HEALTH_ADDRESS"] == "0.0.0.0:8080"
+    assert variables["RLS_CONFIG"] == "/srv/runtime_data/current/config"
+    assert variables["RLS_LOG_LEVEL"] == "warning"  # the reference's WARN
+    assert "RLS_REDIS_URL" not in variables  # single node rather than twemproxy's socket
+    assert "RLS_METRICS_ADDRESS" not in variables
+
+
+def test_every_translated_variable_is_a_setting() -> None:
+    known = {option.env for option in OPTIONS}
+    env = {**ISTIO_SAMPLE, "USE_PROMETHEUS": "true", "SHADOW_MODE": "1", "QUOTA_MODE": "T",
+           "RESPONSE_DYNAMIC_METADATA": "false", "LOG_FORMAT": "json",
+           "CACHE_KEY_PREFIX": "edge:"}  # fmt: skip
+    variables = translate(env).variables
+    assert set(variables) <= known
+    assert variables["RLS_METRICS_ADDRESS"] == "0.0.0.0:9090"
+    assert (variables["RLS_SHADOW_MODE"], variables["RLS_QUOTA_MODE"]) == ("True", "True")
+    assert variables["RLS_RESPONSE_DYNAMIC_METADATA"] == "False"
+    assert (variables["RLS_LOG_FORMAT"], variables["RLS_REDIS_PREFIX"]) == ("json", "edge:")
+
+
+@pytest.mark.parametrize(
+    ("env", "url"),
+    [
+        ({"REDIS_URL": "/run/redis.sock"}, "unix:///run/redis.sock"),
+        ({"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "p@ss"},
+         "redis://:p%40ss@r:6379"),
+        ({"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "bob:s3"},
+         "redis://bob:s3@r:6379"),
+        ({"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6380", "REDIS_TLS": "true",
+          "REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+         "rediss://r:6380?ssl_ca_certs=%2Fca.pem&ssl_check_hostname=false"),
+        ({"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "a:1,b:2"},
+         "redis+cluster://a:1,b:2"),
+        ({"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "main,s1:26379,s2:1",
+          "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "spw"},
+         "redis+sentinel://:pw@s1:26379,s2:1/main?sentinel_password=spw"),
+    ],
+)  # fmt: skip
+def test_redis_variables_become_one_url_the_store_opens(env: dict[str, str], url: str) -> None:
+    assert translate(env).variables["RLS_REDIS_URL"] == url
+    assert open_redis(url).description  # the store accepts it (connects lazily)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE"),
+        ({"GRPC_UDS": "/tmp/rl.sock"}, "GRPC_UDS"),
+        ({"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE"),
+        ({"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS"),
+        ({"MERGE_DOMAIN_CONFIG": "true"}, "MERGE_DOMAIN_CONFIG"),
+        ({"LIMIT_RESPONSE_HEADERS_ENABLED": "TRUE"}, "LIMIT_RESPONSE_HEADERS_ENABLED"),
+        ({"SHADOW_MODE": "yes"}, "SHADOW_MODE"),
+        ({"LOG_LEVEL": "loud"}, "LOG_LEVEL"),
+        ({"LOG_FORMAT": "xml"}, "LOG_FORMAT"),
+        ({"GRPC_PORT": "grpc"}, "GRPC_PORT"),
+        ({"REDIS_URL": "r:1", "REDIS_TYPE": "RING"}, "REDIS_TYPE"),
+        ({"REDIS_URL": "r:1", "REDIS_SOCKET_TYPE": "udp"}, "REDIS_SOCKET_TYPE"),
+        ({"REDIS_URL": "/s", "REDIS_TYPE": "CLUSTER"}, "REDIS_SOCKET_TYPE"),
+        ({"REDIS_URL": "s1:1", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL"}, "SENTINEL"),
+    ],
+)
+def test_a_variable_that_cannot_be_honoured_stops_the_start(
+    env: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ReferenceEnvError, match=named):
+        translate(env)
+
+
+def test_harmless_variables_are_noted_once_with_why() -> None:
+    env = {"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "REDIS_PERSECOND": "true",
+           "REDIS_PERSECOND_URL": "r2:6379", "MEMCACHE_HOST_PORT": "m:11211",
+           "BACKEND_TYPE": "redis", "GRPC_SERVER_USE_TLS": "false"}  # fmt: skip
+    notes = translate(env).ignored
+    assert len(notes) == 4
+    assert notes[0].startswith("LOCAL_CACHE_SIZE_IN_BYTES: every decision is made from local")
+    assert any(n.startswith("REDIS_PERSECOND_URL: per-second limits share") for n in notes)
+    assert any(
+        n.startswith("MEMCACHE_HOST_PORT: only read with BACKEND_TYPE=memcache") for n in notes
+    )
