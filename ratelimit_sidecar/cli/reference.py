@@ -83,8 +83,38 @@ IGNORED = {
     "TRACING_SAMPLING_RATE": "tracing is not exported",
     "TRACING_ENABLED": "tracing is not exported",
 }
+# Read by the reference only with another variable set; harmless here without it.
+_ONLY_WITH = {
+    "GRPC_SERVER_TLS_CERT": "GRPC_SERVER_USE_TLS=true",
+    "GRPC_SERVER_TLS_KEY": "GRPC_SERVER_USE_TLS=true",
+    "GRPC_CLIENT_TLS_CACERT": "GRPC_SERVER_USE_TLS=true",
+    "GRPC_CLIENT_TLS_SAN": "GRPC_SERVER_USE_TLS=true",
+    "LIMIT_LIMIT_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+    "LIMIT_REMAINING_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+    "LIMIT_RESET_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+    "FORCE_START_WITHOUT_INITIAL_CONFIG": "CONFIG_TYPE=GRPC_XDS_SOTW",
+}
+_ONLY_WITH_PREFIXES = {
+    "CONFIG_GRPC_XDS_": "CONFIG_TYPE=GRPC_XDS_SOTW",
+    "XDS_CLIENT_": "CONFIG_TYPE=GRPC_XDS_SOTW",
+    "MEMCACHE_": "BACKEND_TYPE=memcache",
+}
 _PER_SECOND = "per-second limits share the one Redis of REDIS_URL"
-_MEMCACHE = "only read with BACKEND_TYPE=memcache, which is not supported"
+# Every variable the translation reads (mapped, checked or refused), besides those above.
+READ = frozenset({
+    *DEFAULTS, "DEBUG_HOST", "RUNTIME_SUBDIRECTORY", "LOG_FORMAT", "REDIS_URL", "REDIS_AUTH",
+    "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "USE_PROMETHEUS",
+    "CACHE_KEY_PREFIX", "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
+    "BACKEND_TYPE", "GRPC_UDS", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "MERGE_DOMAIN_CONFIG",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+})  # fmt: skip
+
+
+def known(name: str) -> bool:
+    """True for a reference variable this command reads, ignores or refuses."""
+    prefixes = (*_ONLY_WITH_PREFIXES, "REDIS_PERSECOND")
+    return name in READ or name in IGNORED or name in _ONLY_WITH or name.startswith(prefixes)
 
 
 class ReferenceEnvError(ValueError):
@@ -257,11 +287,13 @@ def _refuse_unsupported(env: Mapping[str, str]) -> None:
 
 def _ignored(env: Mapping[str, str]) -> tuple[str, ...]:
     notes = [f"{name}: {why}" for name, why in IGNORED.items() if name in env]
+    notes += [f"{name}: read only with {gate}" for name, gate in _ONLY_WITH.items() if name in env]
     for name in sorted(env):
-        if name.startswith("REDIS_PERSECOND"):
+        gate = next((g for p, g in _ONLY_WITH_PREFIXES.items() if name.startswith(p)), None)
+        if gate is not None:
+            notes.append(f"{name}: read only with {gate}")
+        elif name.startswith("REDIS_PERSECOND"):
             notes.append(f"{name}: {_PER_SECOND}")
-        elif name.startswith("MEMCACHE_"):
-            notes.append(f"{name}: {_MEMCACHE}")
     return tuple(notes)
 
 
