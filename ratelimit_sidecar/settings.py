@@ -67,6 +67,17 @@ class Settings:
         default=False,
         metadata=_help("add the request and its passing descriptors' metadata to each answer"),
     )
+    grpc_tls_cert: str | None = field(
+        default=None, metadata=_help("PEM certificate chain: serve the gRPC port over TLS")
+    )
+    grpc_tls_key: str | None = field(default=None, metadata=_help("PEM key of --grpc-tls-cert"))
+    grpc_tls_client_ca: str | None = field(
+        default=None,
+        metadata=_help("PEM CA that client certificates must chain to (mTLS: then required)"),
+    )
+    grpc_tls_client_san: str | None = field(
+        default=None, metadata=_help("a subject alternative name client certificates must carry")
+    )
     health_address: str | None = field(
         default=None,
         metadata=_help("host:port of a listener of its own for /healthcheck, /healthz, /readyz"),
@@ -152,6 +163,12 @@ class Settings:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+        if bool(self.grpc_tls_cert) != bool(self.grpc_tls_key):
+            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
+        if self.grpc_tls_client_ca and not self.grpc_tls_cert:
+            raise ValueError("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
+        if self.grpc_tls_client_san and not self.grpc_tls_client_ca:
+            raise ValueError("--grpc-tls-client-san needs --grpc-tls-client-ca")
 
     @property
     def local_only(self) -> bool:

@@ -115,6 +115,11 @@ class Metrics:
             buckets=PROPAGATION_BUCKETS,
             registry=r,
         )
+        self.tls_reload_errors = Counter(
+            f"{NS}_tls_reload_errors",
+            "Rotated TLS files that could not be used (the last good ones kept serving)",
+            registry=r,
+        )
         self.admin_requests = Counter(
             f"{NS}_admin_requests", "Admin API requests by status code", ("code",), registry=r
         )

@@ -30,6 +30,7 @@ from ratelimit_sidecar.server.rlqs_api import quota_wiring
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
+from ratelimit_sidecar.server.tls import ServerTls
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from ratelimit_sidecar.service.strict import StrictDecider
@@ -60,9 +61,13 @@ class Sidecar:
         clock_ms: Callable[[], int] = monotonic_wall_ms,
         metrics: Metrics | None = None,
         reuse_port: bool = False,
+        tls: ServerTls | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self.tls = tls  # the gRPC port's TLS, None for plaintext
+        if tls is not None:
+            tls.on_error = self.metrics.tls_reload_errors.inc
         # Spans follow the shared store's clock (Redis TIME); `clock_ms` is the local clock it
         # corrects. Requests read it without I/O; the sync loop updates the offset.
         self.clock = StoreClock(clock_ms)
@@ -170,7 +175,11 @@ class Sidecar:
         """Bind and start serving; raises BindError if the address is not available."""
         servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
         server, health, self.port = build_server(
-            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,)
+            servicer,
+            self.settings.grpc_address,
+            self._reuse_port,
+            (self._add_quota,),
+            credentials=None if self.tls is None else self.tls.grpc_credentials(),
         )
         await self.overrides.start()
         await _listen(self.http, self.settings.metrics_address, "metrics")

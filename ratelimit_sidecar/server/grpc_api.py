@@ -77,11 +77,13 @@ def build_server(
     address: str,
     reuse_port: bool = False,
     more_services: Sequence[Callable[[grpc.aio.Server], str]] = (),
+    *,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port.
 
     `more_services` add other services to the same server (the RLQS one), each returning its
-    name for reflection."""
+    name for reflection. With `credentials` the port speaks TLS."""
     options = [
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -97,7 +99,10 @@ def build_server(
     )
     reflection.enable_server_reflection((*names, reflection.SERVICE_NAME), server)
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise BindError(f"cannot listen on {address}: {exc}") from exc
     if port == 0 and not address.endswith(":0"):
