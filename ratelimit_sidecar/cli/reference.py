@@ -42,6 +42,9 @@ _TRUE = frozenset({"1", "t", "true"})  # Go's strconv.ParseBool, case-insensitiv
 _FALSE = frozenset({"0", "f", "false"})
 _SWITCHES = {"SHADOW_MODE": "shadow_mode", "QUOTA_MODE": "quota_mode",
              "RESPONSE_DYNAMIC_METADATA": "response_dynamic_metadata"}  # fmt: skip
+_TLS = {"GRPC_SERVER_TLS_CERT": "grpc_tls_cert", "GRPC_SERVER_TLS_KEY": "grpc_tls_key",
+        "GRPC_CLIENT_TLS_CACERT": "grpc_tls_client_ca",
+        "GRPC_CLIENT_TLS_SAN": "grpc_tls_client_san"}  # fmt: skip
 
 # Harmless here: set, they are logged once with the reason.
 IGNORED = {
@@ -85,10 +88,6 @@ IGNORED = {
 }
 # Read by the reference only with another variable set; harmless here without it.
 _ONLY_WITH = {
-    "GRPC_SERVER_TLS_CERT": "GRPC_SERVER_USE_TLS=true",
-    "GRPC_SERVER_TLS_KEY": "GRPC_SERVER_USE_TLS=true",
-    "GRPC_CLIENT_TLS_CACERT": "GRPC_SERVER_USE_TLS=true",
-    "GRPC_CLIENT_TLS_SAN": "GRPC_SERVER_USE_TLS=true",
     "LIMIT_LIMIT_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
     "LIMIT_REMAINING_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
     "LIMIT_RESET_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
@@ -105,7 +104,7 @@ READ = frozenset({
     *DEFAULTS, "DEBUG_HOST", "RUNTIME_SUBDIRECTORY", "LOG_FORMAT", "REDIS_URL", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY",
     "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "USE_PROMETHEUS",
-    "CACHE_KEY_PREFIX", "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
+    "CACHE_KEY_PREFIX", *_TLS, "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
     "BACKEND_TYPE", "GRPC_UDS", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "MERGE_DOMAIN_CONFIG",
     "LIMIT_RESPONSE_HEADERS_ENABLED",
 })  # fmt: skip
@@ -137,6 +136,7 @@ def translate(env: Mapping[str, str]) -> Translation:
         **_rules(env),
         **_redis(env),
         **_logging(env),
+        **_tls(env),
         **{field: str(_flag(env, name)) for name, field in _SWITCHES.items() if name in env},
     }
     variables = {_variable(field): value for field, value in settings.items()}
@@ -268,6 +268,16 @@ def _sentinel_url(env: Mapping[str, str], _socket_type: str) -> str:
     return f"{_scheme(env, '+sentinel')}{_credentials(env)}{sentinels}/{name}{query}"
 
 
+def _tls(env: Mapping[str, str]) -> dict[str, str]:
+    """GRPC_SERVER_USE_TLS: the gRPC port over TLS; a client CA makes it mTLS."""
+    if not _flag(env, "GRPC_SERVER_USE_TLS"):
+        return {}
+    for name in ("GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY"):
+        if not env.get(name):
+            raise ReferenceEnvError(f"GRPC_SERVER_USE_TLS=true needs {name}")
+    return {field: env[name] for name, field in _TLS.items() if env.get(name)}
+
+
 def _refuse_unsupported(env: Mapping[str, str]) -> None:
     """Variables that change what the service does, where this sidecar has no counterpart."""
     if env.get("BACKEND_TYPE", "redis").lower() != "redis":
@@ -277,7 +287,6 @@ def _refuse_unsupported(env: Mapping[str, str]) -> None:
     if env.get("CONFIG_TYPE", "FILE").upper() != "FILE":
         raise ReferenceEnvError(f"CONFIG_TYPE={env['CONFIG_TYPE']!r}: rules come from files")
     for name, why in (
-        ("GRPC_SERVER_USE_TLS", "TLS on the gRPC port is not supported yet"),
         ("MERGE_DOMAIN_CONFIG", "each domain must be in one rule file"),
         ("LIMIT_RESPONSE_HEADERS_ENABLED", "use RLS_IETF_HEADERS for RateLimit headers"),
     ):

@@ -91,7 +91,8 @@ def test_redis_variables_become_one_url_the_store_opens(env: dict[str, str], url
         ({"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE"),
         ({"GRPC_UDS": "/tmp/rl.sock"}, "GRPC_UDS"),
         ({"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_TYPE"),
-        ({"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS"),
+        ({"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS_CERT"),
+        ({"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}, "GRPC_SERVER_TLS_KEY"),
         ({"MERGE_DOMAIN_CONFIG": "true"}, "MERGE_DOMAIN_CONFIG"),
         ({"LIMIT_RESPONSE_HEADERS_ENABLED": "TRUE"}, "LIMIT_RESPONSE_HEADERS_ENABLED"),
         ({"SHADOW_MODE": "yes"}, "SHADOW_MODE"),
@@ -160,3 +161,16 @@ TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE
 def test_every_reference_variable_is_read_ignored_or_refused() -> None:
     assert [name for name in REFERENCE_VARIABLES if not known(name)] == []
     assert not known("REDIS_URLS")
+
+
+def test_grpc_server_tls_variables_become_the_tls_settings() -> None:
+    env = {"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+           "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt",
+           "GRPC_CLIENT_TLS_SAN": "envoy-gateway"}  # fmt: skip
+    variables = translate(env).variables
+    assert variables["RLS_GRPC_TLS_CERT"] == "/certs/tls.crt"
+    assert variables["RLS_GRPC_TLS_KEY"] == "/certs/tls.key"
+    assert variables["RLS_GRPC_TLS_CLIENT_CA"] == "/certs/ca.crt"
+    assert variables["RLS_GRPC_TLS_CLIENT_SAN"] == "envoy-gateway"
+    off = translate({**env, "GRPC_SERVER_USE_TLS": "false"})
+    assert "RLS_GRPC_TLS_CERT" not in off.variables
