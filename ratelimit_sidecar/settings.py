@@ -78,6 +78,23 @@ class Settings:
     grpc_tls_client_san: str | None = field(
         default=None, metadata=_help("a subject alternative name client certificates must carry")
     )
+    tracing: bool = field(
+        default=False, metadata=_help("export OpenTelemetry traces (ShouldRateLimit and syncs)")
+    )
+    tracing_endpoint: str | None = field(
+        default=None,
+        metadata=_help("OTLP endpoint URL (else OTEL_EXPORTER_OTLP_ENDPOINT or the SDK default)"),
+    )
+    tracing_protocol: str = field(default="grpc", metadata=_help("OTLP over grpc or http"))
+    tracing_service_name: str = field(
+        default="ratelimit-sidecar", metadata=_help("service.name of the spans")
+    )
+    tracing_service_namespace: str | None = field(
+        default=None, metadata=_help("service.namespace of the spans")
+    )
+    tracing_sampling_ratio: float = field(
+        default=1.0, metadata=_help("share of new traces sampled (Envoy's decision is kept)")
+    )
     health_address: str | None = field(
         default=None,
         metadata=_help("host:port of a listener of its own for /healthcheck, /healthz, /readyz"),
@@ -163,6 +180,10 @@ class Settings:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+        if self.tracing_protocol not in ("grpc", "http"):
+            raise ValueError("--tracing-protocol must be grpc or http")
+        if not 0.0 <= self.tracing_sampling_ratio <= 1.0:
+            raise ValueError("--tracing-sampling-ratio must be between 0 and 1")
         if bool(self.grpc_tls_cert) != bool(self.grpc_tls_key):
             raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
         if self.grpc_tls_client_ca and not self.grpc_tls_cert:

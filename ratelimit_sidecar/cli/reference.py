@@ -42,6 +42,10 @@ _TRUE = frozenset({"1", "t", "true"})  # Go's strconv.ParseBool, case-insensitiv
 _FALSE = frozenset({"0", "f", "false"})
 _SWITCHES = {"SHADOW_MODE": "shadow_mode", "QUOTA_MODE": "quota_mode",
              "RESPONSE_DYNAMIC_METADATA": "response_dynamic_metadata"}  # fmt: skip
+_TRACING = {"TRACING_ENABLED": "tracing", "TRACING_SERVICE_NAME": "tracing_service_name",
+            "TRACING_SERVICE_NAMESPACE": "tracing_service_namespace",
+            "TRACING_EXPORTER_PROTOCOL": "tracing_protocol",
+            "TRACING_SAMPLING_RATE": "tracing_sampling_ratio"}  # fmt: skip
 _TLS = {"GRPC_SERVER_TLS_CERT": "grpc_tls_cert", "GRPC_SERVER_TLS_KEY": "grpc_tls_key",
         "GRPC_CLIENT_TLS_CACERT": "grpc_tls_client_ca",
         "GRPC_CLIENT_TLS_SAN": "grpc_tls_client_san"}  # fmt: skip
@@ -79,12 +83,7 @@ IGNORED = {
     "REDIS_STARTUP_MAX_INTERVAL": "the sidecar starts without Redis and syncs once it answers",
     "REDIS_STARTUP_MAX_ELAPSED_TIME": "the sidecar starts without Redis and syncs once it answers",
     "GRPC_SERVER_TLS_CA_CERT": "the reference does not read it either (GRPC_CLIENT_TLS_CACERT)",
-    "TRACING_SERVICE_NAME": "tracing is not exported",
-    "TRACING_SERVICE_NAMESPACE": "tracing is not exported",
-    "TRACING_SERVICE_INSTANCE_ID": "tracing is not exported",
-    "TRACING_EXPORTER_PROTOCOL": "tracing is not exported",
-    "TRACING_SAMPLING_RATE": "tracing is not exported",
-    "TRACING_ENABLED": "tracing is not exported",
+    "TRACING_SERVICE_INSTANCE_ID": "spans carry service.name and service.namespace only",
 }
 # Read by the reference only with another variable set; harmless here without it.
 _ONLY_WITH = {
@@ -104,7 +103,7 @@ READ = frozenset({
     *DEFAULTS, "DEBUG_HOST", "RUNTIME_SUBDIRECTORY", "LOG_FORMAT", "REDIS_URL", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY",
     "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "USE_PROMETHEUS",
-    "CACHE_KEY_PREFIX", *_TLS, "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
+    "CACHE_KEY_PREFIX", *_TLS, *_TRACING, "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
     "BACKEND_TYPE", "GRPC_UDS", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "MERGE_DOMAIN_CONFIG",
     "LIMIT_RESPONSE_HEADERS_ENABLED",
 })  # fmt: skip
@@ -137,6 +136,7 @@ def translate(env: Mapping[str, str]) -> Translation:
         **_redis(env),
         **_logging(env),
         **_tls(env),
+        **_tracing(env),
         **{field: str(_flag(env, name)) for name, field in _SWITCHES.items() if name in env},
     }
     variables = {_variable(field): value for field, value in settings.items()}
@@ -276,6 +276,16 @@ def _tls(env: Mapping[str, str]) -> dict[str, str]:
         if not env.get(name):
             raise ReferenceEnvError(f"GRPC_SERVER_USE_TLS=true needs {name}")
     return {field: env[name] for name, field in _TLS.items() if env.get(name)}
+
+
+def _tracing(env: Mapping[str, str]) -> dict[str, str]:
+    """TRACING_*: OTLP traces; the endpoint comes from OTEL_EXPORTER_OTLP_ENDPOINT, as there."""
+    if not _flag(env, "TRACING_ENABLED"):
+        return {}
+    found = {field: env[name] for name, field in _TRACING.items() if env.get(name)}
+    found["tracing"] = "true"
+    found["tracing_protocol"] = env.get("TRACING_EXPORTER_PROTOCOL", "http").lower()
+    return found
 
 
 def _refuse_unsupported(env: Mapping[str, str]) -> None:

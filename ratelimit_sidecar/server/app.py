@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
+from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter, SyncStats
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.debug_api import MAX_JSON_BYTES, DebugApi
@@ -31,6 +31,7 @@ from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.server.tls import ServerTls
+from ratelimit_sidecar.server.tracing import TracedServicer, tracing_for
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from ratelimit_sidecar.service.strict import StrictDecider
@@ -65,6 +66,7 @@ class Sidecar:
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self.tracing = tracing_for(settings)  # None unless --tracing: nothing on the way then
         self.tls = tls  # the gRPC port's TLS, None for plaintext
         if tls is not None:
             tls.on_error = self.metrics.tls_reload_errors.inc
@@ -83,9 +85,7 @@ class Sidecar:
             timeout = settings.sync_timeout_ms
             self.limiter, self.sync = (
                 fleet,
-                SyncLoop(
-                    fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
-                ),
+                SyncLoop(fleet, storage, clock_ms, timeout, self._synced, store_clock=self.clock),
             )
         # Blocks other nodes' pushes start reach this one at once (pub/sub), not at its span end.
         self.subscriber, self.blocks = wire_blocks(
@@ -173,7 +173,12 @@ class Sidecar:
 
     async def startup(self) -> None:
         """Bind and start serving; raises BindError if the address is not available."""
-        servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
+        observe = self.metrics.decision_seconds.observe
+        servicer = (
+            RateLimitServicer(self.handler, observe)
+            if self.tracing is None
+            else TracedServicer(self.handler, observe, self.tracing)
+        )
         server, health, self.port = build_server(
             servicer,
             self.settings.grpc_address,
@@ -209,6 +214,11 @@ class Sidecar:
         """Install a new rule set in one step; counters of unchanged rules carry over."""
         self.handler.swap_rules(rules)
         self.metrics.config_loaded(True, rules.version)
+
+    def _synced(self, stats: SyncStats, seconds: float, error_kind: str) -> None:
+        self.metrics.synced(stats, seconds, error_kind)
+        if self.tracing is not None:
+            self.tracing.synced(stats, seconds, error_kind)
 
     async def _respond(self, raw: bytes) -> bytes:
         """ShouldRateLimit's answer to wire bytes, for the debug address's `/json`."""
@@ -274,6 +284,8 @@ class Sidecar:
         await self.debug.stop()
         await self.health_http.stop()
         await self.http.stop()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)  # the spans still queued
         log.info("stopped")
         return lost
 

@@ -174,3 +174,15 @@ def test_grpc_server_tls_variables_become_the_tls_settings() -> None:
     assert variables["RLS_GRPC_TLS_CLIENT_SAN"] == "envoy-gateway"
     off = translate({**env, "GRPC_SERVER_USE_TLS": "false"})
     assert "RLS_GRPC_TLS_CERT" not in off.variables
+
+
+def test_tracing_variables_become_the_tracing_settings() -> None:
+    env = {"TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "RateLimit",
+           "TRACING_SAMPLING_RATE": "0.01", "TRACING_SERVICE_NAMESPACE": "edge"}  # fmt: skip
+    variables = translate(env).variables
+    assert variables["RLS_TRACING"] == "true"
+    assert variables["RLS_TRACING_PROTOCOL"] == "http"  # the reference's default
+    assert variables["RLS_TRACING_SAMPLING_RATIO"] == "0.01"
+    assert variables["RLS_TRACING_SERVICE_NAME"] == "RateLimit"
+    assert variables["RLS_TRACING_SERVICE_NAMESPACE"] == "edge"
+    assert "RLS_TRACING" not in translate({"TRACING_SAMPLING_RATE": "1"}).variables
