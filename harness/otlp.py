@@ -68,15 +68,16 @@ class OtlpReceiver:
 
     def wait_for(
         self,
-        name: str,
+        name: str | None,
         where: Callable[[ReceivedSpan], bool] = lambda _span: True,
         timeout_s: float = 15.0,
     ) -> list[ReceivedSpan]:
-        """The spans called `name` that `where` accepts, once one has arrived (bounded wait)."""
+        """The spans called `name` (None: any) that `where` accepts, once one has arrived
+        (bounded wait)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                found = [s for s in self.spans if s.name == name and where(s)]
+                found = [s for s in self.spans if name in (None, s.name) and where(s)]
             if found:
                 return found
             time.sleep(0.05)
