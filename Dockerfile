@@ -11,12 +11,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY ratelimit_sidecar ./ratelimit_sidecar
-# /bin/ratelimit: the command Envoy Gateway starts its rate limit service with (docs/DEPLOYMENT.md).
+# /bin/ratelimit: the reference's command, reading its variables (docs/REFERENCE.md), so its
+# manifests (Istio's sample, Envoy Gateway) run this image unchanged.
 RUN pip install . \
+    && ln -s "$(command -v ratelimit)" /bin/ratelimit \
     && useradd --system --uid 10001 --no-create-home ratelimit \
-    && mkdir -p /etc/ratelimit/config \
-    && printf '#!/bin/sh\nexec ratelimit-sidecar serve "$@"\n' > /usr/local/bin/ratelimit \
-    && chmod 755 /usr/local/bin/ratelimit && ln -sf /usr/local/bin/ratelimit /bin/ratelimit
+    && mkdir -p /etc/ratelimit/config
 
 COPY envoy/rules/gateway.yaml /etc/ratelimit/config/gateway.yaml
 

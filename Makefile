@@ -15,12 +15,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 proto: $(STAMP)
-	$(PY) -m ratelimit_sidecar.tools.genproto
+	$(PY) -m tools.genproto
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy ratelimit_sidecar harness bench tests
+	$(VENV)/bin/mypy ratelimit_sidecar simulator tools harness bench tests
 
 test: $(STAMP)
 	$(PY) -m pytest tests

@@ -24,7 +24,7 @@ from bench.report import Options, Outcome, conclude, table
 from bench.workload import rules_dir
 from harness.grpc_client import request
 from harness.redis_servers import ServerGroup
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.server.app import Sidecar

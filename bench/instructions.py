@@ -120,7 +120,7 @@ def drive(case: str, decisions: int) -> None:
     from collections import deque
 
     import ratelimit_sidecar
-    from ratelimit_sidecar import wire
+    from ratelimit_sidecar._proto import wire
 
     if not Path(ratelimit_sidecar.__file__).resolve().is_relative_to(Path.cwd().resolve()):
         raise SystemExit(f"{ratelimit_sidecar.__file__} is not from the tree in {Path.cwd()}")

@@ -4,8 +4,6 @@ Every field is an option: its command line flag is the field name with dashes (`
 its environment variable is `RLS_` + the upper-case name (`RLS_MAX_KEYS`), and its help text is
 the field's `help` metadata. Booleans are switches. The CLI builds its parser from `OPTIONS`,
 and the `--workers` supervisor hands its children their settings through `environment`.
-A field may also answer to the reference service's variable names (`reference_env` metadata,
-e.g. `CONFIG_GRPC_XDS_SERVER_URL`), read when its `RLS_` variable is unset (`env_text`).
 """
 
 from __future__ import annotations
@@ -23,9 +21,6 @@ from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 ENV_PREFIX = "RLS_"
 REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-CONFIG_TYPES = ("FILE", "GRPC_XDS_SOTW")
-XDS_DEFAULT_URL = "localhost:18000"  # the reference's, for CONFIG_TYPE=GRPC_XDS_SOTW alone
-_GO_UNITS = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
 
 
 def default_node_id() -> str:
@@ -33,24 +28,14 @@ def default_node_id() -> str:
 
 
 def _help(text: str, **more: str) -> dict[str, str]:
-    """Field metadata: `help`, and optionally `flag` (a name other than the field's),
-    `default_text` (how to show a default computed at start-up) and `reference_env` (the
-    reference service's variable names for it, comma-separated)."""
+    """Field metadata: `help`, and optionally `flag` (a name other than the field's) and
+    `default_text` (how to show a default computed at start-up)."""
     return {"help": text, **more}
 
 
-def _ref(default: Any, text: str, reference_env: str) -> Any:
-    """A field with a default, help, and the reference service's variable names for it."""
-    return field(default=default, metadata=_help(text, reference_env=reference_env))
-
-
-def go_seconds(text: str) -> str:
-    """A duration as Go writes it (`3s`, `500ms`, `1m`) as seconds; plain numbers unchanged."""
-    for suffix, scale in _GO_UNITS:
-        number = text.removesuffix(suffix)
-        if number != text and number.replace(".", "", 1).isdigit():
-            return str(float(number) * scale)
-    return text
+def _option(default: Any, text: str) -> Any:
+    """A field with a default and its help: one line per setting."""
+    return field(default=default, metadata=_help(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +75,42 @@ class Settings:
     response_dynamic_metadata: bool = field(
         default=False,
         metadata=_help("add the request and its passing descriptors' metadata to each answer"),
+    )
+    grpc_tls_cert: str | None = field(
+        default=None, metadata=_help("PEM certificate chain: serve the gRPC port over TLS")
+    )
+    grpc_tls_key: str | None = field(default=None, metadata=_help("PEM key of --grpc-tls-cert"))
+    grpc_tls_client_ca: str | None = field(
+        default=None,
+        metadata=_help("PEM CA that client certificates must chain to (mTLS: then required)"),
+    )
+    grpc_tls_client_san: str | None = field(
+        default=None, metadata=_help("a subject alternative name client certificates must carry")
+    )
+    tracing: bool = field(
+        default=False, metadata=_help("export OpenTelemetry traces (ShouldRateLimit and syncs)")
+    )
+    tracing_endpoint: str | None = field(
+        default=None,
+        metadata=_help("OTLP endpoint URL (else OTEL_EXPORTER_OTLP_ENDPOINT or the SDK default)"),
+    )
+    tracing_protocol: str = field(default="grpc", metadata=_help("OTLP over grpc or http"))
+    tracing_service_name: str = field(
+        default="ratelimit-sidecar", metadata=_help("service.name of the spans")
+    )
+    tracing_service_namespace: str | None = field(
+        default=None, metadata=_help("service.namespace of the spans")
+    )
+    tracing_sampling_ratio: float = field(
+        default=1.0, metadata=_help("share of new traces sampled (Envoy's decision is kept)")
+    )
+    health_address: str | None = field(
+        default=None,
+        metadata=_help("host:port of a listener of its own for /healthcheck, /healthz, /readyz"),
+    )
+    debug_address: str | None = field(
+        default=None,
+        metadata=_help("host:port of /rlconfig and POST /json (the reference's debug port); off"),
     )
     log_format: str = field(default="text", metadata=_help("text or json"))
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
@@ -160,60 +181,30 @@ class Settings:
         default=10.0, metadata=_help("seconds between full reads of the override set")
     )
 
-    # Rules from an xDS control plane instead of files (docs/XDS.md), and TLS on the gRPC port
-    # (Envoy Gateway's mTLS): these also answer to the reference service's variable names.
-    config_type: str = _ref("FILE", "FILE, or GRPC_XDS_SOTW for xDS rules", "CONFIG_TYPE")
-    config_xds: str | None = _ref(
-        None,
-        "host:port of an xDS control plane serving RateLimitConfig (ADS); replaces --config",
-        "CONFIG_GRPC_XDS_SERVER_URL",
+    # Rules from an xDS control plane instead of files (docs/XDS.md); the `ratelimit` command
+    # maps the reference's CONFIG_TYPE=GRPC_XDS_SOTW and CONFIG_GRPC_XDS_* variables here.
+    config_xds: str | None = _option(
+        None, "host:port of an xDS control plane serving RateLimitConfig (ADS); replaces --config"
     )
-    config_xds_node_id: str = _ref(
-        "default", "node id sent to the control plane", "CONFIG_GRPC_XDS_NODE_ID"
+    config_xds_node_id: str = _option("default", "node id sent to the control plane")
+    config_xds_node_metadata: str = _option("", "node metadata for the control plane: k=v,k=v")
+    config_xds_client_tls: bool = _option(False, "TLS to the control plane")
+    config_xds_client_tls_cert: str | None = _option(
+        None, "client certificate (PEM) for mTLS to the control plane, re-read on change"
     )
-    config_xds_node_metadata: str = _ref(
-        "", "node metadata for the control plane: k=v,k=v", "CONFIG_GRPC_XDS_NODE_METADATA"
+    config_xds_client_tls_key: str | None = _option(None, "its private key (PEM)")
+    config_xds_server_tls_cacert: str | None = _option(
+        None, "CA (PEM) the control plane's certificate must chain to (else the system's)"
     )
-    config_xds_client_tls: bool = _ref(
-        False,
-        "TLS to the control plane (mTLS with a client certificate)",
-        "CONFIG_GRPC_XDS_CLIENT_TLS,CONFIG_GRPC_XDS_SERVER_USE_TLS",
+    config_xds_server_tls_san: str | None = _option(
+        None, "name the control plane's certificate must carry (else the URL's host)"
     )
-    config_xds_client_tls_cert: str | None = _ref(
-        None, "client certificate (PEM), re-read on change", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"
+    config_xds_retry_s: float = _option(
+        3.0, "first reconnect delay after a stream error; doubles per failed attempt, jittered"
     )
-    config_xds_client_tls_key: str | None = _ref(
-        None, "client private key (PEM), re-read on change", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"
-    )
-    config_xds_server_tls_cacert: str | None = _ref(
-        None,
-        "CA (PEM) the control plane's certificate must chain to (else the system's)",
-        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
-    )
-    config_xds_server_tls_san: str | None = _ref(
-        None,
-        "name the control plane's certificate must carry (else the URL's host)",
-        "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-    )
-    config_xds_retry_s: float = _ref(
-        3.0,
-        "first reconnect delay after a stream error; doubles per failed attempt, jittered",
-        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-    )
-    config_xds_retry_max_s: float = _ref(
-        60.0, "longest reconnect delay", "XDS_CLIENT_BACKOFF_MAX_INTERVAL"
-    )
-    ready_without_config: bool = _ref(
-        False,
-        "with xDS rules, /readyz answers ready before the first configuration arrives",
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-    )
-    grpc_tls_cert: str | None = _ref(
-        None, "serve gRPC over TLS with this certificate (PEM)", "GRPC_SERVER_TLS_CERT"
-    )
-    grpc_tls_key: str | None = _ref(None, "its private key (PEM)", "GRPC_SERVER_TLS_KEY")
-    grpc_tls_ca_cert: str | None = _ref(
-        None, "CA (PEM) clients' certificates must chain to (mTLS)", "GRPC_SERVER_TLS_CA_CERT"
+    config_xds_retry_max_s: float = _option(60.0, "longest reconnect delay")
+    ready_without_config: bool = _option(
+        False, "with xDS rules, /readyz answers ready before the first configuration arrives"
     )
 
     def __post_init__(self) -> None:
@@ -225,25 +216,29 @@ class Settings:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+        if self.tracing_protocol not in ("grpc", "http"):
+            raise ValueError("--tracing-protocol must be grpc or http")
+        if not 0.0 <= self.tracing_sampling_ratio <= 1.0:
+            raise ValueError("--tracing-sampling-ratio must be between 0 and 1")
+        if bool(self.grpc_tls_cert) != bool(self.grpc_tls_key):
+            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
+        if self.grpc_tls_client_ca and not self.grpc_tls_cert:
+            raise ValueError("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
+        if self.grpc_tls_client_san and not self.grpc_tls_client_ca:
+            raise ValueError("--grpc-tls-client-san needs --grpc-tls-client-ca")
 
     def _check_rule_source(self) -> None:
-        if self.config_type.upper() not in CONFIG_TYPES:
-            raise ValueError(f"--config-type must be one of {', '.join(CONFIG_TYPES)}")
         if self.xds_url is None and not self.config_path:
             raise ValueError("--config (or RLS_CONFIG) is required, unless --config-xds is set")
         if bool(self.config_xds_client_tls_cert) != bool(self.config_xds_client_tls_key):
             raise ValueError("--config-xds-client-tls-cert and -key go together")
-        if bool(self.grpc_tls_cert) != bool(self.grpc_tls_key):
-            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
         if not 0 < self.config_xds_retry_s <= self.config_xds_retry_max_s:
             raise ValueError("--config-xds-retry-s must be > 0 and <= --config-xds-retry-max-s")
 
     @property
     def xds_url(self) -> str | None:
         """The control plane rules come from, or None when they come from files."""
-        if self.config_xds:
-            return self.config_xds
-        return XDS_DEFAULT_URL if self.config_type.upper() == "GRPC_XDS_SOTW" else None
+        return self.config_xds or None
 
     @property
     def local_only(self) -> bool:
@@ -265,7 +260,6 @@ class Option(NamedTuple):
     kind: type  # bool, int, float or str
     help: str
     default_text: str  # "" when the field has no default (required)
-    reference_env: tuple[str, ...] = ()  # the reference service's names for it
 
     def parse(self, text: str) -> Any:
         """The value an environment variable's text stands for."""
@@ -294,25 +288,12 @@ def _options() -> tuple[Option, ...]:
                 kind=kinds[0] if kinds else hints[spec.name],
                 help=spec.metadata["help"],
                 default_text=spec.metadata.get("default_text", default),
-                reference_env=tuple(
-                    filter(None, spec.metadata.get("reference_env", "").split(","))
-                ),
             )
         )
     return tuple(found)
 
 
 OPTIONS = _options()
-
-
-def env_text(option: Option, environ: Mapping[str, str]) -> str | None:
-    """The option's variable: `RLS_…`, else the first of the reference's names that is set."""
-    text = environ.get(option.env)
-    for name in option.reference_env:
-        if text is None and name in environ:
-            text = environ[name]
-            return go_seconds(text) if option.kind is float else text
-    return text
 
 
 def settings_from(values: Mapping[str, Any]) -> Settings:

@@ -14,13 +14,13 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
+from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter, SyncStats
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.admin import AdminServer
-from ratelimit_sidecar.server.endpoints import Endpoints
+from ratelimit_sidecar.server.debug_api import MAX_JSON_BYTES, DebugApi
+from ratelimit_sidecar.server.endpoints import HEALTH_PATHS, Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
-from ratelimit_sidecar.server.grpc_tls import server_credentials
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
 from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
@@ -29,6 +29,8 @@ from ratelimit_sidecar.server.rule_source import rule_source
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
+from ratelimit_sidecar.server.tls import ServerTls
+from ratelimit_sidecar.server.tracing import TracedServicer, tracing_for
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 from ratelimit_sidecar.service.strict import StrictDecider
@@ -41,6 +43,8 @@ from ratelimit_sidecar.storage.strict_store import StrictStore
 log = logging.getLogger("ratelimit_sidecar.server")
 
 PREPARE_TIMEOUT_S = 2.0  # Redis down at start: strict rules start on their on_store_failure
+# gRPC health answers for the whole server ("") and, as the reference does, for "ratelimit".
+HEALTH_NAMES = ("", "ratelimit")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -57,9 +61,14 @@ class Sidecar:
         clock_ms: Callable[[], int] = monotonic_wall_ms,
         metrics: Metrics | None = None,
         reuse_port: bool = False,
+        tls: ServerTls | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self.tracing = tracing_for(settings)  # None unless --tracing: nothing on the way then
+        self.tls = tls  # the gRPC port's TLS, None for plaintext
+        if tls is not None:
+            tls.on_error = self.metrics.tls_reload_errors.inc
         # Spans follow the shared store's clock (Redis TIME); `clock_ms` is the local clock it
         # corrects. Requests read it without I/O; the sync loop updates the offset.
         self.clock = StoreClock(clock_ms)
@@ -75,9 +84,7 @@ class Sidecar:
             timeout = settings.sync_timeout_ms
             self.limiter, self.sync = (
                 fleet,
-                SyncLoop(
-                    fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
-                ),
+                SyncLoop(fleet, storage, clock_ms, timeout, self._synced, store_clock=self.clock),
             )
         # Blocks other nodes' pushes start reach this one at once (pub/sub), not at its span end.
         self.subscriber, self.blocks = wire_blocks(
@@ -122,7 +129,7 @@ class Sidecar:
             self.metrics.registry,
         )
         mode = "local-only" if storage is None else storage.description
-        endpoints = Endpoints(
+        self.endpoints = endpoints = Endpoints(
             lambda: self.handler.rules,
             self.limiter,
             self.sync,
@@ -131,7 +138,12 @@ class Sidecar:
             overrides=self.overrides.view,
             source=self.watcher.view,
         )
-        self.http = HttpApi(endpoints.routes(self._scrape))
+        routes = endpoints.routes(self._scrape)
+        self.http = HttpApi(routes)
+        # Probes on a port of their own, as the reference serves them (its PORT, 8080).
+        self.health_http = HttpApi({path: routes[path] for path in HEALTH_PATHS})
+        debug = DebugApi(lambda: self.handler.rules, self._respond)
+        self.debug = HttpApi(dispatch=debug.dispatch, max_body=MAX_JSON_BYTES)
         # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
         self.quota, self._add_quota = quota_wiring(
             lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry,
@@ -160,27 +172,33 @@ class Sidecar:
 
     async def startup(self) -> None:
         """Bind and start serving; raises BindError if the address is not available."""
-        servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
-        try:
-            credentials = server_credentials(self.settings)
-        except OSError as exc:
-            raise BindError(f"cannot read the gRPC TLS files: {exc}") from exc
+        observe = self.metrics.decision_seconds.observe
+        servicer = (
+            RateLimitServicer(self.handler, observe)
+            if self.tracing is None
+            else TracedServicer(self.handler, observe, self.tracing)
+        )
         server, health, self.port = build_server(
-            servicer, self.settings.grpc_address, self._reuse_port, (self._add_quota,), credentials
+            servicer,
+            self.settings.grpc_address,
+            self._reuse_port,
+            (self._add_quota,),
+            credentials=None if self.tls is None else self.tls.grpc_credentials(),
         )
         await self.overrides.start()
-        try:
-            await self.http.start(self.settings.metrics_address)
-        except OSError as exc:
-            address = self.settings.metrics_address
-            raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
+        await _listen(self.http, self.settings.metrics_address, "metrics")
         await self.admin.start()
+        if self.settings.health_address:
+            await _listen(self.health_http, self.settings.health_address, "health")
+        if self.settings.debug_address:
+            await _listen(self.debug, self.settings.debug_address, "debug")
         if self.strict_store is not None:  # slot map and script, before the first request
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
         await server.start()
         self._server, self._health = server, health
-        await health.set("", SERVING)
+        for name in HEALTH_NAMES:
+            await health.set(name, SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
         self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
@@ -195,6 +213,16 @@ class Sidecar:
         """Install a new rule set in one step; counters of unchanged rules carry over."""
         self.handler.swap_rules(rules)
         self.metrics.config_loaded(True, rules.version)
+
+    def _synced(self, stats: SyncStats, seconds: float, error_kind: str) -> None:
+        self.metrics.synced(stats, seconds, error_kind)
+        if self.tracing is not None:
+            self.tracing.synced(stats, seconds, error_kind)
+
+    async def _respond(self, raw: bytes) -> bytes:
+        """ShouldRateLimit's answer to wire bytes, for the debug address's `/json`."""
+        answer = self.handler.respond(raw)
+        return answer if isinstance(answer, bytes) else await answer
 
     def _scrape(self, _query: dict[str, list[str]]) -> Reply:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
@@ -232,8 +260,10 @@ class Sidecar:
         Returns the hits that could not be pushed (0 unless the store is down).
         """
         log.info("shutting down: draining requests and flushing counts")
+        self.endpoints.serving = False
         if self._server is not None:
-            await self._health.set("", NOT_SERVING)
+            for name in HEALTH_NAMES:
+                await self._health.set(name, NOT_SERVING)
             self.quota.end_streams()  # RLQS streams last for ever: end them, counted
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
@@ -250,6 +280,17 @@ class Sidecar:
         if self.storage is not None:
             await self.storage.close()
         await self.admin.stop()
+        await self.debug.stop()
+        await self.health_http.stop()
         await self.http.stop()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)  # the spans still queued
         log.info("stopped")
         return lost
+
+
+async def _listen(api: HttpApi, address: str, role: str) -> None:
+    try:
+        await api.start(address)
+    except OSError as exc:
+        raise BindError(f"cannot listen on {address} ({role}): {exc.strerror}") from exc

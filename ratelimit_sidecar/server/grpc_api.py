@@ -10,7 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.validation import InvalidRequest
 
@@ -77,12 +77,13 @@ def build_server(
     address: str,
     reuse_port: bool = False,
     more_services: Sequence[Callable[[grpc.aio.Server], str]] = (),
+    *,
     credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port.
 
     `more_services` add other services to the same server (the RLQS one), each returning its
-    name for reflection. With `credentials` the port serves TLS."""
+    name for reflection. With `credentials` the port speaks TLS."""
     options = [
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

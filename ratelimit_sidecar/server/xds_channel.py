@@ -15,7 +15,6 @@ import grpc
 from google.protobuf.struct_pb2 import Struct
 
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
-from ratelimit_sidecar.server.grpc_tls import Fingerprint, files_fingerprint
 from ratelimit_sidecar.settings import Settings
 
 USER_AGENT = "ratelimit-sidecar"
@@ -77,8 +76,16 @@ class TlsFiles:
             settings.config_xds_server_tls_san or None,
         )
 
-    def fingerprint(self) -> Fingerprint:
-        return files_fingerprint((self.cert, self.key, self.ca))
+    def fingerprint(self) -> tuple[tuple[int, int], ...]:
+        """Modification time and size of each file ((0, 0) if absent): a rotation changes it."""
+        seen = []
+        for path in (self.cert, self.key, self.ca):
+            try:
+                stat = path.stat() if path is not None else None
+            except OSError:
+                stat = None
+            seen.append((stat.st_mtime_ns, stat.st_size) if stat is not None else (0, 0))
+        return tuple(seen)
 
     def credentials(self) -> grpc.ChannelCredentials:
         """Read now, so a new channel uses the files as they are now; OSError if unreadable."""

@@ -34,7 +34,7 @@ from ratelimit_sidecar.config.xds_rules import (
     rules_from_configs,
     unpack,
 )
-from ratelimit_sidecar.metriclabels import NS
+from ratelimit_sidecar.metrics.labels import NS
 from ratelimit_sidecar.server.periodic import every
 from ratelimit_sidecar.server.reload import in_daemon_thread
 from ratelimit_sidecar.server.xds_channel import Backoff, TlsFiles, node_of, open_channel

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
+from ratelimit_sidecar._proto.wire import RateLimitDescriptor, RateLimitRequest
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict, unlimited_verdict
@@ -39,7 +40,6 @@ from ratelimit_sidecar.service.validation import (
     validate_entries,
     validate_request,
 )
-from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest
 
 MAX_OVERRIDES = 1024
 MAX_HITS = 2**32 - 1

@@ -58,9 +58,15 @@ def wait_for_version(sidecar: SidecarProcess, version: str) -> None:
 
 
 def one_window(envoy: EnvoyProcess, api_key: str, count: int) -> list[int]:
-    """`count` requests as `api_key`, all inside one one-second window."""
-    wait_for_window_start(1)
-    return [get(envoy.url, x_api_key=api_key).status for _ in range(count)]
+    """`count` requests as a fresh API key, inside one one-second window. A burst that a loaded
+    machine stretched past the window's end is sent again (at most 3 times) with another key."""
+    for attempt in range(3):
+        wait_for_window_start(1)
+        started = time.time()
+        statuses = [get(envoy.url, x_api_key=f"{api_key}-{attempt}").status for _ in range(count)]
+        if int(time.time()) == int(started):
+            return statuses
+    raise AssertionError("no burst fitted in one second")
 
 
 def test_a_push_that_lowers_a_limit_refuses_the_next_window_at_the_new_limit(

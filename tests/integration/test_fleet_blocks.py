@@ -24,7 +24,7 @@ from harness.load import Answer, drive
 from harness.redis_servers import Cluster, ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from ratelimit_sidecar.storage.blocks import BLOCKS

@@ -15,11 +15,11 @@ import pytest
 from harness.grpc_client import request
 from harness.redis_servers import ServerProcess
 from harness.rules import write_rules
+from ratelimit_sidecar._proto.wire import RateLimitResponse
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.redis_urls import open_redis
-from ratelimit_sidecar.wire import RateLimitResponse
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,13 +1,8 @@
-"""TLS on the gRPC port, as Envoy Gateway sets it up between Envoy and its rate limit service:
-mutual TLS works, a client without a certificate is refused, a rotated certificate is served
-to the next connection."""
+"""TLS and mTLS on the gRPC port of a real sidecar, and certificates rotated on disk."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,102 +11,140 @@ import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
-from harness.sidecar import SidecarProcess
-from harness.xds_certs import SERVER_NAME, Pki, make_pki, signed_cert
-from ratelimit_sidecar import wire
+from harness.net import free_port
+from harness.rules import write_rules
+from harness.sidecar import SidecarProcess, run_cli, serve_args
+from harness.xds_certs import SERVER_NAME, Pki, client_cert, make_ca, make_pki, signed_cert
+from ratelimit_sidecar._proto import wire
 
-pytestmark = pytest.mark.integration
+NAME_OPTION = (("grpc.ssl_target_name_override", SERVER_NAME),)
+SERVER_EXT = f"subjectAltName=IP:127.0.0.1,DNS:{SERVER_NAME}\nextendedKeyUsage=serverAuth"
 
-RULE = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"
+
+def tls_args(pki: Pki, *, mutual: bool = False) -> list[str]:
+    args = ["--grpc-tls-cert", str(pki.server_cert), "--grpc-tls-key", str(pki.server_key)]
+    return [*args, "--grpc-tls-client-ca", str(pki.ca)] if mutual else args
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[SidecarProcess, Pki, Path]]:
-    pki = make_pki(tmp_path / "pki")
-    (tmp_path / "d.yaml").write_text(RULE)
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    shutil.copy(pki.server_cert, cert)
-    shutil.copy(pki.server_key, key)
-    node = SidecarProcess(
-        tmp_path / "d.yaml",
-        *("--grpc-tls-cert", str(cert), "--grpc-tls-key", str(key)),
-        *("--grpc-tls-ca-cert", str(pki.ca)),
+def ask(address: str, ca: Path, client: tuple[Path, Path] | None = None) -> int:
+    """One ShouldRateLimit over a new TLS channel trusting `ca`; the overall code."""
+    key, chain = (
+        (None, None) if client is None else (client[1].read_bytes(), client[0].read_bytes())
     )
-    try:
-        yield node, pki, tmp_path
-    finally:
-        node.stop()
-
-
-def secure_channel(node: SidecarProcess, pki: Pki, with_cert: bool = True) -> grpc.Channel:
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=pki.ca.read_bytes(),
-        private_key=pki.client_key.read_bytes() if with_cert else None,
-        certificate_chain=pki.client_cert.read_bytes() if with_cert else None,
-    )
-    options = [("grpc.ssl_target_name_override", SERVER_NAME)]
-    return grpc.secure_channel(node.address, credentials, options=options)
-
-
-def decide(channel: grpc.Channel) -> int:
-    reply = rls_stub(channel).ShouldRateLimit(request("d", [("k", "v")]), timeout=5)
+    creds = grpc.ssl_channel_credentials(ca.read_bytes(), key, chain)
+    with grpc.secure_channel(address, creds, options=NAME_OPTION) as channel:
+        reply = rls_stub(channel).ShouldRateLimit(request("gateway", [("client", "t")]), timeout=5)
     return int(reply.overall_code)
 
 
-def wait_serving(node: SidecarProcess, pki: Pki) -> None:
+def refused(address: str, ca: Path, client: tuple[Path, Path] | None = None) -> bool:
+    try:
+        ask(address, ca, client)
+    except grpc.RpcError as exc:
+        return exc.code() is grpc.StatusCode.UNAVAILABLE
+    return False
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return make_pki(tmp_path / "pki")
+
+
+def wait_tls(address: str, ca: Path, client: tuple[Path, Path] | None = None) -> None:
     deadline = time.monotonic() + 15
-    while True:
-        try:
-            with secure_channel(node, pki) as channel:
-                decide(channel)
-                return
-        except grpc.RpcError:
-            assert time.monotonic() < deadline, "the TLS port did not come up"
-            time.sleep(0.1)
+    while refused(address, ca, client):
+        assert time.monotonic() < deadline, "the sidecar never answered over TLS"
+        time.sleep(0.1)
 
 
-def served_name(node: SidecarProcess, pki: Pki) -> str:
-    """The common name of the certificate the port presents to a new connection."""
-    context = ssl.create_default_context(cafile=str(pki.ca))
-    context.load_cert_chain(pki.client_cert, pki.client_key)
-    context.set_alpn_protocols(["h2"])
-    with (
-        socket.create_connection(("127.0.0.1", node.port), timeout=5) as raw,
-        context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls,
-    ):
-        peer = tls.getpeercert()
-    assert peer is not None
-    names = [pair[1] for rdn in peer["subject"] for pair in rdn if pair[0] == "commonName"]
-    return str(names[0])
+@pytest.fixture
+def tls_sidecar(tmp_path: Path, pki: Pki) -> Iterator[SidecarProcess]:
+    process = SidecarProcess(write_rules(tmp_path), *tls_args(pki))
+    try:
+        wait_tls(process.address, pki.ca)
+        yield process
+    finally:
+        process.stop()
 
 
-def test_mutual_tls_answers_and_a_client_without_a_certificate_is_refused(
-    served: tuple[SidecarProcess, Pki, Path],
+def test_tls_serves_clients_that_trust_the_ca_and_not_plaintext(
+    tls_sidecar: SidecarProcess, pki: Pki
 ) -> None:
-    node, pki, _ = served
-    wait_serving(node, pki)
-    with secure_channel(node, pki) as channel:
-        assert decide(channel) == wire.Code.OK
-    with secure_channel(node, pki, with_cert=False) as channel, pytest.raises(grpc.RpcError):
-        decide(channel)
-    with grpc.insecure_channel(node.address) as channel, pytest.raises(grpc.RpcError):
-        decide(channel)
+    assert ask(tls_sidecar.address, pki.ca) == wire.Code.OK
+    with (
+        grpc.insecure_channel(tls_sidecar.address) as channel,
+        pytest.raises(grpc.RpcError) as error,
+    ):
+        rls_stub(channel).ShouldRateLimit(request("gateway", [("client", "p")]), timeout=3)
+    assert error.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
+def test_mtls_refuses_a_client_without_a_certificate(tmp_path: Path, pki: Pki) -> None:
+    process = SidecarProcess(write_rules(tmp_path), *tls_args(pki, mutual=True))
+    client = (pki.client_cert, pki.client_key)
+    try:
+        wait_tls(process.address, pki.ca, client)
+        assert ask(process.address, pki.ca, client) == wire.Code.OK
+        assert refused(process.address, pki.ca)  # no certificate
+        stranger = client_cert(make_ca(tmp_path / "other", "other-ca"), "stranger")
+        assert refused(process.address, pki.ca, stranger)  # not from the trusted CA
+    finally:
+        process.stop()
 
 
 def test_a_rotated_certificate_is_served_to_the_next_connection(
-    served: tuple[SidecarProcess, Pki, Path],
+    tmp_path: Path, tls_sidecar: SidecarProcess, pki: Pki
 ) -> None:
-    node, pki, directory = served
-    wait_serving(node, pki)
-    assert served_name(node, pki) == "server"
-    extension = f"subjectAltName=DNS:{SERVER_NAME}\nextendedKeyUsage=serverAuth"
-    cert, key = signed_cert((pki.ca, pki.ca_key), "server-2", extension)
-    for source, target in ((key, directory / "tls.key"), (cert, directory / "tls.crt")):
-        shutil.copy(source, directory / "next")
-        os.replace(directory / "next", target)
-    deadline = time.monotonic() + 5
-    while served_name(node, pki) != "server-2":
-        assert time.monotonic() < deadline, "the rotated certificate was not served"
-        time.sleep(0.1)
-    with secure_channel(node, pki) as channel:
-        assert decide(channel) == wire.Code.OK
+    new_ca = make_ca(tmp_path / "rotated", "new-ca")
+    cert, key = signed_cert(new_ca, "server", SERVER_EXT)
+    creds = grpc.ssl_channel_credentials(pki.ca.read_bytes())
+    with grpc.secure_channel(tls_sidecar.address, creds, options=NAME_OPTION) as kept:
+        stub = rls_stub(kept)
+        stub.ShouldRateLimit(request("gateway", [("client", "k")]), timeout=5)
+        shutil.copyfile(key, pki.server_key)  # what a secret's rotation does
+        shutil.copyfile(cert, pki.server_cert)
+        wait_tls(tls_sidecar.address, new_ca[0])  # a new connection gets the new certificate
+        assert refused(tls_sidecar.address, pki.ca)
+        reply = stub.ShouldRateLimit(request("gateway", [("client", "k")]), timeout=5)
+        assert reply.overall_code == wire.Code.OK  # the connection in use was kept
+
+
+def test_a_bad_rotation_keeps_the_last_good_files_and_is_counted(
+    tls_sidecar: SidecarProcess, pki: Pki
+) -> None:
+    pki.server_cert.write_text("not a certificate\n")
+    time.sleep(1.5)  # past the recheck interval
+    assert ask(tls_sidecar.address, pki.ca) == wire.Code.OK
+    import urllib.request
+
+    url = f"http://127.0.0.1:{tls_sidecar.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    assert "ratelimit_sidecar_tls_reload_errors_total 1.0" in text
+
+
+@pytest.mark.parametrize(
+    ("broken", "said"),
+    [
+        ("missing_cert", "cannot read the TLS certificate"),
+        ("garbage_key", "holds no PEM key"),
+        ("other_key", "does not match"),
+    ],
+)
+def test_a_bad_file_at_start_exits_1_naming_it(
+    tmp_path: Path, pki: Pki, broken: str, said: str
+) -> None:
+    cert, key = pki.server_cert, pki.server_key
+    if broken == "missing_cert":
+        cert = tmp_path / "nowhere.pem"
+    elif broken == "garbage_key":
+        key.write_text("garbage\n")
+    else:
+        key = pki.client_key
+    config = write_rules(tmp_path)
+    args = serve_args(config, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+    result = run_cli([*args, "--grpc-tls-cert", str(cert), "--grpc-tls-key", str(key)])
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0]
+    assert str(cert if broken == "missing_cert" else key) in lines[0]

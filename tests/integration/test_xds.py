@@ -26,7 +26,7 @@ from harness.xds_server import (
     AdsServer,
     gateway_config,
 )
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from harness.envoy import envoy_binary as envoy_binary_path
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
 from ratelimit_sidecar._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import discovery_pb2
@@ -22,10 +22,11 @@ from ratelimit_sidecar._proto.envoy.type.v3 import (
     ratelimit_unit_pb2,
     token_bucket_pb2,
 )
-from ratelimit_sidecar.tools import genproto
 from tests.unit.test_proto_xds import XDS_NUMBERS
+from tools import genproto
 
-COMMITTED = Path(genproto.__file__).resolve().parents[1] / "_proto"
+COMMITTED = genproto.DEFAULT_OUT
+HAND_WRITTEN = "wire.py"  # the short names beside the generated tree
 OUR_FILES = (
     rls_pb2,
     ratelimit_pb2,
@@ -48,7 +49,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts and p.name != HAND_WRITTEN
     }
 
 

@@ -10,7 +10,7 @@ from ratelimit_sidecar._proto.envoy.service.discovery.v3 import ads_pb2, discove
 from ratelimit_sidecar._proto.google.rpc import status_pb2
 from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
 from ratelimit_sidecar.config.xds_rules import RESOURCE_TYPE
-from ratelimit_sidecar.tools import genproto
+from tools import genproto
 
 # From the reference's api/ratelimit/config/ratelimit/v3/rls_conf.proto and Envoy's API;
 # test_proto.py checks them with its own.

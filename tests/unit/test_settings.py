@@ -125,31 +125,15 @@ def test_a_worker_without_redis_stays_local(monkeypatch: pytest.MonkeyPatch) -> 
     assert parse().local_only
 
 
-def test_xds_settings_answer_to_the_reference_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
-    monkeypatch.setenv("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit")
-    monkeypatch.setenv("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true")
-    monkeypatch.setenv("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt")
-    monkeypatch.setenv("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key")
-    monkeypatch.setenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "500ms")
-    monkeypatch.setenv("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")
-    monkeypatch.setenv("GRPC_SERVER_TLS_CERT", "/certs/tls.crt")
-    monkeypatch.setenv("GRPC_SERVER_TLS_KEY", "/certs/tls.key")
-    settings = parse()
-    assert (settings.grpc_tls_cert, settings.grpc_tls_key) == ("/certs/tls.crt", "/certs/tls.key")
-    assert settings.xds_url == "localhost:18000"  # the reference's default URL
+def test_xds_settings_are_flags() -> None:
+    settings = parse(
+        "--config-xds", "eg:18001", "--config-xds-node-id", "envoy-ratelimit",
+        "--config-xds-client-tls", "--config-xds-retry-s", "0.5", "--ready-without-config",
+    )  # fmt: skip
+    assert (settings.xds_url, settings.config_xds_node_id) == ("eg:18001", "envoy-ratelimit")
+    assert settings.config_xds_client_tls and settings.ready_without_config
+    assert (settings.config_xds_retry_s, settings.config_xds_retry_max_s) == (0.5, 60.0)
     assert settings.config_path == ""  # no --config needed
-    assert (settings.config_xds_node_id, settings.config_xds_client_tls) == (
-        "envoy-ratelimit",
-        True,
-    )
-    assert settings.config_xds_retry_s == 0.5
-    assert settings.ready_without_config is True
-    monkeypatch.setenv("CONFIG_GRPC_XDS_SERVER_URL", "eg:18001")
-    monkeypatch.setenv("RLS_CONFIG_XDS_NODE_ID", "ours-wins")
-    settings = parse("--config-xds-retry-s", "2")
-    assert (settings.xds_url, settings.config_xds_node_id) == ("eg:18001", "ours-wins")
-    assert settings.config_xds_retry_s == 2.0
 
 
 def test_config_is_required_unless_rules_come_from_xds() -> None:

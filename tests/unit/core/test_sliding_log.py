@@ -10,8 +10,8 @@ from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter
 from ratelimit_sidecar.core.local import IDLE_MS
 from ratelimit_sidecar.core.sliding_window import SlidingWindow
-from ratelimit_sidecar.simulate.exact.sliding_log import ExactSlidingLog
-from ratelimit_sidecar.simulate.exact.sliding_window import ExactSlidingWindow
+from simulator.exact.sliding_log import ExactSlidingLog
+from simulator.exact.sliding_window import ExactSlidingWindow
 from tests.unit.core.rules import hit, rule
 from tests.unit.core.trailing import (
     LOG,

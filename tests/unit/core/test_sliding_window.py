@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Limiter, LocalLimiter, PushResult, SyncResult
 from ratelimit_sidecar.core.spans import span_end, span_number
-from ratelimit_sidecar.simulate.exact.sliding_window import ExactSlidingWindow
+from simulator.exact.sliding_window import ExactSlidingWindow
 from tests.unit.core import test_counted_alone as counted_alone
 from tests.unit.core.rules import hit, rule
 from tests.unit.core.trailing import (

@@ -25,7 +25,7 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.local import IDLE_MS
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.token_bucket import TokenBucket
-from ratelimit_sidecar.simulate.exact.token_bucket import Answer, Bucket, TokenBuckets, decide
+from simulator.exact.token_bucket import Answer, Bucket, TokenBuckets, decide
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config import load_rules
 from ratelimit_sidecar.config.override import OverrideBounds, parse_override
 from ratelimit_sidecar.core import LocalLimiter
