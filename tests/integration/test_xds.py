@@ -61,17 +61,26 @@ def fleet(ads: AdsServer, module_redis_server: ServerProcess) -> Iterator[list[S
             node.stop()
 
 
-def decide(node: SidecarProcess, address: str) -> wire.DescriptorStatus:
-    with grpc.insecure_channel(node.address) as channel:
+def decide_at(target: str, address: str) -> wire.DescriptorStatus:
+    """The status a client at `address` gets from the sidecar at `target` (host:port)."""
+    with grpc.insecure_channel(target) as channel:
         message = request(GATEWAY_DOMAIN, [*GATEWAY_PREFIX, ("remote_address", address)])
         reply = rls_stub(channel).ShouldRateLimit(message, timeout=5)
     status: wire.DescriptorStatus = reply.statuses[0]
     return status
 
 
+def decide(node: SidecarProcess, address: str) -> wire.DescriptorStatus:
+    return decide_at(node.address, address)
+
+
+def limit_at(target: str) -> int:
+    """The limit a new client address gets from the sidecar at `target` (0: no rule matched)."""
+    return int(decide_at(target, next(_addresses)).current_limit.requests_per_unit)
+
+
 def limit_seen(node: SidecarProcess) -> int:
-    """The limit a new client address gets on `node` (0: no rule matched)."""
-    return int(decide(node, next(_addresses)).current_limit.requests_per_unit)
+    return limit_at(node.address)
 
 
 def get(node: SidecarProcess, path: str) -> tuple[int, dict[str, object]]:

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.net import free_ports, http_ok, wait_grpc_serving
+from harness.process import python_module, stop_process
 from harness.sidecar import SidecarProcess
 from harness.xds_certs import SERVER_NAME, Pki, client_cert, make_pki
 from harness.xds_server import AdsServer, ServerTls, gateway_config
-from tests.integration.test_xds import RETRY, get, limit_seen, wait_for
+from tests.integration.test_xds import RETRY, get, limit_at, limit_seen, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +81,40 @@ def test_a_control_plane_the_ca_did_not_sign_is_refused_with_a_clear_log_line(
     assert "TLS handshake failed" in node.stderr
     assert "CONFIG_GRPC_XDS_SERVER_TLS_CACERT" in node.stderr
     assert "CERTIFICATE_VERIFY_FAILED" in node.stderr
+
+
+def test_the_ratelimit_command_with_envoy_gateways_variables(
+    ads: AdsServer, pki: Pki, tmp_path: Path
+) -> None:
+    """What Envoy Gateway's Deployment sets (local ports and files instead of its own)."""
+    port, grpc_port = free_ports(2)
+    env = {
+        "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": ads.address,
+        "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": str(pki.client_cert),
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": str(pki.client_key),
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": str(pki.ca),
+        "CONFIG_GRPC_XDS_SERVER_TLS_SAN": SERVER_NAME,
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "200ms",
+        "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1s",
+        "HOST": "127.0.0.1", "PORT": str(port), "GRPC_HOST": "127.0.0.1",
+        "GRPC_PORT": str(grpc_port), "RUNTIME_ROOT": str(tmp_path), "LOG_LEVEL": "info",
+    }  # fmt: skip
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RLS_")}
+    proc = subprocess.Popen(
+        python_module("ratelimit_sidecar.cli.reference"),
+        env={**clean, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        target = f"127.0.0.1:{grpc_port}"
+        wait_grpc_serving(target)
+        ads.push([gateway_config(7)], "eg1")
+        wait_for(lambda: limit_at(target) == 7, 3.0)
+        assert http_ok(f"http://127.0.0.1:{port}/healthcheck")  # the reference's probe port
+    finally:
+        _, stderr = stop_process(proc)
+    assert "xDS version 'eg1' accepted (ACK)" in stderr
