@@ -21,10 +21,10 @@ from functools import partial
 from typing import Any
 
 import grpc
+from google.rpc import status_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from ratelimit_sidecar._proto.google.rpc import status_pb2
 from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet

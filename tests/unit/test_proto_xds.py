@@ -4,10 +4,10 @@ discovery messages as Envoy's (checked against the Envoy binary in test_proto.py
 from __future__ import annotations
 
 from google.protobuf.message import Message
+from google.rpc import status_pb2
 
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import ads_pb2, discovery_pb2
-from ratelimit_sidecar._proto.google.rpc import status_pb2
 from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
 from ratelimit_sidecar.config.xds_rules import RESOURCE_TYPE
 from tools import genproto
@@ -82,6 +82,6 @@ def test_rewrite_covers_the_vendored_packages_and_leaves_protobuf_alone() -> Non
     )
     assert genproto.rewrite_imports(src) == (
         "from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as a\n"
-        "from ratelimit_sidecar._proto.google.rpc import status_pb2 as b\n"
+        "from google.rpc import status_pb2 as b\n"
         "from google.protobuf import any_pb2 as c\n"
     )

@@ -1,6 +1,6 @@
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2 as _base_pb2
 from google.protobuf import any_pb2 as _any_pb2
-from ratelimit_sidecar._proto.google.rpc import status_pb2 as _status_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
