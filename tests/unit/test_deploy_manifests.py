@@ -28,9 +28,15 @@ PATHS = {
 
 
 def containers(path: Path) -> Iterator[dict[str, Any]]:
+    """Our containers: in a Deployment's pod, or what an `EnvoyGateway` sets on the rate limit
+    Deployment it generates (which runs /bin/ratelimit)."""
     for doc in yaml.safe_load_all(path.read_text()):
-        spec = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
-        yield from (c for c in spec.get("containers", []) if IMAGE in c.get("image", ""))
+        if doc.get("kind") == "EnvoyGateway":
+            generated = doc["provider"]["kubernetes"]["rateLimitDeployment"]["container"]
+            found = [{"command": ["/bin/ratelimit"], "env": [], **generated}]
+        else:
+            found = doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        yield from (c for c in found if IMAGE in c.get("image", ""))
 
 
 def served(container: dict[str, Any]) -> dict[int, frozenset[str]]:
@@ -67,7 +73,7 @@ def test_every_port_and_probe_is_served(path: Path) -> None:
         ports = served(container)
         for item in container.get("ports", []):
             assert item["containerPort"] in ports, f"{path}: port {item} is not served"
-        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):  # kubelet's, HTTP
             get = container.get(probe, {}).get("httpGet")
             if get is not None:
                 assert get["path"] in ports.get(get["port"], ()), f"{path}: {probe} {get}"
