@@ -30,8 +30,8 @@ from ratelimit_sidecar.core import (
 )
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
-from ratelimit_sidecar.storage.memory import MemoryStorage
 from simulator.envoy_quota import REPORT_PERIOD_MS
+from simulator.memory_store import MemoryStorage
 from simulator.metrics import Recorder
 from simulator.params import rule_for
 from simulator.references import reference_for, trailing_bound

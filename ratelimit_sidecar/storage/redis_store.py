@@ -3,7 +3,8 @@
 `RedisStorage.sync` sends the commands `codec.py` packs for a `SyncBatch` as one
 non-transactional pipeline and has the codec read the replies back. On Cluster, redis-py splits
 the pipeline by node and sends the parts concurrently: one round trip per Redis node. Semantics
-are those of `MemoryStorage`; key names are in `keys.py`; `redis_urls.py` opens the clients.
+are those of the reference store (simulator/memory_store.py); key names are in `keys.py`;
+`redis_urls.py` opens the clients.
 
 Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
 than a failed one because the caller times it out and falls back to local thresholds. Sockets

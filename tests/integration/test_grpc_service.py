@@ -19,7 +19,7 @@ from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 
 T0 = 1_700_000_040_000  # a minute boundary
 OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT

@@ -11,7 +11,7 @@ from ratelimit_sidecar.core import (
     SyncResult,
     TotalRead,
 )
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary

@@ -14,7 +14,7 @@ from ratelimit_sidecar.core.penalty import (
     top_level,
 )
 from ratelimit_sidecar.core.types import Push, SyncBatch
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000  # a minute boundary

@@ -20,7 +20,7 @@ from ratelimit_sidecar.core.quota_assign import (
     settle,
 )
 from ratelimit_sidecar.core.quota_usage import BucketQuota, combine, report_usage
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute

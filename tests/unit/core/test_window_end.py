@@ -8,7 +8,7 @@ from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter, PushResult
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Push
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000  # a minute boundary

@@ -1,4 +1,5 @@
-"""An in-process store: the single-node (local-only) mode, and the simulator's shared store."""
+"""The in-process store: the simulator's shared store, and the reference the storage contract
+tests hold the Redis scripts to (storage/shared_rules.py is the arithmetic both follow)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import KeyId, Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import shared_rules as rules
-from ratelimit_sidecar.storage.memorypenalty import Penalties
+from simulator.memory_penalty import Penalties
 
 PURGE_EVERY = 64  # batches between sweeps of expired counters
 UNSYNCABLE = "sliding_log is never synced per span"  # a push the config should have refused
