@@ -41,7 +41,7 @@ from bench.workload import (
 )
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
 from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults
-from ratelimit_sidecar.core.algorithms import algorithms_with
+from ratelimit_sidecar.core.algorithms import all_algorithms
 from ratelimit_sidecar.metrics import Metrics
 
 NAME = "algorithms"
@@ -65,13 +65,13 @@ def unreachable_limit(algorithm: AlgorithmName) -> int:
 
 def registered(algorithm: AlgorithmName) -> bool:
     """False when the limiter would run the fixed window's fallback for `algorithm`."""
-    chosen = algorithms_with()
+    chosen = all_algorithms()
     fixed = chosen[AlgorithmName.FIXED_WINDOW]
     return algorithm is AlgorithmName.FIXED_WINDOW or chosen[algorithm] is not fixed
 
 
 def decided_by(algorithm: AlgorithmName) -> str:
-    return type(algorithms_with()[algorithm]).__name__
+    return type(all_algorithms()[algorithm]).__name__
 
 
 def decide_costs(algorithm: AlgorithmName) -> dict[str, float]:

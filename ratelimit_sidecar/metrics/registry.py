@@ -241,7 +241,7 @@ class StateCollector(Collector):
         )
         per_rule: dict[str, list[float]] = {}
         for state in self._limiter.keys:
-            per_rule.setdefault(state.rule_id, []).append(state.nodes)
+            per_rule.setdefault(state.rule.id, []).append(state.nodes.value)
         for rule_id, values in per_rule.items():
             family.add_metric([rule_id, "min"], min(values))
             family.add_metric([rule_id, "avg"], sum(values) / len(values))

@@ -132,7 +132,7 @@ def test_an_algorithm_falling_back_to_the_fixed_window_is_not_registered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fixed = FixedWindow()
-    monkeypatch.setattr(algorithms, "algorithms_with", lambda: (fixed,) * len(AlgorithmName))
+    monkeypatch.setattr(algorithms, "all_algorithms", lambda: (fixed,) * len(AlgorithmName))
     assert algorithms.registered(AlgorithmName.FIXED_WINDOW)
     assert not algorithms.registered(AlgorithmName.SLIDING_WINDOW)
     assert algorithms.decided_by(AlgorithmName.SLIDING_LOG) == "FixedWindow"

@@ -246,17 +246,17 @@ def test_a_new_key_lowers_its_even_split_guess_from_a_span_every_node_has_pushed
     batch = limiter.end_span(T0 + 250)
     limiter.apply_sync(T0 + 250, batch, SyncResult((PushResult(4, 0, spans=(0, 0, 0, 4)),)))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.nodes == 3  # the pushed span may still be growing
+    assert state is not None and state.nodes.value == 3  # the pushed span may still be growing
     limiter.hit(T0 + 260, [hit(r, hits=26)])
     batch = limiter.end_span(T0 + 500)
     limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(33, 0, spans=(0, 0, 7, 26)),)))
-    assert state.nodes == 3  # 4 own hits, taken one deviation low: under MIN_EARLY_OWN
+    assert state.nodes.value == 3  # 4 own hits, taken one deviation low: under MIN_EARLY_OWN
     limiter.hit(T0 + 510, [hit(r)])
     batch = limiter.end_span(T0 + 750)
     limiter.apply_sync(T0 + 750, batch, SyncResult((PushResult(77, 0, spans=(0, 7, 43, 1)),)))
     sure = 30 - 30**0.5  # own 4 + 26, one standard deviation low; fleet 7 + 43
-    assert state.nodes == pytest.approx(50 / sure)
-    assert state.check_nodes == pytest.approx(50 / sure)
+    assert state.nodes.value == pytest.approx(50 / sure)
+    assert state.nodes.check == pytest.approx(50 / sure)
 
 
 def test_a_span_never_raises_the_guess_nor_overrides_a_learnt_window() -> None:
@@ -271,12 +271,12 @@ def test_a_span_never_raises_the_guess_nor_overrides_a_learnt_window() -> None:
     answer = PushResult(55, 0, spans=(0, 0, 50, 5))  # the span before: 50 in all, 5 own
     limiter.apply_sync(T0 + 750, batch, SyncResult((answer,)))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.nodes == 3  # 10 > 3: an even split is no lower bound
-    state.nodes_ratio = 2.0  # a finished window has been learnt
+    assert state is not None and state.nodes.value == 3  # 10 > 3: an even split is no lower bound
+    state.nodes.ratio = 2.0  # a finished window has been learnt
     limiter.hit(T0 + 760, [hit(r, hits=5)])
     batch = limiter.end_span(T0 + 1000)
     limiter.apply_sync(T0 + 1000, batch, SyncResult((PushResult(5, 0, spans=(0, 5, 5, 5)),)))
-    assert state.nodes == 3  # windows teach it from now on
+    assert state.nodes.value == 3  # windows teach it from now on
 
 
 def test_a_fallback_over_max_blocks_when_a_cooldown_is_set() -> None:
@@ -285,7 +285,7 @@ def test_a_fallback_over_max_blocks_when_a_cooldown_is_set() -> None:
     limiter.hit(T0 + 10, [hit(r, hits=100)])
     state = limiter.keys.get(hit(r).key)
     assert state is not None
-    limiter.algorithm_of(state).set_nodes(state, 2.0)  # the fleet grew: 100 x 2 > MAX
+    state.nodes.set(2.0)  # the fleet grew: 100 x 2 > MAX
     stats = limiter.apply_sync(T0 + 250, limiter.end_span(T0 + 250), None)
     assert stats.blocked_keys == 1
     # Blocked until T0 + 550, but the 100 hits (x 2) of span 0 leave room for one more (x 2)
@@ -304,8 +304,8 @@ def test_a_window_boundary_roll_before_the_sync_loses_no_span() -> None:
     assert [p.window for p in batch.pushes] == [T0 // 1000]  # the retry alone
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.own_spans is not None
-    assert state.own_spans.total() == 0  # confirmed: counted once, in the store's spans
+    assert state is not None and state.counts.own is not None
+    assert state.counts.own.total() == 0  # confirmed: counted once, in the store's spans
     assert limiter.hit(T0 + 1001, [hit(r)]).code is Code.OVER_LIMIT
     assert limiter.hit(T0 + 1999, [hit(r)]).code is Code.OK  # span 3 has left
 
@@ -407,6 +407,8 @@ SLIDING_RULES = (
     trailing_rule(LOG, rpu=1, key="x"),
     trailing_rule(WINDOW, rpu=40, spans=4, key="y"),
 )
+# A shared store never counts a sliding log (the configuration refuses it): its window twin.
+SHARED_RULES = (SLIDING_RULES[0], trailing_rule(WINDOW, rpu=1, key="x"), SLIDING_RULES[2])
 
 
 @settings(max_examples=100, deadline=None)
@@ -416,6 +418,7 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
 ) -> None:
     """As tests/unit/core/test_counted_alone.py checks for the fixed window."""
     kind = FleetLimiter if shared else LocalLimiter
+    rules = SHARED_RULES if shared else SLIDING_RULES
     alone, whole, now = kind(max_keys), kind(max_keys), T0
     for dt, (index, value, count, companions, first) in script:
         now += dt
@@ -424,7 +427,7 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
             counted_alone.end_span(whole, now, count)
             continue
         counted, others = (
-            hit(SLIDING_RULES[index], value, count),
+            hit(rules[index], value, count),
             counted_alone.COMPANIONS[companions],
         )
         request = [counted, *others] if first else [*others, counted]

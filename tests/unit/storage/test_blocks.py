@@ -53,7 +53,7 @@ def test_anything_else_is_not_a_notice() -> None:
 def table_with(keys: list[KeyId], max_keys: int = 100) -> KeyTable:
     table = KeyTable(max_keys)
     for key in keys:
-        table.insert(KeyState(key, rule().limit, T0, 1, False), T0)  # type: ignore[arg-type]
+        table.insert(KeyState(key, rule(), rule().limit, T0, 1), T0)  # type: ignore[arg-type]
     return table
 
 
@@ -76,7 +76,7 @@ def test_the_index_hashes_each_key_about_once() -> None:
     assert len(calls) == 50
     more: list[KeyId] = [("d", "k", f"new{i}") for i in range(5)]
     for key in more:
-        table.insert(KeyState(key, rule().limit, T0, 1, False), T0)  # type: ignore[arg-type]
+        table.insert(KeyState(key, rule(), rule().limit, T0, 1), T0)  # type: ignore[arg-type]
     assert index.find(digest(more[0])) == more[0]
     assert len(calls) == 55  # only the five new keys, newest first
 
@@ -94,7 +94,7 @@ def test_a_key_that_left_the_table_is_not_found_and_stale_entries_are_bounded() 
     rebuilds = 0
     for i in range(3 * STALE_SLACK):
         flood = ("d", "k", f"flood{i}")
-        table.insert(KeyState(flood, rule().limit, T0 + 2000, 1, False), T0 + 2000)  # type: ignore[arg-type]
+        table.insert(KeyState(flood, rule(), rule().limit, T0 + 2000, 1), T0 + 2000)  # type: ignore[arg-type]
         if index.find(digest(flood)) is None:
             assert index.rebuild_wanted
             rebuilds += 1
