@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from bench import compare
@@ -39,6 +40,7 @@ from bench.workload import (
     rules_yaml,
     workload,
 )
+from harness.answer import answer_now
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
 from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults
 from ratelimit_sidecar.core.algorithms import all_algorithms
@@ -75,11 +77,11 @@ def decided_by(algorithm: AlgorithmName) -> str:
 
 
 def decide_costs(algorithm: AlgorithmName) -> dict[str, float]:
-    """In-process µs per `RateLimitHandler.decide` with metrics (as `bench decision` times the
+    """In-process µs per `RateLimitHandler.respond` with metrics (as `bench decision` times the
     fixed window): hot-10 repeated, and 100,000 keys each seen before."""
     text = rules_yaml(unreachable_limit(algorithm))
     rules = bench_rules(text, RuleDefaults(algorithm=algorithm))
-    decide = handler(2 * DISTINCT, FakeClock(), metrics=Metrics(), rules=rules).decide
+    decide = partial(answer_now, handler(2 * DISTINCT, FakeClock(), metrics=Metrics(), rules=rules))
     distinct = [request(v).SerializeToString() for v in key_values(DISTINCT)]
     hot = distinct[:HOT_KEYS] * (HOT_CALLS // HOT_KEYS)
     loop_us(decide, distinct)  # first sight: compiled, counters made

@@ -1,6 +1,6 @@
 """What one decision costs in-process, and what the metrics add to it.
 
-`RateLimitHandler.decide` (request bytes in, response bytes out) is timed by how often the
+`RateLimitHandler.respond` (request bytes in, response bytes out) is timed by how often the
 sidecar has seen the request before: repeated (hot keys), seen before (100,000 clients that keep
 coming back), and never seen (parse, validate, match, a new counter, a cache entry: a flood of
 fresh values), also with a key table too small for the flood, where each new counter evicts an
@@ -17,9 +17,11 @@ import gc
 import time
 import timeit
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from bench.report import Options, Outcome, table, write_results
 from bench.workload import DOMAIN, KEY, bench_rules, handler, key_values, limiter, request
+from harness.answer import answer_now
 from ratelimit_sidecar.config.matcher import match
 from ratelimit_sidecar.core import Hit
 from ratelimit_sidecar.metrics import Metrics
@@ -70,11 +72,15 @@ def decide_costs() -> Costs:
     gc.freeze()  # as the server does after startup
     try:
         return {
-            f"first sight ({DISTINCT:,} new requests)": loop_us(big.decide, distinct),
-            f"seen before ({DISTINCT:,} requests, each again)": loop_us(big.decide, distinct),
-            f"repeated ({HOT_KEYS} requests, {HOT_CALLS:,} calls)": loop_us(big.decide, hot),
+            f"first sight ({DISTINCT:,} new requests)": loop_us(partial(answer_now, big), distinct),
+            f"seen before ({DISTINCT:,} requests, each again)": loop_us(
+                partial(answer_now, big), distinct
+            ),
+            f"repeated ({HOT_KEYS} requests, {HOT_CALLS:,} calls)": loop_us(
+                partial(answer_now, big), hot
+            ),
             f"first sight, half evicting (--max-keys {small_table:,})": loop_us(
-                small.decide, distinct
+                partial(answer_now, small), distinct
             ),
         }
     finally:
@@ -110,8 +116,8 @@ def metrics_costs() -> Costs:
         "decision_seconds.observe(x)": per_call_us(lambda: observe(SAMPLE_SECONDS)),
         SERVICER: per_call_us(servicer_timing),
         COUNTERS: per_call_us(lambda: metrics.admitted(tally, 0, verdict)),
-        "decide, no metrics": per_call_us(lambda: plain.decide(body), DECIDE_NUMBER),
-        "decide, with metrics": per_call_us(lambda: observed.decide(body), DECIDE_NUMBER),
+        "decide, no metrics": per_call_us(lambda: answer_now(plain, body), DECIDE_NUMBER),
+        "decide, with metrics": per_call_us(lambda: answer_now(observed, body), DECIDE_NUMBER),
     }
 
 
@@ -138,7 +144,7 @@ def render(decide: Costs, metrics: Costs) -> str:
 
 
 def run(options: Options) -> Outcome:
-    print(f"[{NAME}] in-process RateLimitHandler.decide and metrics costs")
+    print(f"[{NAME}] in-process RateLimitHandler.respond and metrics costs")
     decide, metrics = decide_costs(), metrics_costs()
     print(f"\n{render(decide, metrics)}")
     document = {"decide_us": decide, "metrics_us": metrics}

@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from bench import overhead
@@ -43,6 +44,7 @@ from bench.workload import (
 )
 from bench.workload import handler as bench_handler
 from bench.workload import workload as make_workload
+from harness.answer import answer_now
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
@@ -273,10 +275,13 @@ def in_process_costs() -> list[tuple[str, float, float]]:
             gc.collect()
             gc.freeze()  # as the server does after start-up: the collector skips the set
             try:
-                costs = [loop_us(handler.decide, distinct), loop_us(handler.decide, distinct)]
-                costs.append(loop_us(handler.decide, hot))
+                costs = [
+                    loop_us(partial(answer_now, handler), distinct),
+                    loop_us(partial(answer_now, handler), distinct),
+                ]
+                costs.append(loop_us(partial(answer_now, handler), hot))
                 handler.swap_overrides(replace(applied[name], version=2))
-                costs.append(loop_us(handler.decide, distinct))
+                costs.append(loop_us(partial(answer_now, handler), distinct))
             finally:
                 gc.unfreeze()
             del handler

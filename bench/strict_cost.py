@@ -99,11 +99,6 @@ def strict_handler(workdir: Path, redis_url: str, algorithm: AlgorithmName) -> R
     return RateLimitHandler(rules, limiter, clock_ms, observer=Metrics(), strict=decider)
 
 
-async def respond(handler: RateLimitHandler, body: bytes) -> bytes:
-    answer = handler.respond(body)
-    return answer if isinstance(answer, bytes) else await answer
-
-
 def hits_of(handler: RateLimitHandler, body: bytes) -> tuple[Hit, ...]:
     """The matched hits of `body`, as the handler compiled them."""
     compiled = handler._compiled.get(body)
@@ -118,7 +113,7 @@ async def measure(workdir: Path, redis_url: str) -> tuple[dict[str, float], str]
     handlers = {a: strict_handler(workdir, redis_url, a) for a in AlgorithmName}
     for algorithm, handler in handlers.items():
         costs[f"handler, {algorithm.text}"] = await cpu_us_per_call(
-            lambda i, h=handler: respond(h, bodies[i % 10])  # type: ignore[misc]
+            lambda i, h=handler: h.respond(bodies[i % 10])  # type: ignore[misc]
         )
     fixed = handlers[AlgorithmName.FIXED_WINDOW]
     decider = fixed._strict
@@ -137,7 +132,7 @@ async def measure(workdir: Path, redis_url: str) -> tuple[dict[str, float], str]
         lambda i: store.check(checks[i % 10])
     )
     costs.update(await baseline_costs(redis_url))
-    return costs, await profile(lambda i: respond(fixed, bodies[i % 10]))
+    return costs, await profile(lambda i: fixed.respond(bodies[i % 10]))
 
 
 async def baseline_costs(redis_url: str) -> dict[str, float]:

@@ -1,15 +1,15 @@
 """ShouldRateLimit semantics: validate, match descriptors to rules, ask the core, build the answer.
 
-Synchronous and free of I/O: the gRPC servicer calls `respond` on the event loop thread with the
-request's wire bytes; what the bytes mean is worked out once per distinct request
-(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder. The one
-exception is a request with a strict limit (when a store is configured): `respond` returns a
-coroutine for it, which the servicer awaits (`service.strict`: one Redis call per slot).
+Free of I/O: a transport awaits `respond` on the event loop thread with the request's wire
+bytes, and gets the response's. What the bytes mean is worked out once per distinct request
+(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder, and
+`respond` returns without suspending. The one exception is a request with a strict limit (when
+a store is configured): it awaits the store (`service.strict`: one Redis call per slot).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -109,17 +109,9 @@ class RateLimitHandler:
         self._compiled.clear()
         self.api_overrides = applied
 
-    def decide(self, raw: bytes) -> bytes:
-        """`respond` for a request without a strict limit (tests and benchmarks)."""
-        response = self.respond(raw)
-        if not isinstance(response, bytes):
-            response.close()
-            raise TypeError("a request with a strict limit is answered by awaiting `respond`")
-        return response
-
-    def respond(self, raw: bytes) -> bytes | Coroutine[Any, Any, bytes]:
-        """The encoded RateLimitResponse to an encoded RateLimitRequest; for a request with a
-        strict limit, a coroutine that gives it (the servicer awaits it).
+    async def respond(self, raw: bytes) -> bytes:
+        """The encoded RateLimitResponse to an encoded RateLimitRequest. Suspends only for a
+        request with a strict limit, to wait for the store.
 
         Raises InvalidRequest for a request that cannot be answered (malformed, empty, too big).
         """
@@ -136,8 +128,10 @@ class RateLimitHandler:
         now = self._clock_ms()
         if not compiled.only:
             if compiled.strict:
-                return self._decide_strict(now, raw, compiled)
-            decision = self.limiter.hit(now, compiled.hits)
+                assert self._strict is not None
+                decision = await self._strict.decide(now, compiled.hits)
+            else:
+                decision = self.limiter.hit(now, compiled.hits)
         else:  # one counted descriptor; the others' answers never change
             decision = self.limiter.hit(now, compiled.only)
             verdict = decision.verdicts[0]
@@ -169,11 +163,6 @@ class RateLimitHandler:
         request = RateLimitRequest.FromString(raw)
         verdicts = verdicts or [unlimited_verdict(hit) for hit in hits]
         return response + dynamic_metadata_field(request, hits, verdicts)
-
-    async def _decide_strict(self, now: int, raw: bytes, compiled: CompiledRequest) -> bytes:
-        assert self._strict is not None
-        decision = await self._strict.decide(now, compiled.hits)
-        return self._answer(now, raw, compiled, decision)
 
     def _compile(self, raw: bytes) -> CompiledRequest:
         """Parse, validate and match a request not seen since the rules last changed."""
