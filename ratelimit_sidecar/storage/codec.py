@@ -41,11 +41,11 @@ from ratelimit_sidecar.storage.keys import (
     digest,
     span_stem,
 )
+from ratelimit_sidecar.storage.scripts import KEY_ERROR, MAX_REASON
 
 CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
 TIME_SCRIPT = "return redis.call('TIME')"
 HEARTBEAT_COMMANDS = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
-KEY_ERROR = "E:"  # a sync script's answer for a key it applied nothing for
 # The sync script of each algorithm synced per span; a push of any other is never sent.
 SCRIPT_FILES = {
     AlgorithmName.FIXED_WINDOW: "sync.lua",
@@ -53,7 +53,6 @@ SCRIPT_FILES = {
     AlgorithmName.TOKEN_BUCKET: "sync_bucket.lua",
 }
 UNSYNCABLE = "sliding_log is never synced per span"
-MAX_REASON = 80  # characters of an error reply kept as a key's reason
 Command = tuple[Any, ...]
 
 
