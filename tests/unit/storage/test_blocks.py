@@ -14,7 +14,6 @@ from ratelimit_sidecar.storage.blocks import (
     STALE_SLACK,
     BlockNotice,
     DigestIndex,
-    notice_message,
     parse_notice,
 )
 from ratelimit_sidecar.storage.keys import digest
@@ -22,6 +21,11 @@ from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
 D = "0123456789abcdef"
+
+
+def notice_message(notice: BlockNotice) -> bytes:
+    """What the scripts publish for `notice` (sync_common.lua `start_block`)."""
+    return f"{notice.digest}|{notice.left_ms}|{notice.level}|{notice.set_for}".encode("ascii")
 
 
 def test_a_notice_is_read_and_later_fields_are_ignored() -> None:
