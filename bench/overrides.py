@@ -48,10 +48,10 @@ from harness.answer import answer_now
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
-from ratelimit_sidecar.config.override import OverrideBounds, parse_override
+from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.service.overrides import AppliedOverrides
-from ratelimit_sidecar.storage.override_file import FILE_NAME, FORMAT
+from ratelimit_sidecar.storage.overrides_file import FILE_NAME, FORMAT
 
 NAME = "overrides"
 CHANGES = 200

@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
-from ratelimit_sidecar.config.override import OverrideError, parse_override
+from ratelimit_sidecar.config.overrides import OverrideError, parse_override
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.adminbody import BodyError, history_view, json_body
 from ratelimit_sidecar.server.grpc_api import BindError

@@ -22,8 +22,8 @@ from ratelimit_sidecar.server.endpoints import Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
-from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
+from ratelimit_sidecar.server.overrides_sync import follow_overrides
 from ratelimit_sidecar.server.reload import RuleWatcher
 from ratelimit_sidecar.server.rlqs_api import quota_wiring
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
@@ -106,7 +106,7 @@ class Sidecar:
         self.overrides = keeper_for(
             settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
         )
-        # Shared overrides: a change announced on Redis is read at once (server/override_sync.py),
+        # Shared overrides: a change announced on Redis is read at once (server/overrides_sync.py),
         # on the node's one pub/sub connection (made above for blocks when counts go to Redis).
         self.subscriber, self.follower = follow_overrides(
             storage, self.overrides, clock_ms, self.subscriber

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ratelimit_sidecar.config.override import OverrideBounds
+from ratelimit_sidecar.config.overrides import OverrideBounds
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.admin import TOKEN_ENV, AdminServer
 from ratelimit_sidecar.server.http_api import Request
