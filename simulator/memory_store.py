@@ -62,7 +62,7 @@ class MemoryStorage:
         if algorithm is AlgorithmName.SLIDING_LOG:
             return PushResult(0, 0, error=UNSYNCABLE)
         window_ttl = rules.window_ttl_ms(push.limit)
-        window_total = self._add((push.key, push.window), push.count, window_ttl, now)
+        window_total = self._add((push.key, push.window), push.hits, window_ttl, now)
         spans: tuple[int, ...] = ()
         if algorithm is AlgorithmName.SLIDING_WINDOW:
             spans = self._spans(push, now)
@@ -78,15 +78,15 @@ class MemoryStorage:
     def _spans(self, push: Push, now: int) -> tuple[int, ...]:
         """INCRBY the pushed span; the window of span totals ending with it, oldest first."""
         span = rules.pushed_span(push)
-        self._add((push.key, f"s{span}"), push.count, rules.span_ttl_ms(push.limit), now)
+        self._add((push.key, f"s{span}"), push.hits, rules.span_ttl_ms(push.limit), now)
         window = rules.answered_spans(span, push.limit)
         return tuple(self._value((push.key, f"s{n}"), now) for n in window)
 
     def _bucket(self, push: Push, now: int) -> int:
         """Move the TAT by the push; answer the debt in ms."""
         tat, expires = self._buckets.get(push.key, (0.0, 0))
-        tat = rules.next_tat(tat if now < expires else 0.0, now, push.count, push.limit)
-        if push.count:  # a read leaves the state as it is (see sync_bucket.lua)
+        tat = rules.next_tat(tat if now < expires else 0.0, now, push.hits, push.limit)
+        if push.hits:  # a read leaves the state as it is (see sync_bucket.lua)
             self._buckets[push.key] = (tat, now + rules.bucket_ttl_ms(tat, now))
         return rules.bucket_debt_ms(tat, now)
 

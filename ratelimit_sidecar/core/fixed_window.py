@@ -135,7 +135,7 @@ class FixedWindow:
         MAX / N it blocks the key."""
         counts, limit = state.counts, state.limit
         if answer is None:
-            scaled = push.count * state.nodes.value
+            scaled = push.hits * state.nodes.value
             counts.seen += int(scaled)
             if scaled > limit.requests_per_unit / limit.spans:
                 state.block(_block_end(state, now_ms, state.window))

@@ -194,7 +194,7 @@ class FleetLimiter(Limiter):
     def pending_hits(self) -> int:
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
         tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
-        return tracked + sum(p.count for p in self._orphans)
+        return tracked + sum(p.hits for p in self._orphans)
 
 
 def _levels(state: KeyState, now_ms: int) -> tuple[int, int]:

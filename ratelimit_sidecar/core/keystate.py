@@ -7,7 +7,7 @@ from typing import Any
 from ratelimit_sidecar.config.model import RateLimit, Rule
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.nodes_estimate import NO_WINDOW, NodesEstimate
-from ratelimit_sidecar.core.penalty import PenaltyState, Tally
+from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
@@ -75,7 +75,7 @@ class KeyState:
         now_ms: int,
         nodes: float,
         *,
-        tally: Tally | None = None,
+        raised: RaisedLevels | None = None,
     ) -> None:
         self.key = key
         self.rule = rule  # its `shadow_mode`, and its `id` for /debug/keys and metrics
@@ -89,7 +89,7 @@ class KeyState:
         self.last_hit = now_ms
         self.blocked_until = 0
         # A limit with `penalty:`: its level and what its client was told (core/penalty.py).
-        self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, tally)
+        self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, raised)
         self.nodes = NodesEstimate(nodes)
         self.counts: Any = None  # typed by each algorithm's own view of it
 

@@ -19,7 +19,7 @@ from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.keytable import KeyTable
-from ratelimit_sidecar.core.penalty import PenaltyState, Tally
+from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, unlimited_verdict
@@ -49,7 +49,7 @@ class Limiter(ABC):
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
         self._schedules: set[tuple[int, int]] = set()  # (window_ms, spans) of tracked rules
         self._evicted_counts = EvictedCounts(max_keys)
-        self.penalties = Tally()  # offences that raised a key's penalty level (cumulative)
+        self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
     def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         """Decide a request; counters move only if every descriptor admits it.
@@ -195,7 +195,7 @@ class Limiter(ABC):
                 state.counts.ceiling = limit.requests_per_unit
             return state
         # live_nodes as it is (an int): one object shared by every new key, not a float each
-        fresh = KeyState(key, rule, limit, now_ms, self.live_nodes, tally=self.penalties)
+        fresh = KeyState(key, rule, limit, now_ms, self.live_nodes, raised=self.penalties)
         if state is not None:  # the rule changed under a reload: start over
             self._evicted(state)
             self.keys.remove(state)

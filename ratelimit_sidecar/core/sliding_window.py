@@ -163,10 +163,10 @@ class SlidingWindow:
         fleet = _fleet_spans(state)
         for offset, total in enumerate(answer.spans):
             fleet.put(newest - len(answer.spans) + 1 + offset, total)
-        if push.count > 0 and counts.own is not None:
-            counts.own.take_oldest(push.count)  # in the store's totals now
-        fleet.raise_floor(newest, max(0, push.count) * state.nodes.check)
-        _learn_from_spans(state, counts, newest, push.count, answer.spans)
+        if push.hits > 0 and counts.own is not None:
+            counts.own.take_oldest(push.hits)  # in the store's totals now
+        fleet.raise_floor(newest, max(0, push.hits) * state.nodes.check)
+        _learn_from_spans(state, counts, newest, push.hits, answer.spans)
         return _blocks_over(state, now_ms, known=True)
 
 

@@ -68,7 +68,7 @@ class SyncPlan:
                 if state is not None:
                     failed.add(state)
                 continue
-            pushed, hits = pushed + 1, hits + push.count
+            pushed, hits = pushed + 1, hits + push.hits
             if state is not None:
                 blocked += self._take_answer(now_ms, push, state, answer)
         self._learn_nodes(result)
@@ -127,7 +127,7 @@ class SyncPlan:
             if resend and recent:
                 self.requeue.append(push)
                 return 0, False
-            return push.count, False
+            return push.hits, False
         if _paced(state):
             self._paced.after_sync(state, now_ms, False)
         blocks = False
@@ -136,8 +136,8 @@ class SyncPlan:
             state.inflight = 0
             blocks = self._algorithm(state).store_answer(state, push, None, now_ms)
         if resend:
-            return state.stash(push.count, push.window, state.window), blocks
-        return push.count, blocks  # may have arrived: counted as unconfirmed, not resent
+            return state.stash(push.hits, push.window, state.window), blocks
+        return push.hits, blocks  # may have arrived: counted as unconfirmed, not resent
 
     def _algorithm(self, state: KeyState) -> SharedAlgorithm:
         algorithm = self._algorithms[state.limit.algorithm]

@@ -21,14 +21,14 @@ def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
     ever admits; a check with no hits is answered OK."""
     code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
     over = shadow and hits > 0
-    return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=over, shadow=shadow)
+    return Verdict(code, limit, reset_ms=limit.cooldown, shadow_refused=over, shadow=shadow)
 
 
 def refusal(state: KeyState, reset_ms: int) -> Verdict:
     """A counted key's refusal, answered OK (and marked shadowed) under a shadow rule."""
     shadow = state.rule.shadow_mode
     code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+    return Verdict(code, state.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
 
 
 def refuse_blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:

@@ -153,7 +153,7 @@ class Metrics:
             counts[TOTAL] += 1
             if verdict.code is Code.OVER_LIMIT:
                 counts[OVER] += 1
-            elif verdict.shadowed:
+            elif verdict.shadow_refused:
                 counts[SHADOW] += 1
             else:
                 counts[WITHIN] += 1

@@ -41,7 +41,7 @@ from ratelimit_sidecar.service.validation import (
     validate_request,
 )
 
-MAX_OVERRIDES = 1024
+MAX_REQUEST_LIMITS = 1024  # rules made for limits requests carry, kept at most
 MAX_HITS = 2**32 - 1
 _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 
@@ -81,7 +81,7 @@ class RateLimitHandler:
         self._bounds = bounds or Bounds()
         self._encoder = ResponseEncoder(options)
         self._observer = observer
-        self._overrides: dict[tuple[object, int, int], Rule] = {}
+        self._request_limits: dict[tuple[object, int, int], Rule] = {}
         self._compiled = RequestCache(cache_entries)
         self._strict = strict  # None: strict rules are decided by the limiter (local-only)
         options = self._encoder.options
@@ -92,20 +92,20 @@ class RateLimitHandler:
             strict_in_store=strict is not None,
         )
         self._metadata = options.dynamic_metadata
-        self._lenient = _lets_refusals_through(rules, options)
+        self._refusals_may_pass = _lets_refusals_through(rules, options)
         # Runtime overrides (admin API): replaced whole, kept across rule reloads.
         self.api_overrides = NO_OVERRIDES
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
-        self._overrides = {}
+        self._request_limits = {}
         self._compiled.clear()
-        self._lenient = _lets_refusals_through(rules, self._encoder.options)
+        self._refusals_may_pass = _lets_refusals_through(rules, self._encoder.options)
         self.rules = rules
 
     def swap_overrides(self, applied: AppliedOverrides) -> None:
         """The runtime overrides changed: requests are matched afresh (counters stay)."""
-        self._overrides = {}
+        self._request_limits = {}
         self._compiled.clear()
         self.api_overrides = applied
 
@@ -135,7 +135,9 @@ class RateLimitHandler:
         else:  # one counted descriptor; the others' answers never change
             decision = self.limiter.hit(now, compiled.only)
             verdict = decision.verdicts[0]
-            if verdict.code is Code.OK and not verdict.shadowed:  # the usual answer, in one step
+            if (
+                verdict.code is Code.OK and not verdict.shadow_refused
+            ):  # the usual answer, in one step
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, compiled.counted, verdict)
                 return self._encoder.admitted(
@@ -146,7 +148,7 @@ class RateLimitHandler:
 
     def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
         """The response to a decided request: the overall code, metrics, the encoding."""
-        if decision.code is Code.OVER_LIMIT and self._lenient:  # quota or shadow mode
+        if decision.code is Code.OVER_LIMIT and self._refusals_may_pass:  # quota or shadow mode
             decision = self._overall.settle(now, compiled.hits, decision)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
@@ -223,20 +225,20 @@ class RateLimitHandler:
             rule = self.api_overrides.rule(name, tuple(entries), rule)
         if descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
             override = descriptor.limit.requests_per_unit, descriptor.limit.unit
-            return self._override(rule or _unmatched(name, entries), *override)
+            return self._request_limit(rule or _unmatched(name, entries), *override)
         return rule
 
-    def _override(self, rule: Rule, requests_per_unit: int, unit: int) -> Rule:
+    def _request_limit(self, rule: Rule, requests_per_unit: int, unit: int) -> Rule:
         """The request carries its own limit (RateLimitOverride), in any descriptor of a known
         domain, matched or not: the rule's counter with other numbers. As in the reference, an
         override is enforced and counted alone: no shadow or quota mode, no metadata."""
         # A loaded rule is its own key; a rule made for an unmatched descriptor is new each time.
         made = rule.source is None
         cache_key = ((rule.domain, rule.path) if made else rule, requests_per_unit, unit)
-        found = self._overrides.get(cache_key)
+        found = self._request_limits.get(cache_key)
         if found is None:
-            if len(self._overrides) >= MAX_OVERRIDES:
-                self._overrides.clear()
+            if len(self._request_limits) >= MAX_REQUEST_LIMITS:
+                self._request_limits.clear()
             base = rule.limit or RateLimit(requests_per_unit, Unit(unit))
             # The override's window is its unit alone (it carries no multiplier).
             limit = replace(
@@ -251,7 +253,7 @@ class RateLimitHandler:
                 quota_mode=False,
                 metadata=None,
             )
-            self._overrides[cache_key] = found
+            self._request_limits[cache_key] = found
         return found
 
 

@@ -213,7 +213,7 @@ def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
 def refusal(check: StrictCheck, reset_ms: int) -> Verdict:
     shadow = check.shadow
     code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, check.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+    return Verdict(code, check.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
 
 
 def merge(
@@ -237,7 +237,7 @@ def merge(
 def _combine(verdicts: list[Verdict]) -> Verdict:
     if len(verdicts) == 1:
         return verdicts[0]
-    refusals = [v for v in verdicts if v.code is Code.OVER_LIMIT or v.shadowed]
+    refusals = [v for v in verdicts if v.code is Code.OVER_LIMIT or v.shadow_refused]
     if refusals:
         return max(refusals, key=refusal_order)
     return min(verdicts, key=lambda verdict: verdict.remaining)

@@ -217,7 +217,7 @@ class SyncCodec:
 def fixed_entry(push: Push) -> str:
     key, limit = push.key, push.limit
     return (
-        f"{digest(key)}|{counter_suffix(key, push.window)}|{push.count}|"
+        f"{digest(key)}|{counter_suffix(key, push.window)}|{push.hits}|"
         f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}|"
         f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
@@ -227,7 +227,7 @@ def sliding_entry(push: Push) -> str:
     key, limit = push.key, push.limit
     return (
         f"{digest(key)}|{counter_suffix(key, push.window)}|{span_stem(key)}|"
-        f"{rules.pushed_span(push)}|{push.count}|{rules.window_ttl_ms(limit)}|"
+        f"{rules.pushed_span(push)}|{push.hits}|{rules.window_ttl_ms(limit)}|"
         f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}|"
         f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
     )
@@ -236,7 +236,7 @@ def sliding_entry(push: Push) -> str:
 def bucket_entry(push: Push) -> str:
     key, limit = push.key, push.limit
     return (
-        f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.count}|"
+        f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.hits}|"
         f"{rules.window_ttl_ms(limit)}|{limit.window_ms}|{limit.requests_per_unit}|"
         f"{limit.capacity}|{limit.cooldown}|"
         f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"

@@ -102,7 +102,7 @@ def test_an_orphans_not_applied_push_is_sent_again() -> None:
     stats = limiter.apply_sync(T0 + 250, batch, result)
     assert (stats.failed_keys, stats.dropped_hits, stats.pushed_hits) == (1, 0, 1)
     again = limiter.end_span(T0 + 500)
-    assert [(p.key[2], p.count) for p in again.pushes if p.key[2] == "a"] == [("a", 4)]
+    assert [(p.key[2], p.hits) for p in again.pushes if p.key[2] == "a"] == [("a", 4)]
 
 
 def test_a_key_evicted_while_its_push_fails_sends_the_count_later() -> None:
@@ -113,4 +113,4 @@ def test_a_key_evicted_while_its_push_fails_sends_the_count_later() -> None:
     limiter.apply_sync(T0 + 260, batch, None, resend=True)  # the push surely did not arrive
     assert limiter.pending_hits() == 6 and limiter.dropped_hits == 0
     again = limiter.end_span(T0 + 500)
-    assert sorted((p.key[2], p.count) for p in again.pushes) == [("a", 5), ("b", 1)]
+    assert sorted((p.key[2], p.hits) for p in again.pushes) == [("a", 5), ("b", 1)]

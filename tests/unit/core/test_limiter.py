@@ -68,7 +68,7 @@ def test_shadow_mode_answers_ok_but_counts() -> None:
     limiter, r = FleetLimiter(), rule(rpu=1, shadow=True)
     verdicts = [limiter.hit(T0, [hit(r)]).verdicts[0] for _ in range(3)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False, True, True]
+    assert [v.shadow_refused for v in verdicts] == [False, True, True]
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.nodes.admitted == 3
 
@@ -79,7 +79,7 @@ def test_span_end_pushes_the_span_and_seen_gates_the_rest_of_the_window() -> Non
         limiter.hit(T0, [hit(r)])
     assert limiter.next_span_end(T0) == T0 + 500
     batch = limiter.end_span(T0 + 500)
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 6)]
     limiter.apply_sync(T0 + 500, batch, store.execute(batch))
     codes = [limiter.hit(T0 + 600, [hit(r)]).code for _ in range(5)]
     assert codes == [Code.OK] * 4 + [Code.OVER_LIMIT]
@@ -91,7 +91,7 @@ def test_window_rollover_starts_a_new_count_and_pushes_the_last_span_late() -> N
         limiter.hit(T0 + 900, [hit(r)])
     assert limiter.hit(T0 + 1000, [hit(r)]).code is Code.OK  # new window, fresh quota
     batch = limiter.end_span(T0 + 1000)
-    assert sorted((p.window, p.count) for p in batch.pushes) == [
+    assert sorted((p.window, p.hits) for p in batch.pushes) == [
         (T0 // 1000, 10),
         (T0 // 1000 + 1, 1),
     ]
@@ -153,7 +153,7 @@ def test_store_failure_keeps_deltas_and_applies_the_fallback() -> None:
     assert limiter.pending_hits() == 6
     batch = limiter.end_span(T0 + 1000)  # the store is back: the unsent span goes out
     # ... as the key's one push of this span (its answer brings the block flag back too).
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 6)]
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     assert limiter.pending_hits() == 0
 
@@ -222,7 +222,7 @@ def test_a_timed_out_push_is_not_resent_so_it_cannot_count_twice() -> None:
     batch = limiter.end_span(T0 + 500)
     stats = limiter.apply_sync(T0 + 500, batch, None, resend=False)
     assert stats.dropped_hits == 4  # unconfirmed: it may have reached the store
-    assert sum(p.count for p in limiter.end_span(T0 + 1000).pushes) == 0
+    assert sum(p.hits for p in limiter.end_span(T0 + 1000).pushes) == 0
 
 
 def test_store_down_fallback_judges_each_span_once() -> None:
@@ -246,7 +246,7 @@ def test_idle_keys_are_pushed_to_a_shared_store() -> None:
     limiter.hit(T0, [hit(r)])
     sync(limiter, MemoryStorage(), T0 + 500)  # the hit went out
     batch = limiter.end_span(T0 + 1000)
-    assert [p.count for p in batch.pushes if p.window == T0 // 1000 + 1] == [0]
+    assert [p.hits for p in batch.pushes if p.window == T0 // 1000 + 1] == [0]
 
 
 def test_local_only_applies_the_counts_in_memory() -> None:
@@ -268,7 +268,7 @@ def test_local_only_blocks_from_the_span_end_that_saw_the_window_over_max() -> N
     for t in range(T0, T0 + 6):
         assert limiter.hit(t, [hit(r)]).code is Code.OK
     verdict = limiter.hit(T0 + 1700, [hit(r)]).verdicts[0]  # no end_span call in between
-    assert verdict.shadowed and verdict.reset_ms == T0 + 500 + 2000 - (T0 + 1700)
+    assert verdict.shadow_refused and verdict.reset_ms == T0 + 500 + 2000 - (T0 + 1700)
 
 
 def test_local_only_keeps_a_key_through_a_minute_of_silence_then_forgets_it() -> None:

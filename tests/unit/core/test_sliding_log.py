@@ -116,7 +116,7 @@ def test_shadow_rules_answer_ok_marked_shadowed_and_near_limit_from_80_percent()
     limiter = LocalLimiter()
     verdicts = [limiter.hit(T0 + i, [hit(r)]).verdicts[0] for i in range(6)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False] * 5 + [True]
+    assert [v.shadow_refused for v in verdicts] == [False] * 5 + [True]
     assert [v.near_limit for v in verdicts[:5]] == [False, False, False, True, True]
 
 

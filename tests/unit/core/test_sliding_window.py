@@ -134,7 +134,7 @@ def test_shadow_rules_answer_ok_marked_shadowed_and_near_limit_from_80_percent()
     limiter = LocalLimiter()
     verdicts = [limiter.hit(T0 + i, [hit(r)]).verdicts[0] for i in range(7)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False] * 5 + [True] * 2
+    assert [v.shadow_refused for v in verdicts] == [False] * 5 + [True] * 2
     assert [v.near_limit for v in verdicts[:5]] == [False, False, False, True, True]
 
 
@@ -192,7 +192,7 @@ def test_the_estimate_is_the_stores_spans_plus_own_unconfirmed_hits_times_nodes(
     limiter = _fleet_of(nodes=2)
     assert limiter.hit(T0 + 10, [hit(r, hits=10)]).verdicts[0].remaining == 80  # 10 x 2
     batch = limiter.end_span(T0 + 250)
-    assert [(p.count, p.span) for p in batch.pushes] == [(10, span_number(T0, _limit(r)))]
+    assert [(p.hits, p.span) for p in batch.pushes] == [(10, span_number(T0, _limit(r)))]
     # The fleet counted 50 in span 0 (this node's 10 among them).
     limiter.apply_sync(T0 + 250, batch, SyncResult((PushResult(50, 0, spans=(0, 0, 0, 50)),)))
     assert limiter.hit(T0 + 260, [hit(r, hits=5)]).verdicts[0].remaining == 40  # 50 + 5 x 2
@@ -225,7 +225,7 @@ def test_store_failure_keeps_own_hits_scaled_until_an_answer_confirms_them() -> 
     refusal = limiter.hit(T0 + 510, [hit(r)]).verdicts[0]
     assert refusal.code is Code.OVER_LIMIT and refusal.reset_ms > 300  # no block: not over
     batch = limiter.end_span(T0 + 750)  # the store is back: the unsent hits go out
-    assert sum(p.count for p in batch.pushes) == 25
+    assert sum(p.hits for p in batch.pushes) == 25
     limiter.apply_sync(T0 + 750, batch, SyncResult((PushResult(25, 0, spans=(0, 0, 0, 25)),)))
     # Confirmed, but the other nodes may not have pushed that span yet: until the next answer
     # it counts this node's 25 times 4, and a refusal on that estimate starts no block.

@@ -228,8 +228,8 @@ def test_a_shadow_bucket_counts_refused_hits_no_deeper_than_an_enforced_one() ->
     limiter, r = LocalLimiter(), bucket_rule(10, burst=2, shadow=True)
     verdicts = [one(limiter, T0, hit(r)) for _ in range(5)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False, False, True, True, True]
-    assert not one(limiter, T0 + 100, hit(r)).shadowed  # one token back, as if enforced
+    assert [v.shadow_refused for v in verdicts] == [False, False, True, True, True]
+    assert not one(limiter, T0 + 100, hit(r)).shadow_refused  # one token back, as if enforced
 
 
 def test_tokens_given_back() -> None:
@@ -355,7 +355,7 @@ def test_the_stores_debt_replaces_the_estimate() -> None:
     limiter, r = fleet(4), bucket_rule(10)
     one(limiter, T0, hit(r))
     batch = limiter.end_span(T0 + 500)
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 1)]  # own hits only
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 1)]  # own hits only
     limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(650, 0),)))
     v = one(limiter, T0 + 500, hit(r, hits=0))
     assert (v.remaining, v.reset_ms) == (3, 650)  # 6.5 tokens of debt
@@ -394,7 +394,7 @@ def test_store_failure_keeps_counting_own_hits_for_every_node() -> None:
     # the estimate goes on: debts of 2.5, then 6.5, then 10.5 tokens
     assert [one(limiter, T0 + 250, hit(r)).code for _ in range(3)].count(Code.OK) == 2
     batch = limiter.end_span(T0 + 500)  # the store is back: the failed span goes out again
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 1), (T0 // 1000, 2)]
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 1), (T0 // 1000, 2)]
     limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(200, 0), PushResult(300, 0))))
     assert one(limiter, T0 + 500, hit(r, hits=0)).remaining == 7
     assert limiter.pending_hits() == 0
@@ -423,10 +423,10 @@ class BucketStore:
         answers = []
         for push in batch.pushes:
             interval = push.limit.window_ms / push.limit.requests_per_unit
-            moved = max(self.tat.get(push.key, 0.0), now) + push.count * interval
+            moved = max(self.tat.get(push.key, 0.0), now) + push.hits * interval
             self.tat[push.key] = max(moved, now)
             counter = (push.key, push.window)
-            self.windows[counter] = self.windows.get(counter, 0) + push.count
+            self.windows[counter] = self.windows.get(counter, 0) + push.hits
             answers.append(PushResult(math.ceil(self.tat[push.key] - now), 0))
         totals = tuple(self.windows.get((read.key, read.window), 0) for read in batch.total_reads)
         return SyncResult(tuple(answers), totals)
