@@ -100,10 +100,7 @@ class FixedWindow:
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
             hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
-        state.pending += hits
-        nodes = state.nodes
-        nodes.admitted = max(0, nodes.admitted + hits)
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu, counts = state.limit, state.limit.requests_per_unit, state.counts

@@ -110,6 +110,13 @@ class KeyState:
         self.window = w
         return dropped
 
+    def counted(self, hits: int, now_ms: int) -> None:
+        """Span bookkeeping for `hits` an algorithm counted (negative: given back)."""
+        self.pending += hits
+        nodes = self.nodes
+        nodes.admitted = max(0, nodes.admitted + hits)
+        self.last_hit = now_ms
+
     def stash(self, count: int, window: int, current: int) -> int:
         """Keep `count` hits of `window` for a later push; returns hits that had to be dropped.
 

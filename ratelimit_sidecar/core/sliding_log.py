@@ -63,10 +63,7 @@ class SlidingLog:
             hits = -log.take_newest(-hits)
         else:
             log.add(now_ms, hits)
-        state.pending += hits  # span bookkeeping only: nothing is pushed from a log
-        nodes = state.nodes
-        nodes.admitted = max(0, nodes.admitted + hits)
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)  # span bookkeeping only: nothing is pushed from a log
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit

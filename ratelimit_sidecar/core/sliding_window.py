@@ -112,10 +112,7 @@ class SlidingWindow:
             hits = -own.take_newest(-hits)
         else:
             own.add(span_number(now_ms, state.limit), hits)
-        state.pending += hits  # what the next push carries
-        nodes = state.nodes
-        nodes.admitted = max(0, nodes.admitted + hits)
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)  # what the next push carries
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit

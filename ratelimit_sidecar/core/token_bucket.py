@@ -112,10 +112,7 @@ class TokenBucket:
             lacked = _ceil_div(max(0, bucket.tat - now), token)
             bucket.tat = max(now, bucket.tat + hits * token)
             hits = max(hits, -lacked)
-        state.pending += hits
-        nodes = state.nodes
-        nodes.admitted = max(0, nodes.admitted + hits)
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
