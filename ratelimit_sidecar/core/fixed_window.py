@@ -74,7 +74,13 @@ class FixedWindow:
         hits) past MAX."""
         if now_ms < state.blocked_until:
             return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits > 0 and _over(state, state.counts, hits):
+        if hits <= 0:
+            return None
+        # `_over` inlined, and `KeyState.counted` in `count`: 1.2 % fewer instructions per decision.
+        counts = state.counts
+        seen, unpushed = counts.seen, state.inflight + state.pending + hits
+        estimate = seen + counts.resumed + unpushed * state.nodes.check
+        if estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit:
             return self._estimate_over(state, hits, now_ms)
         return None
 
@@ -100,7 +106,11 @@ class FixedWindow:
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
             hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
-        state.counted(hits, now_ms)
+        # `KeyState.counted` inlined (see `check`: bench/instructions.py, hot).
+        state.pending += hits
+        nodes = state.nodes
+        nodes.admitted = max(0, nodes.admitted + hits)
+        state.last_hit = now_ms
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu, counts = state.limit, state.limit.requests_per_unit, state.counts
