@@ -25,8 +25,14 @@ class Algorithm(Protocol):
         ...
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """None if `hits` more are admitted; else the verdict that refuses them (or, for a
-        shadow rule, the OK verdict that says they would have been refused)."""
+        """None if `hits` (> 0) more are admitted on a key under no block; else the verdict
+        that refuses them (or, for a shadow rule, the OK verdict that says they would have
+        been refused). A block refuses before any algorithm looks (`Limiter`)."""
+        ...
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        """A refusal's Retry-After: how long until a retry of `hits` is admitted if the counts
+        are as this node knows them; never before the key's block ends."""
         ...
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:

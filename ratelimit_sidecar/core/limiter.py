@@ -22,7 +22,7 @@ from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
-from ratelimit_sidecar.core.verdicts import deny_verdict, unlimited_verdict
+from ratelimit_sidecar.core.verdicts import deny_verdict, refuse_blocked, unlimited_verdict
 
 DEFAULT_MAX_KEYS = 100_000
 KEYS_PER_STEP = 2000  # keys a span end or a sweep visits between two yields to the event loop
@@ -159,6 +159,11 @@ class Limiter(ABC):
             algorithm.start(state, 0)
         elif now_ms >= state.next_sync:
             self._catch_up(state, now_ms)
+        if now_ms < state.blocked_until:  # step 1 of every algorithm: the block's Retry-After
+            wait = algorithm.wait_ms(state, hit.hits, now_ms)  # is the algorithm's
+            return refuse_blocked(state, hit.hits, now_ms, wait), state
+        if hit.hits <= 0:  # a check without hits: nothing to refuse
+            return None, state
         return algorithm.check(state, hit.hits, now_ms), state
 
     def _answer(self, limits_checked: list[Checked], now_ms: int) -> Verdict:

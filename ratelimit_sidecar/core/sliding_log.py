@@ -45,10 +45,6 @@ class SlidingLog:
             state.counts.add(state.last_hit, resumed)
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        if now_ms < state.blocked_until:
-            return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0:
-            return None
         limit = state.limit
         if _log(state, now_ms).total + hits <= limit.requests_per_unit:
             return None
@@ -56,6 +52,9 @@ class SlidingLog:
             state.block(state.cooldown_end(now_ms))
             return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         return refusal(state, retry_wait_ms(state, hits, now_ms))
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         log = _log(state, now_ms)

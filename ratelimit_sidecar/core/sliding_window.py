@@ -79,11 +79,7 @@ class SlidingWindow:
             _fleet_spans(state).add(span_number(state.last_hit, state.limit), resumed)
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
-        if now_ms < state.blocked_until:
-            return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0:
-            return None
+        """Step 2: this request's hits would take the estimate past MAX."""
         extra = hits * state.nodes.check
         trailing = _trailing(state, now_ms)
         if trailing.fits(extra):
@@ -102,6 +98,9 @@ class SlidingWindow:
             state.block(state.cooldown_end(now_ms))
             return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
         return refusal(state, retry_wait_ms(state, hits, now_ms))
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         counts: SpanState = state.counts

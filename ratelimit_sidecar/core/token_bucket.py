@@ -73,11 +73,7 @@ class TokenBucket:
         state.counts = bucket
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 1, a block; step 2, the projection over the capacity refuses (step 3)."""
-        if now_ms < state.blocked_until:
-            return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0:
-            return None
+        """Step 2: the projection over the capacity refuses (step 3)."""
         limit = state.limit
         now = now_ms * limit.requests_per_unit
         if _projected(state, hits, now) - now <= limit.capacity * limit.window_ms:
@@ -99,6 +95,9 @@ class TokenBucket:
         else:
             state.nodes.refused += hits
         return refusal(state, retry_wait_ms(state, hits, now_ms))
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Step 4. The debt stays within the capacity: only a shadow rule counts hits over it,
