@@ -171,6 +171,7 @@ class BucketQuota:
         limiter: Limiter,
         hit: Hit,
         now_ms: int,
+        *,
         streams: int = 1,
         policy: QuotaPolicy = DEFAULT_POLICY,
     ) -> Assignment | None:

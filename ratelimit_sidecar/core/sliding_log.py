@@ -30,7 +30,7 @@ from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Verdict
-from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
+from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +48,7 @@ class SlidingLog:
         limit = state.limit
         if _log(state, now_ms).total + hits <= limit.requests_per_unit:
             return None
-        if limit.cooldown > 0:
-            state.block(state.cooldown_end(now_ms))
-            return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        return refusal(state, retry_wait_ms(state, hits, now_ms))
+        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=limit.cooldown > 0)
 
     def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         return retry_wait_ms(state, hits, now_ms)

@@ -60,7 +60,7 @@ from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState,
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
+from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its first guess
 
@@ -93,11 +93,8 @@ class SlidingWindow:
         """Step 2: with a cooldown, a count over MAX for sure blocks the key for it; else the
         refusal lasts until the request fits. (Unlike the fixed window's, refusals on the
         estimate are not counted as offered: see `nodes` in the module's docstring.)"""
-        limit = state.limit
-        if limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits):
-            state.block(state.cooldown_end(now_ms))
-            return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        return refusal(state, retry_wait_ms(state, hits, now_ms))
+        over = state.limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits)
+        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=over)
 
     def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         return retry_wait_ms(state, hits, now_ms)

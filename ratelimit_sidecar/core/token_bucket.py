@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.keystate import Bucket, KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
+from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 # Bucket.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
 
@@ -88,13 +88,11 @@ class TokenBucket:
         now, token = now_ms * rpu, limit.window_ms
         full = limit.capacity * token
         guessed = max(0, state.inflight + state.pending) * (state.nodes.value - 1) * token
-        if max(now, state.counts.tat - guessed) + hits * token - now > full:
-            if limit.cooldown > 0:
-                state.block(state.cooldown_end(now_ms))
-                return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        else:
+        over = max(now, state.counts.tat - guessed) + hits * token - now > full
+        if not over:
             state.nodes.refused += hits
-        return refusal(state, retry_wait_ms(state, hits, now_ms))
+        block = over and limit.cooldown > 0
+        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=block)
 
     def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         return retry_wait_ms(state, hits, now_ms)

@@ -3,11 +3,14 @@ and deny lists), and a counted key's refusal."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Hit, Verdict
 
 UNMATCHED = Verdict(Code.OK)
+WaitMs = Callable[[KeyState, int, int], int]  # (state, hits, now_ms) -> Retry-After
 UNLIMITED = Verdict(Code.OK, unlimited=True)
 
 
@@ -29,6 +32,17 @@ def refusal(state: KeyState, reset_ms: int) -> Verdict:
     shadow = state.rule.shadow_mode
     code = Code.OK if shadow else Code.OVER_LIMIT
     return Verdict(code, state.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
+
+
+def refuse_for_cooldown(
+    state: KeyState, hits: int, now_ms: int, wait_ms: WaitMs, *, block: bool
+) -> Verdict:
+    """Refuse `hits`, after blocking the key for its cooldown if `block` (a count known over
+    the limit, with a cooldown set); `wait_ms` is the algorithm's Retry-After."""
+    if not block:
+        return refusal(state, wait_ms(state, hits, now_ms))
+    state.block(state.cooldown_end(now_ms))
+    return refuse_blocked(state, hits, now_ms, wait_ms(state, hits, now_ms))
 
 
 def refuse_blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:
