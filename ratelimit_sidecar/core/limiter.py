@@ -52,24 +52,22 @@ class Limiter(ABC):
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
     def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
-        """Decide a request; counters move only if every descriptor admits it.
-
-        One descriptor with one limit (the handler sends a request's one counted descriptor
-        alone) takes a short path without the lists of the general case (PERFORMANCE.md,
-        "The request path", has what it saves).
-        """
-        if len(hits) == 1 and (hits[0].rule is None or len(hits[0].rule.limits) < 2):
-            hit = hits[0]
-            verdict, state = self._check(now_ms, hit)
-            if state is not None and (verdict is None or verdict.code is Code.OK):
-                algorithm = self.algorithms[state.limit.algorithm]
-                if hit.hits:  # admitted, or over a shadow rule: counted either way
-                    algorithm.count(state, hit.hits, now_ms)
-                if verdict is None:
-                    return Decision(Code.OK, (algorithm.admitted(state, now_ms),))
-            assert verdict is not None  # a descriptor without a counter has its verdict
-            return Decision(verdict.code, (verdict,))
+        """Decide a request; counters move only if every descriptor admits it."""
         return self._hit_all(now_ms, hits, False)
+
+    def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
+        """`hit` of the usual request, whose one counted descriptor has one limit (the others
+        unmatched or unlimited: the handler answers them itself), without the general case's
+        lists: the one fast path of a decision."""
+        verdict, state = self._check(now_ms, hit)
+        if state is not None and (verdict is None or verdict.code is Code.OK):
+            algorithm = self.algorithms[state.limit.algorithm]
+            if hit.hits:  # admitted, or over a shadow rule: counted either way
+                algorithm.count(state, hit.hits, now_ms)
+            if verdict is None:
+                return algorithm.admitted(state, now_ms)
+        assert verdict is not None  # a descriptor without a counter has its verdict
+        return verdict
 
     def hit_refused(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         """Decide as `hit` does, but count nothing: a strict limit of the same request refused

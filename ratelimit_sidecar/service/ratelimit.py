@@ -126,24 +126,21 @@ class RateLimitHandler:
                 return self._with_metadata(unmatched, raw, compiled.hits, ())
             return unmatched
         now = self._clock_ms()
-        if not compiled.only:
+        if compiled.counted < 0:
             if compiled.strict:
                 assert self._strict is not None
                 decision = await self._strict.decide(now, compiled.hits)
             else:
                 decision = self.limiter.hit(now, compiled.hits)
         else:  # one counted descriptor; the others' answers never change
-            decision = self.limiter.hit(now, compiled.only)
-            verdict = decision.verdicts[0]
-            if (
-                verdict.code is Code.OK and not verdict.shadow_refused
-            ):  # the usual answer, in one step
+            verdict = self.limiter.hit_one(now, compiled.hits[compiled.counted])
+            if verdict.code is Code.OK and not verdict.shadow_refused:  # the usual answer
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, compiled.counted, verdict)
                 return self._encoder.admitted(
                     compiled.before, compiled.head, verdict, compiled.after
                 )
-            decision = Decision(decision.code, _with_constants(compiled, verdict))
+            decision = Decision(verdict.code, _with_constants(compiled, verdict))
         return self._answer(now, raw, compiled, decision)
 
     def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
@@ -196,7 +193,7 @@ class RateLimitHandler:
             after = self._encoder.statuses(unlimited_verdict(h) for h in hits[counted + 1 :])
             head = self._encoder.admitted_head(limit)
             compiled = CompiledRequest(
-                name, tuple(hits), known, tally, counted, before, after, head, (hits[counted],)
+                name, tuple(hits), known, tally, counted, before, after, head
             )
         self._compiled.put(raw, compiled)
         return compiled

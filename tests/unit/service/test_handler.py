@@ -106,7 +106,7 @@ class GeneralPathHandler(RateLimitHandler):
     """Every request decided by Limiter.hit and the general encoder (no short path)."""
 
     def _compile(self, raw: bytes) -> CompiledRequest:
-        return super()._compile(raw)._replace(counted=-1, only=())
+        return super()._compile(raw)._replace(counted=-1)
 
 
 @pytest.mark.parametrize(
