@@ -101,11 +101,8 @@ class Metrics:
         )
         for result in STRICT_RESULTS:
             self.strict_checks.labels(result)
-        self.overrides_in_force = Gauge(
-            f"{NS}_overrides_in_force",
-            "Runtime overrides applied now (expired ones not)",
-            registry=r,
-        )
+        in_force = "Runtime overrides applied now (expired ones not)"
+        self.overrides_in_force = Gauge(f"{NS}_overrides_in_force", in_force, registry=r)
         self.overrides_version = Gauge(
             f"{NS}_overrides_version", "Version of the override set applied", registry=r
         )
