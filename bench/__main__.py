@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 
 from bench import (
     algorithms,
-    decision,
     envoy,
     flood,
     overhead,
@@ -22,14 +21,12 @@ from bench import (
     redis_sync,
     rlqs,
     strict,
-    strict_cost,
     workers,
     xds,
 )
 from bench.report import Options, Outcome
 
 SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
-    decision.NAME: ("in-process cost of one decision, and of the metrics on it", decision.run),
     overhead.NAME: (
         "sidecar vs an empty grpc.aio handler under load: hot-10, distinct-100k, fresh-300k",
         overhead.run,
@@ -49,10 +46,6 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
     strict.NAME: (
         "strict rules of each algorithm vs the per-request-Redis `limits` service: hot-10",
         strict.run,
-    ),
-    strict_cost.NAME: (
-        "in-process CPU per strict request, layer by layer, vs the `limits` call; profile",
-        strict_cost.run,
     ),
     envoy.NAME: ("end to end: wrk -> Envoy -> sidecar vs empty service", envoy.run),
     rlqs.NAME: (

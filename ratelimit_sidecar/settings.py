@@ -17,8 +17,12 @@ from typing import Any, NamedTuple, get_args, get_type_hints
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS
 from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
+from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS
+from ratelimit_sidecar.service.validation import DEFAULT_BOUNDS
 
 ENV_PREFIX = "RLS_"
+ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"  # the admin token is never a flag (see below)
+DEFAULT_ADMIN_ADDRESS = "127.0.0.1:9091"
 REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
@@ -122,14 +126,20 @@ class Settings:
         metadata=_help("/debug/keys shows raw descriptor values (API keys?), not digests"),
     )
     max_keys: int = field(default=DEFAULT_MAX_KEYS, metadata=_help("bound on tracked keys"))
-    max_descriptors: int = field(default=64, metadata=_help("descriptors allowed per request"))
-    max_entries: int = field(default=16, metadata=_help("entries allowed per descriptor"))
+    max_descriptors: int = field(
+        default=DEFAULT_BOUNDS.max_descriptors, metadata=_help("descriptors allowed per request")
+    )
+    max_entries: int = field(
+        default=DEFAULT_BOUNDS.max_entries, metadata=_help("entries allowed per descriptor")
+    )
     max_value_bytes: int = field(
-        default=1024, metadata=_help("bytes allowed per descriptor key or value")
+        default=DEFAULT_BOUNDS.max_bytes,
+        metadata=_help("bytes allowed per descriptor key or value"),
     )
     redis_prefix: str = field(default="rls:", metadata=_help("prefix of every Redis key"))
     sync_timeout_ms: int = field(
-        default=250, metadata=_help("Redis timeout per sync, +20 µs per key (at most half a span)")
+        default=DEFAULT_TIMEOUT_MS,
+        metadata=_help("Redis timeout per sync, more for a large sync (at most half a span)"),
     )
     shutdown_grace_s: float = field(
         default=5.0, metadata=_help("seconds in-flight requests get to finish on shutdown")
@@ -168,7 +178,7 @@ class Settings:
     # Runtime overrides (docs/OVERRIDES.md). The admin token is never a setting: it comes from
     # a file or from RLS_ADMIN_TOKEN, so that it shows in no command line, log or repr.
     admin_address: str = field(
-        default="127.0.0.1:9091",
+        default=DEFAULT_ADMIN_ADDRESS,
         metadata=_help("host:port of the overrides admin API (opened only with a token)"),
     )
     admin_token_file: str | None = field(

@@ -1,4 +1,5 @@
-"""`ratelimit-sidecar simulate`: run scenarios against the real core and print what happened."""
+"""`python -m simulator` (or `ratelimit-sidecar simulate` in a checkout): run scenarios against
+the real core and print what happened."""
 
 from __future__ import annotations
 

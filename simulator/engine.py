@@ -30,8 +30,8 @@ from ratelimit_sidecar.core import (
 )
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
-from ratelimit_sidecar.storage.memory import MemoryStorage
 from simulator.envoy_quota import REPORT_PERIOD_MS
+from simulator.memory_store import MemoryStorage
 from simulator.metrics import Recorder
 from simulator.params import rule_for
 from simulator.references import reference_for, trailing_bound
@@ -205,7 +205,7 @@ class Engine:
             node = SimNode(index, LocalLimiter(), None, offset, 0, hits, schedule)
             self.nodes[index] = node
             return
-        fleet = FleetLimiter(algorithm=system.algorithm)
+        fleet = FleetLimiter(fixed_window=system.algorithm)
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
         if self.quota is not None and self.rlqs.uses_rlqs(index):
@@ -306,8 +306,8 @@ class Engine:
         truth = self.setup.membership.inverse_share(node.index, self.now)
         for state in node.limiter.keys:
             if self.system.oracle_nodes:
-                node.limiter.algorithm_of(state).set_nodes(state, truth)
-            self.recorder.nodes_sample(state.nodes, truth)
+                state.nodes.set(truth)
+            self.recorder.nodes_sample(state.nodes.value, truth)
 
 
 def _fleet(node: SimNode) -> FleetLimiter:

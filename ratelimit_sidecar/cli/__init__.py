@@ -56,7 +56,7 @@ def _add_option(parser: argparse.ArgumentParser, option: Option) -> None:
 def _simulate(argv: list[str]) -> int:
     """The accuracy simulator lives beside the package in a checkout (`python -m simulator`),
     not in the wheel: found there, or the command says where to get it."""
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]  # ratelimit_sidecar/cli/__init__.py
     if (checkout / "simulator").is_dir() and str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     try:

@@ -17,9 +17,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 
-TOKEN_ENV = "RLS_ADMIN_TOKEN"
+from ratelimit_sidecar.settings import ADMIN_TOKEN_ENV, DEFAULT_ADMIN_ADDRESS
+
 URL_ENV = "RLS_ADMIN_URL"
-DEFAULT_URL = "http://127.0.0.1:9091"
+DEFAULT_URL = f"http://{DEFAULT_ADMIN_ADDRESS}"
 TIMEOUT_S = 10.0
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_UNAUTHORIZED = 1, 2, 3, 4
 
@@ -27,7 +28,7 @@ EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_UNAUTHORIZED = 1, 2, 3, 4
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ratelimit-sidecar overrides",
-        description=f"Runtime overrides through the admin API (token from {TOKEN_ENV}).",
+        description=f"Runtime overrides through the admin API (token from {ADMIN_TOKEN_ENV}).",
     )
     parser.add_argument(
         "--admin-url",
@@ -60,9 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    token = os.environ.get(TOKEN_ENV, "").strip()
+    token = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
     if not token:
-        print(f"ratelimit-sidecar overrides: error: set {TOKEN_ENV}", file=sys.stderr)
+        print(f"ratelimit-sidecar overrides: error: set {ADMIN_TOKEN_ENV}", file=sys.stderr)
         return EXIT_USAGE
     try:
         method, path, body = _call(args)

@@ -1,7 +1,7 @@
 """Decision counters and a latency histogram cheap enough for every request.
 
-prometheus-client's Counter.inc and Histogram.observe take a lock per call (several µs each on
-the request path). The sidecar decides on one event-loop thread, so plain integers suffice;
+prometheus-client's Counter.inc and Histogram.observe take a lock per call, a cost on the
+request path. The sidecar decides on one event-loop thread, so plain integers suffice;
 a collector turns them into Prometheus families at scrape time.
 """
 

@@ -101,11 +101,8 @@ class Metrics:
         )
         for result in STRICT_RESULTS:
             self.strict_checks.labels(result)
-        self.overrides_in_force = Gauge(
-            f"{NS}_overrides_in_force",
-            "Runtime overrides applied now (expired ones not)",
-            registry=r,
-        )
+        in_force = "Runtime overrides applied now (expired ones not)"
+        self.overrides_in_force = Gauge(f"{NS}_overrides_in_force", in_force, registry=r)
         self.overrides_version = Gauge(
             f"{NS}_overrides_version", "Version of the override set applied", registry=r
         )
@@ -158,7 +155,7 @@ class Metrics:
             counts[TOTAL] += 1
             if verdict.code is Code.OVER_LIMIT:
                 counts[OVER] += 1
-            elif verdict.shadowed:
+            elif verdict.shadow_refused:
                 counts[SHADOW] += 1
             else:
                 counts[WITHIN] += 1
@@ -246,7 +243,7 @@ class StateCollector(Collector):
         )
         per_rule: dict[str, list[float]] = {}
         for state in self._limiter.keys:
-            per_rule.setdefault(state.rule_id, []).append(state.nodes)
+            per_rule.setdefault(state.rule.id, []).append(state.nodes.value)
         for rule_id, values in per_rule.items():
             family.add_metric([rule_id, "min"], min(values))
             family.add_metric([rule_id, "avg"], sum(values) / len(values))

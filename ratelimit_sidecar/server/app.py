@@ -22,8 +22,8 @@ from ratelimit_sidecar.server.endpoints import HEALTH_PATHS, Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
-from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
+from ratelimit_sidecar.server.overrides_sync import follow_overrides
 from ratelimit_sidecar.server.rlqs_api import quota_wiring
 from ratelimit_sidecar.server.rule_source import rule_source
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
@@ -113,7 +113,7 @@ class Sidecar:
         self.overrides = keeper_for(
             settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
         )
-        # Shared overrides: a change announced on Redis is read at once (server/override_sync.py),
+        # Shared overrides: a change announced on Redis is read at once (server/overrides_sync.py),
         # on the node's one pub/sub connection (made above for blocks when counts go to Redis).
         self.subscriber, self.follower = follow_overrides(
             storage, self.overrides, clock_ms, self.subscriber
@@ -142,7 +142,7 @@ class Sidecar:
         self.http = HttpApi(routes)
         # Probes on a port of their own, as the reference serves them (its PORT, 8080).
         self.health_http = HttpApi({path: routes[path] for path in HEALTH_PATHS})
-        debug = DebugApi(lambda: self.handler.rules, self._respond)
+        debug = DebugApi(lambda: self.handler.rules, self.handler.respond)
         self.debug = HttpApi(dispatch=debug.dispatch, max_body=MAX_JSON_BYTES)
         # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
         self.quota, self._add_quota = quota_wiring(
@@ -218,11 +218,6 @@ class Sidecar:
         self.metrics.synced(stats, seconds, error_kind)
         if self.tracing is not None:
             self.tracing.synced(stats, seconds, error_kind)
-
-    async def _respond(self, raw: bytes) -> bytes:
-        """ShouldRateLimit's answer to wire bytes, for the debug address's `/json`."""
-        answer = self.handler.respond(raw)
-        return answer if isinstance(answer, bytes) else await answer
 
     def _scrape(self, _query: dict[str, list[str]]) -> Reply:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)

@@ -31,9 +31,7 @@ class RateLimitServicer:
     async def ShouldRateLimit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         started = time.perf_counter()
         try:
-            response = self.handler.respond(request)
-            if not isinstance(response, bytes):  # a strict rule: one Redis call to wait for
-                response = await response
+            response = await self.handler.respond(request)
             if self._observe is not None:
                 self._observe(time.perf_counter() - started)
             return response

@@ -132,7 +132,7 @@ class Crosser:
         now = int(time.time() * 1000)
         batch = SyncBatch(now, pushes=[Push(key, now // LIMIT.window_ms, MAX + 1, LIMIT)])
         ((numkeys, *args),) = self.codec.encode(batch).script_args
-        self.redis.eval(SCRIPTS[AlgorithmName.FIXED_WINDOW][0], numkeys, *args)
+        self.redis.eval(SCRIPTS[AlgorithmName.FIXED_WINDOW].source, numkeys, *args)
 
     @staticmethod
     def _probe(stub: Any, probe: wire.RateLimitRequest, refused: list[float], i: int) -> None:

@@ -19,7 +19,7 @@ from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 
 T0 = 1_700_000_040_000  # a minute boundary
 OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT
@@ -183,5 +183,5 @@ async def test_a_local_only_node_counts_in_memory_and_has_nothing_to_flush(
     for i in range(10):
         await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
     assert isinstance(sidecar.limiter, LocalLimiter) and sidecar.storage is None
-    assert sorted(s.local_cur for s in sidecar.limiter.keys) == [3, 3, 4]
+    assert sorted(s.nodes.admitted for s in sidecar.limiter.keys) == [3, 3, 4]
     assert await sidecar.sync.flush() == 0

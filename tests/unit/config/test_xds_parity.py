@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.answer import answer_now
 from harness.grpc_client import request
 from ratelimit_sidecar._proto.ratelimit.config.ratelimit.v3 import rls_conf_pb2 as rls
 from ratelimit_sidecar.config import load_rules
@@ -100,7 +101,7 @@ def answers(rules: RuleSet, traffic: list[list[list[tuple[str, str]]]]) -> list[
     handler = RateLimitHandler(rules, LocalLimiter(), lambda: clock[0])
     replies = []
     for descriptors in traffic:
-        replies.append(handler.decide(request("d", *descriptors).SerializeToString()))
+        replies.append(answer_now(handler, request("d", *descriptors).SerializeToString()))
         clock[0] += 250
     return replies
 

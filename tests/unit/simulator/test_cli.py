@@ -94,3 +94,13 @@ def test_the_simulator_imports_no_grpc_redis_or_asyncio() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_subcommand_finds_the_simulator_of_its_checkout_from_anywhere(tmp_path: Path) -> None:
+    """`ratelimit-sidecar simulate` in another directory: the package never imports the
+    simulator, the subcommand looks for it beside the package."""
+    code = "import sys; from ratelimit_sidecar.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, "simulate", "--list"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "scenarios:" in done.stdout

@@ -22,7 +22,7 @@ def test_admissions_stay_within_the_fallback_bound_while_the_store_is_down() -> 
     rec = eng.run()  # the run ends with the outage, so each node's `nodes` is its outage value
     p = setup.params
     shares = [node.limiter.keys.get(KEY) for node in eng.nodes.values()]
-    bound = sum((p.max + p.spans) / s.nodes for s in shares if s is not None)
+    bound = sum((p.max + p.spans) / s.nodes.value for s in shares if s is not None)
     assert bound < 1.5 * p.max  # meaningful: well under the 2 x MAX offered
     for w in range(OUTAGE_AT, end):
         assert rec.admitted[w] <= bound, (w, rec.admitted[w], bound)

@@ -73,7 +73,7 @@ def test_every_reported_request_is_pushed_to_the_store() -> None:
     execute = eng.shared.execute
 
     def spy(batch: SyncBatch, node_id: str) -> SyncResult:
-        pushed[int(node_id.split("-")[1])] += sum(push.count for push in batch.pushes)
+        pushed[int(node_id.split("-")[1])] += sum(push.hits for push in batch.pushes)
         return execute(batch, node_id)
 
     eng.shared.execute = spy  # type: ignore[method-assign]

@@ -1,4 +1,5 @@
-"""An in-process store: the single-node (local-only) mode, and the simulator's shared store."""
+"""The in-process store: the simulator's shared store, and the reference the storage contract
+tests hold the Redis scripts to (storage/shared_rules.py is the arithmetic both follow)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import KeyId, Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import shared_rules as rules
-from ratelimit_sidecar.storage.memorypenalty import Penalties
+from simulator.memory_penalty import Penalties
 
 PURGE_EVERY = 64  # batches between sweeps of expired counters
 UNSYNCABLE = "sliding_log is never synced per span"  # a push the config should have refused
@@ -61,7 +62,7 @@ class MemoryStorage:
         if algorithm is AlgorithmName.SLIDING_LOG:
             return PushResult(0, 0, error=UNSYNCABLE)
         window_ttl = rules.window_ttl_ms(push.limit)
-        window_total = self._add((push.key, push.window), push.count, window_ttl, now)
+        window_total = self._add((push.key, push.window), push.hits, window_ttl, now)
         spans: tuple[int, ...] = ()
         if algorithm is AlgorithmName.SLIDING_WINDOW:
             spans = self._spans(push, now)
@@ -77,15 +78,15 @@ class MemoryStorage:
     def _spans(self, push: Push, now: int) -> tuple[int, ...]:
         """INCRBY the pushed span; the window of span totals ending with it, oldest first."""
         span = rules.pushed_span(push)
-        self._add((push.key, f"s{span}"), push.count, rules.span_ttl_ms(push.limit), now)
+        self._add((push.key, f"s{span}"), push.hits, rules.span_ttl_ms(push.limit), now)
         window = rules.answered_spans(span, push.limit)
         return tuple(self._value((push.key, f"s{n}"), now) for n in window)
 
     def _bucket(self, push: Push, now: int) -> int:
         """Move the TAT by the push; answer the debt in ms."""
         tat, expires = self._buckets.get(push.key, (0.0, 0))
-        tat = rules.next_tat(tat if now < expires else 0.0, now, push.count, push.limit)
-        if push.count:  # a read leaves the state as it is (see sync_bucket.lua)
+        tat = rules.next_tat(tat if now < expires else 0.0, now, push.hits, push.limit)
+        if push.hits:  # a read leaves the state as it is (see sync_bucket.lua)
             self._buckets[push.key] = (tat, now + rules.bucket_ttl_ms(tat, now))
         return rules.bucket_debt_ms(tat, now)
 

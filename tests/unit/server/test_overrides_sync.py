@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ratelimit_sidecar.server.override_sync import OverrideFollower, follow_overrides
+from ratelimit_sidecar.server.overrides_sync import OverrideFollower, follow_overrides
 from ratelimit_sidecar.storage.keys import KeySchema
 from ratelimit_sidecar.storage.overrides import OverrideSnapshot
 from ratelimit_sidecar.storage.redis_urls import open_redis
