@@ -11,7 +11,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY ratelimit_sidecar ./ratelimit_sidecar
+# /bin/ratelimit: the reference's command, reading its variables (docs/REFERENCE.md), so its
+# manifests (Istio's sample, Envoy Gateway) run this image unchanged.
 RUN pip install . \
+    && ln -s "$(command -v ratelimit)" /bin/ratelimit \
     && useradd --system --uid 10001 --no-create-home ratelimit \
     && mkdir -p /etc/ratelimit/config
 

@@ -26,12 +26,12 @@ $(CLIENTS): tests/clients/package.json
 	-cd tests/clients && npm install --no-audit --no-fund --silent && touch node_modules/.installed
 
 proto: $(STAMP)
-	$(PY) -m ratelimit_sidecar.tools.genproto
+	$(PY) -m tools.genproto
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy ratelimit_sidecar harness bench tests
+	$(VENV)/bin/mypy ratelimit_sidecar simulator tools harness bench tests
 
 test: $(STAMP) $(CLIENTS)
 	$(PY) -m pytest tests

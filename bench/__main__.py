@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from bench import (
     abuse,
     algorithms,
-    decision,
     envoy,
     flood,
     latency,
@@ -25,13 +24,12 @@ from bench import (
     redis_sync,
     rlqs,
     strict,
-    strict_cost,
     workers,
+    xds,
 )
 from bench.report import Options, Outcome
 
 SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
-    decision.NAME: ("in-process cost of one decision, and of the metrics on it", decision.run),
     overhead.NAME: (
         "sidecar vs empty handlers (fast transport, grpcio) under load: hot-10, distinct-100k",
         overhead.run,
@@ -52,10 +50,6 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         "strict rules of each algorithm vs the per-request-Redis `limits` service: hot-10",
         strict.run,
     ),
-    strict_cost.NAME: (
-        "in-process CPU per strict request, layer by layer, vs the `limits` call; profile",
-        strict_cost.run,
-    ),
     envoy.NAME: (
         "end to end: wrk -> Envoy -> sidecar vs empty service and plain Envoy; CPU per request",
         envoy.run,
@@ -72,6 +66,10 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
     overrides.NAME: (
         "overrides: propagation p50/p99 across 3 nodes; request path with 10,000 loaded vs none",
         overrides.run,
+    ),
+    xds.NAME: (
+        "xDS rules: push -> every node of 3, p50/p99; reconnect attempts per minute while down",
+        xds.run,
     ),
 }
 

@@ -9,8 +9,7 @@ sidecar runs `--default-algorithm X` with the bench rule, its limit unreachable 
 
 Target: each algorithm at least 90 % of the empty handler in both workloads, as the median over
 rounds of the ratio within a round (RPS, or RPS per server CPU-second when a server was not
-CPU-bound). An algorithm not registered in core/algorithms.py (it would silently run the fixed
-window) is not measured, and said so.
+CPU-bound). In-process, `bench/instructions.py` counts each algorithm's request path.
 """
 
 from __future__ import annotations
@@ -21,28 +20,22 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench import compare
-from bench.decision import DISTINCT, HOT_CALLS, HOT_KEYS, FakeClock, loop_us
 from bench.load import runs
 from bench.load.clients import H2load, LoadShape, Node
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.overhead import MAX_KEYS, Plan, warm_up
-from bench.report import Options, Outcome, conclude, table
+from bench.report import Options, Outcome, conclude
 from bench.workload import (
     UNREACHABLE,
-    bench_rules,
-    handler,
     hot_10,
     key_values,
-    request,
     rules_dir,
     rules_yaml,
     workload,
 )
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
-from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults
-from ratelimit_sidecar.core.algorithms import algorithms_with
-from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.config.model import AlgorithmName
 
 NAME = "algorithms"
 SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
@@ -62,36 +55,6 @@ def plans() -> list[Plan]:
 def unreachable_limit(algorithm: AlgorithmName) -> int:
     """A per-second limit no run reaches, and valid for the algorithm."""
     return MAX_LOG_REQUESTS if algorithm is AlgorithmName.SLIDING_LOG else UNREACHABLE
-
-
-def registered(algorithm: AlgorithmName) -> bool:
-    """False when the limiter would run the fixed window's fallback for `algorithm`."""
-    chosen = algorithms_with()
-    fixed = chosen[AlgorithmName.FIXED_WINDOW]
-    return algorithm is AlgorithmName.FIXED_WINDOW or chosen[algorithm] is not fixed
-
-
-def decided_by(algorithm: AlgorithmName) -> str:
-    return type(algorithms_with()[algorithm]).__name__
-
-
-def decide_costs(algorithm: AlgorithmName) -> dict[str, float]:
-    """In-process µs per `RateLimitHandler.decide` with metrics (as `bench decision` times the
-    fixed window): hot-10 repeated, and 100,000 keys each seen before."""
-    text = rules_yaml(unreachable_limit(algorithm))
-    rules = bench_rules(text, RuleDefaults(algorithm=algorithm))
-    decide = handler(2 * DISTINCT, FakeClock(), metrics=Metrics(), rules=rules).decide
-    distinct = [request(v).SerializeToString() for v in key_values(DISTINCT)]
-    hot = distinct[:HOT_KEYS] * (HOT_CALLS // HOT_KEYS)
-    loop_us(decide, distinct)  # first sight: compiled, counters made
-    return {"repeated": loop_us(decide, hot), "seen before": loop_us(decide, distinct)}
-
-
-def decide_table(chosen: Sequence[AlgorithmName]) -> tuple[str, dict[str, dict[str, float]]]:
-    costs = {a.text: decide_costs(a) for a in chosen}
-    rows = [[name, *(f"{us:.2f}" for us in found.values())] for name, found in costs.items()]
-    header = ("algorithm", f"repeated ({HOT_KEYS} keys) µs", f"seen before ({DISTINCT:,}) µs")
-    return table(header, rows, left=1), costs
 
 
 def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
@@ -135,9 +98,7 @@ def comparisons(
 def run(options: Options) -> Outcome:
     started, rounds = time.monotonic(), options.rounds or ROUNDS
     print(f"[{NAME}] eventual rules of each algorithm vs an empty grpc.aio handler")
-    chosen = [a for a in AlgorithmName if registered(a)]
-    unregistered = [a for a in AlgorithmName if a not in chosen]
-    skipped = [f"{a.text}: not registered in core/algorithms.py" for a in unregistered]
+    chosen, skipped = list(AlgorithmName), list[str]()
     all_plans, measured = plans(), list[Run]()
     shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
     with runs.session(shape, RETRY_BUDGET_S) as bench:
@@ -145,15 +106,10 @@ def run(options: Options) -> Outcome:
             if runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
                 measured += measure_plan(bench, plan, chosen, rounds)
     found = comparisons(measured, all_plans, chosen)
-    in_process, costs = decide_table(chosen)
     lines = runs.render(bench, measured, rounds)
     lines += ["", compare.comparison_table(found, TARGET_RATIO), LEGEND]
-    lines += [f"  {a.text} decided by {decided_by(a)}" for a in chosen]
     lines += [f"  not measured: {s}" for s in skipped]
-    lines += ["", "In-process decide with metrics, per algorithm (`bench decision`'s loops):"]
-    lines += [in_process]
     document = {**runs.document(bench, measured, rounds), "skipped": skipped}
-    document["decide_us"] = costs
     document["comparisons"] = [compare.as_json(c) for c in found]
     verdicts = [c.passed(TARGET_RATIO) for c in found]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

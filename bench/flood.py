@@ -18,13 +18,15 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from bench.report import Options, Outcome, conclude, table
 from bench.workload import rules_dir
+from harness.answer import answer_now
 from harness.grpc_client import request
 from harness.redis_servers import ServerGroup
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.server.app import Sidecar
@@ -80,7 +82,7 @@ def local_only(rules_path: Path) -> tuple[Admitted, int]:
     handler = RateLimitHandler(load_rules(rules_path), limiter, lambda: now[0])
     flood = Flood()
     while not flood.done:
-        flood.tick(handler.decide, now[0])
+        flood.tick(partial(answer_now, handler), now[0])
         now[0] += TICK_MS
     return flood.admitted, len(limiter.keys)
 
@@ -95,7 +97,7 @@ async def with_redis(rules_path: Path, url: str) -> tuple[Admitted, int]:
     try:
         while not flood.done:
             now = sidecar.clock.now_ms()
-            flood.tick(sidecar.handler.decide, now)
+            flood.tick(partial(answer_now, sidecar.handler), now)
             lag = started + flood.sent / FLOOD_RPS - time.monotonic()
             await asyncio.sleep(max(0.0, lag))
     finally:

@@ -11,11 +11,11 @@ costs the request path.
   file, so no Redis in either), alternating rounds. The overrides include every hot-10 value
   and the first `LOADED` distinct-100k values, with the bench rule's own limit, so requests
   both meet overrides and miss them. Target: the ratio within noise (at least `TARGET_RATIO`).
+  In-process, `bench/instructions.py`'s `-10k` cases count the same requests' instructions.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import tempfile
@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bench import overhead
-from bench.decision import FakeClock, loop_us
 from bench.load import runs
 from bench.load.clients import Client, H2load, Node
 from bench.load.runs import SATURATED_PCT, Bench, Run
@@ -38,18 +37,15 @@ from bench.workload import (
     Workload,
     hot_10,
     key_values,
-    request,
     rules_dir,
 )
-from bench.workload import handler as bench_handler
 from bench.workload import workload as make_workload
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
-from ratelimit_sidecar.config.override import OverrideBounds, parse_override
-from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
 from ratelimit_sidecar.service.overrides import AppliedOverrides
-from ratelimit_sidecar.storage.override_file import FILE_NAME, FORMAT
+from ratelimit_sidecar.storage.overrides_file import FILE_NAME, FORMAT
 
 NAME = "overrides"
 CHANGES = 200
@@ -258,57 +254,12 @@ def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrid
     return AppliedOverrides.of(parsed, version)
 
 
-def in_process_costs() -> list[tuple[str, float, float]]:
-    """µs per `decide` without and with `LOADED` overrides (best of `REPEAT`, the order of the
-    two sides alternating): by how often the request was seen, and seen before but right after
-    a change of the set (each change makes every distinct request compile again)."""
-    distinct = [request(v).SerializeToString() for v in key_values(100_000)]
-    hot = distinct[:10] * 10_000
-    applied = {"none": applied_overrides([]), "with": applied_overrides(loaded_values())}
-    best: dict[str, list[float]] = {}
-    for repeat in range(REPEAT):
-        for name in ("none", "with") if repeat % 2 == 0 else ("with", "none"):
-            handler = bench_handler(2 * len(distinct), FakeClock(), metrics=Metrics())
-            handler.swap_overrides(applied[name])
-            gc.collect()
-            gc.freeze()  # as the server does after start-up: the collector skips the set
-            try:
-                costs = [loop_us(handler.decide, distinct), loop_us(handler.decide, distinct)]
-                costs.append(loop_us(handler.decide, hot))
-                handler.swap_overrides(replace(applied[name], version=2))
-                costs.append(loop_us(handler.decide, distinct))
-            finally:
-                gc.unfreeze()
-            del handler
-            for label, cost in zip(IN_PROCESS, costs, strict=True):
-                best.setdefault(f"{label}|{name}", []).append(cost)
-    return [(label, min(best[f"{label}|none"]), min(best[f"{label}|with"])) for label in IN_PROCESS]
-
-
-IN_PROCESS = (
-    "first sight (100,000 new requests)",
-    "seen before (100,000 requests, each again)",
-    "repeated (10 requests, 100,000 calls)",
-    "seen before, just after a change of the set",
-)
-REPEAT = 4
-
-
-def in_process_table(costs: Sequence[tuple[str, float, float]]) -> str:
-    rows = [[label, f"{none:.1f}", f"{mine:.1f}", pct(mine / none)] for label, none, mine in costs]
-    return table(["decide() in-process, µs", "none", f"{LOADED:,} loaded", "ratio"], rows, left=1)
-
-
 def run(options: Options) -> Outcome:
     started = time.monotonic()
     print(f"[{NAME}] propagation over {CHANGES} changes across {NODES} nodes")
     propagation = measure_propagation()
     lines = propagation_table(propagation)
     print("\n".join(lines))
-    print(f"[{NAME}] decide() in-process with {LOADED:,} overrides loaded vs none")
-    costs = in_process_costs()
-    lines.append(in_process_table(costs))
-    print(lines[-1])
     print(f"[{NAME}] request path under load with {LOADED:,} overrides loaded vs none")
     shape = replace(overhead.SHAPE, duration_s=options.duration_s or overhead.SHAPE.duration_s)
     distinct = make_workload("distinct-100k", key_values(100_000))
@@ -327,5 +278,4 @@ def run(options: Options) -> Outcome:
                 verdicts.append(passed)
         document = dict(runs.document(bench, measured, ROUNDS))
     document["propagation"] = asdict(propagation)
-    document["in_process_us"] = [{"case": c, "none": n, "loaded": w} for c, n, w in costs]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

@@ -35,7 +35,7 @@ from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import Workload, hot_10, rules_dir, unframe
 from harness.redis_servers import ServerGroup
 from harness.redis_servers import ServerProcess as Redis
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 NAME = "per-request-redis"
 SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)

@@ -15,6 +15,7 @@ import asyncio
 import tempfile
 import time
 import tracemalloc
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import redis
 
 from bench.report import Options, Outcome, table, write_results
 from bench.workload import fleet_limiter, handler, request
+from harness.answer import answer_now
 from harness.redis_servers import ServerGroup
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Hit, Limiter
@@ -111,7 +113,7 @@ def memory_per_key() -> float:
     """Bytes a tracked key costs the server: its counter state in the limiter plus the compiled
     request the handler keeps for it (request bytes, matched rule, counter name, metric slot)."""
     now_ms = int(time.time() * 1000)
-    decide = handler(MEMORY_KEYS, lambda: now_ms, metrics=Metrics()).decide
+    decide = partial(answer_now, handler(MEMORY_KEYS, lambda: now_ms, metrics=Metrics()))
     bodies = [request(v).SerializeToString() for v in users(MEMORY_KEYS)]
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -36,7 +36,7 @@ from limits import RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.errors import StorageError
 
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from ratelimit_sidecar._proto.envoy.type.v3 import ratelimit_strategy_pb2
 from ratelimit_sidecar.server.transport.server import FastServer

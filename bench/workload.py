@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleDefaults, RuleSet
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter

@@ -11,6 +11,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from string import Template
+from typing import Any
+
+import yaml
 
 from harness.net import free_port, http_ok
 from harness.process import NotReady, launch, stop_process, wait_ready
@@ -21,6 +24,7 @@ RLQS_TEMPLATE = ROOT / "envoy" / "envoy-rlqs.yaml.tmpl"  # the rate_limit_quota 
 STOP_TIMEOUT_S = 10.0
 
 Wrap = Callable[[list[str]], list[str]]
+Tune = Callable[[dict[str, Any]], None]  # edits the parsed bootstrap before Envoy reads it
 
 
 def envoy_binary() -> Path:
@@ -65,10 +69,15 @@ class EnvoyProcess:
         domain: str = "gateway",
         wrap: Wrap | None = None,
         template: Path = TEMPLATE,
+        tune: Tune | None = None,
     ) -> None:
         self.port, self.admin_port = free_port(), free_port()
         self.config = workdir / f"{name}.yaml"
         config = render(sidecar_port, self.port, self.admin_port, domain, template)
+        if tune is not None:
+            bootstrap = yaml.safe_load(config)
+            tune(bootstrap)
+            config = yaml.safe_dump(bootstrap, sort_keys=False)
         self.config.write_text(config)
         self.log = workdir / f"{name}.log"
         argv = [str(envoy_binary()), "-c", str(self.config), "--concurrency", "1"]

@@ -1,5 +1,5 @@
 """What a real sidecar's answers are measured against: the exact references of
-ratelimit_sidecar/simulate/exact/ replayed on recorded send times, and trailing-window counts."""
+simulator/exact/ replayed on recorded send times, and trailing-window counts."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from fractions import Fraction
 from typing import Any
 
 from harness.load import Answer, drive
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.core.types import KeyId
-from ratelimit_sidecar.simulate.exact.fixed_window import ExactFixedWindow
-from ratelimit_sidecar.simulate.exact.sliding_log import ExactSlidingLog
-from ratelimit_sidecar.simulate.exact.sliding_window import ExactSlidingWindow
-from ratelimit_sidecar.simulate.exact.token_bucket import Bucket
 from ratelimit_sidecar.storage.keys import DEFAULT_PREFIX, KeySchema, bucket_suffix, span_suffix
+from simulator.exact.fixed_window import ExactFixedWindow
+from simulator.exact.sliding_log import ExactSlidingLog
+from simulator.exact.sliding_window import ExactSlidingWindow
+from simulator.exact.token_bucket import Bucket
 
 EVENTUAL = ("fixed_window", "sliding_window", "token_bucket")
 ALL = (*EVENTUAL, "sliding_log")

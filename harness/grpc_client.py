@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 from google.protobuf.wrappers_pb2 import UInt64Value
 
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 Entries = Sequence[tuple[str, str]]
 

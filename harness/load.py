@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from harness.grpc_client import request, rls_stub
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 ERROR = -1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,9 +13,13 @@ from harness.net import free_port, wait_grpc_serving
 from harness.process import python_module, stop_process
 
 
-def serve_args(config: Path, grpc_address: str, metrics_address: str, *extra: str) -> list[str]:
-    """The `serve` command line for one sidecar on the given loopback addresses."""
-    args = ["serve", "--config", str(config), "--grpc-address", grpc_address]
+def serve_args(
+    config: Path | None, grpc_address: str, metrics_address: str, *extra: str
+) -> list[str]:
+    """The `serve` command line for one sidecar on the given loopback addresses (no `--config`
+    without `config`: rules from xDS)."""
+    rules = [] if config is None else ["--config", str(config)]
+    args = ["serve", *rules, "--grpc-address", grpc_address]
     return [*args, "--metrics-address", metrics_address, *extra]
 
 
@@ -23,7 +28,7 @@ class SidecarProcess:
 
     def __init__(
         self,
-        config: Path,
+        config: Path | None,
         *extra: str,
         env: dict[str, str] | None = None,
         ports: tuple[int, int] | None = None,
@@ -45,6 +50,16 @@ class SidecarProcess:
             self.stop()
             raise AssertionError(f"sidecar did not start:\n{self.stderr}") from None
         return self
+
+    def metric(self, name: str) -> float:
+        """One sample of its /metrics: `name` without the `ratelimit_sidecar_` prefix, with its
+        labels as exposed (`xds_responses_total{answer="ack"}`); AssertionError if absent."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            for line in reply.read().decode().splitlines():
+                if line.startswith(f"ratelimit_sidecar_{name} "):
+                    return float(line.split()[1])
+        raise AssertionError(f"no metric {name}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
         """Stop with `sig` (SIGKILL after `timeout_s`); its exit code. Keeps its stderr."""

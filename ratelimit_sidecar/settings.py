@@ -17,8 +17,12 @@ from typing import Any, NamedTuple, get_args, get_type_hints
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS
 from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
+from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS
+from ratelimit_sidecar.service.validation import DEFAULT_BOUNDS
 
 ENV_PREFIX = "RLS_"
+ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"  # the admin token is never a flag (see below)
+DEFAULT_ADMIN_ADDRESS = "127.0.0.1:9091"
 REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
 TRANSPORTS = ("fast", "grpcio")
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -34,10 +38,19 @@ def _help(text: str, **more: str) -> dict[str, str]:
     return {"help": text, **more}
 
 
+def _option(default: Any, text: str) -> Any:
+    """A field with a default and its help: one line per setting."""
+    return field(default=default, metadata=_help(text))
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     config_path: str = field(
-        metadata=_help("rule YAML file or directory (envoyproxy/ratelimit format)", flag="config")
+        default="",
+        metadata=_help(
+            "rule YAML file or directory (envoyproxy/ratelimit format); not with --config-xds",
+            flag="config",
+        ),
     )
     redis_url: str | None = field(
         default=None,
@@ -72,6 +85,42 @@ class Settings:
         default=False,
         metadata=_help("add the request and its passing descriptors' metadata to each answer"),
     )
+    grpc_tls_cert: str | None = field(
+        default=None, metadata=_help("PEM certificate chain: serve the gRPC port over TLS")
+    )
+    grpc_tls_key: str | None = field(default=None, metadata=_help("PEM key of --grpc-tls-cert"))
+    grpc_tls_client_ca: str | None = field(
+        default=None,
+        metadata=_help("PEM CA that client certificates must chain to (mTLS: then required)"),
+    )
+    grpc_tls_client_san: str | None = field(
+        default=None, metadata=_help("a subject alternative name client certificates must carry")
+    )
+    tracing: bool = field(
+        default=False, metadata=_help("export OpenTelemetry traces (ShouldRateLimit and syncs)")
+    )
+    tracing_endpoint: str | None = field(
+        default=None,
+        metadata=_help("OTLP endpoint URL (else OTEL_EXPORTER_OTLP_ENDPOINT or the SDK default)"),
+    )
+    tracing_protocol: str = field(default="grpc", metadata=_help("OTLP over grpc or http"))
+    tracing_service_name: str = field(
+        default="ratelimit-sidecar", metadata=_help("service.name of the spans")
+    )
+    tracing_service_namespace: str | None = field(
+        default=None, metadata=_help("service.namespace of the spans")
+    )
+    tracing_sampling_ratio: float = field(
+        default=1.0, metadata=_help("share of new traces sampled (Envoy's decision is kept)")
+    )
+    health_address: str | None = field(
+        default=None,
+        metadata=_help("host:port of a listener of its own for /healthcheck, /healthz, /readyz"),
+    )
+    debug_address: str | None = field(
+        default=None,
+        metadata=_help("host:port of /rlconfig and POST /json (the reference's debug port); off"),
+    )
     log_format: str = field(default="text", metadata=_help("text or json"))
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
     ietf_headers: bool = field(
@@ -82,14 +131,20 @@ class Settings:
         metadata=_help("/debug/keys shows raw descriptor values (API keys?), not digests"),
     )
     max_keys: int = field(default=DEFAULT_MAX_KEYS, metadata=_help("bound on tracked keys"))
-    max_descriptors: int = field(default=64, metadata=_help("descriptors allowed per request"))
-    max_entries: int = field(default=16, metadata=_help("entries allowed per descriptor"))
+    max_descriptors: int = field(
+        default=DEFAULT_BOUNDS.max_descriptors, metadata=_help("descriptors allowed per request")
+    )
+    max_entries: int = field(
+        default=DEFAULT_BOUNDS.max_entries, metadata=_help("entries allowed per descriptor")
+    )
     max_value_bytes: int = field(
-        default=1024, metadata=_help("bytes allowed per descriptor key or value")
+        default=DEFAULT_BOUNDS.max_bytes,
+        metadata=_help("bytes allowed per descriptor key or value"),
     )
     redis_prefix: str = field(default="rls:", metadata=_help("prefix of every Redis key"))
     sync_timeout_ms: int = field(
-        default=250, metadata=_help("Redis timeout per sync, +20 µs per key (at most half a span)")
+        default=DEFAULT_TIMEOUT_MS,
+        metadata=_help("Redis timeout per sync, more for a large sync (at most half a span)"),
     )
     shutdown_grace_s: float = field(
         default=5.0, metadata=_help("seconds in-flight requests get to finish on shutdown")
@@ -128,7 +183,7 @@ class Settings:
     # Runtime overrides (docs/OVERRIDES.md). The admin token is never a setting: it comes from
     # a file or from RLS_ADMIN_TOKEN, so that it shows in no command line, log or repr.
     admin_address: str = field(
-        default="127.0.0.1:9091",
+        default=DEFAULT_ADMIN_ADDRESS,
         metadata=_help("host:port of the overrides admin API (opened only with a token)"),
     )
     admin_token_file: str | None = field(
@@ -141,7 +196,34 @@ class Settings:
         default=10.0, metadata=_help("seconds between full reads of the override set")
     )
 
+    # Rules from an xDS control plane instead of files (docs/XDS.md); the `ratelimit` command
+    # maps the reference's CONFIG_TYPE=GRPC_XDS_SOTW and CONFIG_GRPC_XDS_* variables here.
+    config_xds: str | None = _option(
+        None, "host:port of an xDS control plane serving RateLimitConfig (ADS); replaces --config"
+    )
+    config_xds_node_id: str = _option("default", "node id sent to the control plane")
+    config_xds_node_metadata: str = _option("", "node metadata for the control plane: k=v,k=v")
+    config_xds_client_tls: bool = _option(False, "TLS to the control plane")
+    config_xds_client_tls_cert: str | None = _option(
+        None, "client certificate (PEM) for mTLS to the control plane, re-read on change"
+    )
+    config_xds_client_tls_key: str | None = _option(None, "its private key (PEM)")
+    config_xds_server_tls_cacert: str | None = _option(
+        None, "CA (PEM) the control plane's certificate must chain to (else the system's)"
+    )
+    config_xds_server_tls_san: str | None = _option(
+        None, "name the control plane's certificate must carry (else the URL's host)"
+    )
+    config_xds_retry_s: float = _option(
+        3.0, "first reconnect delay after a stream error; doubles per failed attempt, jittered"
+    )
+    config_xds_retry_max_s: float = _option(60.0, "longest reconnect delay")
+    ready_without_config: bool = _option(
+        False, "with xDS rules, /readyz answers ready before the first configuration arrives"
+    )
+
     def __post_init__(self) -> None:
+        self._check_rule_source()
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
@@ -151,6 +233,29 @@ class Settings:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+        if self.tracing_protocol not in ("grpc", "http"):
+            raise ValueError("--tracing-protocol must be grpc or http")
+        if not 0.0 <= self.tracing_sampling_ratio <= 1.0:
+            raise ValueError("--tracing-sampling-ratio must be between 0 and 1")
+        if bool(self.grpc_tls_cert) != bool(self.grpc_tls_key):
+            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
+        if self.grpc_tls_client_ca and not self.grpc_tls_cert:
+            raise ValueError("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
+        if self.grpc_tls_client_san and not self.grpc_tls_client_ca:
+            raise ValueError("--grpc-tls-client-san needs --grpc-tls-client-ca")
+
+    def _check_rule_source(self) -> None:
+        if self.xds_url is None and not self.config_path:
+            raise ValueError("--config (or RLS_CONFIG) is required, unless --config-xds is set")
+        if bool(self.config_xds_client_tls_cert) != bool(self.config_xds_client_tls_key):
+            raise ValueError("--config-xds-client-tls-cert and -key go together")
+        if not 0 < self.config_xds_retry_s <= self.config_xds_retry_max_s:
+            raise ValueError("--config-xds-retry-s must be > 0 and <= --config-xds-retry-max-s")
+
+    @property
+    def xds_url(self) -> str | None:
+        """The control plane rules come from, or None when they come from files."""
+        return self.config_xds or None
 
     @property
     def local_only(self) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 
 from bench.workload import Workload, unframe
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 NODE_SCRIPT = Path(__file__).parents[1] / "grpc_load.js"
 PROBE_SAMPLES = 20

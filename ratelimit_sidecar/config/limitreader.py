@@ -113,10 +113,8 @@ class LimitReader(PenaltyReader):
         return ParsedLimits(tuple(limits), False, tuple(replaces))
 
     def rate_limit(self, node: Node | None, path: str) -> ParsedLimits:
-        if node is None or is_null(node):
-            return NO_LIMITS
-        fields = self.mapping(node, path, RATE_LIMIT_KEYS, "")
-        if fields is None:
+        fields = self.optional_mapping(node, path, RATE_LIMIT_KEYS, "")
+        if node is None or fields is None:
             return NO_LIMITS
         before = len(self.problems)
         name = self.text(fields["name"], join_path(path, "name")) if "name" in fields else ""

@@ -225,10 +225,6 @@ class DescriptorNode:
     wildcards: tuple[WildcardChild, ...] = ()
     keyed: Mapping[str, DescriptorNode] = field(default_factory=lambda: MappingProxyType({}))
 
-    @property
-    def has_children(self) -> bool:
-        return bool(self.exact or self.wildcards or self.keyed)
-
     def child(self, key: str, value: str) -> DescriptorNode | None:
         """The node one request entry leads to: exact, then wildcard, then value-less key."""
         node = self.exact.get((key, value))

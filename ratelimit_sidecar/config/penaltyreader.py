@@ -19,7 +19,7 @@ from dataclasses import replace
 from yaml.nodes import Node, ScalarNode
 
 from .model import Penalty, RateLimit
-from .yamlnodes import CONSTRUCTOR, TAG, NodeChecker, integer, is_null, join_path, shown
+from .yamlnodes import CONSTRUCTOR, TAG, NodeChecker, integer, join_path, shown
 
 PENALTY_KEYS = ("factor", "max", "forgive_after")
 DEFAULT_FACTOR = 2.0
@@ -49,10 +49,8 @@ class PenaltyReader(NodeChecker):
 
     def penalty(self, node: Node | None, path: str) -> Penalty | None:
         """A `penalty:` mapping on its own (a limit's is then checked against the limit)."""
-        if node is None or is_null(node):
-            return None
-        fields = self.mapping(node, path, PENALTY_KEYS, " like {factor: 2, max: 1h, ...}")
-        if fields is None:
+        fields = self.optional_mapping(node, path, PENALTY_KEYS, " like {factor: 2, max: 1h, ...}")
+        if node is None or fields is None:
             return None
         before = len(self.problems)
         factor = self.factor(fields.get("factor"), join_path(path, "factor"))

@@ -40,6 +40,12 @@ class NodeChecker:
         else:
             self.add(1, "yaml", f"invalid YAML: {exc}")
 
+    def optional_mapping(
+        self, node: Node | None, path: str, allowed: tuple[str, ...], what: str
+    ) -> dict[str, Node] | None:
+        """`mapping` of a key that may be absent or null (then None, with nothing reported)."""
+        return None if node is None or is_null(node) else self.mapping(node, path, allowed, what)
+
     def mapping(
         self, node: Node, path: str, allowed: tuple[str, ...], what: str
     ) -> dict[str, Node] | None:

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import AlgorithmName
-from ratelimit_sidecar.core.algorithm import Algorithm
+from ratelimit_sidecar.core.algorithm import Algorithm, SharedAlgorithm
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.sliding_log import SlidingLog
 from ratelimit_sidecar.core.sliding_window import SlidingWindow
 from ratelimit_sidecar.core.token_bucket import TokenBucket
 
 
-def algorithms_with(fixed_window: Algorithm | None = None) -> tuple[Algorithm, ...]:
-    """One instance of each algorithm, in `AlgorithmName` order; `fixed_window` replaces the
-    default fixed window (the simulator's variants are its parameters)."""
-    chosen: dict[AlgorithmName, Algorithm] = {
+def shared_algorithms(
+    fixed_window: FixedWindow | None = None,
+) -> tuple[SharedAlgorithm | None, ...]:
+    """One instance of each algorithm a store can sum, in `AlgorithmName` order (None for the
+    sliding log); `fixed_window` replaces the shipped fixed window (a simulator variant)."""
+    chosen: dict[AlgorithmName, SharedAlgorithm | None] = {
         AlgorithmName.FIXED_WINDOW: fixed_window or FixedWindow(),
         AlgorithmName.SLIDING_WINDOW: SlidingWindow(),
         AlgorithmName.TOKEN_BUCKET: TokenBucket(),
-        AlgorithmName.SLIDING_LOG: SlidingLog(),
+        AlgorithmName.SLIDING_LOG: None,
     }
     return tuple(chosen[name] for name in AlgorithmName)
+
+
+def all_algorithms(fixed_window: FixedWindow | None = None) -> tuple[Algorithm, ...]:
+    """One instance of each algorithm, in `AlgorithmName` order."""
+    shared = shared_algorithms(fixed_window)
+    log = AlgorithmName.SLIDING_LOG
+    return tuple(SlidingLog() if name is log else shared[name] for name in AlgorithmName)  # type: ignore[misc]

@@ -33,7 +33,11 @@ A span end (with the store's answer, without it, or with no store at all):
 - `nodes` is learnt from finished windows (core/nodes_estimate.py, shared by every algorithm):
   the fleet's totals over this node's own counts, summed over windows with decaying weights,
   own refusals on the estimate counted as offered, and a fall believed only when two windows
-  agree.
+  agree. While the ceiling is lenient, the check scales own hits by the lower of the last two
+  estimates (the estimate's `cautious` check).
+
+The accuracy simulator's variants (simulator/variants.py) are subclasses that turn parts of
+this rule off.
 """
 
 from __future__ import annotations
@@ -41,12 +45,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
-from ratelimit_sidecar.core.nodes_estimate import learn_window, lower_of_last_two
+from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.spans import window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import blocked, deny_verdict, refused
+from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
 
 NEAR_LIMIT_RATIO = 0.8  # an admitted answer says `near_limit` from this share of MAX on
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
@@ -56,27 +58,24 @@ NOISE_SIGMAS = 3.0
 
 @dataclass(frozen=True, slots=True)
 class FixedWindow:
-    """The rule above. The parameters turn parts of it off, for the accuracy simulator's
-    comparisons; the service runs the defaults."""
+    """The rule above."""
 
-    lenient: bool = True  # False: the ceiling is always MAX
-    estimate_blocks: bool = False  # True: an estimate over the ceiling starts a block too
-    nodes_from_offered: bool = True  # False: `nodes` from admitted counts only
+    # -- a key and a request -----------------------------------------------------------------
 
-    # -- a request ---------------------------------------------------------------------------
+    def start(self, state: KeyState, resumed: int) -> None:
+        """`resumed` is an estimate, not a known count: it refuses requests past the ceiling
+        but starts no cooldown (a record may over-count), until the store's total replaces it."""
+        state.counts = WindowCounts(state.limit.requests_per_unit)
+        state.counts.resumed = resumed
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 1, a block; step 2, this request's hits would take the estimate past its
-        ceiling, or the count known for sure (the store's total plus this node's unpushed
-        hits) past MAX."""
-        if now_ms < state.blocked_until:
-            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0:
-            return None
-        # `_over`, inlined: every admitted request comes here (two calls cost ~0.2 µs).
-        seen, unpushed = state.seen, state.inflight + state.pending + hits
-        estimate = seen + state.resumed + unpushed * state.check_nodes
-        if estimate > state.ceiling or seen + unpushed > state.limit.requests_per_unit:
+        """Step 2: this request's hits would take the estimate past its ceiling, or the count
+        known for sure (the store's total plus this node's unpushed hits) past MAX."""
+        # `_over` inlined, and `KeyState.counted` in `count`: 1.2 % fewer instructions per decision.
+        counts = state.counts
+        seen, unpushed = counts.seen, state.inflight + state.pending + hits
+        estimate = seen + counts.resumed + unpushed * state.nodes.check
+        if estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit:
             return self._estimate_over(state, hits, now_ms)
         return None
 
@@ -84,131 +83,108 @@ class FixedWindow:
         """Step 2: a known count over MAX blocks for the cooldown; an estimate refuses this
         request alone, until the next sync (a noisy estimate must not block a key under the
         limit for a whole cooldown)."""
-        limit = state.limit
-        known = state.seen + state.inflight + state.pending + hits
-        if known > limit.requests_per_unit or self.estimate_blocks:
-            state.block(_block_end(state, now_ms, now_ms // limit.window_ms))
-            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        state.rejected += hits  # offered here: keeps `nodes` honest (see learn_nodes)
-        return refused(state, retry_wait_ms(state, hits, now_ms))
+        known = state.counts.seen + state.inflight + state.pending + hits
+        if known > state.limit.requests_per_unit:
+            return self._block(state, hits, now_ms)
+        self._offered(state, hits)
+        return refusal(state, retry_wait_ms(state, hits, now_ms))
+
+    def _block(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
+        """Block the key for the cooldown, and refuse the request."""
+        state.block(_block_end(state, now_ms, now_ms // state.limit.window_ms))
+        return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
+
+    def _offered(self, state: KeyState, hits: int) -> None:
+        """Refused on the estimate alone: offered all the same, which keeps `nodes` honest."""
+        state.nodes.refused += hits
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
-            hits = max(hits, -(state.seen + state.inflight + state.pending))
+            hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
+        # `KeyState.counted` inlined (see `check`: bench/instructions.py, hot).
         state.pending += hits
-        state.local_cur = max(0, state.local_cur + hits)
+        nodes = state.nodes
+        nodes.admitted = max(0, nodes.admitted + hits)
         state.last_hit = now_ms
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
-        limit, rpu = state.limit, state.limit.requests_per_unit
-        used = state.seen + state.resumed + (state.inflight + state.pending) * state.nodes
+        limit, rpu, counts = state.limit, state.limit.requests_per_unit, state.counts
+        used = counts.seen + counts.resumed + (state.inflight + state.pending) * state.nodes.value
         remaining = min(rpu, int(rpu - used)) if used < rpu else 0
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
         near = used >= NEAR_LIMIT_RATIO * rpu
         # Every field in order, by position: keywords cost a dict per admitted request.
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
-
-    def untracked(self, limit: RateLimit, hits: int, shadow: bool, now_ms: int) -> Verdict:
-        """Decided on this request alone: admitted if it fits in an empty window."""
-        if hits <= limit.requests_per_unit:
-            reset = window_end(now_ms, limit.window_ms) - now_ms
-            remaining = min(limit.requests_per_unit, limit.requests_per_unit - hits)
-            return Verdict(Code.OK, limit, remaining=remaining, reset_ms=reset)
-        return deny_verdict(limit, hits, shadow)
-
-    # -- eviction ----------------------------------------------------------------------------
+        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
-        return state.seen + state.resumed + state.inflight + state.pending
-
-    def resume(self, state: KeyState, count: int) -> None:
-        """An estimate, not a known count: it refuses requests past the ceiling but starts no
-        cooldown (a record may over-count), until the store's total replaces it."""
-        state.resumed = count
+        counts: WindowCounts = state.counts
+        return counts.seen + counts.resumed + state.inflight + state.pending
 
     # -- a span end --------------------------------------------------------------------------
 
     def close_span(self, state: KeyState, end_ms: int) -> None:
-        state.seen += state.pending
+        counts = state.counts
+        counts.seen += state.pending
         state.pending = 0
-        if state.seen > state.limit.requests_per_unit:
+        if counts.seen > state.limit.requests_per_unit:
             state.block(_block_end(state, end_ms, state.window))
 
     def store_answer(
-        self,
-        state: KeyState,
-        push: Push,
-        answer: PushResult,
-        now_ms: int,
+        self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
+        """A total over MAX blocks (again at each span while the window stays over). Without
+        an answer the span's own count, scaled by `nodes`, joins `seen`; over its share
+        MAX / N it blocks the key."""
+        counts, limit = state.counts, state.limit
+        if answer is None:
+            scaled = push.hits * state.nodes.value
+            counts.seen += int(scaled)
+            if scaled > limit.requests_per_unit / limit.spans:
+                state.block(_block_end(state, now_ms, state.window))
+                return True
+            return False
         if push.window != state.window:  # a late push: its total no longer gates requests
             return False
         total = answer.total
-        state.seen = max(state.seen, total)
-        state.resumed = 0  # the store's total holds what the key counted before its eviction
-        if total <= state.limit.requests_per_unit:
+        counts.seen = max(counts.seen, total)
+        counts.resumed = 0  # the store's total holds what the key counted before its eviction
+        if total <= limit.requests_per_unit:
             return False
         was_blocked = now_ms < state.blocked_until
         state.block(_block_end(state, now_ms, push.window))
         return not was_blocked
 
-    def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:
-        limit, scaled = state.limit, count * state.nodes
-        state.seen += int(scaled)
-        if scaled > limit.requests_per_unit / limit.spans:
-            state.block(_block_end(state, now_ms, state.window))
-            return True
-        return False
-
-    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
-        """The fleet's `total` of the finished `window` against this node's count in it.
-
-        Hits refused by a block are not counted (a block mostly hits every node alike; when it
-        does not, core/nodes_estimate.py copes); refusals on the node's own estimate count on
-        both sides."""
-        rejected = state.estimate_rejected if self.nodes_from_offered else 0
-        offered = state.estimate_local + rejected
-        if window == state.estimate_window and offered > 0 and total > 0:
-            nodes = learn_window(state, total, state.estimate_local, rejected, live_nodes)
-            self.set_nodes(state, nodes)
-        state.estimate_window = NO_WINDOW
-
-    def after_sync(self, state: KeyState, sync_ms: int) -> None:
-        """The ceiling for the next span, from the window's pace so far. The first sync of a
-        window (no pace yet) keeps the ceiling the previous window ended with."""
-        limit = state.limit
+    def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
+        """Every answer of the sync is in (totals and nodes), or the store did not answer:
+        the ceiling for the next span, from the window's pace so far. The first sync of a
+        window (no pace yet) keeps the ceiling the previous window ended with; without an
+        answer the pace is unknown, and the ceiling goes back to MAX."""
+        limit, counts = state.limit, state.counts
+        if not answered:
+            counts.ceiling = float(limit.requests_per_unit)
+            state.nodes.caution(False)
+            return
         elapsed = sync_ms - state.window * limit.window_ms
-        if not self.lenient or 2 * elapsed * limit.spans < limit.window_ms:
+        if 2 * elapsed * limit.spans < limit.window_ms:
             return
         rpu = limit.requests_per_unit
         share = rpu / limit.spans
-        slack = min(share, max(0.0, rpu + share - state.seen * limit.window_ms / elapsed))
+        slack = min(share, max(0.0, rpu + share - counts.seen * limit.window_ms / elapsed))
         if slack > 0:
             slack += max(0.0, _noise(state, elapsed) - share)
-        state.ceiling = rpu + slack
-        _refresh_check(state)
-
-    def after_failure(self, state: KeyState) -> None:
-        state.ceiling = float(state.limit.requests_per_unit)  # the window's pace is unknown
-        _refresh_check(state)
-
-    def set_nodes(self, state: KeyState, nodes: float) -> None:
-        state.nodes_prev = state.nodes if state.nodes_prev else nodes
-        state.nodes = nodes
-        _refresh_check(state)
+        counts.ceiling = rpu + slack
+        state.nodes.caution(counts.ceiling > rpu)
 
 
-def _estimate(state: KeyState, hits: int) -> float:
-    """The fleet's count in the window with `hits` more: step 2's estimate."""
-    unpushed = state.inflight + state.pending + hits
-    return state.seen + state.resumed + unpushed * state.check_nodes
-
-
-def _over(state: KeyState, hits: int) -> bool:
-    """Step 2's test (inlined in `FixedWindow.check`): `hits` more take the estimate past its
-    ceiling, or the count known for sure past MAX."""
-    known = state.seen + state.inflight + state.pending + hits
-    return _estimate(state, hits) > state.ceiling or known > state.limit.requests_per_unit
+def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:
+    """Step 2's test: `hits` more take the estimate past its ceiling, or the count known for
+    sure past MAX."""
+    seen, unpushed = counts.seen, state.inflight + state.pending + hits
+    estimate = seen + counts.resumed + unpushed * state.nodes.check
+    return estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
@@ -219,11 +195,11 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     their own estimates allow, and a store total over MAX re-arms the cooldown at every span
     end, the last one where the window's last span starts. (The span's end, said before for a
     refusal on the estimate, was when the estimate improves, not when a retry fits: obedient
-    clients retried into a block, 41 first retries in 239 in `retry_storm`.)"""
+    clients retried into a block.)"""
     # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
     at = max(now_ms, state.blocked_until)
-    if at < end and hits > 0 and _over(state, hits):
+    if at < end and hits > 0 and _over(state, state.counts, hits):
         at = end
     rearmed = _rearmed_block_end(state, now_ms, end)
     if rearmed > at and _likely_over(state):
@@ -235,13 +211,15 @@ def _likely_over(state: KeyState) -> bool:
     """The window will likely end with more admitted than MAX, so that its syncs re-arm the
     cooldown: it already has (for sure), or other nodes share the key (`nodes` > 1: only they
     can admit past MAX, each on its own estimate) and the count known for sure is within a
-    span's share of MAX. In `retry_storm`, 25 % of such refusals saw a block at the window's
-    end (8 % below 4/5 of MAX); with the local node alone, admissions never pass MAX."""
+    span's share of MAX (`retry_storm` shows how often such a refusal meets a block at the
+    window's end); with the local node alone, admissions never pass MAX."""
     limit = state.limit
-    known = state.seen + state.inflight + state.pending
+    known = state.counts.seen + state.inflight + state.pending
     if known > limit.requests_per_unit:
         return True
-    return state.nodes > 1 and known * limit.spans >= limit.requests_per_unit * (limit.spans - 1)
+    return state.nodes.value > 1 and known * limit.spans >= limit.requests_per_unit * (
+        limit.spans - 1
+    )
 
 
 def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
@@ -258,7 +236,7 @@ def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
     )
     start = end - last_span_ms
     if now_ms >= start:
-        if state.seen + state.inflight + state.pending > limit.requests_per_unit:
+        if state.counts.seen + state.inflight + state.pending > limit.requests_per_unit:
             return 0  # over already: its block is set, the final push re-arms nothing
         start = end
     penalty = state.penalty
@@ -280,13 +258,6 @@ def _block_end(state: KeyState, start_ms: int, window: int) -> int:
 def _noise(state: KeyState, elapsed_ms: int) -> float:
     """NOISE_SIGMAS standard deviations of one span of own hits, scaled by `nodes`."""
     limit = state.limit
-    own = max(0, state.local_cur - state.pending)  # pushed so far in this window
+    own = max(0, state.nodes.admitted - state.pending)  # pushed so far in this window
     per_span = own * limit.window_ms / (limit.spans * elapsed_ms)
-    return NOISE_SIGMAS * state.nodes * math.sqrt(per_span)
-
-
-def _refresh_check(state: KeyState) -> None:
-    """A lenient ceiling uses the lower of the last two `nodes` estimates: near the limit a
-    share that looks small by chance must not refuse requests of a window that ends under MAX."""
-    lenient = state.ceiling > state.limit.requests_per_unit
-    state.check_nodes = lower_of_last_two(state) if lenient else state.nodes
+    return NOISE_SIGMAS * state.nodes.value * math.sqrt(per_span)

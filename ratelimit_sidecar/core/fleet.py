@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ratelimit_sidecar.config.model import AlgorithmName
-from ratelimit_sidecar.core.algorithm import Algorithm
+from ratelimit_sidecar.core.algorithms import shared_algorithms
+from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import (
     DEFAULT_MAX_KEYS,
@@ -37,17 +37,12 @@ class FleetLimiter(Limiter):
     """A limiter whose counts go to a store shared by every node."""
 
     def __init__(
-        self,
-        max_keys: int = DEFAULT_MAX_KEYS,
-        *,
-        algorithm: Algorithm | None = None,
+        self, max_keys: int = DEFAULT_MAX_KEYS, *, fixed_window: FixedWindow | None = None
     ) -> None:
-        super().__init__(max_keys, algorithm=algorithm)
-        # A store sums span totals and cannot merge logs: a sliding log is decided as a
-        # sliding window here (core/sliding_log.py).
-        chosen = list(self.algorithms)
-        chosen[AlgorithmName.SLIDING_LOG] = chosen[AlgorithmName.SLIDING_WINDOW]
-        self.algorithms = tuple(chosen)
+        super().__init__(max_keys, fixed_window=fixed_window)
+        # A store sums span totals and cannot merge logs: the configuration keeps a sliding
+        # log off a shared store (core/sliding_log.py), so it has no entry here.
+        self._shared = shared_algorithms(fixed_window)
         self._orphans: list[Push] = []  # unpushed hits of keys that left the table
         self._plan: SyncPlan | None = None
 
@@ -59,8 +54,9 @@ class FleetLimiter(Limiter):
         """Pushed with the previous window's last span (the store counts it there), and this
         node's own count of that window, which `nodes` is learnt against, takes them too."""
         self.dropped_hits += state.stash(hits, state.window - 1, state.window)
-        if state.estimate_window == state.window - 1:
-            state.estimate_local += hits
+        nodes = state.nodes
+        if nodes.window == state.window - 1:
+            nodes.window_admitted += hits
 
     def _evicted(self, state: KeyState) -> None:
         """Eviction loses tracking precision, never counts: its unpushed hits still go out."""
@@ -87,7 +83,7 @@ class FleetLimiter(Limiter):
         """
         if self._plan is not None:
             raise RuntimeError("end_span called while a sync is still in flight")
-        plan = self._plan = SyncPlan(now_ms, self.algorithms)
+        plan = self._plan = SyncPlan(now_ms, self._shared)
         plan.add_orphans(self._orphans)
         self._orphans = []
         for index, state in enumerate(self.keys):
@@ -119,8 +115,8 @@ class FleetLimiter(Limiter):
             plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
-        if state.estimate_window >= 0 and first_span_over:
-            plan.read_total(state, TotalRead(state.key, state.estimate_window))
+        if state.nodes.window >= 0 and first_span_over:
+            plan.read_total(state, TotalRead(state.key, state.nodes.window))
 
     def _plan_unsent(self, plan: SyncPlan, state: KeyState, now_ms: int) -> bool:
         """Push hits left from an earlier span (or count them dropped); True if pushed.
@@ -198,7 +194,7 @@ class FleetLimiter(Limiter):
     def pending_hits(self) -> int:
         """Admitted hits not yet confirmed by the store (what a shutdown flush must push)."""
         tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
-        return tracked + sum(p.count for p in self._orphans)
+        return tracked + sum(p.hits for p in self._orphans)
 
 
 def _levels(state: KeyState, now_ms: int) -> tuple[int, int]:
@@ -218,9 +214,9 @@ def push_span(state: KeyState, ended_ms: int, now_ms: int) -> int:
     trailing window longer, never shorter), except when a sync runs late, in the span after the
     end `ended_ms` it is for: then the span that ended. Otherwise one hit counted before the
     late sync moved all the span's hits a span later, and (with the floor of the pushed span)
-    a node counted them twice for a span: 3 nodes at 80 % of a sliding window's MAX were
-    refused 56 times in 1417 with syncs 30 ms late. The hits counted in those few ms are a span
-    early instead. Not in a window's first span: the ended window's hits have their own push.
+    a node counted them twice for a span, refusing a sliding window's requests under MAX when
+    syncs ran late. The hits counted in those few ms are a span early instead. Not in a
+    window's first span: the ended window's hits have their own push.
     """
     limit = state.limit
     if not state.pending:

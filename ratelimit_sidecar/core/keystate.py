@@ -2,61 +2,66 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.config.model import RateLimit
+from typing import Any
+
+from ratelimit_sidecar.config.model import RateLimit, Rule
 from ratelimit_sidecar.core.hitlog import HitLog
-from ratelimit_sidecar.core.penalty import PenaltyState, Tally
-from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
+from ratelimit_sidecar.core.nodes_estimate import NO_WINDOW, NodesEstimate
+from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
+from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
-NO_WINDOW = -1
+__all__ = ["NO_WINDOW", "Bucket", "KeyState", "WindowCounts"]
+
+
+class WindowCounts:
+    """A fixed window's own state (core/fixed_window.py): what it knows of the key's current
+    window, which the key's window roll clears."""
+
+    __slots__ = ("ceiling", "resumed", "seen")
+
+    def __init__(self, ceiling: float) -> None:
+        self.seen = 0  # the store's total for the window, at the last sync
+        self.resumed = 0  # what the key counted in the window before its eviction (an estimate)
+        # The request check: an estimate over `ceiling` rejects. MAX itself at first, not a
+        # float copy: one object every key of the limit shares.
+        self.ceiling = ceiling
+
+
+class Bucket:
+    """A token bucket's own state (core/token_bucket.py)."""
+
+    __slots__ = ("tat",)
+
+    def __init__(self) -> None:
+        self.tat: float = 0  # the full-again time, in ticks of 1/requests_per_unit ms
 
 
 class KeyState:
     """Counts for one key. Mutated only by the limiter and its algorithm, on one thread.
 
-    Span bookkeeping: `pending` are hits admitted in the current span of `window` and not yet
-    handed to the store; `inflight` is what the running sync is pushing for `window`; `unsent`
-    is what an earlier push could not deliver (or a window roll left behind), for
-    `unsent_window`. The other fields belong to the decision rule (core/fixed_window.py).
+    Span bookkeeping, the same for every algorithm: `pending` are hits admitted in the current
+    span of `window` and not yet handed to the store; `inflight` is what the running sync is
+    pushing for `window`; `unsent` is what an earlier push could not deliver (or a window roll
+    left behind), for `unsent_window`. `nodes` is the key's nodes estimate
+    (core/nodes_estimate.py); `counts` belongs to the algorithm alone (its `start` makes it):
+    a fixed window's `WindowCounts`, a sliding window's `SpanState`, a token bucket's `Bucket`,
+    a sliding log's `HitLog`.
     """
 
     __slots__ = (
-        "admitted_sum",
         "blocked_until",
-        "ceiling",
-        "check_nodes",
-        "checked",
-        "early_fleet",
-        "early_own",
-        "estimate_local",
-        "estimate_rejected",
-        "estimate_window",
-        "fleet_spans",
-        "fleet_sum",
-        "hit_log",
+        "counts",
         "inflight",
         "key",
         "last_hit",
         "limit",
-        "local_cur",
         "next_sync",
         "nodes",
-        "nodes_prev",
-        "nodes_ratio",
-        "own_spans",
         "penalty",
         "pending",
-        "pushed_count",
-        "pushed_span",
-        "rejected",
-        "rejected_sum",
-        "resumed",
-        "retry_memo",
-        "rule_id",
-        "seen",
-        "shadow",
-        "tat",
+        "rule",
         "unsent",
         "unsent_window",
         "window",
@@ -65,18 +70,16 @@ class KeyState:
     def __init__(
         self,
         key: KeyId,
+        rule: Rule,
         limit: RateLimit,
         now_ms: int,
         nodes: float,
-        shadow: bool,
         *,
-        rule_id: str = "",
-        tally: Tally | None = None,
+        raised: RaisedLevels | None = None,
     ) -> None:
         self.key = key
-        self.rule_id = rule_id
+        self.rule = rule  # its `shadow_mode`, and its `id` for /debug/keys and metrics
         self.limit = limit
-        self.shadow = shadow
         self.window = window_of(now_ms, limit.window_ms)
         self.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
         self.pending = 0
@@ -86,44 +89,13 @@ class KeyState:
         self.last_hit = now_ms
         self.blocked_until = 0
         # A limit with `penalty:`: its level and what its client was told (core/penalty.py).
-        self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, tally)
-        self.local_cur = 0  # what this node admitted in `window`
-        self.rejected = 0  # hits rejected on the estimate alone in `window` (offered, not admitted)
-        self.seen = 0  # the store's total for `window`, at the last sync
-        self.resumed = 0  # what the key counted in `window` before it was evicted (an estimate)
-        self.tat: float = 0  # a token bucket's full-again time, 1/requests_per_unit ms ticks
-        self.nodes = nodes
-        # What `nodes` is learnt from (core/nodes_estimate.py): the last window's ratio (0
-        # until there is one) and decayed sums of the fleet's totals and own counts.
-        self.nodes_ratio = 0.0
-        self.fleet_sum = self.admitted_sum = self.rejected_sum = 0.0
-        self.nodes_prev = 0.0  # the estimate before the last one; 0 until there are two
-        # The request check: an estimate over `ceiling`, computed with `check_nodes`, rejects.
-        # MAX itself, not a float copy: one object every key of the limit shares.
-        self.ceiling: float = limit.requests_per_unit
-        self.check_nodes = nodes
-        self.estimate_window = NO_WINDOW  # a finished window whose global total we still want
-        self.estimate_local = 0  # what this node admitted in that window
-        self.estimate_rejected = 0  # ... and rejected on its estimate alone
-        # A sliding window's span counts (core/sliding_window.py), made at its first use: the
-        # fleet's as the store last answered them, and this node's own not yet confirmed.
-        # Unlike the fields above they outlive the window: a trailing window reaches back.
-        self.fleet_spans: FleetSpans | None = None
-        self.own_spans: SpanCounts | None = None
-        # A new key's first share, before it has a finished window to learn from (a sliding
-        # window's, core/sliding_window.py): the span of the last push answered and its count,
-        # and the sums of the fleet's and this node's counts of the spans since.
-        self.pushed_span = -1
-        self.pushed_count = 0
-        self.early_fleet = 0
-        self.early_own = 0
-        self.hit_log: HitLog | None = None  # a sliding log's admitted hits (core/sliding_log.py)
-        # A sliding window's last request check: (now_ms, pending once its hits are counted,
-        # the trailing count it saw, those hits scaled), for the answer that follows it.
-        self.checked: tuple[int, int, Trailing, float] | None = None
-        # A blocked sliding window's last Retry-After (core/trailing_wait.py): (blocked_until,
-        # pending, hits, when they fit), until its counts change.
-        self.retry_memo: tuple[int, int, int, int] | None = None
+        self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, raised)
+        self.nodes = NodesEstimate(nodes)
+        self.counts: Any = None  # typed by each algorithm's own view of it
+
+    @property
+    def shadow(self) -> bool:
+        return self.rule.shadow_mode
 
     def roll(self, now_ms: int) -> int:
         """Move to the window holding `now_ms`; returns hits dropped by the move."""
@@ -131,14 +103,19 @@ class KeyState:
         if w == self.window:
             return 0
         dropped = self.stash(self.pending, self.window, w) if self.pending > 0 else 0
-        consecutive = w == self.window + 1
-        offered = self.local_cur + self.rejected
-        self.estimate_window = self.window if consecutive and offered else NO_WINDOW
-        self.estimate_local, self.estimate_rejected = self.local_cur, self.rejected
-        self.rejected = 0
-        self.local_cur = self.pending = self.inflight = self.seen = self.resumed = 0
+        self.nodes.roll(self.window, w == self.window + 1)
+        if isinstance(self.counts, WindowCounts):  # only a fixed window's counts end with it
+            self.counts.seen = self.counts.resumed = 0
+        self.pending = self.inflight = 0
         self.window = w
         return dropped
+
+    def counted(self, hits: int, now_ms: int) -> None:
+        """Span bookkeeping for `hits` an algorithm counted (negative: given back)."""
+        self.pending += hits
+        nodes = self.nodes
+        nodes.admitted = max(0, nodes.admitted + hits)
+        self.last_hit = now_ms
 
     def stash(self, count: int, window: int, current: int) -> int:
         """Keep `count` hits of `window` for a later push; returns hits that had to be dropped.
@@ -182,28 +159,30 @@ class KeyState:
 
     def settled(self, now_ms: int) -> bool:
         """No active block, and a token bucket is full again: forgetting the key frees none."""
-        return now_ms >= self.blocked_until and now_ms * self.limit.requests_per_unit >= self.tat
+        counts = self.counts
+        full = not isinstance(counts, Bucket) or now_ms * self.limit.requests_per_unit >= counts.tat
+        return now_ms >= self.blocked_until and full
 
     def snapshot(self) -> dict[str, object]:
         """Read-only view for /debug/keys."""
         view: dict[str, object] = {
             "key": list(self.key),
-            "rule": self.rule_id,
+            "rule": self.rule.id,
             "window": self.window,
             "pending": self.pending,
             "inflight": self.inflight,
             "unsent": self.unsent,
-            "local": self.local_cur,
-            "seen": self.seen,
-            "resumed": self.resumed,
-            "nodes": round(self.nodes, 3),
+            "local": self.nodes.admitted,
+            "nodes": round(self.nodes.value, 3),
             "blocked_until_ms": self.blocked_until,
         }
         if self.penalty is not None:
             view["penalty_level"] = self.penalty.level
-        for name, spans in (("fleet_spans", self.fleet_spans), ("own_spans", self.own_spans)):
-            if spans is not None:  # oldest first, ending with span number `newest`
-                view[name] = {"newest": spans.newest, "counts": list(spans.counts)}
-        if self.hit_log is not None:
-            view["log_hits"] = self.hit_log.total
+        counts = self.counts
+        if isinstance(counts, WindowCounts):
+            view["seen"], view["resumed"] = counts.seen, counts.resumed
+        elif isinstance(counts, HitLog):
+            view["log_hits"] = counts.total
+        elif isinstance(counts, SpanState):
+            view.update(counts.view())
         return view

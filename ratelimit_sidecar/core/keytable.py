@@ -85,9 +85,9 @@ class KeyTable:
                 return state
             self._states.move_to_end(state.key)
         unblocked = [s for s in oldest if now_ms >= s.blocked_until]
-        return min(unblocked, key=lambda s: s.local_cur, default=None)
+        return min(unblocked, key=lambda s: s.nodes.admitted, default=None)
 
     def busiest(self, limit: int) -> list[KeyState]:
         """The keys with the most local hits in their current window, for /debug/keys."""
-        states = sorted(self._states.values(), key=lambda s: s.local_cur, reverse=True)
+        states = sorted(self._states.values(), key=lambda s: s.nodes.admitted, reverse=True)
         return states[:limit]

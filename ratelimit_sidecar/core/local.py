@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState
+from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end
 
@@ -66,6 +66,5 @@ class LocalLimiter(Limiter):
         window need no push: nobody reads them again."""
         state.roll(end_ms)  # leftovers of a finished window go to `unsent`, dropped below
         state.unsent = 0
-        state.estimate_window = NO_WINDOW  # nodes stays 1: no other node counts this key
         if state.pending:
             self.algorithm_of(state).close_span(state, end_ms)

@@ -64,7 +64,7 @@ def grace_ms(cooldown_ms: int) -> int:
     return min(MAX_GRACE_MS, cooldown_ms // 4)
 
 
-class Tally:
+class RaisedLevels:
     """Offences that raised a level, counted for the limiter that owns the keys (a metric)."""
 
     __slots__ = ("applied",)
@@ -82,15 +82,15 @@ class PenaltyState:
         "fresh_ms",
         "level",
         "penalty",
-        "tally",
+        "raised",
         "told_at",
         "told_until",
         "wanted",
     )
 
-    def __init__(self, penalty: Penalty, tally: Tally | None = None) -> None:
+    def __init__(self, penalty: Penalty, raised: RaisedLevels | None = None) -> None:
         self.penalty = penalty
-        self.tally = tally or Tally()
+        self.raised = raised or RaisedLevels()
         self.level = 0
         self.fresh_ms = NEVER  # the last offence, or the store's last word that level > 0
         self.block_level = 0  # the level the key's current (or last) block started at
@@ -132,7 +132,7 @@ class PenaltyState:
         raised = wanted > self.level
         self.level = max(self.level, wanted)
         self.wanted = self.level  # reported even when not raised: renews the store's TTL
-        self.tally.applied += raised
+        self.raised.applied += raised
         return raised
 
     def forgive(self, now_ms: int) -> None:

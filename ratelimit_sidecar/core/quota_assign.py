@@ -150,7 +150,7 @@ class Pace:
 
     def unreported(self, limit: RateLimit, now_ms: int) -> float:
         """What the gateway has likely admitted since its report, in the current fixed window
-        (measured with the simulator, this helped a fixed window only: 0 for the others)."""
+        (0 for the other algorithms: in the simulator it helped none of them)."""
         if limit.algorithm is not AlgorithmName.FIXED_WINDOW:
             return 0.0
         return min(self.held, self.rate_per_ms * _recent_ms(limit, now_ms, self.since_report_ms))

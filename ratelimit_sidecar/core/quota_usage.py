@@ -103,19 +103,16 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
     if state is None:
         return KeyView(limit, limit.capacity if limit.requests_per_unit else 0)
     algorithm = limiter.algorithm_of(state)
-    refusal = algorithm.check(
-        state, 0, now_ms
-    )  # no hits: only a block refuses, and it changes nothing
     answer = algorithm.admitted(state, now_ms)  # what is left, and when room frees
-    blocked_ms = refusal.reset_ms if refusal is not None else 0
+    blocked_ms = algorithm.wait_ms(state, 0, now_ms) if now_ms < state.blocked_until else 0
     sync_ms = max(0, state.next_sync - now_ms)
     fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
     return KeyView(
         limit,
         answer.remaining,
         blocked_ms,
-        state.nodes,
-        state.shadow,
+        state.nodes.value,
+        state.rule.shadow_mode,
         answer.reset_ms,
         sync_ms,
         state.window if fixed else -1,
@@ -174,6 +171,7 @@ class BucketQuota:
         limiter: Limiter,
         hit: Hit,
         now_ms: int,
+        *,
         streams: int = 1,
         policy: QuotaPolicy = DEFAULT_POLICY,
     ) -> Assignment | None:

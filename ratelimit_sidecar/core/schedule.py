@@ -15,8 +15,8 @@ POLL_MS = 250  # a loop that cannot be told of a new key looks again this often
 FLUSH_ATTEMPTS = 3
 MIN_TIMEOUT_MS = 10
 DEFAULT_TIMEOUT_MS = 250
-# Redis spends about 8 µs per key of a sync (`bench redis-sync`: 100,000 keys in 0.78 s); with
-# a margin, a large sync gets this much more time, so its size alone never makes it time out.
+# Redis's time per key of a sync (`bench redis-sync`), with a margin: a large sync gets this
+# much more time, so its size alone never makes it time out.
 TIMEOUT_PER_KEY_US = 20
 
 

@@ -3,11 +3,9 @@
 The key keeps the time of every hit it admitted in the trailing window (now - W, now], hits of
 the same millisecond as one entry (core/hitlog.py): at most MAX entries. A log cannot be
 rebuilt from span totals, so this rule runs only where the node's own counts are the fleet's:
-local-only mode (`LocalLimiter`). The configuration refuses an eventual sliding log with a
-shared store, and a strict one decides against the store's log (its local fallback uses a
-sliding window twin of the limit). Should a `FleetLimiter` still get a sliding-log key, it
-decides it as a sliding window (core/sliding_window.py): `FleetLimiter` maps the name to that
-rule, whose span counts a store can sum.
+local-only mode (`LocalLimiter`): it is an `Algorithm`, not a `SharedAlgorithm`. The
+configuration refuses an eventual sliding log with a shared store, and a strict one decides
+against the store's log (its local fallback uses a sliding window twin of the limit).
 
 A request (`check`, then `count` and `admitted` when it is admitted):
 
@@ -26,36 +24,34 @@ Span ends change nothing: a hit counts from the moment it is logged until it is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
+from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import blocked, refused
+from ratelimit_sidecar.core.types import Code, Verdict
+from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 
 @dataclass(frozen=True, slots=True)
 class SlidingLog:
     """The rule above."""
 
-    nodes_rule: FixedWindow = field(default_factory=FixedWindow)  # a fleet's, should it run
-
-    # -- a request ---------------------------------------------------------------------------
+    def start(self, state: KeyState, resumed: int) -> None:
+        """`resumed` is logged at the time the key comes back: it leaves the window later than
+        the hits it stands for did (an over-count, never an under-count)."""
+        state.counts = HitLog(state.limit.requests_per_unit)
+        if resumed:
+            state.counts.add(state.last_hit, resumed)
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        if now_ms < state.blocked_until:
-            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0:
-            return None
         limit = state.limit
         if _log(state, now_ms).total + hits <= limit.requests_per_unit:
             return None
-        if limit.cooldown > 0:
-            state.block(state.cooldown_end(now_ms))
-            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        return refused(state, retry_wait_ms(state, hits, now_ms))
+        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=limit.cooldown > 0)
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         log = _log(state, now_ms)
@@ -63,9 +59,7 @@ class SlidingLog:
             hits = -log.take_newest(-hits)
         else:
             log.add(now_ms, hits)
-        state.pending += hits  # span bookkeeping only: nothing is pushed from a log
-        state.local_cur = max(0, state.local_cur + hits)
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)  # span bookkeeping only: nothing is pushed from a log
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
@@ -73,60 +67,16 @@ class SlidingLog:
         remaining = min(rpu, max(0, rpu - log.total))
         reset = log.times[0] + limit.window_ms - now_ms if log.times else 0
         near = log.total >= NEAR_LIMIT_RATIO * rpu
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
-
-    def untracked(
-        self,
-        limit: RateLimit,
-        hits: int,
-        shadow: bool,
-        now_ms: int,  # noqa: ARG002  (a log admits at any time what fits in it)
-    ) -> Verdict:
-        """Decided on this request alone: admitted if it fits in an empty log."""
-        if hits > limit.requests_per_unit:
-            code = Code.OK if shadow else Code.OVER_LIMIT
-            return Verdict(code, limit, reset_ms=limit.window_ms, shadowed=shadow, shadow=shadow)
-        remaining = min(limit.requests_per_unit, limit.requests_per_unit - hits)
-        return Verdict(Code.OK, limit, remaining=remaining, reset_ms=limit.window_ms, shadow=shadow)
-
-    # -- eviction ----------------------------------------------------------------------------
+        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
-        return state.hit_log.total if state.hit_log is not None else 0
-
-    def resume(self, state: KeyState, count: int) -> None:
-        """Logged at the time the key comes back: it leaves the window later than the hits
-        it stands for did (an over-count, never an under-count)."""
-        _log(state, state.last_hit).add(state.last_hit, count)
-
-    # -- a span end --------------------------------------------------------------------------
+        log: HitLog = state.counts
+        return log.total
 
     def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
+        """A hit counts from the moment it is logged until it is W old: the span's hits are
+        in the log already."""
         state.pending = 0
-
-    def store_answer(
-        self,
-        state: KeyState,  # noqa: ARG002  (never pushed: see the module's docstring)
-        push: Push,  # noqa: ARG002
-        answer: PushResult,  # noqa: ARG002
-        now_ms: int,  # noqa: ARG002
-    ) -> bool:
-        return False
-
-    def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
-        return False
-
-    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
-        self.nodes_rule.learn_nodes(state, window, total, live_nodes)
-
-    def after_sync(self, state: KeyState, sync_ms: int) -> None:
-        """Nothing to adjust: the log is exact."""
-
-    def after_failure(self, state: KeyState) -> None:
-        """Nothing to forget."""
-
-    def set_nodes(self, state: KeyState, nodes: float) -> None:
-        self.nodes_rule.set_nodes(state, nodes)
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
@@ -145,8 +95,6 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
 
 def _log(state: KeyState, now_ms: int) -> HitLog:
     """The key's log, without the entries that have left the window at `now_ms`."""
-    log = state.hit_log
-    if log is None:
-        log = state.hit_log = HitLog(state.limit.requests_per_unit)
+    log: HitLog = state.counts
     log.expire(now_ms - state.limit.window_ms + 1)
     return log

@@ -12,11 +12,11 @@ A request (`check`, then `count` and `admitted` when it is admitted):
 
 1. A key under an active block (only when the limit sets a `cooldown`) is refused until the
    block ends.
-2. The trailing count is estimated from the fleet's span totals as the store last answered them
-   (`fleet_spans`) plus this node's own hits the store has not confirmed yet (`own_spans`, by
-   the span they were counted in), each standing for `nodes` nodes' worth of traffic, as the
-   fixed window scales its own hits. Local-only mode has no store: every own hit stays in
-   `own_spans` and `nodes` is 1, so the count is exact.
+2. The trailing count is estimated from the fleet's span totals as the store last answered
+   them (`SpanState.fleet`) plus this node's own hits the store has not confirmed yet
+   (`SpanState.own`, by the span they were counted in), each standing for `nodes` nodes'
+   worth of traffic, as the fixed window scales its own hits. Local-only mode has no store:
+   every own hit stays in the own spans and `nodes` is 1, so the count is exact.
    If this request's hits, scaled the same way, take the estimate past MAX, it is refused
    with a Retry-After of the time until it would fit if nobody sent more (spans leave the
    window, the oldest one gradually). If even the count known for sure (the store's totals
@@ -31,38 +31,36 @@ A request (`check`, then `count` and `admitted` when it is admitted):
 A span end:
 
 - The store's answer (`PushResult.spans`: the fleet's totals of the N spans ending with the
-  pushed one) replaces those spans in `fleet_spans`, and confirms the push's own hits: they
-  leave `own_spans`, oldest first. An answer without spans confirms nothing.
-- The store failed: the hits stay in `own_spans`, scaled by `nodes`, until an answer confirms
+  pushed one) replaces those spans of the fleet's counts, and confirms the push's own hits: they
+  leave the own spans, oldest first. An answer without spans confirms nothing.
+- The store failed: the hits stay in the own spans, scaled by `nodes`, until an answer confirms
   them or they leave the window. With a cooldown, an estimate over MAX then blocks the key.
 - Local-only mode: nothing to do, the own counts are already in place.
 - The store's answer has the pushed span before every node has pushed it: until the next
   answer, that span counts at least this node's push times `nodes`, as it did before the push.
-- `nodes` is learnt as the fixed window learns it (the store counts every push into the
-  window's counter too): this rule delegates to a FixedWindow, but from admitted counts only.
-  Over a trailing limit every node refuses on its estimate all the time; counting its own
-  refusals as offered, and no other node's, made a node of four see a fleet of 2.5 to 3 and
-  the fleet admit 118 per MAX of 100 (4 nodes, 5 x MAX offered; 98 with admitted counts).
-  There is no lenient ceiling: a trailing window has no window pace to project. Every
-  estimate scales own hits by the lower of the last two `nodes` estimates
-  (core/nodes_estimate.py, `check_nodes`), as a fixed window's lenient ceiling does: the
-  larger one refused 0.1 % of bursty traffic at 0.6 x the limit, where nothing should be.
+- `nodes` is learnt as for the fixed window (the store counts every push into the window's
+  counter too), but from admitted counts only: over a trailing limit every node refuses on its
+  estimate all the time, and counting its own refusals as offered, and no other node's, makes
+  each node see too small a fleet and the fleet admit more than MAX. There is no lenient
+  ceiling: a trailing window has no window pace to project. Every estimate scales own hits by
+  the lower of the last two `nodes` estimates (the estimate's `cautious` check, as a fixed
+  window's lenient ceiling does): the larger one refuses some bursty traffic well under the
+  limit, where nothing should be.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
+from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.nodes_estimate import lower_of_last_two
-from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, Trailing
+from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import blocked, refused
+from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its first guess
 
@@ -71,23 +69,23 @@ MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its
 class SlidingWindow:
     """The rule above."""
 
-    # Learns `nodes` (see the module's docstring for why from admitted counts only).
-    nodes_rule: FixedWindow = field(default_factory=lambda: FixedWindow(nodes_from_offered=False))
-
-    # -- a request ---------------------------------------------------------------------------
+    def start(self, state: KeyState, resumed: int) -> None:
+        """`resumed` is counted in the span the key comes back in: it leaves the window later
+        than the hits it stands for did (an over-count, never an under-count), or is replaced
+        by the store's total of that span."""
+        state.counts = SpanState()
+        state.nodes.caution(True)  # see `nodes` in the module's docstring
+        if resumed:
+            _fleet_spans(state).add(span_number(state.last_hit, state.limit), resumed)
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 1, a block; step 2, this request's hits would take the estimate past MAX."""
-        if now_ms < state.blocked_until:
-            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0:
-            return None
-        extra = hits * state.check_nodes
+        """Step 2: this request's hits would take the estimate past MAX."""
+        extra = hits * state.nodes.check
         trailing = _trailing(state, now_ms)
         if trailing.fits(extra):
             # Kept for `admitted`, which the same request calls once these hits are counted:
-            # one trailing count per request instead of two (8.5 -> 7.4 µs per decision).
-            state.checked = (now_ms, state.pending + hits, trailing, extra)
+            # one trailing count per request instead of two.
+            state.counts.checked = (now_ms, state.pending + hits, trailing, extra)
             return None
         return self._over(state, hits, now_ms)
 
@@ -95,27 +93,26 @@ class SlidingWindow:
         """Step 2: with a cooldown, a count over MAX for sure blocks the key for it; else the
         refusal lasts until the request fits. (Unlike the fixed window's, refusals on the
         estimate are not counted as offered: see `nodes` in the module's docstring.)"""
-        limit = state.limit
-        if limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits):
-            state.block(state.cooldown_end(now_ms))
-            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        return refused(state, retry_wait_ms(state, hits, now_ms))
+        over = state.limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits)
+        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=over)
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
-        own = state.own_spans
+        counts: SpanState = state.counts
+        own = counts.own
         if own is None:
-            own = state.own_spans = SpanCounts(state.limit.spans)
+            own = counts.own = SpanCounts(state.limit.spans)
         if hits < 0:  # quota given back: only what the store has not confirmed yet
             hits = -own.take_newest(-hits)
         else:
             own.add(span_number(now_ms, state.limit), hits)
-        state.pending += hits  # what the next push carries
-        state.local_cur = max(0, state.local_cur + hits)
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)  # what the next push carries
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
-        checked = state.checked
+        checked = state.counts.checked
         if checked is not None and checked[0] == now_ms and checked[1] == state.pending:
             trailing, extra = checked[2], checked[3]  # as checked, plus the hits it admitted
             used = trailing.scaled_count() + extra * trailing.length
@@ -126,42 +123,32 @@ class SlidingWindow:
         reset = _until_oldest_leaves(state, trailing, now_ms)
         near = used >= NEAR_LIMIT_RATIO * rpu * trailing.length
         # Every field in order, by position, as the fixed window answers.
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
-
-    def untracked(self, limit: RateLimit, hits: int, shadow: bool, now_ms: int) -> Verdict:
-        """Decided on this request alone: admitted if it fits in an empty window."""
-        if hits > limit.requests_per_unit:
-            code = Code.OK if shadow else Code.OVER_LIMIT
-            return Verdict(code, limit, reset_ms=limit.window_ms, shadowed=shadow, shadow=shadow)
-        _, end = span_bounds(span_number(now_ms, limit), limit)
-        remaining = min(limit.requests_per_unit, limit.requests_per_unit - hits)
-        reset = end - 1 + limit.window_ms - now_ms  # when its own span leaves the window
-        return Verdict(Code.OK, limit, remaining=remaining, reset_ms=reset, shadow=shadow)
-
-    # -- eviction ----------------------------------------------------------------------------
+        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
         """The N spans up to the newest counted one, the store's and this node's own."""
-        counted = [spans for spans in (state.fleet_spans, state.own_spans) if spans is not None]
+        counts: SpanState = state.counts
+        counted = [spans for spans in (counts.fleet, counts.own) if spans is not None]
         if not counted:
             return 0
         first = max(spans.newest for spans in counted) - state.limit.spans + 1
         return sum(spans.since(first) for spans in counted)
 
-    def resume(self, state: KeyState, count: int) -> None:
-        """Counted in the span the key comes back in: it leaves the window later than the
-        hits it stands for did (an over-count, never an under-count), or is replaced by the
-        store's total of that span."""
-        state.retry_memo = None
-        _fleet_spans(state).add(span_number(state.last_hit, state.limit), count)
-
     # -- a span end --------------------------------------------------------------------------
 
     def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        state.pending = 0  # local-only: the own counts are the fleet's, already in place
+        """Local-only: the own counts are the fleet's, already in place."""
+        state.pending = 0
 
-    def store_answer(self, state: KeyState, push: Push, answer: PushResult, now_ms: int) -> bool:
-        state.retry_memo = None  # the counts a Retry-After was computed from change here
+    def store_answer(
+        self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
+    ) -> bool:
+        """Without an answer the hits stay in the own spans, scaled by `nodes` in every
+        estimate; with a cooldown, an estimate over MAX then blocks the key."""
+        if answer is None:
+            return _blocks_over(state, now_ms, known=False)
+        counts: SpanState = state.counts
+        counts.retry_memo = None  # the counts a Retry-After was computed from change here
         if not answer.spans:
             return False
         limit = state.limit
@@ -169,57 +156,36 @@ class SlidingWindow:
         fleet = _fleet_spans(state)
         for offset, total in enumerate(answer.spans):
             fleet.put(newest - len(answer.spans) + 1 + offset, total)
-        if push.count > 0 and state.own_spans is not None:
-            state.own_spans.take_oldest(push.count)  # in the store's totals now
-        fleet.raise_floor(newest, max(0, push.count) * state.check_nodes)
-        self._learn_from_spans(state, newest, push.count, answer.spans)
+        if push.hits > 0 and counts.own is not None:
+            counts.own.take_oldest(push.hits)  # in the store's totals now
+        fleet.raise_floor(newest, max(0, push.hits) * state.nodes.check)
+        _learn_from_spans(state, counts, newest, push.hits, answer.spans)
         return _blocks_over(state, now_ms, known=True)
 
-    def _learn_from_spans(
-        self, state: KeyState, newest: int, count: int, spans: tuple[int, ...]
-    ) -> None:
-        """A new key guesses an even split (`nodes` = live nodes) until its first finished
-        window says better. A node with more than its even share then counts each own hit for
-        too many, and with no lenient ceiling refused 3 of 60 requests at 0.8 x the limit in
-        a new key's first window (3 nodes, 60/30/10 %). So, until then, each span before the
-        pushed one (every node pushed it a span ago) adds to sums of the fleet's and this
-        node's counts, whose ratio may lower the guess, never raise it. The own sum is taken
-        one standard deviation low (a small sample must not look like a big share: 4 even
-        nodes with bursts at window ends admitted 123 per MAX of 100 from single spans), and
-        spans are skipped once the fleet's trailing count is within a span's share of MAX
-        (near the limit the nodes that decide first admit more than their share)."""
-        previous, own = state.pushed_span, state.pushed_count
-        state.pushed_span, state.pushed_count = newest, max(0, count)
-        limit = state.limit
-        busy = sum(spans) * limit.spans >= limit.requests_per_unit * (limit.spans - 1)
-        if state.nodes_ratio or previous != newest - 1 or len(spans) < 2 or busy:
-            return
-        state.early_fleet += spans[-2]
-        state.early_own += own
-        sure = state.early_own - math.sqrt(state.early_own)
-        ratio = state.early_fleet / sure if sure >= MIN_EARLY_OWN else 0.0
-        if 1.0 <= ratio < state.nodes:
-            self.set_nodes(state, ratio)
 
-    def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
-        """The hits stay in `own_spans`, scaled by `nodes` in every estimate."""
-        return _blocks_over(state, now_ms, known=False)
-
-    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
-        self.nodes_rule.learn_nodes(state, window, total, live_nodes)
-        state.check_nodes = lower_of_last_two(state)  # see `nodes` in the module's docstring
-        state.retry_memo = None
-
-    def after_sync(self, state: KeyState, sync_ms: int) -> None:
-        """Nothing to adjust: the ceiling is always MAX."""
-
-    def after_failure(self, state: KeyState) -> None:
-        """Nothing to forget: no pace was projected."""
-
-    def set_nodes(self, state: KeyState, nodes: float) -> None:
-        self.nodes_rule.set_nodes(state, nodes)
-        state.check_nodes = lower_of_last_two(state)
-        state.retry_memo = None
+def _learn_from_spans(
+    state: KeyState, counts: SpanState, newest: int, count: int, spans: tuple[int, ...]
+) -> None:
+    """A new key guesses an even split (`nodes` = live nodes) until its first finished window
+    says better. A node with more than its even share then counts each own hit for too many,
+    and with no lenient ceiling refuses requests under the limit in a new key's first window.
+    So, until then, each span before the pushed one (every node pushed it a span ago) adds to
+    sums of the fleet's and this node's counts, whose ratio may lower the guess, never raise
+    it. The own sum is taken one standard deviation low (a small sample must not look like a
+    big share), and spans are skipped once the fleet's trailing count is within a span's
+    share of MAX (near the limit the nodes that decide first admit more than their share)."""
+    previous, own = counts.pushed_span, counts.pushed_count
+    counts.pushed_span, counts.pushed_count = newest, max(0, count)
+    limit, nodes = state.limit, state.nodes
+    busy = sum(spans) * limit.spans >= limit.requests_per_unit * (limit.spans - 1)
+    if nodes.ratio or previous != newest - 1 or len(spans) < 2 or busy:
+        return
+    counts.early_fleet += spans[-2]
+    counts.early_own += own
+    sure = counts.early_own - math.sqrt(counts.early_own)
+    ratio = counts.early_fleet / sure if sure >= MIN_EARLY_OWN else 0.0
+    if 1.0 <= ratio < nodes.value:
+        nodes.set(ratio)
 
 
 def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
@@ -230,13 +196,14 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
     leaving = span - limit.spans
     whole: float = 0
     oldest: float = 0
-    nodes = 1 if known else state.check_nodes
-    fleet = state.fleet_spans
+    nodes = 1 if known else state.nodes.check
+    counts: SpanState = state.counts
+    fleet = counts.fleet
     if fleet is not None and known:
         whole, oldest = fleet.since(leaving + 1), fleet.get(leaving)
     elif fleet is not None:
         whole, oldest = fleet.estimate_since(leaving + 1), fleet.estimate(leaving)
-    own = state.own_spans
+    own = counts.own
     if own is not None:
         whole += own.since(leaving + 1) * nodes
         oldest += own.get(leaving) * nodes
@@ -248,12 +215,12 @@ def _until_oldest_leaves(state: KeyState, trailing: Trailing, now_ms: int) -> in
     Span j stops counting at the last ms of span j + N, its weight down to 0."""
     if trailing.oldest > 0 and trailing.overlap > 0:
         # The usual answer under steady traffic: the span now leaving still counts, and it
-        # leaves when the current span ends (7.4 -> 5.9 µs per decision in process).
+        # leaves when the current span ends: no walk over the spans.
         return trailing.overlap
     limit = state.limit
     first = trailing.span - limit.spans + (0 if trailing.overlap > 0 else 1)
     counted = [
-        c.oldest_counted(first) for c in (state.fleet_spans, state.own_spans) if c is not None
+        c.oldest_counted(first) for c in (state.counts.fleet, state.counts.own) if c is not None
     ]
     oldest = min((span for span in counted if span is not None), default=None)
     if oldest is None:
@@ -273,9 +240,10 @@ def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
 
 
 def _fleet_spans(state: KeyState) -> FleetSpans:
-    if state.fleet_spans is None:
-        state.fleet_spans = FleetSpans(state.limit.spans)
-    return state.fleet_spans
+    counts: SpanState = state.counts
+    if counts.fleet is None:
+        counts.fleet = FleetSpans(state.limit.spans)
+    return counts.fleet
 
 
 def _span_at(now_ms: int, limit: RateLimit) -> tuple[int, int, int]:

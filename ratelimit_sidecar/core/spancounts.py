@@ -129,3 +129,47 @@ class Trailing(NamedTuple):
     def fits(self, extra: float) -> bool:
         """The count stays within MAX with `extra` more hits."""
         return self.scaled_count() + extra * self.length <= self.max_hits * self.length
+
+
+class SpanState:
+    """A sliding window's own state (core/sliding_window.py)."""
+
+    __slots__ = (
+        "checked",
+        "early_fleet",
+        "early_own",
+        "fleet",
+        "own",
+        "pushed_count",
+        "pushed_span",
+        "retry_memo",
+    )
+
+    def __init__(self) -> None:
+        # The span counts, made at their first use: the fleet's as the store last answered
+        # them, and this node's own not yet confirmed. They outlive the window: a trailing
+        # window reaches back.
+        self.fleet: FleetSpans | None = None
+        self.own: SpanCounts | None = None
+        # A new key's first share, before it has a finished window to learn from: the span of
+        # the last push answered and its count, and the sums of the fleet's and this node's
+        # counts of the spans since.
+        self.pushed_span = -1
+        self.pushed_count = 0
+        self.early_fleet = 0
+        self.early_own = 0
+        # The last request check: (now_ms, pending once its hits are counted, the trailing
+        # count it saw, those hits scaled), for the answer that follows it.
+        self.checked: tuple[int, int, Trailing, float] | None = None
+        # A blocked key's last Retry-After (core/trailing_wait.py): (blocked_until, pending,
+        # hits, the nodes it scaled by, when they fit), until its counts change.
+        self.retry_memo: tuple[int, int, int, float, int] | None = None
+
+    def view(self) -> dict[str, object]:
+        """The span counts for /debug/keys, oldest first, ending with span number `newest`."""
+        counted = (("fleet_spans", self.fleet), ("own_spans", self.own))
+        return {
+            name: {"newest": spans.newest, "counts": list(spans.counts)}
+            for name, spans in counted
+            if spans is not None
+        }

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.core.algorithm import Algorithm
+from ratelimit_sidecar.config.model import AlgorithmName
+from ratelimit_sidecar.core import types
+from ratelimit_sidecar.core.algorithm import SharedAlgorithm
+from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import (
-    Push,
-    PushResult,
-    SyncBatch,
-    SyncResult,
-    SyncStats,
-    TotalRead,
-)
 
 
 class SyncPlan:
@@ -19,34 +14,46 @@ class SyncPlan:
 
     The batch is what the store sees; the states stay here so applying the answer needs no
     lookups, and a key evicted meanwhile is updated harmlessly instead of recreated. What the
-    answer means for a key is the algorithm's business; the bookkeeping (what was in flight,
-    what waits for a resend) is done here.
+    answer means for a key is the algorithm's business, a finished window's total is the nodes
+    estimate's; the bookkeeping (what was in flight, what waits for a resend) is done here.
+    Only the fixed window's check follows the window's pace: it hears when all is in.
     """
 
-    __slots__ = ("_algorithms", "_fresh", "_push_states", "_total_states", "batch", "requeue")
+    __slots__ = (
+        "_algorithms",
+        "_fresh",
+        "_paced",
+        "_push_states",
+        "_total_states",
+        "batch",
+        "requeue",
+    )
 
-    def __init__(self, now_ms: int, algorithms: tuple[Algorithm, ...]) -> None:
-        self.batch = SyncBatch(now_ms)
-        self._algorithms = algorithms  # indexed by AlgorithmName
+    def __init__(self, now_ms: int, algorithms: tuple[SharedAlgorithm | None, ...]) -> None:
+        self.batch = types.SyncBatch(now_ms)
+        self._algorithms = algorithms  # indexed by AlgorithmName; None: never pushed
+        paced = algorithms[AlgorithmName.FIXED_WINDOW]
+        assert isinstance(paced, FixedWindow)
+        self._paced = paced
         self._push_states: list[KeyState | None] = []
-        self.requeue: list[Push] = []  # pushes of keys no longer tracked, to send again
+        self.requeue: list[types.Push] = []  # pushes of keys no longer tracked, to send again
         self._fresh: list[bool] = []  # the push carries this span's hits (not a retry)
         self._total_states: list[KeyState] = []
 
-    def push(self, state: KeyState | None, push: Push, fresh: bool = True) -> None:
+    def push(self, state: KeyState | None, push: types.Push, fresh: bool = True) -> None:
         self.batch.pushes.append(push)
         self._push_states.append(state)
         self._fresh.append(fresh and state is not None)
 
-    def add_orphans(self, pushes: list[Push]) -> None:
+    def add_orphans(self, pushes: list[types.Push]) -> None:
         for push in pushes:
             self.push(None, push)
 
-    def read_total(self, state: KeyState, read: TotalRead) -> None:
+    def read_total(self, state: KeyState, read: types.TotalRead) -> None:
         self.batch.total_reads.append(read)
         self._total_states.append(state)
 
-    def succeed(self, now_ms: int, result: SyncResult) -> SyncStats:
+    def succeed(self, now_ms: int, result: types.SyncResult) -> types.SyncStats:
         """Take the store's totals and block flags in. A push the store answered as not applied
         fails alone, as in `fail`; its count was surely not counted, so it waits for the next
         push."""
@@ -61,15 +68,17 @@ class SyncPlan:
                 if state is not None:
                     failed.add(state)
                 continue
-            pushed, hits = pushed + 1, hits + push.count
+            pushed, hits = pushed + 1, hits + push.hits
             if state is not None:
                 blocked += self._take_answer(now_ms, push, state, answer)
         self._learn_nodes(result)
         self._after_sync(result, failed)
         failed_keys = len(failed) + failed_orphans
-        return SyncStats(pushed, hits, dropped, blocked, failed_keys=failed_keys)
+        return types.SyncStats(pushed, hits, dropped, blocked, failed_keys=failed_keys)
 
-    def _take_answer(self, now_ms: int, push: Push, state: KeyState, answer: PushResult) -> bool:
+    def _take_answer(
+        self, now_ms: int, push: types.Push, state: KeyState, answer: types.PushResult
+    ) -> bool:
         """One applied push: the window's total and the shared flag; True if it blocks."""
         if push.window == state.window:
             state.inflight = 0
@@ -82,21 +91,21 @@ class SyncPlan:
             state.block(now_ms + answer.block_ms)
         return blocks
 
-    def _learn_nodes(self, result: SyncResult) -> None:
+    def _learn_nodes(self, result: types.SyncResult) -> None:
         reads = zip(self.batch.total_reads, self._total_states, result.totals, strict=True)
         for read, state, total in reads:
-            self._algorithm(state).learn_nodes(state, read.window, total, result.live_nodes)
+            state.nodes.learn(read.window, total, result.live_nodes)
 
-    def _after_sync(self, result: SyncResult, failed: set[KeyState]) -> None:
-        """Every answer is in (totals and nodes): each key that synced adjusts its check."""
+    def _after_sync(self, result: types.SyncResult, failed: set[KeyState]) -> None:
+        """Every answer is in (totals and nodes): each fixed window that synced adjusts its
+        check to the window's pace; one whose push failed forgets it."""
         rows = zip(self.batch.pushes, self._push_states, result.pushes, strict=True)
         for push, state, answer in rows:
             synced = state is not None and not answer.error and state not in failed
-            if synced and state is not None and push.window == state.window:
-                # `seen`, `nodes` are new
-                self._algorithm(state).after_sync(state, self.batch.now_ms)
+            if synced and state is not None and push.window == state.window and _paced(state):
+                self._paced.after_sync(state, self.batch.now_ms, True)
 
-    def fail(self, now_ms: int, resend: bool = True) -> SyncStats:
+    def fail(self, now_ms: int, resend: bool = True) -> types.SyncStats:
         """The store did not answer: keep the deltas for the next push and apply the fallback.
 
         `resend` False: the batch may have been applied, so its counts are dropped (counted
@@ -107,10 +116,10 @@ class SyncPlan:
         ):
             lost, blocks = self._fail_push(now_ms, push, state, fresh, resend)
             dropped, blocked = dropped + lost, blocked + blocks
-        return SyncStats(0, 0, dropped, blocked, failed=True)
+        return types.SyncStats(0, 0, dropped, blocked, failed=True)
 
     def _fail_push(
-        self, now_ms: int, push: Push, state: KeyState | None, fresh: bool, resend: bool
+        self, now_ms: int, push: types.Push, state: KeyState | None, fresh: bool, resend: bool
     ) -> tuple[int, bool]:
         """The fallback for one push the store did not apply: (hits dropped, key blocked)."""
         if state is None:  # an evicted key's hits: sent again with the next batch if they can be
@@ -118,21 +127,24 @@ class SyncPlan:
             if resend and recent:
                 self.requeue.append(push)
                 return 0, False
-            return push.count, False
-        self._algorithm(state).after_failure(state)
+            return push.hits, False
+        if _paced(state):
+            self._paced.after_sync(state, now_ms, False)
         blocks = False
         # Retried hits were judged in their own span: never count them twice.
         if fresh and push.window == state.window:
             state.inflight = 0
-            blocks = self._algorithm(state).store_failed(state, push.count, now_ms)
+            blocks = self._algorithm(state).store_answer(state, push, None, now_ms)
         if resend:
-            return state.stash(push.count, push.window, state.window), blocks
-        return push.count, blocks  # may have arrived: counted as unconfirmed, not resent
+            return state.stash(push.hits, push.window, state.window), blocks
+        return push.hits, blocks  # may have arrived: counted as unconfirmed, not resent
 
-    def _algorithm(self, state: KeyState) -> Algorithm:
-        return self._algorithms[state.limit.algorithm]
+    def _algorithm(self, state: KeyState) -> SharedAlgorithm:
+        algorithm = self._algorithms[state.limit.algorithm]
+        assert algorithm is not None, "a sliding log is never pushed (core/sliding_log.py)"
+        return algorithm
 
-    def answers(self, result: SyncResult) -> bool:
+    def answers(self, result: types.SyncResult) -> bool:
         """The result has one answer per push and per total read of the batch."""
         got = (len(result.pushes), len(result.totals))
         return got == (len(self.batch.pushes), len(self.batch.total_reads))
@@ -140,3 +152,7 @@ class SyncPlan:
     def states(self) -> list[KeyState]:
         """The keys this batch pushed for."""
         return [state for state in self._push_states if state is not None]
+
+
+def _paced(state: KeyState) -> bool:
+    return state.limit.algorithm is AlgorithmName.FIXED_WINDOW

@@ -40,7 +40,7 @@ A span end:
   not much larger than that refuses more than it should (more spans make up for it).
 - The store failed: nothing to add, the projection keeps counting each own hit for `nodes`.
 - Local-only mode: nothing to do, every hit moved TAT when it was counted.
-- `nodes` is learnt from the fleet's total of a finished window, as the fixed window does it (the
+- `nodes` is learnt from the fleet's total of a finished window, as for the fixed window (the
   store counts a token bucket's pushes in a window counter too).
 
 A key is not forgotten while its bucket is not full (KeyState.settled). An evicted key leaves its
@@ -50,155 +50,116 @@ that debt from its return (the refill meanwhile is not credited: an eviction nev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO, FixedWindow
-from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
+from ratelimit_sidecar.core.keystate import Bucket, KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
-from ratelimit_sidecar.core.verdicts import blocked, deny_verdict, refused
+from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
-# KeyState.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
+# Bucket.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
 
 
 @dataclass(frozen=True, slots=True)
 class TokenBucket:
-    """The rule above; the nodes estimate is the fixed window's, by composition."""
+    """The rule above."""
 
-    nodes_rule: FixedWindow = field(default_factory=FixedWindow)
-
-    # -- a request ---------------------------------------------------------------------------
+    def start(self, state: KeyState, resumed: int) -> None:
+        """`resumed` hits of debt from the key's return (the refill meanwhile is not
+        credited: an eviction never frees tokens)."""
+        limit, bucket = state.limit, Bucket()
+        if resumed:
+            bucket.tat = state.last_hit * limit.requests_per_unit + resumed * limit.window_ms
+        state.counts = bucket
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 1, a block; step 2, the projection over the capacity refuses (step 3)."""
-        if now_ms < state.blocked_until:
-            return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        if hits <= 0:
-            return None
+        """Step 2: the projection over the capacity refuses (step 3)."""
         limit = state.limit
         now = now_ms * limit.requests_per_unit
-        token = limit.window_ms
-        # `_projected`, inlined: every admitted request comes here.
-        projected = max(now, state.tat + hits * (state.nodes - 1) * token) + hits * token
-        if projected - now <= limit.capacity * token:
+        if _projected(state, hits, now) - now <= limit.capacity * limit.window_ms:
             return None
         return self._over(state, hits, now_ms)
 
     def _over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Step 3: the wait until the request fits. Is the bucket over on what is known (the
         guessed share of others taken out: a lower bound)? Then a cooldown, if set, blocks;
-        else the refusal rests on the guess, and counts as offered for `nodes` (the fleet's
-        total has only what nodes admitted; FixedWindow.learn_nodes)."""
+        else the refusal rests on the guess, and counts as offered for `nodes`."""
         limit, rpu = state.limit, state.limit.requests_per_unit
         now, token = now_ms * rpu, limit.window_ms
         full = limit.capacity * token
-        guessed = max(0, state.inflight + state.pending) * (state.nodes - 1) * token
-        if max(now, state.tat - guessed) + hits * token - now > full:
-            if limit.cooldown > 0:
-                state.block(state.cooldown_end(now_ms))
-                return blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
-        else:
-            state.rejected += hits
-        return refused(state, retry_wait_ms(state, hits, now_ms))
+        guessed = max(0, state.inflight + state.pending) * (state.nodes.value - 1) * token
+        over = max(now, state.counts.tat - guessed) + hits * token - now > full
+        if not over:
+            state.nodes.refused += hits
+        block = over and limit.cooldown > 0
+        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=block)
+
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Step 4. The debt stays within the capacity: only a shadow rule counts hits over it,
         and an enforced bucket would not have taken them."""
-        limit = state.limit
+        limit, bucket = state.limit, state.counts
         now = now_ms * limit.requests_per_unit
         token = limit.window_ms
         if hits >= 0:
-            spread = max(now, state.tat + hits * (state.nodes - 1) * token)
-            state.tat = min(spread + hits * token, now + limit.capacity * token)
+            bucket.tat = min(_projected(state, hits, now), now + limit.capacity * token)
         else:  # tokens given back; the push gives back no more than the bucket lacked
-            lacked = _ceil_div(max(0, state.tat - now), token)
-            state.tat = max(now, state.tat + hits * token)
+            lacked = _ceil_div(max(0, bucket.tat - now), token)
+            bucket.tat = max(now, bucket.tat + hits * token)
             hits = max(hits, -lacked)
-        state.pending += hits
-        state.local_cur = max(0, state.local_cur + hits)
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
         token, full = limit.window_ms, limit.capacity * limit.window_ms
-        debt = max(0, state.tat - now_ms * rpu)
+        debt = max(0, state.counts.tat - now_ms * rpu)
         remaining = int(max(0, full - debt) // token)
         near = debt >= NEAR_LIMIT_RATIO * full
         reset = _ceil_div(debt, rpu)  # until the bucket is full again
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.shadow, near)
-
-    def untracked(
-        self,
-        limit: RateLimit,
-        hits: int,
-        shadow: bool,
-        now_ms: int,  # noqa: ARG002  (a full bucket is the same at any time)
-    ) -> Verdict:
-        """Decided on this request alone: admitted if it fits in a full bucket."""
-        if hits <= limit.capacity:
-            reset = _ceil_div(max(0, hits) * limit.window_ms, limit.requests_per_unit)
-            remaining = limit.capacity - max(0, hits)
-            return Verdict(Code.OK, limit, remaining=remaining, reset_ms=reset)
-        return deny_verdict(limit, hits, shadow)
-
-    # -- eviction ----------------------------------------------------------------------------
+        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
         """The bucket's debt in hits as of the key's last hit (no clock here: the refill
         since then is not credited)."""
         limit = state.limit
-        debt = state.tat - state.last_hit * limit.requests_per_unit
+        debt = state.counts.tat - state.last_hit * limit.requests_per_unit
         return _ceil_div(max(0, debt), limit.window_ms)
-
-    def resume(self, state: KeyState, count: int) -> None:
-        """`count` hits of debt from the key's return (a new state's `last_hit`)."""
-        limit = state.limit
-        state.tat = state.last_hit * limit.requests_per_unit + count * limit.window_ms
 
     # -- a span end --------------------------------------------------------------------------
 
     def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        state.pending = 0  # in TAT since each was counted
+        """Every hit moved TAT when it was counted."""
+        state.pending = 0
 
     def store_answer(
         self,
         state: KeyState,
         push: Push,  # noqa: ARG002  (the debt says all a bucket needs)
-        answer: PushResult,
+        answer: PushResult | None,
         now_ms: int,
     ) -> bool:
         """The fleet's debt, plus own hits counted after the push left (the others' hits of
-        that round trip show in the next answer)."""
+        that round trip show in the next answer). Without an answer nothing is added: the
+        others' share of the span is in TAT already (step 2)."""
+        if answer is None:
+            return False
         limit, rpu = state.limit, state.limit.requests_per_unit
-        state.tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
+        state.counts.tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
         if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
             return False
         was_blocked = now_ms < state.blocked_until
         state.block(state.cooldown_end(now_ms))
         return not was_blocked
 
-    def store_failed(self, state: KeyState, count: int, now_ms: int) -> bool:  # noqa: ARG002
-        """Nothing to add: the others' share of the span is in TAT already (step 2)."""
-        return False
-
-    def learn_nodes(self, state: KeyState, window: int, total: int, live_nodes: int) -> None:
-        self.nodes_rule.learn_nodes(state, window, total, live_nodes)
-
-    def after_sync(self, state: KeyState, sync_ms: int) -> None:
-        """Nothing to adjust: the answer's debt is the whole of the check."""
-
-    def after_failure(self, state: KeyState) -> None:
-        """Nothing only the store could tell: the projection goes on alone."""
-
-    def set_nodes(self, state: KeyState, nodes: float) -> None:
-        self.nodes_rule.set_nodes(state, nodes)
-
 
 def _projected(state: KeyState, hits: int, now: float) -> float:
     """TAT once `hits` more are counted, each own hit standing for `nodes` (step 2); `now`
     in ticks."""
-    token = state.limit.window_ms
-    return max(now, state.tat + hits * (state.nodes - 1) * token) + hits * token
+    token, bucket = state.limit.window_ms, state.counts
+    spread: float = max(now, bucket.tat + hits * (state.nodes.value - 1) * token)
+    return spread + hits * token
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
@@ -210,7 +171,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     if 0 < hits <= limit.capacity:
         wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
     elif hits > 0:
-        wait = state.tat - now
+        wait = state.counts.tat - now
     return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
 
 

@@ -6,14 +6,15 @@ of its milliseconds still inside). The wait walks them: at each span start from 
 spans still wholly inside plus the weighted oldest one must leave room for the request's hits,
 scaled by `nodes` as the request check scales them. strict.lua walks the same way.
 
-Under a block every refusal asks again, and the walk costs about 10 µs: a blocked key keeps
-the answer (`KeyState.retry_memo`) until its counts change (a store answer, a new `nodes`, own
-hits counted) or its block does.
+Under a block every refusal asks again, and the walk is the costliest part of a refusal: a
+blocked key keeps the answer (`SpanState.retry_memo`) until its counts change (a store answer,
+own hits counted), its `nodes` or its block does.
 """
 
 from __future__ import annotations
 
 from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 
 NEVER_DRAINED = 2**62
@@ -25,12 +26,13 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     blocked_until = state.blocked_until
     if hits <= 0 or blocked_until >= _drained_at(state, hits):  # it fits by the block's end
         return max(blocked_until, now_ms) - now_ms
-    memo = state.retry_memo
-    if memo is not None and memo[:3] == (blocked_until, state.pending, hits):
-        return max(blocked_until, memo[3], now_ms) - now_ms
+    counts: SpanState = state.counts
+    memo, asked = counts.retry_memo, (blocked_until, state.pending, hits, state.nodes.check)
+    if memo is not None and memo[:4] == asked:
+        return max(blocked_until, memo[4], now_ms) - now_ms
     fits_at = now_ms + _wait_ms(state, hits, now_ms)
     if now_ms < blocked_until:
-        state.retry_memo = (blocked_until, state.pending, hits, fits_at)
+        counts.retry_memo = (*asked, fits_at)
     return max(blocked_until, fits_at) - now_ms
 
 
@@ -38,9 +40,9 @@ def _drained_at(state: KeyState, hits: int) -> int:
     """When every span counted so far has left the trailing window (0: none counted); `hits`
     more than MAX never fit, as if never drained."""
     limit = state.limit
-    if hits * state.check_nodes > limit.requests_per_unit:
+    if hits * state.nodes.check > limit.requests_per_unit:
         return NEVER_DRAINED
-    counted = (state.fleet_spans, state.own_spans)
+    counted = (state.counts.fleet, state.counts.own)
     newest = max((c.newest for c in counted if c is not None), default=-1)
     if newest < 0:
         return 0
@@ -51,7 +53,7 @@ def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     """How long until `hits` more fit if nobody sends more: the first moment, span by span,
     when the spans still inside (the oldest one weighted) leave room for them."""
     limit = state.limit
-    extra, max_hits = hits * state.check_nodes, limit.requests_per_unit
+    extra, max_hits = hits * state.nodes.check, limit.requests_per_unit
     if extra > max_hits:
         return limit.window_ms  # never fits: as long as a window
     span = span_number(now_ms, limit)
@@ -81,8 +83,8 @@ def _suffix_sums(counts: list[float]) -> list[float]:
 
 def _span_count(state: KeyState, span: int) -> float:
     """One span's count in the trailing window, as the request check estimates it."""
-    fleet, own = state.fleet_spans, state.own_spans
-    counted = own.get(span) * state.check_nodes if own is not None else 0
+    fleet, own = state.counts.fleet, state.counts.own
+    counted = own.get(span) * state.nodes.check if own is not None else 0
     if fleet is not None:
         counted += fleet.estimate(span)
     return counted
@@ -91,5 +93,6 @@ def _span_count(state: KeyState, span: int) -> float:
 def _newest(state: KeyState, span: int) -> int:
     """The newest span with a count, or `span` if later (a store's answer may count a later
     span: a retried push lands in the last span of its window)."""
-    held = [c.newest for c in (state.fleet_spans, state.own_spans) if c is not None]
+    counts: SpanState = state.counts
+    held = [c.newest for c in (counts.fleet, counts.own) if c is not None]
     return max([span, *held])

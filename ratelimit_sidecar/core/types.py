@@ -39,7 +39,7 @@ class Verdict(NamedTuple):
     unlimited: bool = False
     remaining: int = 0
     reset_ms: int = 0  # until the block ends when blocked, else until the window ends
-    shadowed: bool = False  # over the limit, but answered OK because of shadow mode
+    shadow_refused: bool = False  # over the limit, but answered OK because of shadow mode
     shadow: bool = False  # the rule is in shadow mode: counted, never enforced
     near_limit: bool = False
 
@@ -58,11 +58,11 @@ class Decision(NamedTuple):
 
 
 class Push(NamedTuple):
-    """One counter delta to add to the shared store: INCRBY `key`:`window` `count`."""
+    """One counter delta to add to the shared store: INCRBY `key`:`window` `hits`."""
 
     key: KeyId
     window: int
-    count: int  # type: ignore[assignment]  # shadows tuple.count; the name is the protocol's
+    hits: int
     limit: RateLimit
     # The span the hits were counted in, numbered from the epoch (window * spans + index);
     # a sliding window counts per span. -1: the last span of `window`.

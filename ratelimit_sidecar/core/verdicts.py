@@ -1,12 +1,16 @@
-"""Answers that need no counter: unmatched descriptors, unlimited rules and deny lists."""
+"""Answers every algorithm gives alike: without a counter (unmatched descriptors, unlimited rules
+and deny lists), and a counted key's refusal."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Hit, Verdict
 
 UNMATCHED = Verdict(Code.OK)
+WaitMs = Callable[[KeyState, int, int], int]  # (state, hits, now_ms) -> Retry-After
 UNLIMITED = Verdict(Code.OK, unlimited=True)
 
 
@@ -20,23 +24,34 @@ def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
     ever admits; a check with no hits is answered OK."""
     code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
     over = shadow and hits > 0
-    return Verdict(code, limit, reset_ms=limit.cooldown, shadowed=over, shadow=shadow)
+    return Verdict(code, limit, reset_ms=limit.cooldown, shadow_refused=over, shadow=shadow)
 
 
-def refused(state: KeyState, reset_ms: int) -> Verdict:
+def refusal(state: KeyState, reset_ms: int) -> Verdict:
     """A counted key's refusal, answered OK (and marked shadowed) under a shadow rule."""
-    shadow = state.shadow
+    shadow = state.rule.shadow_mode
     code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, state.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+    return Verdict(code, state.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
 
 
-def blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:
-    """A key under a block, refused for `wait_ms` (the algorithm's Retry-After: the block's end
-    or later). Only here (never on the way to an admitted request) a penalised key's client
-    may be offending (core/penalty.py)."""
+def refuse_for_cooldown(
+    state: KeyState, hits: int, now_ms: int, wait_ms: WaitMs, *, block: bool
+) -> Verdict:
+    """Refuse `hits`, after blocking the key for its cooldown if `block` (a count known over
+    the limit, with a cooldown set); `wait_ms` is the algorithm's Retry-After."""
+    if not block:
+        return refusal(state, wait_ms(state, hits, now_ms))
+    state.block(state.cooldown_end(now_ms))
+    return refuse_blocked(state, hits, now_ms, wait_ms(state, hits, now_ms))
+
+
+def refuse_blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:
+    """Refuse a request to a key under a block, for `wait_ms` (the algorithm's Retry-After:
+    the block's end or later), and record the offence if the key is penalised: only here
+    (never on the way to an admitted request) its client may be offending (core/penalty.py)."""
     penalty = state.penalty
-    if penalty is not None and hits > 0 and not state.shadow:
+    if penalty is not None and hits > 0 and not state.rule.shadow_mode:
         # The block's end, not the stated wait (which may count re-arms that never come):
         # a new block's first refusal must not look like a retry before the last one's end.
         penalty.refused(state.limit.cooldown, now_ms, state.blocked_until)
-    return refused(state, wait_ms)
+    return refusal(state, wait_ms)

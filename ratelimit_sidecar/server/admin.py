@@ -22,19 +22,18 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 
-from ratelimit_sidecar.config.override import OverrideError, parse_override
+from ratelimit_sidecar.config.overrides import OverrideError, parse_override
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.adminbody import BodyError, history_view, json_body
 from ratelimit_sidecar.server.grpc_api import BindError
 from ratelimit_sidecar.server.http_api import HttpApi, Reply, Request, json_error, json_reply
 from ratelimit_sidecar.server.overrides import OverrideKeeper, documents_by_domain
-from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.settings import ADMIN_TOKEN_ENV, Settings
 from ratelimit_sidecar.storage.errors import StoreError
 from ratelimit_sidecar.storage.overrides import OverrideSnapshot, OverrideStore, UnknownVersion
 
 log = logging.getLogger("ratelimit_sidecar.admin")
 
-TOKEN_ENV = "RLS_ADMIN_TOKEN"
 ADMIN_OFF = "off"  # --admin-address off: no admin API on this process (workers after the first)
 MAX_BODY_BYTES = 64 * 1024
 PREFIX = "/v1/overrides"
@@ -44,7 +43,7 @@ NO_STORE = (
 
 
 def admin_token_configured(settings: Settings) -> bool:
-    return bool(settings.admin_token_file or os.environ.get(TOKEN_ENV, "").strip())
+    return bool(settings.admin_token_file or os.environ.get(ADMIN_TOKEN_ENV, "").strip())
 
 
 def admin_token(settings: Settings) -> bytes | None:
@@ -59,7 +58,7 @@ def admin_token(settings: Settings) -> bytes | None:
         if not token:
             raise BindError("--admin-token-file is empty")
         return token
-    token = os.environ.get(TOKEN_ENV, "").strip().encode()
+    token = os.environ.get(ADMIN_TOKEN_ENV, "").strip().encode()
     return token or None
 
 

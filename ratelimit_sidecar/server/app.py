@@ -13,22 +13,24 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter
+from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter, SyncStats
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.admin import AdminServer
-from ratelimit_sidecar.server.endpoints import Endpoints
+from ratelimit_sidecar.server.debug_api import MAX_JSON_BYTES, DebugApi
+from ratelimit_sidecar.server.endpoints import HEALTH_PATHS, Endpoints
 from ratelimit_sidecar.server.fleetblocks import wire_blocks
 from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.server.http_api import HttpApi, Reply
-from ratelimit_sidecar.server.override_sync import follow_overrides
 from ratelimit_sidecar.server.overrides import keeper_for
-from ratelimit_sidecar.server.reload import RuleWatcher
+from ratelimit_sidecar.server.overrides_sync import follow_overrides
 from ratelimit_sidecar.server.rlqs_api import quota_wiring
+from ratelimit_sidecar.server.rule_source import rule_source
 from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
 from ratelimit_sidecar.server.sweeper import SweepLoop
 from ratelimit_sidecar.server.syncloop import SyncLoop
+from ratelimit_sidecar.server.tls import ServerTls
+from ratelimit_sidecar.server.tracing import TracedServicer, tracing_for
 from ratelimit_sidecar.server.transport.server import FastServer
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
@@ -42,6 +44,8 @@ from ratelimit_sidecar.storage.strict_store import StrictStore
 log = logging.getLogger("ratelimit_sidecar.server")
 
 PREPARE_TIMEOUT_S = 2.0  # Redis down at start: strict rules start on their on_store_failure
+# gRPC health answers for the whole server ("") and, as the reference does, for "ratelimit".
+HEALTH_NAMES = ("", "ratelimit")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -58,9 +62,14 @@ class Sidecar:
         clock_ms: Callable[[], int] = monotonic_wall_ms,
         metrics: Metrics | None = None,
         reuse_port: bool = False,
+        tls: ServerTls | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self.tracing = tracing_for(settings)  # None unless --tracing: nothing on the way then
+        self.tls = tls  # the gRPC port's TLS, None for plaintext
+        if tls is not None:
+            tls.on_error = self.metrics.tls_reload_errors.inc
         # Spans follow the shared store's clock (Redis TIME); `clock_ms` is the local clock it
         # corrects. Requests read it without I/O; the sync loop updates the offset.
         self.clock = StoreClock(clock_ms)
@@ -76,9 +85,7 @@ class Sidecar:
             timeout = settings.sync_timeout_ms
             self.limiter, self.sync = (
                 fleet,
-                SyncLoop(
-                    fleet, storage, clock_ms, timeout, self.metrics.synced, store_clock=self.clock
-                ),
+                SyncLoop(fleet, storage, clock_ms, timeout, self._synced, store_clock=self.clock),
             )
         # Blocks other nodes' pushes start reach this one at once (pub/sub), not at its span end.
         self.subscriber, self.blocks = wire_blocks(
@@ -107,7 +114,7 @@ class Sidecar:
         self.overrides = keeper_for(
             settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
         )
-        # Shared overrides: a change announced on Redis is read at once (server/override_sync.py),
+        # Shared overrides: a change announced on Redis is read at once (server/overrides_sync.py),
         # on the node's one pub/sub connection (made above for blocks when counts go to Redis).
         self.subscriber, self.follower = follow_overrides(
             storage, self.overrides, clock_ms, self.subscriber
@@ -115,24 +122,29 @@ class Sidecar:
         self.admin = AdminServer(settings, self.overrides, clock_ms, self.metrics)
         self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
         self.metrics.config_loaded(True, rules.version)
+        # Rule files (watched) or an xDS control plane: each new rule set is swapped in whole.
+        self.watcher = rule_source(
+            settings,
+            self.swap_rules,
+            lambda _error: self.metrics.config_loaded(False),
+            self.metrics.registry,
+        )
         mode = "local-only" if storage is None else storage.description
-        endpoints = Endpoints(
+        self.endpoints = endpoints = Endpoints(
             lambda: self.handler.rules,
             self.limiter,
             self.sync,
             mode,
             show_values=settings.debug_show_values,
             overrides=self.overrides.view,
+            source=self.watcher.view,
         )
-        self.http = HttpApi(endpoints.routes(self._scrape))
-        self.watcher = RuleWatcher(
-            settings.config_path,
-            self.swap_rules,
-            lambda _error: self.metrics.config_loaded(False),
-            settings.reload_poll_s,
-            ConfigLimits.of(settings),
-            defaults=settings.rule_defaults,
-        )
+        routes = endpoints.routes(self._scrape)
+        self.http = HttpApi(routes)
+        # Probes on a port of their own, as the reference serves them (its PORT, 8080).
+        self.health_http = HttpApi({path: routes[path] for path in HEALTH_PATHS})
+        debug = DebugApi(lambda: self.handler.rules, self.handler.respond)
+        self.debug = HttpApi(dispatch=debug.dispatch, max_body=MAX_JSON_BYTES)
         # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
         self.quota, self._add_quota = quota_wiring(
             lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry,
@@ -161,27 +173,34 @@ class Sidecar:
 
     async def startup(self) -> None:
         """Bind and start serving; raises BindError if the address is not available."""
-        servicer = RateLimitServicer(self.handler, self.metrics.decision_seconds.observe)
+        observe = self.metrics.decision_seconds.observe
+        servicer = (
+            RateLimitServicer(self.handler, observe)
+            if self.tracing is None
+            else TracedServicer(self.handler, observe, self.tracing)
+        )
         server, health, self.port = build_server(
             servicer,
             self.settings.grpc_address,
             self._reuse_port,
             (self._add_quota,),
             transport=self.settings.transport,
+            credentials=None if self.tls is None else self.tls.grpc_credentials(),
         )
         await self.overrides.start()
-        try:
-            await self.http.start(self.settings.metrics_address)
-        except OSError as exc:
-            address = self.settings.metrics_address
-            raise BindError(f"cannot listen on {address} (metrics): {exc.strerror}") from exc
+        await _listen(self.http, self.settings.metrics_address, "metrics")
         await self.admin.start()
+        if self.settings.health_address:
+            await _listen(self.health_http, self.settings.health_address, "health")
+        if self.settings.debug_address:
+            await _listen(self.debug, self.settings.debug_address, "debug")
         if self.strict_store is not None:  # slot map and script, before the first request
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
         await server.start()
         self._server, self._health = server, health
-        await health.set("", SERVING)
+        for name in HEALTH_NAMES:
+            await health.set(name, SERVING)
         self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
         self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
         self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
@@ -196,6 +215,11 @@ class Sidecar:
         """Install a new rule set in one step; counters of unchanged rules carry over."""
         self.handler.swap_rules(rules)
         self.metrics.config_loaded(True, rules.version)
+
+    def _synced(self, stats: SyncStats, seconds: float, error_kind: str) -> None:
+        self.metrics.synced(stats, seconds, error_kind)
+        if self.tracing is not None:
+            self.tracing.synced(stats, seconds, error_kind)
 
     def _scrape(self, _query: dict[str, list[str]]) -> Reply:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
@@ -235,8 +259,10 @@ class Sidecar:
         Returns the hits that could not be pushed (0 unless the store is down).
         """
         log.info("shutting down: draining requests and flushing counts")
+        self.endpoints.serving = False
         if self._server is not None:
-            await self._health.set("", NOT_SERVING)
+            for name in HEALTH_NAMES:
+                await self._health.set(name, NOT_SERVING)
             self.quota.end_streams()  # RLQS streams last for ever: end them, counted
             await self._server.stop(self.settings.shutdown_grace_s)
         self.sync.stop()
@@ -253,6 +279,17 @@ class Sidecar:
         if self.storage is not None:
             await self.storage.close()
         await self.admin.stop()
+        await self.debug.stop()
+        await self.health_http.stop()
         await self.http.stop()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)  # the spans still queued
         log.info("stopped")
         return lost
+
+
+async def _listen(api: HttpApi, address: str, role: str) -> None:
+    try:
+        await api.start(address)
+    except OSError as exc:
+        raise BindError(f"cannot listen on {address} ({role}): {exc.strerror}") from exc

@@ -13,6 +13,7 @@ from ratelimit_sidecar.server.http_api import Reply, Route, json_reply, text_rep
 from ratelimit_sidecar.storage.keys import digest
 
 DEFAULT_KEYS = 20
+HEALTH_PATHS = ("/healthcheck", "/healthz", "/readyz")  # what --health-address serves
 MAX_KEYS_SHOWN = 1000
 
 
@@ -66,6 +67,7 @@ class Endpoints:
         *,
         show_values: bool = False,
         overrides: Callable[[bool], dict[str, object]] | None = None,
+        source: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         self._get_rules = get_rules
         self._limiter = limiter
@@ -73,10 +75,13 @@ class Endpoints:
         self._mode = mode
         self._show_values = show_values
         self._overrides = overrides  # the runtime overrides in force (server/overrides.py)
+        self._source = source  # where the rules come from, and whether they have arrived
+        self.serving = True  # False from SIGTERM on: load balancers stop sending before the drain
 
     def routes(self, metrics: Route | None = None) -> dict[str, Route]:
         routes: dict[str, Route] = {
             "/healthz": lambda _q: text_reply("ok\n"),
+            "/healthcheck": lambda _q: self.healthcheck(),
             "/readyz": lambda _q: self.ready(),
             "/debug/rules": lambda _q: json_reply(self.rules_view()),
             "/debug/keys": self.keys,
@@ -87,6 +92,8 @@ class Endpoints:
 
     def rules_view(self) -> dict[str, object]:
         view = rules_view(self._rules())
+        if self._source is not None:
+            view["source"] = self._source()
         if self._overrides is not None:
             view["overrides"] = self._overrides(self._show_values)
         return view
@@ -94,17 +101,30 @@ class Endpoints:
     def _rules(self) -> RuleSet:
         return self._get_rules()
 
+    def _source_view(self) -> dict[str, object]:
+        return self._source() if self._source is not None else {"ready": True}
+
+    def healthcheck(self) -> Reply:
+        """The reference's probe: OK while serving and rules have arrived, else 500."""
+        healthy = self.serving and bool(self._source_view()["ready"])
+        return text_reply("OK") if healthy else text_reply("", 500)
+
     def ready(self) -> Reply:
-        """Ready once rules are loaded; the store's state is reported, not required (fail open)."""
+        """Ready once rules are loaded (from xDS: once the first configuration arrived); the
+        store's state is reported, not required (fail open)."""
+        source = self._source_view()
+        ready = bool(source["ready"])
         return json_reply(
             {
-                "ready": True,
+                "ready": ready,
                 "config_version": self._rules().version,
+                "config_source": source,
                 "mode": self._mode,
                 "store_up": self._sync.store_up,
                 "store_error": self._sync.last_error,
                 "store_key_errors": self._sync.key_errors,
-            }
+            },
+            200 if ready else 503,
         )
 
     def keys(self, query: dict[str, list[str]]) -> Reply:

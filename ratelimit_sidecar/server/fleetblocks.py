@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import FleetLimiter
-from ratelimit_sidecar.metriclabels import NS
+from ratelimit_sidecar.metrics.labels import NS
 from ratelimit_sidecar.storage.blocks import BLOCKS, BlockNotice, DigestIndex, parse_notice
 from ratelimit_sidecar.storage.keys import KeySchema
 from ratelimit_sidecar.storage.redis_store import RedisStorage

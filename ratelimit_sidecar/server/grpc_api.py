@@ -15,7 +15,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.server.transport.inline import run_inline
 from ratelimit_sidecar.server.transport.server import FastServer, accepts
 from ratelimit_sidecar.server.transport.status import CallError
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -39,8 +40,8 @@ class RateLimitServicer:
         """The response's wire bytes, or an awaitable of them (a strict rule waits for Redis);
         raises CallError with the status of a bad request."""
         started = time.perf_counter()
-        try:
-            response = self.handler.respond(request)
+        try:  # respond() completes without suspending unless a strict rule waits for Redis
+            response = run_inline(self.handler.respond(request))
         except Exception as exc:
             raise _status_of(exc) from exc
         if not isinstance(response, bytes):
@@ -97,6 +98,9 @@ def add_rate_limit_service(server: grpc.aio.Server, servicer: RateLimitServicer)
     server.add_registered_method_handlers(wire.SERVICE_NAME, methods)
 
 
+_PLAIN_METHOD = RateLimitServicer.ShouldRateLimit  # a servicer overriding it needs grpcio
+
+
 class BindError(RuntimeError):
     """The gRPC address could not be bound (taken, or not local)."""
 
@@ -115,6 +119,9 @@ def build_server(
     `transport` is "fast" (server/transport/) or "grpcio"; `more_services` add other services
     to the same server (the RLQS one), each returning its name for reflection. With
     `credentials` the port speaks TLS, on grpcio."""
+    if transport == "fast" and type(servicer).ShouldRateLimit is not _PLAIN_METHOD:
+        log.warning("ShouldRateLimit with tracing runs on grpcio (the fast transport has none)")
+        transport = "grpcio"
     server, port = _bind(address, reuse_port, transport, credentials)
     if isinstance(server, FastServer):
         server.add_fast_unary(wire.METHOD_PATH, servicer.answer)

@@ -20,7 +20,11 @@ log = logging.getLogger("ratelimit_sidecar.http")
 
 MAX_REQUEST_BYTES = 8192
 CLIENT_TIMEOUT_S = 5.0  # to send the request head, and again to take the answer
-MAX_CONNECTIONS = 64  # more at once are closed at once: slow clients cannot pile up
+# At the cap, a new connection takes the place of the oldest one still sending its request
+# head (an idle or trickling client), so probes get through however many idle clients hold
+# the port; with none to evict the new one is closed at once: slow clients cannot pile up.
+MAX_CONNECTIONS = 64
+STOP_WAITS = 100  # x 10 ms: how long stop() waits for the handlers of aborted connections
 
 Reply = tuple[int, str, bytes]  # status, content type, body
 Route = Callable[[dict[str, list[str]]], Reply | Awaitable[Reply]]
@@ -80,26 +84,40 @@ class HttpApi:
         self._server: asyncio.Server | None = None
         self._timeout_s = timeout_s
         self._max_connections = max_connections
-        self._open = 0
+        self._open: dict[asyncio.StreamWriter, None] = {}
+        # connections whose request head is not read yet, oldest first
+        self._waiting: dict[asyncio.StreamReader, asyncio.StreamWriter] = {}
         self.port = 0
 
     async def start(self, address: str) -> None:
         host, _, port = address.rpartition(":")
-        self._server = await asyncio.start_server(self._handle, host or "127.0.0.1", int(port))
+        host = host.strip("[]") or "127.0.0.1"  # [::]:8080 is every IPv6 (and IPv4) address
+        self._server = await asyncio.start_server(self._handle, host, int(port))
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        if self._server is None:
+            return
+        self._server.close()
+        for writer in self._open:  # a client holding a connection would outlive the loop
+            writer.transport.abort()
+        await self._server.wait_closed()
+        for _ in range(STOP_WAITS):  # their handlers see the abort and end
+            if not self._open:
+                break
+            await asyncio.sleep(0.01)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._open >= self._max_connections:
+        closing = self._server is not None and not self._server.is_serving()
+        if closing or (len(self._open) >= self._max_connections and not self._evict_waiting()):
             writer.close()
             return
-        self._open += 1
+        self._open[writer] = None
+        self._waiting[reader] = writer
         try:
             status, kind, body = await self._answer(reader)
+            if writer.is_closing():  # evicted while it sent nothing: no one to answer
+                return
             if self._observe is not None:
                 self._observe(status)
             writer.write(_encode(status, kind, body))
@@ -107,12 +125,22 @@ class HttpApi:
         except (TimeoutError, ConnectionError):
             pass  # a client too slow to take its answer, or gone: just close
         finally:
-            self._open -= 1
+            del self._open[writer]
+            self._waiting.pop(reader, None)
             writer.close()
+
+    def _evict_waiting(self) -> bool:
+        """Abort the oldest connection that has not sent its request head; False if none."""
+        if not self._waiting:
+            return False
+        oldest = next(iter(self._waiting))
+        self._waiting.pop(oldest).transport.abort()
+        return True
 
     async def _answer(self, reader: asyncio.StreamReader) -> Reply:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout_s)
+            self._waiting.pop(reader, None)
             if self._dispatch is not None:
                 return await self._dispatched(head, reader)
             return await self._respond(head)

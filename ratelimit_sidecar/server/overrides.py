@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from ratelimit_sidecar.config.override import (
+from ratelimit_sidecar.config.overrides import (
     Override,
     OverrideBounds,
     OverrideError,
@@ -47,7 +47,7 @@ def override_store(settings: Settings, storage: Storage | None) -> OverrideStore
     if isinstance(storage, RedisStorage):  # beside the counters: same client and prefix
         return RedisOverrideStore.sharing(storage)
     if settings.local_only and settings.state_dir:
-        from ratelimit_sidecar.storage.override_file import FileOverrideStore
+        from ratelimit_sidecar.storage.overrides_file import FileOverrideStore
 
         return FileOverrideStore(settings.state_dir)
     return None

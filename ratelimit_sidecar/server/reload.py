@@ -103,6 +103,10 @@ class RuleWatcher:
             log.error("rules not reloaded (%s), keeping the last good ones", error)
             self._on_error(str(error))
 
+    def view(self) -> dict[str, object]:
+        """Where the rules come from, for /debug/rules and /readyz."""
+        return {"type": "file", "path": str(self._path), "ready": True}
+
     def _safe_fingerprint(self) -> Fingerprint:
         try:
             return fingerprint(self._path)
@@ -121,12 +125,17 @@ def load_in_thread(
     Setting `abandoned` ends the load within a millisecond, so an abandoned load neither keeps
     a core busy nor leaves its half-built tree for the interpreter to clear at exit.
     """
+    return in_daemon_thread(partial(load_rules, path, limits, abandoned.is_set, defaults))
+
+
+def in_daemon_thread(work: Callable[[], RuleSet]) -> asyncio.Future[RuleSet]:
+    """`work()` in a new daemon thread (a rule load); its outcome arrives in the future."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[RuleSet] = loop.create_future()
 
     def load() -> None:
         try:
-            rules = load_rules(path, limits, abandoned.is_set, defaults)
+            rules = work()
         except Exception as exc:
             _hand_over(loop, future, partial(future.set_exception, exc))
         else:

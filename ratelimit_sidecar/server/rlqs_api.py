@@ -30,7 +30,7 @@ from ratelimit_sidecar._proto.envoy.type.v3.token_bucket_pb2 import TokenBucket
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import Limiter
 from ratelimit_sidecar.core.quota_assign import Action, Assignment, QuotaPolicy
-from ratelimit_sidecar.metriclabels import NS
+from ratelimit_sidecar.metrics.labels import NS
 from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.quota import BucketAction, QuotaService, QuotaStream, Usage
 from ratelimit_sidecar.service.validation import Bounds, InvalidRequest

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
+from types import MappingProxyType
 from typing import Any
 
 from ratelimit_sidecar.config.errors import ConfigError
@@ -16,6 +17,7 @@ from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.logs import setup_logging
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.server.grpc_api import BindError
+from ratelimit_sidecar.server.tls import TlsError, server_tls
 from ratelimit_sidecar.server.workers import run_workers
 from ratelimit_sidecar.settings import REUSE_PORT_ENV, Settings
 from ratelimit_sidecar.storage.base import Storage
@@ -31,17 +33,28 @@ def fail(message: str) -> int:
 def run_serve(settings: Settings) -> int:
     setup_logging(settings.log_format, settings.log_level)
     try:
-        rules = load_rules(
-            settings.config_path, ConfigLimits.of(settings), defaults=settings.rule_defaults
-        )
+        rules = first_rules(settings)
     except ConfigError as exc:
         return fail(f"invalid configuration:\n{exc}")
     except OSError as exc:
         return fail(f"cannot read configuration {settings.config_path}: {exc.strerror}")
+    try:
+        server_tls(settings)  # a bad TLS file stops the start here, before any worker
+    except TlsError as exc:
+        return fail(str(exc))
     if settings.workers > 1:
         return run_workers(settings)
     reuse_port = os.environ.get(REUSE_PORT_ENV) == "1"
     return run_async(lambda: serve(settings, rules, reuse_port))
+
+
+def first_rules(settings: Settings) -> RuleSet:
+    """The rule files' rules; none yet when they come from xDS (the stream brings them)."""
+    if settings.xds_url is not None:
+        return RuleSet(MappingProxyType({}))
+    return load_rules(
+        settings.config_path, ConfigLimits.of(settings), defaults=settings.rule_defaults
+    )
 
 
 def run_async(factory: Callable[[], Coroutine[Any, Any, int]]) -> int:
@@ -61,7 +74,11 @@ async def serve(settings: Settings, rules: RuleSet, reuse_port: bool = False) ->
         storage = open_storage(settings)
     except ValueError as exc:
         return fail(str(exc))
-    sidecar = Sidecar(settings, rules, storage, reuse_port=reuse_port)
+    try:
+        tls = server_tls(settings)
+    except TlsError as exc:  # replaced between the check at start and this worker's start
+        return fail(str(exc))
+    sidecar = Sidecar(settings, rules, storage, reuse_port=reuse_port, tls=tls)
     try:
         await sidecar.serve()
     except BindError as exc:

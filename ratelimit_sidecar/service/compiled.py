@@ -27,11 +27,11 @@ class CompiledRequest(NamedTuple):
     """A validated, matched request. `known` False: the domain has no rules (answer all OK).
 
     `tally` is whatever the decision observer asked to keep with the request (its counters).
-    `counted` is the index of the request's only descriptor with a limit, or -1 if it has none
-    or several, and `only` that descriptor alone (what the limiter needs to decide); the
-    encoded statuses of the descriptors before and after it never change, nor does the start of
-    its own when it is admitted (`head`: code and current limit). A request with a strict
-    limit never has `only`: it leaves the synchronous path (`strict`).
+    `counted` is the index of the request's only descriptor with a limit (of one limit), or -1
+    if it has none or several: the one fast path (`Limiter.hit_one`, `ResponseEncoder.admitted`).
+    The encoded statuses of the descriptors before and after it never change, nor does the start
+    of its own when it is admitted (`head`: code and current limit). A request with a strict
+    limit never has `counted`: it awaits the store (`strict`).
     """
 
     domain: str
@@ -42,7 +42,6 @@ class CompiledRequest(NamedTuple):
     before: bytes = b""
     after: bytes = b""
     head: bytes = b""
-    only: tuple[Hit, ...] = ()
     strict: bool = False  # a strict limit applies: decided by `StrictDecider` (awaits Redis)
 
 

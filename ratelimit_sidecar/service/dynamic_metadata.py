@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from google.protobuf import text_format
 from google.protobuf.struct_pb2 import Struct
 
+from ratelimit_sidecar._proto.wire import RateLimitDescriptor, RateLimitRequest
 from ratelimit_sidecar.core import Code, Hit, Verdict
 from ratelimit_sidecar.service.response import varint
-from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest
 
 _DYNAMIC_METADATA = b"\x32"  # RateLimitResponse.dynamic_metadata = 6, length-delimited
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.config.override import Entries, Override
+from ratelimit_sidecar.config.overrides import Entries, Override
 
 
 @dataclass(frozen=True, slots=True)

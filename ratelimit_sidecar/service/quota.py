@@ -240,7 +240,8 @@ class QuotaStream:
         streams = service.holders.get(tracked.key, 1)
         quota, limiter, policy = tracked.quota, service.limiter, service.policy
         if hits is None:
-            send = quota.recheck(limiter, Hit(tracked.rule, tracked.key, 0), now, streams, policy)
+            probe = Hit(tracked.rule, tracked.key, 0)
+            send = quota.recheck(limiter, probe, now, streams=streams, policy=policy)
         else:
             hit = Hit(tracked.rule, tracked.key, hits[0])
             send = quota.report(limiter, hit, now, streams, policy, denied=hits[1])

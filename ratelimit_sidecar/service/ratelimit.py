@@ -1,20 +1,21 @@
 """ShouldRateLimit semantics: validate, match descriptors to rules, ask the core, build the answer.
 
-Synchronous and free of I/O: the gRPC servicer calls `respond` on the event loop thread with the
-request's wire bytes; what the bytes mean is worked out once per distinct request
-(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder. The one
-exception is a request with a strict limit (when a store is configured): `respond` returns a
-coroutine for it, which the servicer awaits (`service.strict`: one Redis call per slot).
+Free of I/O: a transport awaits `respond` on the event loop thread with the request's wire
+bytes, and gets the response's. What the bytes mean is worked out once per distinct request
+(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder, and
+`respond` returns without suspending. The one exception is a request with a strict limit (when
+a store is configured): it awaits the store (`service.strict`: one Redis call per slot).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
+from ratelimit_sidecar._proto.wire import RateLimitDescriptor, RateLimitRequest
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict, unlimited_verdict
@@ -39,9 +40,8 @@ from ratelimit_sidecar.service.validation import (
     validate_entries,
     validate_request,
 )
-from ratelimit_sidecar.wire import RateLimitDescriptor, RateLimitRequest
 
-MAX_OVERRIDES = 1024
+MAX_REQUEST_LIMITS = 1024  # rules made for limits requests carry, kept at most
 MAX_HITS = 2**32 - 1
 _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 
@@ -81,7 +81,7 @@ class RateLimitHandler:
         self._bounds = bounds or Bounds()
         self._encoder = ResponseEncoder(options)
         self._observer = observer
-        self._overrides: dict[tuple[object, int, int], Rule] = {}
+        self._request_limits: dict[tuple[object, int, int], Rule] = {}
         self._compiled = RequestCache(cache_entries)
         self._strict = strict  # None: strict rules are decided by the limiter (local-only)
         options = self._encoder.options
@@ -92,34 +92,26 @@ class RateLimitHandler:
             strict_in_store=strict is not None,
         )
         self._metadata = options.dynamic_metadata
-        self._lenient = _lets_refusals_through(rules, options)
+        self._refusals_may_pass = _lets_refusals_through(rules, options)
         # Runtime overrides (admin API): replaced whole, kept across rule reloads.
         self.api_overrides = NO_OVERRIDES
 
     def swap_rules(self, rules: RuleSet) -> None:
         """One attribute store: a request sees the old rules or the new, never a mix."""
-        self._overrides = {}
+        self._request_limits = {}
         self._compiled.clear()
-        self._lenient = _lets_refusals_through(rules, self._encoder.options)
+        self._refusals_may_pass = _lets_refusals_through(rules, self._encoder.options)
         self.rules = rules
 
     def swap_overrides(self, applied: AppliedOverrides) -> None:
         """The runtime overrides changed: requests are matched afresh (counters stay)."""
-        self._overrides = {}
+        self._request_limits = {}
         self._compiled.clear()
         self.api_overrides = applied
 
-    def decide(self, raw: bytes) -> bytes:
-        """`respond` for a request without a strict limit (tests and benchmarks)."""
-        response = self.respond(raw)
-        if not isinstance(response, bytes):
-            response.close()
-            raise TypeError("a request with a strict limit is answered by awaiting `respond`")
-        return response
-
-    def respond(self, raw: bytes) -> bytes | Coroutine[Any, Any, bytes]:
-        """The encoded RateLimitResponse to an encoded RateLimitRequest; for a request with a
-        strict limit, a coroutine that gives it (the servicer awaits it).
+    async def respond(self, raw: bytes) -> bytes:
+        """The encoded RateLimitResponse to an encoded RateLimitRequest. Suspends only for a
+        request with a strict limit, to wait for the store.
 
         Raises InvalidRequest for a request that cannot be answered (malformed, empty, too big).
         """
@@ -134,25 +126,26 @@ class RateLimitHandler:
                 return self._with_metadata(unmatched, raw, compiled.hits, ())
             return unmatched
         now = self._clock_ms()
-        if not compiled.only:
+        if compiled.counted < 0:
             if compiled.strict:
-                return self._decide_strict(now, raw, compiled)
-            decision = self.limiter.hit(now, compiled.hits)
+                assert self._strict is not None
+                decision = await self._strict.decide(now, compiled.hits)
+            else:
+                decision = self.limiter.hit(now, compiled.hits)
         else:  # one counted descriptor; the others' answers never change
-            decision = self.limiter.hit(now, compiled.only)
-            verdict = decision.verdicts[0]
-            if verdict.code is Code.OK and not verdict.shadowed:  # the usual answer, in one step
+            verdict = self.limiter.hit_one(now, compiled.hits[compiled.counted])
+            if verdict.code is Code.OK and not verdict.shadow_refused:  # the usual answer
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, compiled.counted, verdict)
                 return self._encoder.admitted(
                     compiled.before, compiled.head, verdict, compiled.after
                 )
-            decision = Decision(decision.code, _with_constants(compiled, verdict))
+            decision = Decision(verdict.code, _with_constants(compiled, verdict))
         return self._answer(now, raw, compiled, decision)
 
     def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
         """The response to a decided request: the overall code, metrics, the encoding."""
-        if decision.code is Code.OVER_LIMIT and self._lenient:  # quota or shadow mode
+        if decision.code is Code.OVER_LIMIT and self._refusals_may_pass:  # quota or shadow mode
             decision = self._overall.settle(now, compiled.hits, decision)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)
@@ -169,11 +162,6 @@ class RateLimitHandler:
         request = RateLimitRequest.FromString(raw)
         verdicts = verdicts or [unlimited_verdict(hit) for hit in hits]
         return response + dynamic_metadata_field(request, hits, verdicts)
-
-    async def _decide_strict(self, now: int, raw: bytes, compiled: CompiledRequest) -> bytes:
-        assert self._strict is not None
-        decision = await self._strict.decide(now, compiled.hits)
-        return self._answer(now, raw, compiled, decision)
 
     def _compile(self, raw: bytes) -> CompiledRequest:
         """Parse, validate and match a request not seen since the rules last changed."""
@@ -205,7 +193,7 @@ class RateLimitHandler:
             after = self._encoder.statuses(unlimited_verdict(h) for h in hits[counted + 1 :])
             head = self._encoder.admitted_head(limit)
             compiled = CompiledRequest(
-                name, tuple(hits), known, tally, counted, before, after, head, (hits[counted],)
+                name, tuple(hits), known, tally, counted, before, after, head
             )
         self._compiled.put(raw, compiled)
         return compiled
@@ -234,20 +222,20 @@ class RateLimitHandler:
             rule = self.api_overrides.rule(name, tuple(entries), rule)
         if descriptor.HasField("limit") and descriptor.limit.unit in _UNITS:
             override = descriptor.limit.requests_per_unit, descriptor.limit.unit
-            return self._override(rule or _unmatched(name, entries), *override)
+            return self._request_limit(rule or _unmatched(name, entries), *override)
         return rule
 
-    def _override(self, rule: Rule, requests_per_unit: int, unit: int) -> Rule:
+    def _request_limit(self, rule: Rule, requests_per_unit: int, unit: int) -> Rule:
         """The request carries its own limit (RateLimitOverride), in any descriptor of a known
         domain, matched or not: the rule's counter with other numbers. As in the reference, an
         override is enforced and counted alone: no shadow or quota mode, no metadata."""
         # A loaded rule is its own key; a rule made for an unmatched descriptor is new each time.
         made = rule.source is None
         cache_key = ((rule.domain, rule.path) if made else rule, requests_per_unit, unit)
-        found = self._overrides.get(cache_key)
+        found = self._request_limits.get(cache_key)
         if found is None:
-            if len(self._overrides) >= MAX_OVERRIDES:
-                self._overrides.clear()
+            if len(self._request_limits) >= MAX_REQUEST_LIMITS:
+                self._request_limits.clear()
             base = rule.limit or RateLimit(requests_per_unit, Unit(unit))
             # The override's window is its unit alone (it carries no multiplier).
             limit = replace(
@@ -262,7 +250,7 @@ class RateLimitHandler:
                 quota_mode=False,
                 metadata=None,
             )
-            self._overrides[cache_key] = found
+            self._request_limits[cache_key] = found
         return found
 
 

@@ -30,7 +30,7 @@ from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Store
 from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict
 from ratelimit_sidecar.core.breaker import Breaker
 from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
-from ratelimit_sidecar.core.limiter import _refusal_order, limit_key
+from ratelimit_sidecar.core.limiter import limit_key, refusal_order
 from ratelimit_sidecar.storage.strict_store import StrictAnswer, StrictCheck
 
 MAX_CACHED_RULES = 10_000
@@ -213,7 +213,7 @@ def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
 def refusal(check: StrictCheck, reset_ms: int) -> Verdict:
     shadow = check.shadow
     code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, check.limit, reset_ms=reset_ms, shadowed=shadow, shadow=shadow)
+    return Verdict(code, check.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
 
 
 def merge(
@@ -237,7 +237,7 @@ def merge(
 def _combine(verdicts: list[Verdict]) -> Verdict:
     if len(verdicts) == 1:
         return verdicts[0]
-    refusals = [v for v in verdicts if v.code is Code.OVER_LIMIT or v.shadowed]
+    refusals = [v for v in verdicts if v.code is Code.OVER_LIMIT or v.shadow_refused]
     if refusals:
-        return max(refusals, key=_refusal_order)
+        return max(refusals, key=refusal_order)
     return min(verdicts, key=lambda verdict: verdict.remaining)

@@ -16,6 +16,8 @@ class Bounds:
     max_bytes: int = 1024  # per domain, entry key or entry value, in UTF-8 bytes
 
 
+DEFAULT_BOUNDS = Bounds()  # settings.py takes its defaults from here
+
 Entries = list[tuple[str, str]]
 
 

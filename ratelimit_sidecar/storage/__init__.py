@@ -1,4 +1,5 @@
-"""Where span deltas go: the store protocol, its failures and its backends (memory, Redis)."""
+"""Where span deltas go: the store protocol, its failures and its Redis backend (the in-memory
+reference store is the simulator's: simulator/memory_store.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ from ratelimit_sidecar.storage.errors import (
     StoreUnavailable,
     StoreUnreadable,
 )
-from ratelimit_sidecar.storage.memory import MemoryStorage
 
 __all__ = [
-    "MemoryStorage",
     "Storage",
     "StoreError",
     "StoreLost",

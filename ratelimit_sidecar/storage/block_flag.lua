@@ -1,6 +1,6 @@
--- A key's shared block flag (`<tag>:block`): its value, and a raised limit lifting it. Put in
--- front of every script that sets or reads a flag (the sync scripts, strict.lua) when it is
--- loaded. The rule lives in storage/shared_rules.py (`lifted`); MemoryStorage follows it too.
+-- A key's shared block flag (`<tag>:block`): its value, and a raised limit lifting it. Included
+-- by every script that sets or reads a flag (the sync scripts, strict.lua). The rule lives in
+-- storage/shared_rules.py (`lifted`); the simulator's MemoryStorage follows it too.
 --
 -- A flag holds "<level>:<max>": the penalty level its block started at (core/penalty.py; 1
 -- without a penalty) and the requests per unit of the limit it was set for. A push whose limit

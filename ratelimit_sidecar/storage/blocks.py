@@ -60,11 +60,6 @@ def parse_notice(data: bytes) -> BlockNotice | None:
     return BlockNotice(fields[0].decode("ascii"), left_ms, level, set_for)
 
 
-def notice_message(notice: BlockNotice) -> bytes:
-    """What the scripts publish for `notice` (tests and tools speak the same format)."""
-    return f"{notice.digest}|{notice.left_ms}|{notice.level}|{notice.set_for}".encode("ascii")
-
-
 class DigestIndex:
     """Which tracked key has a given digest, kept beside a `KeyTable` without touching requests.
 

@@ -41,11 +41,11 @@ from ratelimit_sidecar.storage.keys import (
     digest,
     span_stem,
 )
+from ratelimit_sidecar.storage.scripts import KEY_ERROR, MAX_REASON
 
 CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
 TIME_SCRIPT = "return redis.call('TIME')"
 HEARTBEAT_COMMANDS = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
-KEY_ERROR = "E:"  # a sync script's answer for a key it applied nothing for
 # The sync script of each algorithm synced per span; a push of any other is never sent.
 SCRIPT_FILES = {
     AlgorithmName.FIXED_WINDOW: "sync.lua",
@@ -53,7 +53,6 @@ SCRIPT_FILES = {
     AlgorithmName.TOKEN_BUCKET: "sync_bucket.lua",
 }
 UNSYNCABLE = "sliding_log is never synced per span"
-MAX_REASON = 80  # characters of an error reply kept as a key's reason
 Command = tuple[Any, ...]
 
 
@@ -216,32 +215,31 @@ class SyncCodec:
 
 
 def fixed_entry(push: Push) -> str:
-    key, limit = push.key, push.limit
-    return (
-        f"{digest(key)}|{counter_suffix(key, push.window)}|{push.count}|"
-        f"{rules.window_ttl_ms(limit)}|{limit.requests_per_unit}|{limit.cooldown}|"
-        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
-    )
+    limit = push.limit
+    ttl = rules.window_ttl_ms(limit)
+    return _entry(push, push.hits, ttl, limit.requests_per_unit, limit.cooldown)
 
 
 def sliding_entry(push: Push) -> str:
-    key, limit = push.key, push.limit
-    return (
-        f"{digest(key)}|{counter_suffix(key, push.window)}|{span_stem(key)}|"
-        f"{rules.pushed_span(push)}|{push.count}|{rules.window_ttl_ms(limit)}|"
-        f"{rules.span_ttl_ms(limit)}|{limit.spans}|{limit.requests_per_unit}|{limit.cooldown}|"
-        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
+    limit, span = push.limit, rules.pushed_span(push)
+    ttls = rules.window_ttl_ms(limit), rules.span_ttl_ms(limit)
+    stem = span_stem(push.key)
+    return _entry(
+        push, stem, span, push.hits, *ttls, limit.spans, limit.requests_per_unit, limit.cooldown
     )
 
 
 def bucket_entry(push: Push) -> str:
-    key, limit = push.key, push.limit
-    return (
-        f"{digest(key)}|{counter_suffix(key, push.window)}|{bucket_suffix(key)}|{push.count}|"
-        f"{rules.window_ttl_ms(limit)}|{limit.window_ms}|{limit.requests_per_unit}|"
-        f"{limit.capacity}|{limit.cooldown}|"
-        f"{penalty_spec(limit, push.wanted_level, push.blocking_level)}"
-    )
+    limit, ttl = push.limit, rules.window_ttl_ms(push.limit)
+    state, rpu = bucket_suffix(push.key), limit.requests_per_unit
+    return _entry(push, state, push.hits, ttl, limit.window_ms, rpu, limit.capacity, limit.cooldown)
+
+
+def _entry(push: Push, *fields: object) -> str:
+    """digest|window counter suffix|the script's own fields|penalty spec."""
+    spec = penalty_spec(push.limit, push.wanted_level, push.blocking_level)
+    head = (digest(push.key), counter_suffix(push.key, push.window))
+    return "|".join(map(str, (*head, *fields, spec)))
 
 
 def penalty_spec(limit: RateLimit, wanted: int, blocking: int = -1) -> str:

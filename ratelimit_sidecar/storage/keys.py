@@ -96,11 +96,6 @@ def bucket_suffix(key: KeyId) -> str:
     return counter_suffix(key, "tb")
 
 
-def log_suffix(key: KeyId) -> str:
-    """A strict sliding log's sorted set."""
-    return counter_suffix(key, "log")
-
-
 @lru_cache(maxsize=1 << 12)
 def _names(keys: tuple[str, ...]) -> str:
     return readable(".".join(keys), MAX_KEYS)

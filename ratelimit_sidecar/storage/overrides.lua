@@ -3,8 +3,8 @@
 -- KEYS[1] the set (hash: override id -> its document as JSON), KEYS[2] its version (integer),
 -- KEYS[3] the history (list of change records as JSON, newest first). One hash slot.
 --
--- ARGV[1] = "read": answers {version, {id, document, ...}, {record, ...}}; ARGV[2] says what to
--- include: "set", "history" or "all".
+-- ARGV[1] = "read": answers {version, {id, document, ...}, {record, ...}}; ARGV[2] says which of
+-- them: "set", "history" or "all".
 --
 -- ARGV[1] = "restore": ARGV = "restore", version, channel, then id, document pairs (see below).
 --

@@ -15,17 +15,16 @@ write may have been applied; a read tells), refused by Redis (`StoreRefused`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
+from ratelimit_sidecar.storage import scripts
 from ratelimit_sidecar.storage.errors import (
     StoreError,
     StoreLost,
@@ -43,11 +42,15 @@ from ratelimit_sidecar.storage.overrides import (
     documents_at,
     rollback_touches,
 )
-from ratelimit_sidecar.storage.redis_store import RedisStorage, _ready, sent_error, unsent_error
+from ratelimit_sidecar.storage.redis_store import (
+    RedisStorage,
+    ensure_ready,
+    sent_error,
+    unsent_error,
+)
 
 log = logging.getLogger("ratelimit_sidecar.overrides")
-SCRIPT = resources.files(__package__).joinpath("overrides.lua").read_text(encoding="utf-8")
-SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
+SCRIPT = scripts.load("overrides.lua")
 CHANNEL = "overrides"  # KeySchema.channel(CHANNEL): where every write is announced
 ROLLBACK_ATTEMPTS = 5  # writes racing a rollback: read and try again this many times
 
@@ -169,16 +172,12 @@ class RedisOverrideStore:
 
     async def _call(self, *args: str) -> Any:
         """One script call (EVAL once if the server does not know the script: nothing ran)."""
-        command: tuple[str | int, ...] = ("EVALSHA", SHA, 3, *self._keys, *args)
         try:
-            try:
-                return await self._send(command)
-            except NoScriptError:
-                return await self._send(("EVAL", SCRIPT, *command[2:]))
+            return await scripts.call(self._send, SCRIPT, 3, *self._keys, *args)
         except Exception as exc:
             raise _failure(exc) from exc
 
-    async def _send(self, command: tuple[str | int, ...]) -> Any:
+    async def _send(self, *command: Any) -> Any:
         """On Cluster, through the client (the slot map first: concurrent first calls need
         it). Else on a pooled connection made ready before anything is written, so that a
         connection the server closed meanwhile (a restart, an idle timeout) is made again
@@ -194,7 +193,7 @@ class RedisOverrideStore:
             raise unsent_error(exc) from exc
         try:
             try:
-                await _ready(connection)
+                await ensure_ready(connection)
             except Exception as exc:
                 raise unsent_error(exc) from exc
             try:

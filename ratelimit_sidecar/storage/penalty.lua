@@ -1,6 +1,5 @@
 -- Progressive penalties: the store's half of core/penalty.py (the rule lives there; the
--- arithmetic here is tested against it). Put in front of the sync scripts (with
--- sync_common.lua) and of strict.lua when they are loaded.
+-- arithmetic here is tested against it). Included by the sync scripts and strict.lua.
 --
 -- A penalised limit's entry ends with "factor/max_ms/forgive_after_ms/wanted/blocking" (empty
 -- without a penalty): `wanted` > 0 reports an offence seen by the pushing node, asking for that
@@ -62,7 +61,7 @@ end
 -- The lowest level whose block lasts max: core/penalty.py top_level.
 local function top_level(cooldown, p)
   local level = 0
-  while level < 300 and penalised_ms(cooldown, p, level) < p.max do
+  while level < {{MAX_LEVELS}} and penalised_ms(cooldown, p, level) < p.max do
     level = level + 1
   end
   return level
@@ -71,5 +70,5 @@ end
 -- core/penalty.py grace_ms: requests in flight with a block's first refusal, and retries this
 -- close to its end, are no offence.
 local function grace_ms(cooldown)
-  return math.min(250, math.floor(cooldown / 4))
+  return math.min({{MAX_GRACE_MS}}, math.floor(cooldown / 4))
 end

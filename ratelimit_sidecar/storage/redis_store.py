@@ -3,7 +3,8 @@
 `RedisStorage.sync` sends the commands `codec.py` packs for a `SyncBatch` as one
 non-transactional pipeline and has the codec read the replies back. On Cluster, redis-py splits
 the pipeline by node and sends the parts concurrently: one round trip per Redis node. Semantics
-are those of `MemoryStorage`; key names are in `keys.py`; `redis_urls.py` opens the clients.
+are those of the reference store (simulator/memory_store.py); key names are in `keys.py`;
+`redis_urls.py` opens the clients.
 
 Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
 than a failed one because the caller times it out and falls back to local thresholds. Sockets
@@ -19,19 +20,18 @@ single commands are answered in place by the codec.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable, Sequence
-from importlib import resources
 from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.client import Pipeline
-from redis.exceptions import BusyLoadingError, NoScriptError, RedisClusterException, ResponseError
+from redis.exceptions import BusyLoadingError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.types import SyncBatch, SyncResult
+from ratelimit_sidecar.storage import scripts
 from ratelimit_sidecar.storage.codec import SCRIPT_FILES, Command, Encoded, SyncCodec
 from ratelimit_sidecar.storage.errors import (
     StoreError,
@@ -42,21 +42,7 @@ from ratelimit_sidecar.storage.errors import (
 )
 from ratelimit_sidecar.storage.keys import DEFAULT_PREFIX, KeySchema
 
-
-def _lua(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-
-
-def _script(name: str) -> tuple[str, str]:
-    """A packaged sync script's source, after the helpers every sync script shares
-    (block_flag.lua, penalty.lua, sync_common.lua), and its SHA1 (the name EVALSHA calls it by)."""
-    helpers = [_lua("block_flag.lua"), _lua("penalty.lua"), _lua("sync_common.lua")]
-    source = "\n".join([*helpers, _lua(name)])
-    return source, hashlib.sha1(source.encode("utf-8")).hexdigest()
-
-
-SCRIPTS = {algorithm: _script(name) for algorithm, name in SCRIPT_FILES.items()}
-SYNC_SCRIPT, SYNC_SHA = SCRIPTS[AlgorithmName.FIXED_WINDOW]
+SCRIPTS = {algorithm: scripts.load(name) for algorithm, name in SCRIPT_FILES.items()}
 THREAD_ABOVE = 2000  # pushes in a batch above which packing and parsing leave the loop
 DEFAULT_NODE_TTL_MS = 30_000
 T = TypeVar("T")
@@ -117,8 +103,8 @@ class RedisStorage:
     async def _send(self, encoded: Encoded) -> list[Any]:
         """The pipeline's replies, error replies in place; a failure resets the Cluster map."""
         calls = list(zip(encoded.layout.scripts, encoded.script_args, strict=True))
-        scripts = [("EVALSHA", SCRIPTS[algorithm][1], *args) for algorithm, args in calls]
-        replies = await self._run([*scripts, *encoded.commands], encoded.routing_keys())
+        sent = [SCRIPTS[algorithm].evalsha(*args) for algorithm, args in calls]
+        replies = await self._run([*sent, *encoded.commands], encoded.routing_keys())
         await self._reload_script(calls, replies)
         return replies
 
@@ -153,7 +139,7 @@ class RedisStorage:
             pool = client.connection_pool
             connection = await pool.get_connection()  # type: ignore[no-untyped-call]
             try:
-                await _ready(connection)
+                await ensure_ready(connection)
             except BaseException:
                 await pool.release(connection)
                 raise
@@ -163,7 +149,7 @@ class RedisStorage:
         for node in nodes.values():
             connection = node.acquire_connection()
             try:
-                await _ready(connection)
+                await ensure_ready(connection)
             finally:
                 node.release(connection)
         return None
@@ -171,20 +157,13 @@ class RedisStorage:
     async def _reload_script(
         self, calls: Sequence[tuple[AlgorithmName, Command]], replies: list[Any]
     ) -> None:
-        """Re-run with EVAL the script calls a server rejected for not knowing the script.
-
-        That happens once after a server restart or SCRIPT FLUSH. A NOSCRIPT reply means the
-        script did not run, so re-sending it cannot count twice. EVAL also caches the script,
-        so the following syncs are single round trips again (a server that evicts old EVAL
-        scripts just makes this happen again). redis-py's own `Script` objects would instead
-        send SCRIPT EXISTS before every pipeline: two round trips per sync. If this second
-        trip cannot connect, its calls stay answered NOSCRIPT (not applied); the first trip's
-        answers stand either way.
-        """
-        missing = [i for i in range(len(calls)) if _noscript(replies[i])]
+        """Re-run with EVAL the script calls a server answered NOSCRIPT (storage/scripts.py),
+        as a second trip. If it cannot connect, its calls stay answered NOSCRIPT (not
+        applied); the first trip's answers stand either way."""
+        missing = [i for i in range(len(calls)) if scripts.not_loaded(replies[i])]
         if not missing:
             return
-        retry = [("EVAL", SCRIPTS[calls[i][0]][0], *calls[i][1]) for i in missing]
+        retry = [SCRIPTS[calls[i][0]].eval(*calls[i][1]) for i in missing]
         try:
             answers = await self._run(retry, {str(calls[i][1][1]) for i in missing})
         except StoreError as exc:
@@ -233,7 +212,7 @@ def connection_failure(reply: Any) -> StoreError | None:
     return None
 
 
-async def _ready(connection: Any) -> None:
+async def ensure_ready(connection: Any) -> None:
     """Connect `connection`, anew if the server closed it since its last use.
 
     The pool hands out a connection as it left it, and with maintenance notifications on (the
@@ -253,9 +232,3 @@ async def _ready(connection: Any) -> None:
 
 async def _maybe_thread(big: bool, func: Callable[..., T], *args: Any) -> T:
     return await asyncio.to_thread(func, *args) if big else func(*args)
-
-
-def _noscript(reply: Any) -> bool:
-    return isinstance(reply, NoScriptError) or (
-        isinstance(reply, Exception) and str(reply).startswith("NOSCRIPT")
-    )

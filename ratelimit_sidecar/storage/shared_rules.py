@@ -1,9 +1,9 @@
 """The store's side of the core/storage contract, per algorithm: the arithmetic every store
 follows when it applies a push. Pure: no I/O, the store's clock is a parameter.
 
-`MemoryStorage` computes with these functions; the Lua scripts (sync.lua, sync_sliding.lua,
-sync_bucket.lua) do the same arithmetic in the same order, and the storage contract tests
-check the Redis answers against these functions, so a change of rule is made here first.
+The simulator's `MemoryStorage` computes with these functions; the Lua scripts (sync.lua,
+sync_sliding.lua, sync_bucket.lua) do the same arithmetic in the same order, and the storage
+contract tests check the Redis answers against these functions: a rule changes here first.
 
 * every push INCRBYs its window's counter (TTL `window_ttl_ms`): the fixed window's own
   counter, and for the other algorithms the finished-window total the nodes estimate reads.

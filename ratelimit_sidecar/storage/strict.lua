@@ -1,5 +1,6 @@
 -- One strict check: every strict limit of a request that lives in one hash slot, decided and
 -- counted atomically, dated by the server's own clock (TIME), never the caller's.
+-- include: block_flag.lua penalty.lua
 --
 -- KEYS[1]  a key of the slot (routes the call on Redis Cluster; every key below shares it)
 -- ARGV[1]  the key prefix

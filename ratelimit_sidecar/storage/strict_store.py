@@ -16,30 +16,24 @@ and any failure raises `StoreError`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import os
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any, NamedTuple, cast
 
 from redis.asyncio import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.types import KeyId
+from ratelimit_sidecar.storage import scripts
 from ratelimit_sidecar.storage.codec import penalty_spec
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
 from ratelimit_sidecar.storage.keys import counter_suffix, digest
 from ratelimit_sidecar.storage.redis_store import RedisStorage, sent_error
 
-STRICT_SCRIPT = "\n".join(
-    resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-    # block_flag.lua and penalty.lua: what strict.lua calls for flags and penalties
-    for name in ("block_flag.lua", "penalty.lua", "strict.lua")
-)
-STRICT_SHA = hashlib.sha1(STRICT_SCRIPT.encode("utf-8")).hexdigest()
+STRICT = scripts.load("strict.lua")
 
 
 class StrictCheck(NamedTuple):
@@ -135,7 +129,7 @@ class StrictStore:
         try:
             if self.cluster:
                 await self._initialize()
-            await self.client.script_load(STRICT_SCRIPT)
+            await self.client.script_load(STRICT.source)
         except Exception:  # the first strict check tries again; on_store_failure covers it
             return False
         return True
@@ -152,10 +146,7 @@ class StrictStore:
         entries = ";".join(_entry(c) for c in checks)
         args = (1, route, self.keys.prefix, token, entries, self._blocks_channel)
         try:
-            try:
-                reply = await self.client.execute_command("EVALSHA", STRICT_SHA, *args)
-            except NoScriptError:  # not run: safe to send again, and EVAL caches it
-                reply = await self.client.execute_command("EVAL", STRICT_SCRIPT, *args)
+            reply = await scripts.call(self.client.execute_command, STRICT, *args)
         except Exception as exc:
             raise _failure(exc) from exc
         return _answers(reply, len(checks))

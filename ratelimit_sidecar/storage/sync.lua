@@ -1,6 +1,6 @@
--- One span's deltas for many counters (key names: ratelimit_sidecar/storage/keys.py).
--- (Runs after block_flag.lua and sync_common.lua: held_left, failed, reason, start_block, cooled,
--- answer_each.)
+-- One span's deltas for many fixed window counters (key names: storage/keys.py; the rules, in
+-- the same order: storage/shared_rules.py).
+-- include: block_flag.lua penalty.lua sync_common.lua
 --
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
@@ -8,7 +8,7 @@
 -- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms|penalty" entry per key, joined by ";"
 --          (counter = prefix{digest}suffix, flag = prefix{digest}:block; count may be 0: the
 --          key is only read; negative: quota given back; penalty: empty, or
---          "factor/max_ms/forgive_ms/wanted" (sync_common.lua): the answer then ends with
+--          "factor/max_ms/forgive_ms/wanted/blocking" (penalty.lua): the answer then ends with
 --          "|level|block_level")
 -- ARGV[3]  the blocks channel (sync_common.lua)
 --
@@ -48,13 +48,7 @@ local function push(text)
     local left, levels = penalised(digest, tag, cooldown, total > max, p, max)
     return total .. ',' .. left .. levels
   end
-  -- Read even without a cooldown: a fixed window honours a flag another config set (unless
-  -- set for a lower limit than this one: block_flag.lua).
-  local left = held_left(flag, max)
-  if left == 0 and total > max and cooldown > 0 then
-    left = start_block(digest, flag, cooldown, nil, max)
-  end
-  return total .. ',' .. left
+  return total .. ',' .. cooled(digest, flag, cooldown, total > max, max)
 end
 
 return answer_each(push)

@@ -1,7 +1,6 @@
 -- One span's deltas for many token buckets (key names: storage/keys.py; the rules, in the same
--- (Runs after block_flag.lua and sync_common.lua: held_left, failed, reason, start_block, cooled,
--- answer_each.)
 -- order: storage/shared_rules.py).
+-- include: block_flag.lua penalty.lua sync_common.lua
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
 --          share its slot)
@@ -11,7 +10,7 @@
 --          TAT = prefix{digest}bucket_suffix (epoch ms, a decimal with 3 places); window counter =
 --          prefix{digest}window_suffix; flag = prefix{digest}:block. count may be 0 (read only)
 --          or negative (tokens given back; the TAT never goes before now).
---          penalty: empty, or "factor/max_ms/forgive_ms/wanted" (sync_common.lua): then the
+--          penalty: empty, or "factor/max_ms/forgive_ms/wanted/blocking" (penalty.lua): then the
 --          answer ends with "|level|block_level".
 -- ARGV[3]  the blocks channel (sync_common.lua)
 --

@@ -1,6 +1,6 @@
--- What every sync script shares (sync.lua, sync_sliding.lua, sync_bucket.lua): the store puts
--- this file in front of each one when it loads it (storage/redis_store.py), so the three run
--- the same error handling, block flag and answer loop (after block_flag.lua and penalty.lua).
+-- What every sync script shares (sync.lua, sync_sliding.lua, sync_bucket.lua, which include
+-- it after block_flag.lua and penalty.lua): the same error handling, block flag and answer
+-- loop.
 --
 -- ARGV[3]  the channel a started block is announced on (storage/blocks.py); '' or absent:
 --          none (ARGV[1] and ARGV[2] are each script's own)
@@ -13,7 +13,7 @@ end
 
 -- The reason of an error reply, short and without the answer's separators.
 local function reason(reply)
-  return 'E:' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, 80)
+  return '{{KEY_ERROR}}' .. string.sub(string.gsub(tostring(reply.err), '[;,%c]', ' '), 1, {{MAX_REASON}})
 end
 
 -- Start a block of `ms` on `digest`'s flag unless one runs (NX: the first node to see the

@@ -1,7 +1,6 @@
 -- One span's deltas for many sliding window counters (key names: storage/keys.py; the rules,
--- (Runs after block_flag.lua and sync_common.lua: held_left, failed, reason, start_block, cooled,
--- answer_each.)
 -- in the same order: storage/shared_rules.py).
+-- include: block_flag.lua penalty.lua sync_common.lua
 --
 -- KEYS[1]  a key of the call's hash slot: routes the call on Redis Cluster (all keys below
 --          share its slot)
@@ -10,7 +9,7 @@
 --          "digest|window_suffix|span_stem|span|count|window_ttl_ms|span_ttl_ms|spans|max|cooldown_ms|penalty"
 --          span counter n = prefix{digest}span_stem..n; window counter = prefix{digest}window_suffix;
 --          flag = prefix{digest}:block. count may be 0 (read only) or negative (given back).
---          penalty: empty, or "factor/max_ms/forgive_ms/wanted" (sync_common.lua): then the
+--          penalty: empty, or "factor/max_ms/forgive_ms/wanted/blocking" (penalty.lua): then the
 --          answer ends with "|level|block_level".
 -- ARGV[3]  the blocks channel (sync_common.lua)
 --

@@ -29,7 +29,7 @@ from harness.load import ERROR, Answer
 from harness.redis_servers import ServerGroup, ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from harness.exact import ALL, exact_reference
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

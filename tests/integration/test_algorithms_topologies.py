@@ -26,7 +26,7 @@ from harness.load import ERROR
 from harness.redis_servers import Cluster, Sentinel
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

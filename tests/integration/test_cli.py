@@ -12,7 +12,7 @@ import pytest
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess, run_cli
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

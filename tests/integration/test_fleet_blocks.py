@@ -11,7 +11,6 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,7 @@ from harness.load import Answer, drive
 from harness.redis_servers import Cluster, ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from ratelimit_sidecar.storage.blocks import BLOCKS
@@ -85,17 +84,8 @@ def wait_for(check: Any, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-def metric(node: SidecarProcess, name: str) -> float:
-    url = f"http://127.0.0.1:{node.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith(f"ratelimit_sidecar_{name} "):
-                return float(line.split()[1])
-    raise AssertionError(f"no metric {name}")
-
-
 def subscribed(node: SidecarProcess) -> bool:
-    return metric(node, "subscription_up") == 1
+    return node.metric("subscription_up") == 1
 
 
 class Crosser:
@@ -142,7 +132,7 @@ class Crosser:
         now = int(time.time() * 1000)
         batch = SyncBatch(now, pushes=[Push(key, now // LIMIT.window_ms, MAX + 1, LIMIT)])
         ((numkeys, *args),) = self.codec.encode(batch).script_args
-        self.redis.eval(SCRIPTS[AlgorithmName.FIXED_WINDOW][0], numkeys, *args)
+        self.redis.eval(SCRIPTS[AlgorithmName.FIXED_WINDOW].source, numkeys, *args)
 
     @staticmethod
     def _probe(stub: Any, probe: wire.RateLimitRequest, refused: list[float], i: int) -> None:
@@ -173,7 +163,7 @@ def crosser(fleet: list[SidecarProcess], redis: ServerProcess) -> Iterator[Cross
 def test_a_crossing_reaches_every_node_in_milliseconds(
     fleet: list[SidecarProcess], crosser: Crosser
 ) -> None:
-    before = [metric(node, "fleet_blocks_applied_total") for node in fleet]
+    before = [node.metric("fleet_blocks_applied_total") for node in fleet]
     latencies = []
     for _ in range(CROSSINGS):
         latency, until_span_end = crosser.cross()
@@ -185,7 +175,7 @@ def test_a_crossing_reaches_every_node_in_milliseconds(
     print(f"\ncrossing push -> every node refusing, {CROSSINGS} crossings: ", end="")
     print(f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms")
     # Every node applied every block by message (none of them pushed these crossings).
-    after = [metric(node, "fleet_blocks_applied_total") for node in fleet]
+    after = [node.metric("fleet_blocks_applied_total") for node in fleet]
     assert [a - b for a, b in zip(after, before, strict=True)] == [CROSSINGS] * 3
 
 

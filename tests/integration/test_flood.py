@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.answer import answer_now
 from harness.grpc_client import request
 from harness.redis_servers import ServerProcess
 from harness.rules import write_rules
+from ratelimit_sidecar._proto.wire import RateLimitResponse
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.redis_urls import open_redis
-from ratelimit_sidecar.wire import RateLimitResponse
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,10 +51,10 @@ async def drive(sidecar: Sidecar) -> Counter[tuple[str, int]]:
     deadline = time.monotonic() + (WINDOWS + 1.5) * WINDOW_S
     while time.monotonic() < deadline:
         for _ in range(FLOOD_PER_TICK):
-            sidecar.handler.decide(body(f"flood{rng.getrandbits(64)}"))
+            answer_now(sidecar.handler, body(f"flood{rng.getrandbits(64)}"))
         window = sidecar.clock.now_ms() // window_ms
         for name in HEAVY:
-            answer = RateLimitResponse.FromString(sidecar.handler.decide(body(name)))
+            answer = RateLimitResponse.FromString(answer_now(sidecar.handler, body(name)))
             if answer.overall_code == 1 and first <= window < first + WINDOWS:
                 admitted[name, window] += 1
         await asyncio.sleep(TICK_S)

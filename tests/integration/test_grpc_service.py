@@ -15,13 +15,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from harness.tls_proxy import make_cert
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.server.grpc_api import RateLimitServicer, build_server
 from ratelimit_sidecar.settings import TRANSPORTS, Settings
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 
 T0 = 1_700_000_040_000  # a minute boundary
 OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT
@@ -193,7 +193,7 @@ async def test_a_local_only_node_counts_in_memory_and_has_nothing_to_flush(
     for i in range(10):
         await stub.ShouldRateLimit(request("gateway", [("api_key", f"k{i % 3}")]))
     assert isinstance(sidecar.limiter, LocalLimiter) and sidecar.storage is None
-    assert sorted(s.local_cur for s in sidecar.limiter.keys) == [3, 3, 4]
+    assert sorted(s.nodes.admitted for s in sidecar.limiter.keys) == [3, 3, 4]
     assert await sidecar.sync.flush() == 0
 
 

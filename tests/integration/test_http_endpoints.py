@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -113,9 +114,10 @@ async def test_slow_clients_are_cut_off_and_cannot_pile_up() -> None:
     clients = []
     try:
         clients = [await asyncio.open_connection("127.0.0.1", api.port) for _ in range(5)]
-        extra_reader = clients[-1][0]
-        assert await asyncio.wait_for(extra_reader.read(), 1) == b""  # over the cap: closed
-        for reader, _ in clients[:-1]:  # sent nothing: a 400 and closed after the timeout
+        oldest_reader = clients[0][0]
+        # over the cap: the oldest connection that sent nothing made room, unanswered
+        assert await _closed_without_answer(oldest_reader)
+        for reader, _ in clients[1:]:  # sent nothing: a 400 and closed after the timeout
             answer = await asyncio.wait_for(reader.read(), 2)
             assert answer.startswith(b"HTTP/1.1 400")
         reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
@@ -123,7 +125,60 @@ async def test_slow_clients_are_cut_off_and_cannot_pile_up() -> None:
         writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
         assert (await asyncio.wait_for(reader.read(), 2)).endswith(b"ok\n")
     finally:
-        for _, writer in clients:
-            writer.close()
-            await writer.wait_closed()
+        await _close_all(clients)
         await api.stop()
+
+
+async def test_a_probe_is_answered_while_idle_clients_fill_the_cap() -> None:
+    api = HttpApi({"/healthz": lambda _q: text_reply("ok\n")}, timeout_s=5, max_connections=4)
+    await api.start("127.0.0.1:0")
+    idle = [await asyncio.open_connection("127.0.0.1", api.port) for _ in range(12)]
+    try:
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+            idle.append((reader, writer))
+            writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert (await asyncio.wait_for(reader.read(), 1)).endswith(b"ok\n")
+    finally:
+        await _close_all(idle)
+        await api.stop()
+
+
+async def test_a_client_whose_request_is_read_is_not_evicted() -> None:
+    """Only connections still sending their head make room: a slow answer keeps its place."""
+    release = asyncio.Event()
+
+    async def slow(_q: dict[str, list[str]]) -> tuple[int, str, bytes]:
+        await release.wait()
+        return text_reply("slow\n")
+
+    api = HttpApi({"/slow": slow}, timeout_s=5, max_connections=2)
+    await api.start("127.0.0.1:0")
+    clients = [await asyncio.open_connection("127.0.0.1", api.port) for _ in range(2)]
+    try:
+        for _, writer in clients:
+            writer.write(b"GET /slow HTTP/1.1\r\n\r\n")
+        await asyncio.sleep(0.2)  # both heads read: nothing left to evict
+        late_reader, late_writer = await asyncio.open_connection("127.0.0.1", api.port)
+        clients.append((late_reader, late_writer))
+        assert await _closed_without_answer(late_reader)
+        release.set()
+        for reader, _ in clients[:2]:
+            assert (await asyncio.wait_for(reader.read(), 2)).endswith(b"slow\n")
+    finally:
+        await _close_all(clients)
+        await api.stop()
+
+
+async def _closed_without_answer(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), 1) == b""
+    except ConnectionResetError:
+        return True
+
+
+async def _close_all(clients: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
+    for _, writer in clients:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()

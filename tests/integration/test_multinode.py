@@ -15,7 +15,7 @@ from harness.load import ERROR, Answer, drive
 from harness.redis_servers import ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.storage.keys import digest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -19,13 +19,13 @@ from redis.crc import key_slot
 
 from harness.redis_servers import ServerProcess
 from ratelimit_sidecar.storage.errors import StoreError, StoreRefused, StoreUnavailable
-from ratelimit_sidecar.storage.override_file import FileOverrideStore
 from ratelimit_sidecar.storage.overrides import (
     HISTORY,
     MemoryOverrideStore,
     OverrideStore,
     UnknownVersion,
 )
+from ratelimit_sidecar.storage.overrides_file import FileOverrideStore
 from ratelimit_sidecar.storage.overrides_redis import RedisOverrideStore
 from ratelimit_sidecar.storage.redis_urls import open_redis
 

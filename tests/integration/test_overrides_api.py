@@ -21,7 +21,7 @@ from harness.grpc_client import request, rls_stub
 from harness.net import consecutive_free_ports, free_port
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess, start_cli
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 TOKEN = "adm1n-T0KEN-9f8e7d6c5b4a"
 OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT

@@ -14,7 +14,7 @@ from google.protobuf.json_format import MessageToDict
 
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.settings import Settings

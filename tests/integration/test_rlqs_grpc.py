@@ -14,7 +14,7 @@ import pytest
 from harness.grpc_client import request, rls_stub
 from harness.rlqs_client import QuotaStream, bucket_key
 from harness.rules import write_rules
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLimitStrategy
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.server.app import Sidecar

@@ -18,7 +18,7 @@ from harness.redis_servers import ServerProcess
 from harness.rlqs_client import QuotaStream, bucket_key
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLimitStrategy
 from ratelimit_sidecar.storage.keys import KeySchema
 

@@ -38,6 +38,7 @@ BUCKET = RateLimit(10, Unit.MINUTE, algorithm=AlgorithmName.TOKEN_BUCKET)  # a t
 BUCKET_COOL = RateLimit(10, Unit.MINUTE, cooldown_ms=5000, algorithm=AlgorithmName.TOKEN_BUCKET)
 BUCKET_ODD = RateLimit(7, Unit.MINUTE, burst=20, algorithm=AlgorithmName.TOKEN_BUCKET)
 FIXED = RateLimit(10, Unit.MINUTE, cooldown_ms=5000)
+FIXED_WINDOW_END = RateLimit(10, Unit.MINUTE, cooldown_window_end=True)
 LOG = RateLimit(10, Unit.MINUTE, algorithm=AlgorithmName.SLIDING_LOG)
 W = 29_000_000  # a window ordinal
 S0 = W * 6  # the first span of window W (6 spans per window)
@@ -154,15 +155,23 @@ async def test_random_pushes_of_three_nodes_match_a_plain_span_model(backend: Ba
 
 
 async def test_a_limit_without_a_cooldown_never_reads_a_flag(backend: Backend) -> None:
-    # A flag left by the same key under a config with a cooldown (before a reload).
+    # A flag left by the same key under a config with a cooldown (before a reload). Every
+    # algorithm alike, a fixed window with `cooldown: window_end` too (its block is the node's
+    # own, to its window's end): both stores answer it 0.
     store, key = backend.store(), ("d", "k", "stale")
     crossed = await sync(store, [span_push(key, 11, S0, SLIDING_COOL)])
     after = await sync(
         store,
-        [span_push(key, 0, S0, SLIDING), bucket_push(key, 20), bucket_push(key, 0, BUCKET_COOL)],
+        [
+            span_push(key, 0, S0, SLIDING),
+            bucket_push(key, 20),
+            bucket_push(key, 0, BUCKET_COOL),
+            Push(key, W, 0, FIXED_WINDOW_END),
+            Push(key, W, 0, FIXED),
+        ],
     )
     assert crossed.pushes[0].block_ms > 4_000
-    assert [p.block_ms > 0 for p in after.pushes] == [False, False, True]
+    assert [p.block_ms > 0 for p in after.pushes] == [False, False, True, False, True]
 
 
 # --- token bucket -------------------------------------------------------------------------------

@@ -27,9 +27,9 @@ from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, SyncResult, Tot
 from ratelimit_sidecar.storage.base import Storage
 from ratelimit_sidecar.storage.errors import StoreLost, StoreTimeout, StoreUnavailable
 from ratelimit_sidecar.storage.keys import KeySchema
-from ratelimit_sidecar.storage.memory import MemoryStorage
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
+from simulator.memory_store import MemoryStorage
 from tests.integration.conftest import ACL_PASSWORD, ACL_USER
 
 pytestmark = pytest.mark.integration

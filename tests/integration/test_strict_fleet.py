@@ -16,7 +16,7 @@ from harness.grpc_client import request, rls_stub
 from harness.redis_servers import ServerProcess
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.storage.keys import KeySchema, counter_suffix
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -109,7 +109,7 @@ async def test_shadow_mode_answers_ok_and_counts(decider: StrictDecider) -> None
     shadowed = hit(rule(STRICT, shadow=True), 5)
     decision = await decider.decide(now(), [shadowed])
     (verdict,) = decision.verdicts
-    assert decision.code is Code.OK and verdict.shadowed and verdict.shadow
+    assert decision.code is Code.OK and verdict.shadow_refused and verdict.shadow
     assert await redis_count(decider, shadowed.key, STRICT) == 5
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from ratelimit_sidecar.config import RuleSet, load_rules, match
 from ratelimit_sidecar.core import Code, Decision, Hit, SyncStats, Verdict
-from ratelimit_sidecar.metriclabels import MAX_VALUE_LABELS
 from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.metrics.labels import MAX_VALUE_LABELS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REFERENCE = Path(__file__).parent / "config" / "fixtures" / "reference"

@@ -11,9 +11,10 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from harness.envoy import envoy_binary as envoy_binary_path
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
 from ratelimit_sidecar._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from ratelimit_sidecar._proto.envoy.service.discovery.v3 import discovery_pb2
 from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from ratelimit_sidecar._proto.envoy.service.ratelimit.v3 import rls_pb2
 from ratelimit_sidecar._proto.envoy.type.v3 import (
@@ -21,9 +22,11 @@ from ratelimit_sidecar._proto.envoy.type.v3 import (
     ratelimit_unit_pb2,
     token_bucket_pb2,
 )
-from ratelimit_sidecar.tools import genproto
+from tests.unit.test_proto_xds import XDS_NUMBERS
+from tools import genproto
 
-COMMITTED = Path(genproto.__file__).resolve().parents[1] / "_proto"
+COMMITTED = genproto.DEFAULT_OUT
+HAND_WRITTEN = "wire.py"  # the short names beside the generated tree
 OUR_FILES = (
     rls_pb2,
     ratelimit_pb2,
@@ -32,6 +35,7 @@ OUR_FILES = (
     rlqs_pb2,
     ratelimit_strategy_pb2,
     token_bucket_pb2,
+    discovery_pb2,
 )
 
 Response = rls_pb2.RateLimitResponse
@@ -45,7 +49,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts and p.name != HAND_WRITTEN
     }
 
 
@@ -141,6 +145,7 @@ EXPECTED_NUMBERS: list[tuple[type[Message], str, int]] = [
     (token_bucket_pb2.TokenBucket, "tokens_per_fill", 2),
     (token_bucket_pb2.TokenBucket, "fill_interval", 3),
 ]
+EXPECTED_NUMBERS += XDS_NUMBERS  # the xDS protos'
 
 
 @pytest.mark.parametrize(

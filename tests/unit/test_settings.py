@@ -123,3 +123,23 @@ def test_a_worker_without_redis_stays_local(monkeypatch: pytest.MonkeyPatch) -> 
     for name, value in worker_env(child).items():
         monkeypatch.setenv(name, value)
     assert parse().local_only
+
+
+def test_xds_settings_are_flags() -> None:
+    settings = parse(
+        "--config-xds", "eg:18001", "--config-xds-node-id", "envoy-ratelimit",
+        "--config-xds-client-tls", "--config-xds-retry-s", "0.5", "--ready-without-config",
+    )  # fmt: skip
+    assert (settings.xds_url, settings.config_xds_node_id) == ("eg:18001", "envoy-ratelimit")
+    assert settings.config_xds_client_tls and settings.ready_without_config
+    assert (settings.config_xds_retry_s, settings.config_xds_retry_max_s) == (0.5, 60.0)
+    assert settings.config_path == ""  # no --config needed
+
+
+def test_config_is_required_unless_rules_come_from_xds() -> None:
+    with pytest.raises(ValueError, match="--config"):
+        parse()
+    assert parse("--config-xds", "127.0.0.1:18000").xds_url == "127.0.0.1:18000"
+    assert parse("--config", "r").xds_url is None
+    with pytest.raises(ValueError, match="go together"):
+        parse("--config-xds", "h:1", "--config-xds-client-tls-cert", "c.pem")

@@ -18,7 +18,6 @@ from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.matcher import match
 from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults, RuleSet, StoreFailure
-from ratelimit_sidecar.core.fixed_window import FixedWindow
 
 
 def loaded(text: str, algorithm: AlgorithmName, shared_store: bool = False) -> RuleSet:
@@ -64,11 +63,6 @@ def test_each_strict_rule_is_strict_and_runs_its_algorithm(algorithm: AlgorithmN
 def test_a_sliding_log_refuses_the_default_limit() -> None:
     with pytest.raises(ConfigError):
         loaded(rules_yaml(), AlgorithmName.SLIDING_LOG)
-
-
-def test_the_fixed_window_is_always_registered() -> None:
-    assert algorithms.registered(AlgorithmName.FIXED_WINDOW)
-    assert algorithms.decided_by(AlgorithmName.FIXED_WINDOW) == "FixedWindow"
 
 
 def test_strict_counts_reads_each_result() -> None:
@@ -126,13 +120,3 @@ def test_script_counts_and_the_cells_of_a_row() -> None:
     assert strict.script_cell(found) == "2.5"
     assert strict.checks_cell(found) == "admitted 40"
     assert strict.script_us(replace(found, counters={})) is None
-
-
-def test_an_algorithm_falling_back_to_the_fixed_window_is_not_registered(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    fixed = FixedWindow()
-    monkeypatch.setattr(algorithms, "algorithms_with", lambda: (fixed,) * len(AlgorithmName))
-    assert algorithms.registered(AlgorithmName.FIXED_WINDOW)
-    assert not algorithms.registered(AlgorithmName.SLIDING_WINDOW)
-    assert algorithms.decided_by(AlgorithmName.SLIDING_LOG) == "FixedWindow"

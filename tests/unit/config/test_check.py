@@ -6,7 +6,7 @@ import pytest
 
 from harness.hostile_rules import alias_bomb, alias_cycle, many_descriptors, sparse_file
 from ratelimit_sidecar.cli import main
-from ratelimit_sidecar.cli_check import run_check
+from ratelimit_sidecar.cli.check import run_check
 from ratelimit_sidecar.config import load_rules
 
 FIXTURES = Path(__file__).parent / "fixtures"

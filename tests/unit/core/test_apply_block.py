@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary
@@ -49,7 +49,7 @@ def test_the_next_sync_keeps_an_announced_block() -> None:
     limiter.apply_block(hit(r).key, 2000, T0 + 100)
     batch = limiter.end_span(T0 + 500)
     limiter.apply_sync(T0 + 500, batch, store.execute(batch))
-    assert [p.count for p in batch.pushes] == [5]
+    assert [p.hits for p in batch.pushes] == [5]
     assert limiter.hit(T0 + 600, [hit(r)]).code is Code.OVER_LIMIT
 
 
@@ -69,4 +69,4 @@ def test_a_shadow_rule_reports_the_block_without_refusing() -> None:
     limiter.hit(T0, [hit(r)])
     limiter.apply_block(hit(r).key, 300, T0)
     verdict = limiter.hit(T0 + 1, [hit(r)]).verdicts[0]
-    assert verdict.code is Code.OK and verdict.shadowed
+    assert verdict.code is Code.OK and verdict.shadow_refused

@@ -27,12 +27,12 @@ def synced(total: int, nodes: int = 4, own: int = 1) -> tuple[FleetLimiter, KeyS
 
 def test_a_window_on_course_past_the_bound_keeps_the_strict_check() -> None:
     _, state = synced(total=40)  # 40 in a quarter: on course for 160 > 150
-    assert state.ceiling == 120
+    assert state.counts.ceiling == 120
 
 
 def test_a_window_under_its_pace_bound_lets_the_estimate_pass_max_by_the_distance() -> None:
-    assert synced(total=35)[1].ceiling == 130  # on course for 140: 10 under the bound
-    assert synced(total=10)[1].ceiling == 150  # far under: MAX / N at most
+    assert synced(total=35)[1].counts.ceiling == 130  # on course for 140: 10 under the bound
+    assert synced(total=10)[1].counts.ceiling == 150  # far under: MAX / N at most
 
 
 def test_a_lenient_ceiling_still_refuses_what_passes_it_and_never_blocks() -> None:
@@ -44,24 +44,24 @@ def test_a_lenient_ceiling_still_refuses_what_passes_it_and_never_blocks() -> No
 
 def test_a_small_share_gets_room_for_its_own_noise() -> None:
     # nodes 10 and 4 own hits per span: 3 sd of the extrapolation is 3 x 10 x 2 = 60 > 30.
-    assert synced(total=30, nodes=10, own=4)[1].ceiling == 180
+    assert synced(total=30, nodes=10, own=4)[1].counts.ceiling == 180
 
 
 def test_the_first_sync_of_a_window_keeps_the_ceiling_and_a_failed_one_is_strict() -> None:
     limiter, state = synced(total=35)
     for now in (T0 + 500, T0 + 750):
         limiter.apply_sync(now, limiter.end_span(now), SyncResult((PushResult(35, 0),)))
-    assert state.ceiling == 150  # 35 in three quarters: on course for 47
+    assert state.counts.ceiling == 150  # 35 in three quarters: on course for 47
     limiter.apply_sync(T0 + 1000, limiter.end_span(T0 + 1000), SyncResult((PushResult(0, 0),)))
-    assert state.ceiling == 150  # a new window: no pace yet
+    assert state.counts.ceiling == 150  # a new window: no pace yet
     limiter.apply_sync(T0 + 1250, limiter.end_span(T0 + 1250), None)
-    assert state.ceiling == 120
+    assert state.counts.ceiling == 120
 
 
 def test_a_lenient_check_takes_the_lower_of_the_last_two_nodes_estimates() -> None:
     limiter, state = synced(total=10)
-    limiter.algorithm_of(state).set_nodes(state, 4.0)
-    limiter.algorithm_of(state).set_nodes(state, 9.0)  # one window's share can look small
-    assert state.check_nodes == 4.0
-    limiter.algorithm_of(state).after_failure(state)
-    assert state.check_nodes == 9.0
+    state.nodes.set(4.0)
+    state.nodes.set(9.0)  # one window's share can look small
+    assert state.nodes.check == 4.0
+    limiter.apply_sync(T0 + 500, limiter.end_span(T0 + 500), None)  # a failed sync
+    assert state.nodes.check == 9.0

@@ -7,7 +7,7 @@ import pytest
 
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import Code, LocalLimiter
-from ratelimit_sidecar.simulate.exact.fixed_window import ExactFixedWindow
+from simulator.exact.fixed_window import ExactFixedWindow
 from tests.unit.core.rules import hit
 from tests.unit.core.trailing import random_trace
 

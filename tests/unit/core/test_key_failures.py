@@ -11,7 +11,7 @@ from ratelimit_sidecar.core import (
     SyncResult,
     TotalRead,
 )
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary
@@ -73,7 +73,7 @@ def test_a_key_that_keeps_failing_uses_the_fallback_and_others_sync() -> None:
     ok = limiter.keys.get(hit(R, "ok").key)
     assert a is not None and ok is not None
     assert a.blocked_until > T0 + 250  # the fallback's block, as when the whole sync fails
-    assert ok.blocked_until == 0 and ok.seen == 9  # the store's total, pushed every span
+    assert ok.blocked_until == 0 and ok.counts.seen == 9  # the store's total, pushed every span
     assert read(store, "ok", T0 + 750) == 9
     assert limiter.hit(T0 + 760, [hit(R, "ok")]).code is Code.OK
 
@@ -88,7 +88,7 @@ def test_a_not_applied_fresh_push_falls_back_like_a_failed_sync() -> None:
             limiter.apply_sync(T0 + 250, limiter.end_span(T0 + 250), None)
         state = limiter.keys.get(hit(R, "a").key)
         assert state is not None
-        return state.ceiling, state.seen
+        return state.counts.ceiling, state.counts.seen
 
     assert after({"a"}) == after(set())  # same ceiling and `seen` as a failed sync gives
 
@@ -102,7 +102,7 @@ def test_an_orphans_not_applied_push_is_sent_again() -> None:
     stats = limiter.apply_sync(T0 + 250, batch, result)
     assert (stats.failed_keys, stats.dropped_hits, stats.pushed_hits) == (1, 0, 1)
     again = limiter.end_span(T0 + 500)
-    assert [(p.key[2], p.count) for p in again.pushes if p.key[2] == "a"] == [("a", 4)]
+    assert [(p.key[2], p.hits) for p in again.pushes if p.key[2] == "a"] == [("a", 4)]
 
 
 def test_a_key_evicted_while_its_push_fails_sends_the_count_later() -> None:
@@ -113,4 +113,4 @@ def test_a_key_evicted_while_its_push_fails_sends_the_count_later() -> None:
     limiter.apply_sync(T0 + 260, batch, None, resend=True)  # the push surely did not arrive
     assert limiter.pending_hits() == 6 and limiter.dropped_hits == 0
     again = limiter.end_span(T0 + 500)
-    assert sorted((p.key[2], p.count) for p in again.pushes) == [("a", 5), ("b", 1)]
+    assert sorted((p.key[2], p.hits) for p in again.pushes) == [("a", 5), ("b", 1)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.config.model import RateLimit, Unit
+from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import EVICTION_PROBES, KeyTable
@@ -10,10 +10,11 @@ from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
 LIMIT = RateLimit(10, Unit.SECOND)  # 1 s windows
+RULE = Rule("d", (("k", ""),), LIMIT)
 
 
 def state(name: str, last_hit: int, blocked_until: int = 0) -> KeyState:
-    found = KeyState(("d", "k", name), LIMIT, last_hit, 1.0, False)
+    found = KeyState(("d", "k", name), RULE, LIMIT, last_hit, 1.0)
     found.blocked_until = blocked_until
     return found
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ratelimit_sidecar.config.model import Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter, PushResult, SyncResult
 from ratelimit_sidecar.core.local import IDLE_MS, SWEEP_EVERY_MS
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
@@ -68,9 +68,9 @@ def test_shadow_mode_answers_ok_but_counts() -> None:
     limiter, r = FleetLimiter(), rule(rpu=1, shadow=True)
     verdicts = [limiter.hit(T0, [hit(r)]).verdicts[0] for _ in range(3)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False, True, True]
+    assert [v.shadow_refused for v in verdicts] == [False, True, True]
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.local_cur == 3
+    assert state is not None and state.nodes.admitted == 3
 
 
 def test_span_end_pushes_the_span_and_seen_gates_the_rest_of_the_window() -> None:
@@ -79,7 +79,7 @@ def test_span_end_pushes_the_span_and_seen_gates_the_rest_of_the_window() -> Non
         limiter.hit(T0, [hit(r)])
     assert limiter.next_span_end(T0) == T0 + 500
     batch = limiter.end_span(T0 + 500)
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 6)]
     limiter.apply_sync(T0 + 500, batch, store.execute(batch))
     codes = [limiter.hit(T0 + 600, [hit(r)]).code for _ in range(5)]
     assert codes == [Code.OK] * 4 + [Code.OVER_LIMIT]
@@ -91,7 +91,7 @@ def test_window_rollover_starts_a_new_count_and_pushes_the_last_span_late() -> N
         limiter.hit(T0 + 900, [hit(r)])
     assert limiter.hit(T0 + 1000, [hit(r)]).code is Code.OK  # new window, fresh quota
     batch = limiter.end_span(T0 + 1000)
-    assert sorted((p.window, p.count) for p in batch.pushes) == [
+    assert sorted((p.window, p.hits) for p in batch.pushes) == [
         (T0 // 1000, 10),
         (T0 // 1000 + 1, 1),
     ]
@@ -134,10 +134,10 @@ def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
     assert [(t.window) for t in batch.total_reads] == [T0 // 1000]
     limiter.apply_sync(T0 + 1500, batch, SyncResult((_answer(0),), totals=(40,)))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.nodes == 4.0
+    assert state is not None and state.nodes.value == 4.0
     # With 4 nodes each hit stands for 4. The store's total says this window is idle so far
     # (far under its pace bound), so the estimate may pass MAX by MAX / N: 1500 / 4 hits.
-    assert state.ceiling == 1500
+    assert state.counts.ceiling == 1500
     codes = [limiter.hit(T0 + 1600, [hit(r)]).code for _ in range(376)]
     assert codes.count(Code.OK) == 375
 
@@ -153,7 +153,7 @@ def test_store_failure_keeps_deltas_and_applies_the_fallback() -> None:
     assert limiter.pending_hits() == 6
     batch = limiter.end_span(T0 + 1000)  # the store is back: the unsent span goes out
     # ... as the key's one push of this span (its answer brings the block flag back too).
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 6)]
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 6)]
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     assert limiter.pending_hits() == 0
 
@@ -222,7 +222,7 @@ def test_a_timed_out_push_is_not_resent_so_it_cannot_count_twice() -> None:
     batch = limiter.end_span(T0 + 500)
     stats = limiter.apply_sync(T0 + 500, batch, None, resend=False)
     assert stats.dropped_hits == 4  # unconfirmed: it may have reached the store
-    assert sum(p.count for p in limiter.end_span(T0 + 1000).pushes) == 0
+    assert sum(p.hits for p in limiter.end_span(T0 + 1000).pushes) == 0
 
 
 def test_store_down_fallback_judges_each_span_once() -> None:
@@ -235,7 +235,7 @@ def test_store_down_fallback_judges_each_span_once() -> None:
         limiter.apply_sync(now + 10_000, limiter.end_span(now + 10_000), None)
     state = limiter.keys.get(hit(r).key)
     assert state is not None
-    assert state.seen == 20  # each span's hits counted once
+    assert state.counts.seen == 20  # each span's hits counted once
     assert state.blocked_until == 0
     assert limiter.pending_hits() == 20  # all kept for the store's return
 
@@ -246,7 +246,7 @@ def test_idle_keys_are_pushed_to_a_shared_store() -> None:
     limiter.hit(T0, [hit(r)])
     sync(limiter, MemoryStorage(), T0 + 500)  # the hit went out
     batch = limiter.end_span(T0 + 1000)
-    assert [p.count for p in batch.pushes if p.window == T0 // 1000 + 1] == [0]
+    assert [p.hits for p in batch.pushes if p.window == T0 // 1000 + 1] == [0]
 
 
 def test_local_only_applies_the_counts_in_memory() -> None:
@@ -268,7 +268,7 @@ def test_local_only_blocks_from_the_span_end_that_saw_the_window_over_max() -> N
     for t in range(T0, T0 + 6):
         assert limiter.hit(t, [hit(r)]).code is Code.OK
     verdict = limiter.hit(T0 + 1700, [hit(r)]).verdicts[0]  # no end_span call in between
-    assert verdict.shadowed and verdict.reset_ms == T0 + 500 + 2000 - (T0 + 1700)
+    assert verdict.shadow_refused and verdict.reset_ms == T0 + 500 + 2000 - (T0 + 1700)
 
 
 def test_local_only_keeps_a_key_through_a_minute_of_silence_then_forgets_it() -> None:
@@ -303,7 +303,7 @@ def test_an_estimate_over_max_rejects_the_request_but_starts_no_cooldown() -> No
     # may admit it sooner, but an estimate over MAX most often means the window is full).
     assert rejected.verdicts[0].reset_ms == 900
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.blocked_until == 0 and state.rejected == 1
+    assert state is not None and state.blocked_until == 0 and state.nodes.refused == 1
     batch = limiter.end_span(T0 + 500)
     limiter.apply_sync(T0 + 500, batch, SyncResult((_answer(total=10),)))
     assert limiter.hit(T0 + 501, [hit(r)]).code is Code.OK  # the store says 10 of 100
@@ -319,7 +319,7 @@ def test_a_known_count_over_max_starts_the_cooldown() -> None:
     assert limiter.hit(T0 + 501, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 1 x 2: an estimate
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.blocked_until == 0
-    limiter.algorithm_of(state).set_nodes(state, 1.0)
+    state.nodes.set(1.0)
     assert limiter.hit(T0 + 502, [hit(r)]).code is Code.OK  # 10: the limit
     assert limiter.hit(T0 + 503, [hit(r)]).code is Code.OVER_LIMIT  # 9 + 2 known: over
     assert state.blocked_until == T0 + 503 + 5000
@@ -340,4 +340,4 @@ def test_nodes_falls_towards_the_offered_ratio_only_as_far_as_admitted_counts_su
     # The offered ratio, (40 + 5) / (10 + 5) = 3, is where the estimate may fall; it falls
     # only as far as the admitted ratio, 40 / 10, supports (core/nodes_estimate.py). That one
     # cannot lift it: see tests/unit/core/test_nodes_estimate.py for the runaway of bug 2.
-    assert state is not None and state.nodes == 40 / 10
+    assert state is not None and state.nodes.value == 40 / 10

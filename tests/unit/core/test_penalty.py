@@ -14,7 +14,7 @@ from ratelimit_sidecar.core.penalty import (
     top_level,
 )
 from ratelimit_sidecar.core.types import Push, SyncBatch
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000  # a minute boundary
@@ -210,8 +210,8 @@ def test_a_store_block_continues_the_node_block_it_follows() -> None:
 
 
 def test_a_penalised_key_is_not_idle_until_forgiven() -> None:
-    limit = _rule().limits[0]
-    state = KeyState(("d", "k", "v"), limit, T0, 1, False)
+    rule = _rule()
+    state = KeyState(("d", "k", "v"), rule, rule.limits[0], T0, 1)
     assert state.penalty is not None
     state.penalty.take_store(T0, level=2, block_level=0, block_left_ms=0)
     assert not state.idle(T0 + 10_000)

@@ -20,7 +20,7 @@ from ratelimit_sidecar.core.quota_assign import (
     settle,
 )
 from ratelimit_sidecar.core.quota_usage import BucketQuota, combine, report_usage
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
@@ -220,7 +220,7 @@ def test_reported_hits_are_counted_even_over_the_limit_and_reach_the_store() -> 
     limiter, store, r = FleetLimiter(), MemoryStorage(), rule(rpu=10, unit=Unit.MINUTE, spans=6)
     report_usage(limiter, hit(r, hits=25), T0)  # Envoy admitted them: they count
     batch = limiter.end_span(T0 + 10_000)
-    assert [push.count for push in batch.pushes] == [25]
+    assert [push.hits for push in batch.pushes] == [25]
     limiter.apply_sync(T0 + 10_000, batch, store.execute(batch))
     got = report_usage(limiter, hit(r, hits=0), T0 + 10_001)
     assert got.action is Action.DENY_ALL  # the store's total is over: blocked
@@ -292,7 +292,7 @@ def test_hits_reported_after_a_window_began_count_pro_rata_in_the_one_before() -
     limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000)
     batch = limiter.end_span(T0 + 2000)
     window = T0 // 10_000
-    assert sorted((push.window, push.count) for push in batch.pushes) == [
+    assert sorted((push.window, push.hits) for push in batch.pushes) == [
         (window - 1, 6),
         (window, 4),
     ]

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ratelimit_sidecar.config.model import Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a minute's start

@@ -23,7 +23,7 @@ from ratelimit_sidecar.core import (
     SyncResult,
     Verdict,
 )
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
 FIXED, WINDOW = AlgorithmName.FIXED_WINDOW, AlgorithmName.SLIDING_WINDOW

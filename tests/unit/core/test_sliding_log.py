@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
-from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter
+from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
+from ratelimit_sidecar.core import Code, LocalLimiter
+from ratelimit_sidecar.core.keystate import WindowCounts
 from ratelimit_sidecar.core.local import IDLE_MS
-from ratelimit_sidecar.core.sliding_window import SlidingWindow
-from ratelimit_sidecar.simulate.exact.sliding_log import ExactSlidingLog
-from ratelimit_sidecar.simulate.exact.sliding_window import ExactSlidingWindow
+from simulator.exact.sliding_log import ExactSlidingLog
 from tests.unit.core.rules import hit, rule
 from tests.unit.core.trailing import (
     LOG,
     T0,
     WINDOW,
-    PromptStore,
     boundary_bursts,
     random_trace,
     span_end_bursts,
@@ -94,9 +92,9 @@ def test_hits_of_one_millisecond_share_an_entry_and_entries_never_outnumber_max(
     for i in range(20):  # a shadow rule counts past MAX
         assert limiter.hit(T0 + i, [hit(shadow)]).code is Code.OK
     logs = [limiter.keys.get(hit(rl).key) for rl in (r, shadow)]
-    assert [len(s.hit_log.times) for s in logs if s and s.hit_log] == [1, 5]
-    assert [s.hit_log.total for s in logs if s and s.hit_log] == [5, 20]
-    merged = logs[1].hit_log if logs[1] else None
+    assert [len(s.counts.times) for s in logs if s] == [1, 5]
+    assert [s.counts.total for s in logs if s] == [5, 20]
+    merged = logs[1].counts if logs[1] else None
     assert merged is not None  # the oldest merged into the next: over-counted, in order
     assert (list(merged.times), list(merged.counts)) == (
         [T0 + 15, *range(T0 + 16, T0 + 20)],
@@ -118,7 +116,7 @@ def test_shadow_rules_answer_ok_marked_shadowed_and_near_limit_from_80_percent()
     limiter = LocalLimiter()
     verdicts = [limiter.hit(T0 + i, [hit(r)]).verdicts[0] for i in range(6)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False] * 5 + [True]
+    assert [v.shadow_refused for v in verdicts] == [False] * 5 + [True]
     assert [v.near_limit for v in verdicts[:5]] == [False, False, False, True, True]
 
 
@@ -177,21 +175,9 @@ def test_several_limits_mix_a_log_and_a_fixed_window() -> None:
     assert decisions[4].verdicts[0].limit is hourly
 
 
-def test_a_fleet_node_decides_a_log_as_a_sliding_window() -> None:
-    limiter = FleetLimiter()
-    assert isinstance(limiter.algorithms[AlgorithmName.SLIDING_LOG], SlidingWindow)
-    r = trailing_rule(LOG, rpu=6, spans=3)
-    store = PromptStore(limiter)
-    exact = ExactSlidingWindow(6, 1000, 3)
-    for now, hits in random_trace(3, 300, mean_gap_ms=50):
-        store.sync_until(now)
-        admitted = limiter.hit(now, [hit(r, hits=hits)]).code is Code.OK
-        assert admitted == exact.hit(now, hits)
-
-
 def test_fixed_windows_are_untouched() -> None:
     limiter = LocalLimiter()
     r = rule(rpu=2)
     assert [limiter.hit(T0 + 999, [hit(r)]).code for _ in range(3)][-1] is Code.OVER_LIMIT
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.hit_log is None and state.own_spans is None
+    assert state is not None and isinstance(state.counts, WindowCounts)  # no log, no spans

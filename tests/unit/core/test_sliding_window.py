@@ -12,9 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
-from ratelimit_sidecar.core import Code, FleetLimiter, Limiter, LocalLimiter, PushResult, SyncResult
+from ratelimit_sidecar.core import (
+    Code,
+    Decision,
+    FleetLimiter,
+    Limiter,
+    LocalLimiter,
+    PushResult,
+    SyncResult,
+)
 from ratelimit_sidecar.core.spans import span_end, span_number
-from ratelimit_sidecar.simulate.exact.sliding_window import ExactSlidingWindow
+from simulator.exact.sliding_window import ExactSlidingWindow
 from tests.unit.core import test_counted_alone as counted_alone
 from tests.unit.core.rules import hit, rule
 from tests.unit.core.trailing import (
@@ -134,7 +142,7 @@ def test_shadow_rules_answer_ok_marked_shadowed_and_near_limit_from_80_percent()
     limiter = LocalLimiter()
     verdicts = [limiter.hit(T0 + i, [hit(r)]).verdicts[0] for i in range(7)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False] * 5 + [True] * 2
+    assert [v.shadow_refused for v in verdicts] == [False] * 5 + [True] * 2
     assert [v.near_limit for v in verdicts[:5]] == [False, False, False, True, True]
 
 
@@ -192,7 +200,7 @@ def test_the_estimate_is_the_stores_spans_plus_own_unconfirmed_hits_times_nodes(
     limiter = _fleet_of(nodes=2)
     assert limiter.hit(T0 + 10, [hit(r, hits=10)]).verdicts[0].remaining == 80  # 10 x 2
     batch = limiter.end_span(T0 + 250)
-    assert [(p.count, p.span) for p in batch.pushes] == [(10, span_number(T0, _limit(r)))]
+    assert [(p.hits, p.span) for p in batch.pushes] == [(10, span_number(T0, _limit(r)))]
     # The fleet counted 50 in span 0 (this node's 10 among them).
     limiter.apply_sync(T0 + 250, batch, SyncResult((PushResult(50, 0, spans=(0, 0, 0, 50)),)))
     assert limiter.hit(T0 + 260, [hit(r, hits=5)]).verdicts[0].remaining == 40  # 50 + 5 x 2
@@ -225,7 +233,7 @@ def test_store_failure_keeps_own_hits_scaled_until_an_answer_confirms_them() -> 
     refusal = limiter.hit(T0 + 510, [hit(r)]).verdicts[0]
     assert refusal.code is Code.OVER_LIMIT and refusal.reset_ms > 300  # no block: not over
     batch = limiter.end_span(T0 + 750)  # the store is back: the unsent hits go out
-    assert sum(p.count for p in batch.pushes) == 25
+    assert sum(p.hits for p in batch.pushes) == 25
     limiter.apply_sync(T0 + 750, batch, SyncResult((PushResult(25, 0, spans=(0, 0, 0, 25)),)))
     # Confirmed, but the other nodes may not have pushed that span yet: until the next answer
     # it counts this node's 25 times 4, and a refusal on that estimate starts no block.
@@ -246,17 +254,17 @@ def test_a_new_key_lowers_its_even_split_guess_from_a_span_every_node_has_pushed
     batch = limiter.end_span(T0 + 250)
     limiter.apply_sync(T0 + 250, batch, SyncResult((PushResult(4, 0, spans=(0, 0, 0, 4)),)))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.nodes == 3  # the pushed span may still be growing
+    assert state is not None and state.nodes.value == 3  # the pushed span may still be growing
     limiter.hit(T0 + 260, [hit(r, hits=26)])
     batch = limiter.end_span(T0 + 500)
     limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(33, 0, spans=(0, 0, 7, 26)),)))
-    assert state.nodes == 3  # 4 own hits, taken one deviation low: under MIN_EARLY_OWN
+    assert state.nodes.value == 3  # 4 own hits, taken one deviation low: under MIN_EARLY_OWN
     limiter.hit(T0 + 510, [hit(r)])
     batch = limiter.end_span(T0 + 750)
     limiter.apply_sync(T0 + 750, batch, SyncResult((PushResult(77, 0, spans=(0, 7, 43, 1)),)))
     sure = 30 - 30**0.5  # own 4 + 26, one standard deviation low; fleet 7 + 43
-    assert state.nodes == pytest.approx(50 / sure)
-    assert state.check_nodes == pytest.approx(50 / sure)
+    assert state.nodes.value == pytest.approx(50 / sure)
+    assert state.nodes.check == pytest.approx(50 / sure)
 
 
 def test_a_span_never_raises_the_guess_nor_overrides_a_learnt_window() -> None:
@@ -271,12 +279,12 @@ def test_a_span_never_raises_the_guess_nor_overrides_a_learnt_window() -> None:
     answer = PushResult(55, 0, spans=(0, 0, 50, 5))  # the span before: 50 in all, 5 own
     limiter.apply_sync(T0 + 750, batch, SyncResult((answer,)))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.nodes == 3  # 10 > 3: an even split is no lower bound
-    state.nodes_ratio = 2.0  # a finished window has been learnt
+    assert state is not None and state.nodes.value == 3  # 10 > 3: an even split is no lower bound
+    state.nodes.ratio = 2.0  # a finished window has been learnt
     limiter.hit(T0 + 760, [hit(r, hits=5)])
     batch = limiter.end_span(T0 + 1000)
     limiter.apply_sync(T0 + 1000, batch, SyncResult((PushResult(5, 0, spans=(0, 5, 5, 5)),)))
-    assert state.nodes == 3  # windows teach it from now on
+    assert state.nodes.value == 3  # windows teach it from now on
 
 
 def test_a_fallback_over_max_blocks_when_a_cooldown_is_set() -> None:
@@ -285,7 +293,7 @@ def test_a_fallback_over_max_blocks_when_a_cooldown_is_set() -> None:
     limiter.hit(T0 + 10, [hit(r, hits=100)])
     state = limiter.keys.get(hit(r).key)
     assert state is not None
-    limiter.algorithm_of(state).set_nodes(state, 2.0)  # the fleet grew: 100 x 2 > MAX
+    state.nodes.set(2.0)  # the fleet grew: 100 x 2 > MAX
     stats = limiter.apply_sync(T0 + 250, limiter.end_span(T0 + 250), None)
     assert stats.blocked_keys == 1
     # Blocked until T0 + 550, but the 100 hits (x 2) of span 0 leave room for one more (x 2)
@@ -304,8 +312,8 @@ def test_a_window_boundary_roll_before_the_sync_loses_no_span() -> None:
     assert [p.window for p in batch.pushes] == [T0 // 1000]  # the retry alone
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.own_spans is not None
-    assert state.own_spans.total() == 0  # confirmed: counted once, in the store's spans
+    assert state is not None and state.counts.own is not None
+    assert state.counts.own.total() == 0  # confirmed: counted once, in the store's spans
     assert limiter.hit(T0 + 1001, [hit(r)]).code is Code.OVER_LIMIT
     assert limiter.hit(T0 + 1999, [hit(r)]).code is Code.OK  # span 3 has left
 
@@ -407,6 +415,8 @@ SLIDING_RULES = (
     trailing_rule(LOG, rpu=1, key="x"),
     trailing_rule(WINDOW, rpu=40, spans=4, key="y"),
 )
+# A shared store never counts a sliding log (the configuration refuses it): its window twin.
+SHARED_RULES = (SLIDING_RULES[0], trailing_rule(WINDOW, rpu=1, key="x"), SLIDING_RULES[2])
 
 
 @settings(max_examples=100, deadline=None)
@@ -416,6 +426,7 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
 ) -> None:
     """As tests/unit/core/test_counted_alone.py checks for the fixed window."""
     kind = FleetLimiter if shared else LocalLimiter
+    rules = SHARED_RULES if shared else SLIDING_RULES
     alone, whole, now = kind(max_keys), kind(max_keys), T0
     for dt, (index, value, count, companions, first) in script:
         now += dt
@@ -424,13 +435,17 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
             counted_alone.end_span(whole, now, count)
             continue
         counted, others = (
-            hit(SLIDING_RULES[index], value, count),
+            hit(rules[index], value, count),
             counted_alone.COMPANIONS[companions],
         )
         request = [counted, *others] if first else [*others, counted]
         at = 0 if first else len(others)
         single = companions != 3
-        mine = alone.hit(now, [counted]) if single else alone.hit(now, request)
+        if single:  # the handler's one fast path
+            verdict = alone.hit_one(now, counted)
+            mine = Decision(verdict.code, (verdict,))
+        else:
+            mine = alone.hit(now, request)
         theirs = whole.hit(now, request)
         assert mine.code is theirs.code
         assert mine.verdicts[0 if single else at] == theirs.verdicts[at]

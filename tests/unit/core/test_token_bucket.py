@@ -25,7 +25,7 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.local import IDLE_MS
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.token_bucket import TokenBucket
-from ratelimit_sidecar.simulate.exact.token_bucket import Answer, Bucket, TokenBuckets, decide
+from simulator.exact.token_bucket import Answer, Bucket, TokenBuckets, decide
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
@@ -213,10 +213,6 @@ def test_more_hits_than_the_capacity_never_fit() -> None:
     one(limiter, T0, hit(r, hits=2))
     v = one(limiter, T0, hit(r, hits=6))
     assert (v.code, v.reset_ms) == (Code.OVER_LIMIT, 200)  # until full: the best there is
-    bucket, limit = TokenBucket(), bucket_limit(10, burst=5)
-    untracked = Verdict(Code.OK, limit, remaining=0, reset_ms=500)  # decided on a full bucket
-    assert bucket.untracked(limit, 5, False, T0) == untracked
-    assert bucket.untracked(limit, 6, False, T0).code is Code.OVER_LIMIT
 
 
 def test_a_cooldown_blocks_only_when_set() -> None:
@@ -232,8 +228,8 @@ def test_a_shadow_bucket_counts_refused_hits_no_deeper_than_an_enforced_one() ->
     limiter, r = LocalLimiter(), bucket_rule(10, burst=2, shadow=True)
     verdicts = [one(limiter, T0, hit(r)) for _ in range(5)]
     assert all(v.code is Code.OK for v in verdicts)
-    assert [v.shadowed for v in verdicts] == [False, False, True, True, True]
-    assert not one(limiter, T0 + 100, hit(r)).shadowed  # one token back, as if enforced
+    assert [v.shadow_refused for v in verdicts] == [False, False, True, True, True]
+    assert not one(limiter, T0 + 100, hit(r)).shadow_refused  # one token back, as if enforced
 
 
 def test_tokens_given_back() -> None:
@@ -256,7 +252,8 @@ def test_a_key_in_debt_is_not_forgotten() -> None:
     assert one(limiter, T0 + IDLE_MS + 1000, hit(r, hits=0)).remaining == 610
     limiter.sweep(T0 + 100_000)
     assert len(limiter.keys) == 0
-    state = KeyState(("d", "k", "v"), bucket_limit(10, burst=1000), T0, 1, False)
+    state = KeyState(("d", "k", "v"), r, bucket_limit(10, burst=1000), T0, 1)
+    TokenBucket().start(state, 0)
     TokenBucket().count(state, 1000, T0)
     state.pending = 0  # pushed
     assert not state.idle(T0 + 99_999)
@@ -347,18 +344,18 @@ def test_only_refusals_on_the_guess_count_as_offered_for_the_nodes_estimate() ->
     """A bucket known to be empty refuses every node alike: that does not skew `nodes`."""
     limiter, r = fleet(4), bucket_rule(10)
     assert [one(limiter, T0, hit(r)).code for _ in range(4)].count(Code.OK) == 3
-    assert state_of(limiter, hit(r)).rejected == 1  # own debt 3 tokens: the guess refused it
+    assert state_of(limiter, hit(r)).nodes.refused == 1  # own debt 3 tokens: the guess refused it
     batch = limiter.end_span(T0 + 500)
     limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(1000, 0),)))
     assert one(limiter, T0 + 500, hit(r)).code is Code.OVER_LIMIT
-    assert state_of(limiter, hit(r)).rejected == 1  # the store's debt refused it
+    assert state_of(limiter, hit(r)).nodes.refused == 1  # the store's debt refused it
 
 
 def test_the_stores_debt_replaces_the_estimate() -> None:
     limiter, r = fleet(4), bucket_rule(10)
     one(limiter, T0, hit(r))
     batch = limiter.end_span(T0 + 500)
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 1)]  # own hits only
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 1)]  # own hits only
     limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(650, 0),)))
     v = one(limiter, T0 + 500, hit(r, hits=0))
     assert (v.remaining, v.reset_ms) == (3, 650)  # 6.5 tokens of debt
@@ -397,7 +394,7 @@ def test_store_failure_keeps_counting_own_hits_for_every_node() -> None:
     # the estimate goes on: debts of 2.5, then 6.5, then 10.5 tokens
     assert [one(limiter, T0 + 250, hit(r)).code for _ in range(3)].count(Code.OK) == 2
     batch = limiter.end_span(T0 + 500)  # the store is back: the failed span goes out again
-    assert [(p.window, p.count) for p in batch.pushes] == [(T0 // 1000, 1), (T0 // 1000, 2)]
+    assert [(p.window, p.hits) for p in batch.pushes] == [(T0 // 1000, 1), (T0 // 1000, 2)]
     limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(200, 0), PushResult(300, 0))))
     assert one(limiter, T0 + 500, hit(r, hits=0)).remaining == 7
     assert limiter.pending_hits() == 0
@@ -411,7 +408,7 @@ def test_nodes_are_learnt_from_the_window_counter() -> None:
         batch = limiter.end_span(now)
         assert len(batch.total_reads) == len(total)
         limiter.apply_sync(now, batch, SyncResult((PushResult(0, 0),), totals=total))
-    assert state_of(limiter, hit(r)).nodes == 4.0
+    assert state_of(limiter, hit(r)).nodes.value == 4.0
 
 
 class BucketStore:
@@ -426,10 +423,10 @@ class BucketStore:
         answers = []
         for push in batch.pushes:
             interval = push.limit.window_ms / push.limit.requests_per_unit
-            moved = max(self.tat.get(push.key, 0.0), now) + push.count * interval
+            moved = max(self.tat.get(push.key, 0.0), now) + push.hits * interval
             self.tat[push.key] = max(moved, now)
             counter = (push.key, push.window)
-            self.windows[counter] = self.windows.get(counter, 0) + push.count
+            self.windows[counter] = self.windows.get(counter, 0) + push.hits
             answers.append(PushResult(math.ceil(self.tat[push.key] - now), 0))
         totals = tuple(self.windows.get((read.key, read.window), 0) for read in batch.total_reads)
         return SyncResult(tuple(answers), totals)

@@ -23,7 +23,7 @@ T0 = 1_700_000_040_000
 def quadratic_wait_ms(state: Any, hits: int, now_ms: int) -> int:
     """The walk as it was before the fix (a sum per step): the reference for identity."""
     limit = state.limit
-    extra, max_hits = hits * state.check_nodes, limit.requests_per_unit
+    extra, max_hits = hits * state.nodes.check, limit.requests_per_unit
     if extra > max_hits:
         return int(limit.window_ms)
     span = span_number(now_ms, limit)
@@ -54,7 +54,7 @@ def span_counts(counts: dict[int, Any], newest: int) -> Iterator[None]:
 
 def sliding_state(rpu: int, spans: int, unit: Unit, nodes: float = 1) -> Any:
     limit = RateLimit(rpu, unit, spans=spans, algorithm=AlgorithmName.SLIDING_WINDOW)
-    return SimpleNamespace(limit=limit, check_nodes=nodes)
+    return SimpleNamespace(limit=limit, nodes=SimpleNamespace(check=nodes))
 
 
 @settings(max_examples=300, deadline=None)

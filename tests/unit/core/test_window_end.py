@@ -8,7 +8,7 @@ from ratelimit_sidecar.core import Code, FleetLimiter, LocalLimiter, PushResult
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Push
-from ratelimit_sidecar.storage.memory import MemoryStorage
+from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000  # a minute boundary
@@ -42,8 +42,9 @@ def test_the_default_cooldown_still_blocks_into_the_next_window() -> None:
 def test_a_store_total_over_the_limit_blocks_until_the_pushed_window_ends() -> None:
     r = _rule(window_end=True)
     assert r.limit is not None
-    state = KeyState(("d", "k", "v"), r.limit, T0 + 20_000, 1, False)
+    state = KeyState(("d", "k", "v"), r, r.limit, T0 + 20_000, 1)
     push = Push(state.key, state.window, 1, r.limit)
+    FixedWindow().start(state, 0)
 
     FixedWindow().store_answer(state, push, PushResult(total=5, block_ms=0), T0 + 30_000)
 

@@ -84,8 +84,8 @@ class SpanStore:
         for push in batch.pushes:
             n = push.limit.spans
             span = push.span if push.span >= 0 else (push.window + 1) * n - 1
-            self.spans[push.key, span] += push.count
-            self.windows[push.key, push.window] += push.count
+            self.spans[push.key, span] += push.hits
+            self.windows[push.key, push.window] += push.hits
             totals = tuple(self.spans[push.key, j] for j in range(span - n + 1, span + 1))
             answers.append(PushResult(sum(totals), 0, spans=totals))
         reads = tuple(self.windows[read.key, read.window] for read in batch.total_reads)

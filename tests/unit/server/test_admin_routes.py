@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ratelimit_sidecar.config.override import OverrideBounds
+from ratelimit_sidecar.config.overrides import OverrideBounds
 from ratelimit_sidecar.metrics import Metrics
-from ratelimit_sidecar.server.admin import TOKEN_ENV, AdminServer
+from ratelimit_sidecar.server.admin import AdminServer
 from ratelimit_sidecar.server.http_api import Request
 from ratelimit_sidecar.server.overrides import OverrideKeeper
 from ratelimit_sidecar.service.overrides import AppliedOverrides
-from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.settings import ADMIN_TOKEN_ENV, Settings
 from ratelimit_sidecar.storage.overrides import MemoryOverrideStore
 
 TOKEN = "t0ken-for-tests-0123456789"
@@ -57,14 +57,14 @@ async def _admin(store: MemoryOverrideStore | None) -> AsyncIterator[Admin]:
 
 @pytest.fixture
 async def admin(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Admin]:
-    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(ADMIN_TOKEN_ENV, TOKEN)
     async for found in _admin(MemoryOverrideStore()):
         yield found
 
 
 @pytest.fixture
 async def storeless(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Admin]:
-    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(ADMIN_TOKEN_ENV, TOKEN)
     async for found in _admin(None):
         yield found
 

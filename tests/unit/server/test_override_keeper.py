@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ratelimit_sidecar.config.override import OverrideBounds, parse_override
+from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
 from ratelimit_sidecar.server.overrides import OverrideKeeper
 from ratelimit_sidecar.service.overrides import AppliedOverrides
 from ratelimit_sidecar.storage.errors import StoreUnavailable

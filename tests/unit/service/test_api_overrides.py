@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.answer import answer_now
 from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config import load_rules
-from ratelimit_sidecar.config.override import OverrideBounds, parse_override
+from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -49,11 +50,11 @@ def _body(
 
 def _codes(h: RateLimitHandler, domain: str, entries: list[tuple[str, str]], n: int) -> list[int]:
     raw = request(domain, entries).SerializeToString()
-    return [wire.RateLimitResponse.FromString(h.decide(raw)).overall_code for _ in range(n)]
+    return [wire.RateLimitResponse.FromString(answer_now(h, raw)).overall_code for _ in range(n)]
 
 
 def _reply(h: RateLimitHandler, message: wire.RateLimitRequest) -> wire.RateLimitResponse:
-    return wire.RateLimitResponse.FromString(h.decide(message.SerializeToString()))
+    return wire.RateLimitResponse.FromString(answer_now(h, message.SerializeToString()))
 
 
 PER_MINUTE_5 = {"unit": "minute", "requests_per_unit": 5}
@@ -143,10 +144,10 @@ def test_a_rule_reload_keeps_the_overrides(tmp_path: Path) -> None:
 def test_the_compiled_request_cache_is_cleared_when_the_set_changes(tmp_path: Path) -> None:
     h = _handler(tmp_path)
     raw = request("gateway", [("api_key", "pro")]).SerializeToString()
-    before = wire.RateLimitResponse.FromString(h.decide(raw))
+    before = wire.RateLimitResponse.FromString(answer_now(h, raw))
 
     h.swap_overrides(_overrides(_body("gateway", [("api_key", "pro")], PER_MINUTE_5)))
-    after = wire.RateLimitResponse.FromString(h.decide(raw))
+    after = wire.RateLimitResponse.FromString(answer_now(h, raw))
 
     assert before.statuses[0].current_limit.requests_per_unit == 3
     assert after.statuses[0].current_limit.requests_per_unit == 5

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.answer import answer_now
 from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.service.compiled import MAX_REQUEST_BYTES, CompiledRequest, RequestCache
@@ -35,7 +36,7 @@ def raw(value: str, domain: str = "d") -> bytes:
 
 
 def code(h: RateLimitHandler, body: bytes) -> int:
-    return wire.RateLimitResponse.FromString(h.decide(body)).overall_code
+    return wire.RateLimitResponse.FromString(answer_now(h, body)).overall_code
 
 
 def test_repeated_bytes_reuse_the_compiled_request_but_counters_still_move(
@@ -63,7 +64,7 @@ def test_unknown_domain_is_cached_and_answers_every_descriptor(tmp_path: Path) -
     h = handler(tmp_path)
     body = request("nope", [("user", "a")], [("user", "b")]).SerializeToString()
     for _ in range(2):
-        reply = wire.RateLimitResponse.FromString(h.decide(body))
+        reply = wire.RateLimitResponse.FromString(answer_now(h, body))
         assert reply.overall_code == OK and len(reply.statuses) == 2
     compiled = h._compiled.get(body)
     assert compiled is not None and not compiled.known
@@ -72,7 +73,7 @@ def test_unknown_domain_is_cached_and_answers_every_descriptor(tmp_path: Path) -
 def test_malformed_bytes_are_an_invalid_request_and_not_cached(tmp_path: Path) -> None:
     h = handler(tmp_path)
     with pytest.raises(InvalidRequest, match="malformed RateLimitRequest"):
-        h.decide(b"\x0a\xff\xff")
+        answer_now(h, b"\x0a\xff\xff")
     assert len(h._compiled) == 0
 
 

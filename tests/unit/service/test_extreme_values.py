@@ -8,8 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.answer import answer_now
 from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -57,13 +58,13 @@ def test_every_answer_to_extreme_hits_is_in_range(
     limiter = LocalLimiter() if local else FleetLimiter()
     handler = RateLimitHandler(load_rules(path), limiter, lambda: T0)
     for key, hits, negative, override in script:
-        raw = handler.decide(encode(key, hits, negative, override))
+        raw = answer_now(handler, encode(key, hits, negative, override))
         answer = wire.RateLimitResponse.FromString(raw)
         assert answer.SerializeToString() == raw
         for status in answer.statuses:
             assert 0 <= status.limit_remaining <= UINT32
     for state in limiter.keys:
-        assert state.seen + state.inflight + state.pending >= 0  # never below zero
+        assert state.counts.seen + state.inflight + state.pending >= 0  # never below zero
 
 
 VALID = encode("user", 1, False, None)
@@ -89,7 +90,7 @@ def test_any_bytes_get_an_answer_or_invalid_argument(tmp_path: Path, raw: bytes)
     path.write_text(RULES)
     handler = RateLimitHandler(load_rules(path), LocalLimiter(), lambda: T0)
     try:
-        answer = handler.decide(raw)
+        answer = answer_now(handler, raw)
     except InvalidRequest:
         return
     wire.RateLimitResponse.FromString(answer)

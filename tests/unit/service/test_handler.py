@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.answer import answer_now
 from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.metrics import Metrics
@@ -45,7 +46,7 @@ def handler(tmp_path: Path, ietf: bool = False) -> RateLimitHandler:
 
 def decide(h: RateLimitHandler, message: wire.RateLimitRequest) -> wire.RateLimitResponse:
     """The handler answers wire bytes; parse them with the generated classes."""
-    return wire.RateLimitResponse.FromString(h.decide(message.SerializeToString()))
+    return wire.RateLimitResponse.FromString(answer_now(h, message.SerializeToString()))
 
 
 def codes(h: RateLimitHandler, *entries: list[tuple[str, str]], times: int) -> list[int]:
@@ -105,7 +106,7 @@ class GeneralPathHandler(RateLimitHandler):
     """Every request decided by Limiter.hit and the general encoder (no short path)."""
 
     def _compile(self, raw: bytes) -> CompiledRequest:
-        return super()._compile(raw)._replace(counted=-1, only=())
+        return super()._compile(raw)._replace(counted=-1)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,9 @@ def test_the_short_path_answers_byte_for_byte_as_the_general_path(
     short = RateLimitHandler(rules, FleetLimiter(), lambda: T0)
     general = GeneralPathHandler(rules, FleetLimiter(), lambda: T0)
     raw = request("d", *entries).SerializeToString()
-    answers = [(short.decide(raw), general.decide(raw)) for _ in range(4)]  # OK, OK, OVER, OVER
+    answers = [
+        (answer_now(short, raw), answer_now(general, raw)) for _ in range(4)
+    ]  # OK, OK, OVER, OVER
     assert all(a == b for a, b in answers)
     assert {wire.RateLimitResponse.FromString(a).overall_code for a, _ in answers} == (
         {OK} if ("trial", "t") in entries[-1] else {OK, OVER}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.answer import answer_now
 from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config import load_rules
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -41,7 +42,7 @@ def test_an_override_on_a_shadow_rule_is_enforced_over_the_override_unit_alone(
 ) -> None:
     h = _handler(tmp_path)
     replies = [
-        wire.RateLimitResponse.FromString(h.decide(_overridden(("trial", "t")))) for _ in "ab"
+        wire.RateLimitResponse.FromString(answer_now(h, _overridden(("trial", "t")))) for _ in "ab"
     ]
 
     assert [r.overall_code for r in replies] == [OK, OVER]
@@ -53,9 +54,9 @@ def test_an_override_on_a_shadow_rule_is_enforced_over_the_override_unit_alone(
 def test_an_override_without_a_matching_rule_counts_per_descriptor(tmp_path: Path) -> None:
     h = _handler(tmp_path)
     first, second = (
-        wire.RateLimitResponse.FromString(h.decide(_overridden(("other", "x")))) for _ in "ab"
+        wire.RateLimitResponse.FromString(answer_now(h, _overridden(("other", "x")))) for _ in "ab"
     )
-    elsewhere = wire.RateLimitResponse.FromString(h.decide(_overridden(("other", "y"))))
+    elsewhere = wire.RateLimitResponse.FromString(answer_now(h, _overridden(("other", "y"))))
 
     assert (first.overall_code, second.overall_code, elsewhere.overall_code) == (OK, OVER, OK)
     assert first.statuses[0].current_limit.requests_per_unit == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.config.override import OverrideBounds, parse_override
+from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.core.quota_assign import Action
 from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides

@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.model import RateLimit, Unit
 from ratelimit_sidecar.core import Code, Decision, Verdict
 from ratelimit_sidecar.service.response import (

@@ -3,13 +3,13 @@ store is configured, else to the limiter like any other rule (local-only: exact 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
+from harness.answer import answer_now
 from harness.grpc_client import request
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -28,16 +28,19 @@ descriptors:
 
 
 class UnusedStore:
-    """The handler must not reach a store on these paths."""
+    """The handler must not reach a store on these paths; it counts the times it was."""
+
+    calls = 0
 
     async def check(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]:
+        self.calls += 1
         raise AssertionError(f"store called with {checks}")
 
 
-def make(tmp_path: Path, strict: bool) -> RateLimitHandler:
+def make(tmp_path: Path, strict: bool, store: UnusedStore | None = None) -> RateLimitHandler:
     (tmp_path / "d.yaml").write_text(RULES)
     limiter = LocalLimiter()
-    decider = StrictDecider(limiter, UnusedStore(), timeout_ms=50) if strict else None
+    decider = StrictDecider(limiter, store or UnusedStore(), timeout_ms=50) if strict else None
     return RateLimitHandler(load_rules(tmp_path / "d.yaml"), limiter, lambda: T0, strict=decider)
 
 
@@ -47,15 +50,14 @@ def raw(key: str) -> bytes:
 
 def test_local_only_decides_strict_rules_in_memory_exactly(tmp_path: Path) -> None:
     h = make(tmp_path, strict=False)
-    answers = [wire.RateLimitResponse.FromString(h.decide(raw("strict"))) for _ in range(3)]
+    answers = [wire.RateLimitResponse.FromString(answer_now(h, raw("strict"))) for _ in range(3)]
     assert [a.overall_code for a in answers] == [wire.Code.OK] * 2 + [wire.Code.OVER_LIMIT]
 
 
 def test_with_a_store_only_strict_requests_leave_the_synchronous_path(tmp_path: Path) -> None:
-    h = make(tmp_path, strict=True)
-    assert isinstance(h.respond(raw("eventual")), bytes)  # never awaits
-    pending = h.respond(raw("strict"))
-    assert not isinstance(pending, bytes)
-    pending.close()
-    with pytest.raises(TypeError):
-        h.decide(raw("strict"))
+    store = UnusedStore()
+    h = make(tmp_path, strict=True, store=store)
+    assert isinstance(answer_now(h, raw("eventual")), bytes)  # never suspends
+    assert store.calls == 0
+    asyncio.run(h.respond(raw("strict")))  # the store fails it: `on_store_failure` answers
+    assert store.calls == 1

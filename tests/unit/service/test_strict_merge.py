@@ -14,7 +14,7 @@ OK5 = Verdict(Code.OK, LIMIT, remaining=5, reset_ms=100)
 OK2 = Verdict(Code.OK, LIMIT, remaining=2, reset_ms=900)
 OVER_SHORT = Verdict(Code.OVER_LIMIT, LIMIT, reset_ms=100)
 OVER_LONG = Verdict(Code.OVER_LIMIT, LIMIT, reset_ms=5000)
-SHADOWED = Verdict(Code.OK, LIMIT, reset_ms=9000, shadowed=True, shadow=True)
+SHADOWED = Verdict(Code.OK, LIMIT, reset_ms=9000, shadow_refused=True, shadow=True)
 UNMATCHED = Verdict(Code.OK)
 
 
@@ -51,7 +51,7 @@ def test_store_answers_become_the_verdicts_an_eventual_rule_gives() -> None:
     refused = answer_verdict(check, StrictAnswer(False, 0, 300, False, 0))
     assert refused == Verdict(Code.OVER_LIMIT, LIMIT, reset_ms=300)
     shadow = answer_verdict(check._replace(shadow=True), StrictAnswer(False, 0, 300, True, 0))
-    assert shadow.code is Code.OK and shadow.shadowed and shadow.shadow
+    assert shadow.code is Code.OK and shadow.shadow_refused and shadow.shadow
 
 
 def test_the_eventual_twin_is_one_object_per_limit() -> None:

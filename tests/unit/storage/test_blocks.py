@@ -14,7 +14,6 @@ from ratelimit_sidecar.storage.blocks import (
     STALE_SLACK,
     BlockNotice,
     DigestIndex,
-    notice_message,
     parse_notice,
 )
 from ratelimit_sidecar.storage.keys import digest
@@ -22,6 +21,11 @@ from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
 D = "0123456789abcdef"
+
+
+def notice_message(notice: BlockNotice) -> bytes:
+    """What the scripts publish for `notice` (sync_common.lua `start_block`)."""
+    return f"{notice.digest}|{notice.left_ms}|{notice.level}|{notice.set_for}".encode("ascii")
 
 
 def test_a_notice_is_read_and_later_fields_are_ignored() -> None:
@@ -53,7 +57,7 @@ def test_anything_else_is_not_a_notice() -> None:
 def table_with(keys: list[KeyId], max_keys: int = 100) -> KeyTable:
     table = KeyTable(max_keys)
     for key in keys:
-        table.insert(KeyState(key, rule().limit, T0, 1, False), T0)  # type: ignore[arg-type]
+        table.insert(KeyState(key, rule(), rule().limit, T0, 1), T0)  # type: ignore[arg-type]
     return table
 
 
@@ -76,7 +80,7 @@ def test_the_index_hashes_each_key_about_once() -> None:
     assert len(calls) == 50
     more: list[KeyId] = [("d", "k", f"new{i}") for i in range(5)]
     for key in more:
-        table.insert(KeyState(key, rule().limit, T0, 1, False), T0)  # type: ignore[arg-type]
+        table.insert(KeyState(key, rule(), rule().limit, T0, 1), T0)  # type: ignore[arg-type]
     assert index.find(digest(more[0])) == more[0]
     assert len(calls) == 55  # only the five new keys, newest first
 
@@ -94,7 +98,7 @@ def test_a_key_that_left_the_table_is_not_found_and_stale_entries_are_bounded() 
     rebuilds = 0
     for i in range(3 * STALE_SLACK):
         flood = ("d", "k", f"flood{i}")
-        table.insert(KeyState(flood, rule().limit, T0 + 2000, 1, False), T0 + 2000)  # type: ignore[arg-type]
+        table.insert(KeyState(flood, rule(), rule().limit, T0 + 2000, 1), T0 + 2000)  # type: ignore[arg-type]
         if index.find(digest(flood)) is None:
             assert index.rebuild_wanted
             rebuilds += 1

@@ -21,8 +21,6 @@ from ratelimit_sidecar.storage.errors import (
 )
 from ratelimit_sidecar.storage.redis_store import (
     SCRIPTS,
-    SYNC_SCRIPT,
-    SYNC_SHA,
     RedisStorage,
     sent_error,
     unsent_error,
@@ -122,7 +120,10 @@ async def test_a_sync_is_one_pipeline_of_evalsha_then_time() -> None:
     storage, client = store(good)
     result = await storage.sync(BATCH)
     assert [(p.total, p.block_ms) for p in result.pushes] == [(2, 0)]
-    assert [c[:2] for c in client.sent[0]] == [("EVALSHA", SYNC_SHA), ("TIME",)]
+    assert [c[:2] for c in client.sent[0]] == [
+        ("EVALSHA", SCRIPTS[AlgorithmName.FIXED_WINDOW].sha),
+        ("TIME",),
+    ]
     assert storage.round_trips == 1
 
 
@@ -135,7 +136,9 @@ async def test_noscript_is_repaired_with_eval_in_one_more_trip() -> None:
     storage, client = store(answer)
     result = await storage.sync(BATCH)
     assert result.pushes[0].total == 2
-    assert client.sent[1] == [("EVAL", SYNC_SCRIPT, *client.sent[0][0][2:])]
+    assert client.sent[1] == [
+        ("EVAL", SCRIPTS[AlgorithmName.FIXED_WINDOW].source, *client.sent[0][0][2:])
+    ]
     assert storage.round_trips == 2
 
 
@@ -143,12 +146,12 @@ async def test_each_algorithm_calls_its_own_script_and_reloads_it_by_name() -> N
     sliding = RateLimit(10, Unit.MINUTE, spans=2, algorithm=AlgorithmName.SLIDING_WINDOW)
     bucket = RateLimit(10, Unit.MINUTE, algorithm=AlgorithmName.TOKEN_BUCKET)
     pushes = [Push(("d", "k", "b"), 7, 2, bucket), Push(("d", "k", "s"), 7, 1, sliding)]
-    answers = {SCRIPTS[AlgorithmName.TOKEN_BUCKET][1]: b"12000,0", "sliding": b"3,0,2 1"}
+    answers = {SCRIPTS[AlgorithmName.TOKEN_BUCKET].sha: b"12000,0", "sliding": b"3,0,2 1"}
 
     def answer(commands: list[tuple[Any, ...]]) -> list[Any]:
         if commands[0][0] == "EVAL":  # the reload: the sliding window's source, by name
             assert commands == [
-                ("EVAL", SCRIPTS[AlgorithmName.SLIDING_WINDOW][0], *commands[0][2:])
+                ("EVAL", SCRIPTS[AlgorithmName.SLIDING_WINDOW].source, *commands[0][2:])
             ]
             return [answers["sliding"]]
         noscript = rex.NoScriptError("NOSCRIPT No matching script.")
@@ -159,9 +162,9 @@ async def test_each_algorithm_calls_its_own_script_and_reloads_it_by_name() -> N
     assert [(p.total, p.spans) for p in result.pushes] == [(12_000, ()), (3, (2, 1))]
     sent_shas = [c[1] for c in client.sent[0][:2]]
     assert sent_shas == [
-        SCRIPTS[a][1] for a in (AlgorithmName.TOKEN_BUCKET, AlgorithmName.SLIDING_WINDOW)
+        SCRIPTS[a].sha for a in (AlgorithmName.TOKEN_BUCKET, AlgorithmName.SLIDING_WINDOW)
     ]
-    assert len({sha for _, sha in SCRIPTS.values()}) == len(SCRIPTS) == 3
+    assert len({script.sha for script in SCRIPTS.values()}) == len(SCRIPTS) == 3
 
 
 async def test_a_connection_the_server_closed_is_made_anew_before_sending() -> None:

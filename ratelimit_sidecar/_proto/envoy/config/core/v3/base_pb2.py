@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import wrappers_pb2 as google_dot_protobuf_dot_wrappers__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65nvoy/config/core/v3/base.proto\x12\x14\x65nvoy.config.core.v3\x1a\x1egoogle/protobuf/wrappers.proto\"<\n\x0bHeaderValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x11\n\traw_value\x18\x03 \x01(\x0c\"\xe2\x02\n\x11HeaderValueOption\x12\x31\n\x06header\x18\x01 \x01(\x0b\x32!.envoy.config.core.v3.HeaderValue\x12.\n\x06\x61ppend\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.BoolValueB\x02\x18\x01\x12Q\n\rappend_action\x18\x03 \x01(\x0e\x32:.envoy.config.core.v3.HeaderValueOption.HeaderAppendAction\x12\x18\n\x10keep_empty_value\x18\x04 \x01(\x08\"}\n\x12HeaderAppendAction\x12\x1b\n\x17\x41PPEND_IF_EXISTS_OR_ADD\x10\x00\x12\x11\n\rADD_IF_ABSENT\x10\x01\x12\x1e\n\x1aOVERWRITE_IF_EXISTS_OR_ADD\x10\x02\x12\x17\n\x13OVERWRITE_IF_EXISTS\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65nvoy/config/core/v3/base.proto\x12\x14\x65nvoy.config.core.v3\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\"<\n\x0bHeaderValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x11\n\traw_value\x18\x03 \x01(\x0c\"\xe2\x02\n\x11HeaderValueOption\x12\x31\n\x06header\x18\x01 \x01(\x0b\x32!.envoy.config.core.v3.HeaderValue\x12.\n\x06\x61ppend\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.BoolValueB\x02\x18\x01\x12Q\n\rappend_action\x18\x03 \x01(\x0e\x32:.envoy.config.core.v3.HeaderValueOption.HeaderAppendAction\x12\x18\n\x10keep_empty_value\x18\x04 \x01(\x08\"}\n\x12HeaderAppendAction\x12\x1b\n\x17\x41PPEND_IF_EXISTS_OR_ADD\x10\x00\x12\x11\n\rADD_IF_ABSENT\x10\x01\x12\x1e\n\x1aOVERWRITE_IF_EXISTS_OR_ADD\x10\x02\x12\x17\n\x13OVERWRITE_IF_EXISTS\x10\x03\"\xa0\x01\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x17\n\x0fuser_agent_name\x18\x06 \x01(\t\x12\x1c\n\x12user_agent_version\x18\x07 \x01(\tH\x00\x42\x19\n\x17user_agent_version_typeb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HEADERVALUEOPTION'].fields_by_name['append']._loaded_options = None
   _globals['_HEADERVALUEOPTION'].fields_by_name['append']._serialized_options = b'\030\001'
-  _globals['_HEADERVALUE']._serialized_start=89
-  _globals['_HEADERVALUE']._serialized_end=149
-  _globals['_HEADERVALUEOPTION']._serialized_start=152
-  _globals['_HEADERVALUEOPTION']._serialized_end=506
-  _globals['_HEADERVALUEOPTION_HEADERAPPENDACTION']._serialized_start=381
-  _globals['_HEADERVALUEOPTION_HEADERAPPENDACTION']._serialized_end=506
+  _globals['_HEADERVALUE']._serialized_start=119
+  _globals['_HEADERVALUE']._serialized_end=179
+  _globals['_HEADERVALUEOPTION']._serialized_start=182
+  _globals['_HEADERVALUEOPTION']._serialized_end=536
+  _globals['_HEADERVALUEOPTION_HEADERAPPENDACTION']._serialized_start=411
+  _globals['_HEADERVALUEOPTION_HEADERAPPENDACTION']._serialized_end=536
+  _globals['_NODE']._serialized_start=539
+  _globals['_NODE']._serialized_end=699
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import wrappers_pb2 as _wrappers_pb2
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -38,3 +39,17 @@ class HeaderValueOption(_message.Message):
     append_action: HeaderValueOption.HeaderAppendAction
     keep_empty_value: bool
     def __init__(self, header: _Optional[_Union[HeaderValue, _Mapping]] = ..., append: _Optional[_Union[_wrappers_pb2.BoolValue, _Mapping]] = ..., append_action: _Optional[_Union[HeaderValueOption.HeaderAppendAction, str]] = ..., keep_empty_value: _Optional[bool] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("id", "cluster", "metadata", "user_agent_name", "user_agent_version")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    USER_AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cluster: str
+    metadata: _struct_pb2.Struct
+    user_agent_name: str
+    user_agent_version: str
+    def __init__(self, id: _Optional[str] = ..., cluster: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., user_agent_name: _Optional[str] = ..., user_agent_version: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,72 @@
+"""Decision counters and a latency histogram cheap enough for every request.
+
+prometheus-client's Counter.inc and Histogram.observe take a lock per call, a cost on the
+request path. The sidecar decides on one event-loop thread, so plain integers suffice;
+a collector turns them into Prometheus families at scrape time.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+# The counts lists of one request's descriptors, in order; None where no limit applies. The
+# handler keeps it with the request it has compiled, so counting costs no lookup.
+Tally = tuple[list[int] | None, ...]
+
+# Indexes into a rule's counts, and the metric each one becomes.
+TOTAL, WITHIN, NEAR, OVER, SHADOW = range(5)
+DECISION_COUNTERS = (
+    ("total_hits", "Descriptors checked against a rule"),
+    ("within_limit", "Descriptors answered OK"),
+    ("near_limit", "Answered OK with 80% or more of the window used"),
+    ("over_limit", "Descriptors answered OVER_LIMIT"),
+    ("shadow_mode", "Over the limit, let through by shadow mode"),
+)
+
+
+class DecisionCounts(Collector):
+    """Per (domain, rule label): [total, within, near, over, shadow]."""
+
+    def __init__(self, namespace: str) -> None:
+        self._namespace = namespace
+        self.by_rule: dict[tuple[str, str], list[int]] = {}
+
+    def counts(self, domain: str, label: str) -> list[int]:
+        found = self.by_rule.get((domain, label))
+        if found is None:
+            found = self.by_rule[(domain, label)] = [0, 0, 0, 0, 0]
+        return found
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        items = list(self.by_rule.items())
+        for index, (name, doc) in enumerate(DECISION_COUNTERS):
+            family = CounterMetricFamily(
+                f"{self._namespace}_{name}", doc, labels=["domain", "rule"]
+            )
+            for (domain, label), counts in items:
+                family.add_metric([domain, label], counts[index])
+            yield family
+
+
+class LatencyHistogram(Collector):
+    """A Prometheus histogram without locks: one bisect and two additions per observation."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...]) -> None:
+        self._name, self._doc, self._bounds = name, doc, buckets
+        self._counts = [0] * (len(buckets) + 1)
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self._counts[bisect_left(self._bounds, seconds)] += 1
+        self._sum += seconds
+
+    def collect(self) -> Iterable[HistogramMetricFamily]:
+        cumulative, running = [], 0
+        for bound, count in zip((*self._bounds, float("inf")), self._counts, strict=True):
+            running += count
+            cumulative.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        yield HistogramMetricFamily(self._name, self._doc, buckets=cumulative, sum_value=self._sum)

@@ -1,1 +1,0 @@
-"""Developer tools (not used at runtime)."""

@@ -1,0 +1,106 @@
+"""RLQS gateways running the service's real assignment rule (core/quota_assign.py) in the
+simulator: the documented window bound, usage reaching the shared store, outage loss."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ratelimit_sidecar.core import SyncBatch, SyncResult
+from simulator.cli import main
+from simulator.engine import KEY
+from simulator.rlqs import window_bound
+from tests.unit.simulator.helpers import engine
+
+WINDOWS = 30
+
+
+def test_an_rlqs_fleet_stays_within_the_window_bound_far_over_the_limit() -> None:
+    """6 x MAX offered: each window within the bound for the full builds Envoy made in it (a
+    window's bucket refills one token per fill interval, a window or more: one per gateway)."""
+    eng, setup = engine("rlqs", scenario="steady", windows=WINDOWS, load=6.0)
+    rec = eng.run()
+    p, gateways = setup.params, list(eng.nodes.values())
+    for w in range(WINDOWS):
+        start = setup.start_ms + w * p.window_ms
+        builds = max(
+            sum(start <= t < start + p.window_ms for t in node.gateway.envoy.built)
+            for node in gateways
+            if node.gateway is not None
+        )
+        bound = window_bound(p.max, builds, len(gateways))
+        assert rec.admitted[w] <= bound < rec.offered[w], (w, rec.admitted[w], builds)
+
+
+def test_rlqs_gateways_are_not_starved_over_the_limit() -> None:
+    """6 x MAX offered: every window should admit most of MAX (the RLS path: more than MAX)."""
+    eng, setup = engine("rlqs", scenario="steady", windows=WINDOWS, load=6.0)
+    rec = eng.run()
+    assert sum(rec.admitted[2:]) / (WINDOWS - 2) >= 0.75 * setup.params.max, rec.admitted
+
+
+def test_rlqs_gateways_overshoot_little_at_twice_the_limit() -> None:
+    """2 x MAX offered, every gateway on RLQS: a fixed window's buckets grow only by what is left
+    after the usage not reported yet, so the fleet stays near MAX (the rule before that admitted
+    up to 1.7 x MAX in a window here, 28 % of MAX over it on average)."""
+    eng, setup = engine("rlqs", scenario="steady", windows=WINDOWS)
+    rec = eng.run()
+    limit = setup.params.max
+    excess = sum(max(0, admitted - limit) for admitted in rec.admitted) / (WINDOWS * limit)
+    assert max(rec.admitted) <= 1.3 * limit and excess <= 0.05, (rec.admitted, excess)
+
+
+def test_rlqs_gateways_admit_most_requests_under_the_limit() -> None:
+    """0.8 x MAX offered, evenly: the RLS path admits every request. RLQS gateways decide on
+    shares and report late; they must still admit at least 80 % of what is offered."""
+    eng, _ = engine("rlqs", scenario="steady_under", windows=WINDOWS)
+    rec = eng.run()
+    assert sum(rec.admitted) >= 0.8 * sum(rec.offered), (sum(rec.admitted), sum(rec.offered))
+
+
+def test_rlqs_and_rls_gateways_share_one_limit() -> None:
+    """Half the gateways on RLQS, twice the limit offered: the fleet as a whole is held back,
+    which it could not be if the RLQS half's usage did not reach the store."""
+    eng, setup = engine("rlqs-half", scenario="steady", windows=WINDOWS)
+    rec = eng.run()
+    assert sum(rec.admitted[2:]) / (WINDOWS - 2) <= 1.1 * setup.params.max
+
+
+def test_every_reported_request_is_pushed_to_the_store() -> None:
+    eng, _ = engine("rlqs", scenario="steady", windows=WINDOWS, load=1.5)
+    pushed = dict.fromkeys(range(4), 0)
+    execute = eng.shared.execute
+
+    def spy(batch: SyncBatch, node_id: str) -> SyncResult:
+        pushed[int(node_id.split("-")[1])] += sum(push.hits for push in batch.pushes)
+        return execute(batch, node_id)
+
+    eng.shared.execute = spy  # type: ignore[method-assign]
+    rec = eng.run()
+    unreported = sum(n.gateway.envoy.allowed for n in eng.nodes.values() if n.gateway is not None)
+    states = [n.limiter.keys.get(KEY) for n in eng.nodes.values()]
+    pending = sum(state.pending + state.inflight for state in states if state is not None)
+    assert sum(pushed.values()) + pending + unreported == sum(rec.admitted)
+    assert all(pushed.values())
+
+
+def test_usage_counted_while_the_server_is_unreachable_is_lost() -> None:
+    eng, _ = engine("rlqs", scenario="rlqs_outage", windows=WINDOWS)
+    rec = eng.run()
+    stats = eng.rlqs_stats
+    assert stats.lost_reports >= 4 * 2  # 4 gateways, 10 s of 30 windows... at least 2 each
+    assert stats.lost_hits > 0
+    assert rec.dropped_hits == stats.lost_hits
+
+
+def test_the_command_line_runs_rlqs_gateways(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rlqs-gateways` and `--rlqs-outage` reach the engine: one RLQS gateway of two, its
+    server unreachable for the whole run, so it never gets an assignment and lets all through."""
+    small = ["--windows", "6", "--nodes", "2", "--load", "4", "--format", "json"]
+    argv = ["--scenario", "steady", "--systems", "core,rlqs", "--rlqs-gateways", "1", *small]
+    assert main([*argv, "--rlqs-outage", "0:60"]) == 0
+    core, rlqs = json.loads(capsys.readouterr().out)
+    assert rlqs["system"] == "rlqs"
+    assert rlqs["dropped_hits"] > 0  # the unreachable gateway's usage
+    assert rlqs["admitted_mean"] > core["admitted_mean"] + core["max"]  # half of 4 x MAX through

@@ -1,0 +1,1 @@
+"""Development scripts run from a checkout (`make proto`); not part of the wheel."""
