@@ -20,7 +20,7 @@ from bench.load.cpu import Pinning, choose_pinning
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude
 from bench.workload import hot_10, rules_dir
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 
 NAME = "latency"
 CONNECTIONS, STREAMS = 8, 16

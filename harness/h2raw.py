@@ -11,7 +11,7 @@ from typing import Any
 
 import hpack
 
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.server.transport import frames as f
 
 

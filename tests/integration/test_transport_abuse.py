@@ -16,7 +16,7 @@ from harness.grpc_client import request, rls_stub
 from harness.h2raw import RawH2, grpc_message
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.connection import FLOOD_BUDGET, MAX_CONCURRENT_STREAMS
 from ratelimit_sidecar.server.transport.frames import ErrorCode

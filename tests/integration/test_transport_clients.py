@@ -20,7 +20,7 @@ from harness.grpc_client import request, rls_stub
 from harness.h2raw import grpc_message
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
-from ratelimit_sidecar import wire
+from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.settings import TRANSPORTS
 
 CLIENTS = Path(__file__).parents[1] / "clients"
