@@ -185,7 +185,7 @@ class Sidecar:
             self._reuse_port,
             (self._add_quota,),
             transport=self.settings.transport,
-            credentials=None if self.tls is None else self.tls.grpc_credentials(),
+            tls=self.tls,
         )
         await self.overrides.start()
         await _listen(self.http, self.settings.metrics_address, "metrics")

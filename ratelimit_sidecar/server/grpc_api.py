@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.server.tls import ServerTls
 from ratelimit_sidecar.server.transport.inline import run_inline
 from ratelimit_sidecar.server.transport.server import FastServer, accepts
 from ratelimit_sidecar.server.transport.status import CallError
@@ -112,17 +113,17 @@ def build_server(
     more_services: Sequence[Callable[[Any], str]] = (),
     transport: str = "fast",
     *,
-    credentials: grpc.ServerCredentials | None = None,
+    tls: ServerTls | None = None,
 ) -> tuple[Any, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port.
 
     `transport` is "fast" (server/transport/) or "grpcio"; `more_services` add other services
-    to the same server (the RLQS one), each returning its name for reflection. With
-    `credentials` the port speaks TLS, on grpcio."""
+    to the same server (the RLQS one), each returning its name for reflection. With `tls` the
+    port speaks TLS (mTLS with a client CA), on either transport."""
     if transport == "fast" and type(servicer).ShouldRateLimit is not _PLAIN_METHOD:
         log.warning("ShouldRateLimit with tracing runs on grpcio (the fast transport has none)")
         transport = "grpcio"
-    server, port = _bind(address, reuse_port, transport, credentials)
+    server, port = _bind(address, reuse_port, transport, tls)
     if isinstance(server, FastServer):
         server.add_fast_unary(wire.METHOD_PATH, servicer.answer)
     else:
@@ -141,18 +142,13 @@ def build_server(
     return server, health_servicer, port
 
 
-def _bind(
-    address: str, reuse_port: bool, transport: str, credentials: grpc.ServerCredentials | None
-) -> tuple[Any, int]:
+def _bind(address: str, reuse_port: bool, transport: str, tls: ServerTls | None) -> tuple[Any, int]:
     if transport == "fast" and not accepts(address):
         log.warning("the fast transport cannot listen on %s: serving it with grpcio", address)
         transport = "grpcio"
-    if transport == "fast" and credentials is not None:
-        log.warning("the fast transport has no TLS yet: serving %s with grpcio", address)
-        transport = "grpcio"
     if transport == "fast":
         try:
-            server = FastServer(address, reuse_port, MAX_MESSAGE_BYTES)
+            server = FastServer(address, reuse_port, MAX_MESSAGE_BYTES, tls)
         except (OSError, ValueError) as exc:
             raise BindError(f"cannot listen on {address}: {exc}") from exc
         return server, server.port
@@ -160,12 +156,14 @@ def _bind(
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
+    if tls is not None and tls.files.client_san is not None:
+        raise BindError("--grpc-tls-client-san is checked by the fast transport only, not grpcio")
     server = grpc.aio.server(options=options)
     try:
-        if credentials is None:
+        if tls is None:
             port = server.add_insecure_port(address)
         else:
-            port = server.add_secure_port(address, credentials)
+            port = server.add_secure_port(address, tls.grpc_credentials())
     except RuntimeError as exc:
         raise BindError(f"cannot listen on {address}: {exc}") from exc
     if port == 0 and not address.endswith(":0"):

@@ -19,7 +19,9 @@ from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
 from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.server.grpc_api import RateLimitServicer, build_server
+from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
+from ratelimit_sidecar.server.tls import ServerTls, TlsFiles
+from ratelimit_sidecar.server.transport.server import FastServer
 from ratelimit_sidecar.settings import TRANSPORTS, Settings
 from simulator.memory_store import MemoryStorage
 
@@ -215,17 +217,16 @@ async def test_a_unix_socket_address_is_served_by_grpcio(
         await sidecar.shutdown()
 
 
-async def test_tls_credentials_are_served_by_grpcio(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+@pytest.mark.parametrize("transport", ["fast", "grpcio"])
+async def test_tls_is_served_on_both_transports(tmp_path: Path, transport: str) -> None:
     cert, key = make_cert(tmp_path)
-    credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
     handler = Sidecar(
         Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0"),
         load_rules(write_rules(tmp_path)),
     ).handler
+    tls = ServerTls(TlsFiles(cert, key))
     server, _, port = build_server(
-        RateLimitServicer(handler), "127.0.0.1:0", credentials=credentials
+        RateLimitServicer(handler), "127.0.0.1:0", transport=transport, tls=tls
     )
     await server.start()
     try:
@@ -233,6 +234,17 @@ async def test_tls_credentials_are_served_by_grpcio(
         async with grpc.aio.secure_channel(f"127.0.0.1:{port}", trust) as chan:
             reply = await rls_stub(chan).ShouldRateLimit(request("gateway", [("tier", "x")]))
         assert reply.overall_code == OK
-        assert "the fast transport has no TLS yet: serving 127.0.0.1:0 with grpcio" in caplog.text
+        assert isinstance(server, FastServer) == (transport == "fast")
     finally:
         await server.stop(None)
+
+
+def test_a_required_client_san_is_refused_on_grpcio(tmp_path: Path) -> None:
+    cert, key = make_cert(tmp_path)
+    tls = ServerTls(TlsFiles(cert, key, client_ca=cert, client_san="envoy"))
+    handler = Sidecar(
+        Settings(config_path=str(tmp_path), grpc_address="127.0.0.1:0"),
+        load_rules(write_rules(tmp_path)),
+    ).handler
+    with pytest.raises(BindError, match="client-san is checked by the fast transport only"):
+        build_server(RateLimitServicer(handler), "127.0.0.1:0", transport="grpcio", tls=tls)

@@ -148,3 +148,21 @@ def test_a_bad_file_at_start_exits_1_naming_it(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0]
     assert str(cert if broken == "missing_cert" else key) in lines[0]
+
+
+def test_a_required_san_refuses_client_certificates_without_it(tmp_path: Path, pki: Pki) -> None:
+    named = signed_cert(
+        (pki.ca, pki.ca_key),
+        "named",
+        "subjectAltName=DNS:envoy-gateway\nextendedKeyUsage=clientAuth",
+    )
+    args = [*tls_args(pki, mutual=True), "--grpc-tls-client-san", "envoy-gateway"]
+    process = SidecarProcess(write_rules(tmp_path), *args)
+    try:
+        wait_tls(process.address, pki.ca, named)
+        assert ask(process.address, pki.ca, named) == wire.Code.OK
+        with pytest.raises(grpc.RpcError):  # closed after the handshake: no such SAN
+            ask(process.address, pki.ca, (pki.client_cert, pki.client_key))
+    finally:
+        process.stop()
+    assert "a TLS client without the required SAN envoy-gateway" in process.stderr

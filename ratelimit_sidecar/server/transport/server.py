@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import grpc
 
+from ratelimit_sidecar.server.tls import ServerTls
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.calls import Call
 from ratelimit_sidecar.server.transport.connection import SOFT_HEADER_LIST_BYTES, H2Connection
@@ -145,11 +146,14 @@ def _timeout_s(value: bytes) -> float:
 class FastServer:
     """Listens on one TCP address; `start`, `stop(grace)` as grpc.aio.Server."""
 
-    def __init__(self, address: str, reuse_port: bool, max_message_bytes: int) -> None:
+    def __init__(
+        self, address: str, reuse_port: bool, max_message_bytes: int, tls: ServerTls | None = None
+    ) -> None:
         self.core = ServerCore(max_message_bytes)
         self._socket = _listening_socket(address, reuse_port)
         self.port: int = self._socket.getsockname()[1]
         self._server: asyncio.Server | None = None
+        self._tls = tls  # TLS on the port (the frames are the same inside it)
 
     def add_generic_rpc_handlers(self, handlers: Iterable[Any]) -> None:
         self.core.generic.extend(handlers)
@@ -166,8 +170,13 @@ class FastServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        tls = self._tls
+        factory: Callable[[], H2Connection] = lambda: H2Connection(self.core)  # noqa: E731
+        if tls is not None and tls.files.client_san is not None:
+            factory = lambda: SanCheckedConnection(self.core, tls)  # noqa: E731
+        context = None if tls is None else tls.server_context()
         self._server = await loop.create_server(
-            lambda: H2Connection(self.core), sock=self._socket, backlog=1024
+            factory, sock=self._socket, backlog=1024, ssl=context
         )
 
     async def stop(self, grace: float | None) -> None:
@@ -183,6 +192,23 @@ class FastServer:
         for conn in list(self.core.connections):
             conn.fail(f.ErrorCode.NO_ERROR, "shutting down")
         await asyncio.sleep(0)  # the handlers cancelled above see it before the loop moves on
+
+
+class SanCheckedConnection(H2Connection):
+    """mTLS with a required subject alternative name: a client certificate without it is
+    closed as soon as the handshake is done, before any frame is read."""
+
+    def __init__(self, core: ServerCore, tls: ServerTls) -> None:
+        super().__init__(core)
+        self._tls = tls
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._tls.peer_allowed(transport.get_extra_info("peercert")):
+            san = self._tls.files.client_san
+            log.warning("a TLS client without the required SAN %s: connection closed", san)
+            transport.close()
+            return
+        super().connection_made(transport)
 
 
 def _listening_socket(address: str, reuse_port: bool) -> socket.socket:
