@@ -36,6 +36,8 @@ class RateLimitServicer:
     ) -> None:
         self.handler = handler
         self._observe = observe_seconds
+        # A servicer that reads the call's headers (tracing) answers through this instead.
+        self.answer_with_headers: Callable[[list[tuple[bytes, bytes]], bytes], Any] | None = None
 
     def answer(self, request: bytes) -> bytes | Awaitable[bytes]:
         """The response's wire bytes, or an awaitable of them (a strict rule waits for Redis);
@@ -99,9 +101,6 @@ def add_rate_limit_service(server: grpc.aio.Server, servicer: RateLimitServicer)
     server.add_registered_method_handlers(wire.SERVICE_NAME, methods)
 
 
-_PLAIN_METHOD = RateLimitServicer.ShouldRateLimit  # a servicer overriding it needs grpcio
-
-
 class BindError(RuntimeError):
     """The gRPC address could not be bound (taken, or not local)."""
 
@@ -120,11 +119,10 @@ def build_server(
     `transport` is "fast" (server/transport/) or "grpcio"; `more_services` add other services
     to the same server (the RLQS one), each returning its name for reflection. With `tls` the
     port speaks TLS (mTLS with a client CA), on either transport."""
-    if transport == "fast" and type(servicer).ShouldRateLimit is not _PLAIN_METHOD:
-        log.warning("ShouldRateLimit with tracing runs on grpcio (the fast transport has none)")
-        transport = "grpcio"
     server, port = _bind(address, reuse_port, transport, tls)
-    if isinstance(server, FastServer):
+    if isinstance(server, FastServer) and servicer.answer_with_headers is not None:
+        server.add_fast_unary_with_headers(wire.METHOD_PATH, servicer.answer_with_headers)
+    elif isinstance(server, FastServer):
         server.add_fast_unary(wire.METHOD_PATH, servicer.answer)
     else:
         add_rate_limit_service(server, servicer)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -51,9 +51,10 @@ class Tracing:
         self._propagator = CompositePropagator([TraceContextTextMapPropagator(), B3MultiFormat()])
         self._server_kind = SpanKind.SERVER
 
-    def request_span(self, metadata: Iterable[tuple[str, Any]]) -> Any:
-        """A started ShouldRateLimit span, child of the trace in `metadata` if any."""
-        carrier = {key.lower(): _text(value) for key, value in metadata}
+    def request_span(self, metadata: Iterable[tuple[str | bytes, Any]]) -> Any:
+        """A started ShouldRateLimit span, child of the trace in `metadata` (grpc's, or the
+        fast transport's decoded headers) if any."""
+        carrier = {_text(key).lower(): _text(value) for key, value in metadata}
         parent = self._propagator.extract(carrier)
         return self.tracer.start_span("ShouldRateLimit", parent, kind=self._server_kind)
 
@@ -74,7 +75,8 @@ class Tracing:
 
 
 class TracedServicer(RateLimitServicer):
-    """ShouldRateLimit inside a span continuing Envoy's trace (grpcio; only with tracing on)."""
+    """ShouldRateLimit inside a span continuing Envoy's trace (only with tracing on): on the
+    fast transport through `answer_with_headers`, on grpcio through `ShouldRateLimit`."""
 
     def __init__(
         self,
@@ -84,6 +86,29 @@ class TracedServicer(RateLimitServicer):
     ) -> None:
         super().__init__(handler, observe_seconds)
         self._tracing = tracing
+        self.answer_with_headers = self._traced_answer
+
+    def _traced_answer(
+        self, headers: list[tuple[bytes, bytes]], request: bytes
+    ) -> bytes | Awaitable[bytes]:
+        span = self._tracing.request_span(headers)
+        try:
+            response = self.answer(request)
+        except BaseException:
+            end_request_span(span, None, "error")
+            raise
+        if isinstance(response, bytes):
+            end_request_span(span, response)
+            return response
+        return self._traced_finish(span, response)
+
+    async def _traced_finish(self, span: Any, response: Awaitable[bytes]) -> bytes:
+        answer: bytes | None = None
+        try:
+            answer = await response
+        finally:
+            end_request_span(span, answer, "" if answer is not None else "error")
+        return answer
 
     async def ShouldRateLimit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         span = self._tracing.request_span(context.invocation_metadata() or ())

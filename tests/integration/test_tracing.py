@@ -24,9 +24,12 @@ def receiver() -> Iterator[OtlpReceiver]:
         yield started
 
 
-def traced_sidecar(tmp_path: Path, endpoint: str, protocol: str, *more: str) -> SidecarProcess:
+def traced_sidecar(
+    tmp_path: Path, endpoint: str, protocol: str, *more: str, transport: str | None = None
+) -> SidecarProcess:
     args = ["--tracing", "--tracing-endpoint", endpoint, "--tracing-protocol", protocol]
-    return SidecarProcess(write_rules(tmp_path), *args, *more, env=FAST_EXPORT).wait_ready()
+    rules = write_rules(tmp_path)
+    return SidecarProcess(rules, *args, *more, env=FAST_EXPORT, transport=transport).wait_ready()
 
 
 def call(sidecar: SidecarProcess, metadata: tuple[tuple[str, str], ...]) -> None:
@@ -35,12 +38,14 @@ def call(sidecar: SidecarProcess, metadata: tuple[tuple[str, str], ...]) -> None
         rls_stub(channel).ShouldRateLimit(message, timeout=5, metadata=metadata)
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize(
+    ("protocol", "transport"), [("grpc", "fast"), ("http", "fast"), ("grpc", "grpcio")]
+)
 def test_a_request_span_continues_the_w3c_trace_envoy_sent(
-    tmp_path: Path, receiver: OtlpReceiver, protocol: str
+    tmp_path: Path, receiver: OtlpReceiver, protocol: str, transport: str
 ) -> None:
     endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
-    sidecar = traced_sidecar(tmp_path, endpoint, protocol)
+    sidecar = traced_sidecar(tmp_path, endpoint, protocol, transport=transport)
     trace_id, parent = secrets.token_hex(16), secrets.token_hex(8)
     try:
         call(sidecar, (("traceparent", f"00-{trace_id}-{parent}-01"),))
@@ -49,6 +54,7 @@ def test_a_request_span_continues_the_w3c_trace_envoy_sent(
         sidecar.stop()
     assert [(s.trace_id, s.parent_span_id) for s in spans] == [(trace_id, parent)]
     assert spans[0].attributes["ratelimit.overall_code"] == "OK"
+    assert f"({transport} transport;" in sidecar.stderr  # no fallback to grpcio
 
 
 def test_b3_headers_are_continued_too(tmp_path: Path, receiver: OtlpReceiver) -> None:

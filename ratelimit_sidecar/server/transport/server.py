@@ -12,6 +12,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import grpc
@@ -21,7 +22,7 @@ from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.calls import Call
 from ratelimit_sidecar.server.transport.connection import SOFT_HEADER_LIST_BYTES, H2Connection
 from ratelimit_sidecar.server.transport.headers import Decoded
-from ratelimit_sidecar.server.transport.methods import FastAnswer, Method
+from ratelimit_sidecar.server.transport.methods import FastAnswer, HeadersAnswer, Method
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
@@ -71,7 +72,10 @@ class ServerCore:
             conn.refill()
             return
         assert plan.method is not None
-        call = Call(conn, stream_id, plan.method, self.max_message_bytes)
+        method = plan.method
+        if method.with_headers is not None:  # only a traced ShouldRateLimit: not the usual path
+            method = Method(fast=partial(method.with_headers, decoded.headers))
+        call = Call(conn, stream_id, method, self.max_message_bytes)
         conn.calls[stream_id] = call
         if plan.timeout_s is not None:
             call.deadline = asyncio.get_running_loop().time() + plan.timeout_s
@@ -167,6 +171,10 @@ class FastServer:
         """`answer` turns a request's wire bytes into the response's (or an awaitable of
         them), raising CallError for a status."""
         self.core.methods[path.encode()] = Method(fast=answer)
+
+    def add_fast_unary_with_headers(self, path: str, answer: HeadersAnswer) -> None:
+        """As `add_fast_unary`, `answer` given the call's decoded headers first."""
+        self.core.methods[path.encode()] = Method(with_headers=answer)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
