@@ -24,6 +24,7 @@ from bench import (
     redis_sync,
     rlqs,
     strict,
+    tracing,
     workers,
     xds,
 )
@@ -71,6 +72,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
         "xDS rules: push -> every node of 3, p50/p99; reconnect attempts per minute while down",
         xds.run,
     ),
+    tracing.NAME: ("the request path's cost without tracing and traced at 0.01 and 1", tracing.run),
 }
 
 

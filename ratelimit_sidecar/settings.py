@@ -113,6 +113,13 @@ class Settings:
     tracing_sampling_ratio: float = field(
         default=1.0, metadata=_help("share of new traces sampled (Envoy's decision is kept)")
     )
+    grpc_max_connection_age_s: float | None = field(
+        default=None,
+        metadata=_help("seconds a gRPC connection lives before GOAWAY (clients re-resolve); off"),
+    )
+    grpc_max_connection_age_grace_s: float = field(
+        default=60.0, metadata=_help("seconds an aged connection's calls get before it is cut")
+    )
     health_address: str | None = field(
         default=None,
         metadata=_help("host:port of a listener of its own for /healthcheck, /healthz, /readyz"),

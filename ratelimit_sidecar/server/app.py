@@ -186,6 +186,7 @@ class Sidecar:
             (self._add_quota,),
             transport=self.settings.transport,
             tls=self.tls,
+            max_age=_max_age(self.settings),
         )
         await self.overrides.start()
         await _listen(self.http, self.settings.metrics_address, "metrics")
@@ -286,6 +287,11 @@ class Sidecar:
             await asyncio.to_thread(self.tracing.shutdown)  # the spans still queued
         log.info("stopped")
         return lost
+
+
+def _max_age(settings: Settings) -> tuple[float, float] | None:
+    age = settings.grpc_max_connection_age_s
+    return None if age is None else (age, settings.grpc_max_connection_age_grace_s)
 
 
 async def _listen(api: HttpApi, address: str, role: str) -> None:

@@ -113,13 +113,15 @@ def build_server(
     transport: str = "fast",
     *,
     tls: ServerTls | None = None,
+    max_age: tuple[float, float] | None = None,
 ) -> tuple[Any, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port.
 
     `transport` is "fast" (server/transport/) or "grpcio"; `more_services` add other services
     to the same server (the RLQS one), each returning its name for reflection. With `tls` the
-    port speaks TLS (mTLS with a client CA), on either transport."""
-    server, port = _bind(address, reuse_port, transport, tls)
+    port speaks TLS (mTLS with a client CA), on either transport; with `max_age` (seconds, then
+    seconds of grace) a connection is sent GOAWAY when it is that old."""
+    server, port = _bind(address, reuse_port, transport, tls, max_age)
     if isinstance(server, FastServer) and servicer.answer_with_headers is not None:
         server.add_fast_unary_with_headers(wire.METHOD_PATH, servicer.answer_with_headers)
     elif isinstance(server, FastServer):
@@ -140,13 +142,19 @@ def build_server(
     return server, health_servicer, port
 
 
-def _bind(address: str, reuse_port: bool, transport: str, tls: ServerTls | None) -> tuple[Any, int]:
+def _bind(
+    address: str,
+    reuse_port: bool,
+    transport: str,
+    tls: ServerTls | None,
+    max_age: tuple[float, float] | None,
+) -> tuple[Any, int]:
     if transport == "fast" and not accepts(address):
         log.warning("the fast transport cannot listen on %s: serving it with grpcio", address)
         transport = "grpcio"
     if transport == "fast":
         try:
-            server = FastServer(address, reuse_port, MAX_MESSAGE_BYTES, tls)
+            server = FastServer(address, reuse_port, MAX_MESSAGE_BYTES, tls, max_age)
         except (OSError, ValueError) as exc:
             raise BindError(f"cannot listen on {address}: {exc}") from exc
         return server, server.port
@@ -154,6 +162,11 @@ def _bind(address: str, reuse_port: bool, transport: str, tls: ServerTls | None)
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
+    if max_age is not None:
+        options += [
+            ("grpc.max_connection_age_ms", int(max_age[0] * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(max_age[1] * 1000)),
+        ]
     if tls is not None and tls.files.client_san is not None:
         raise BindError("--grpc-tls-client-san is checked by the fast transport only, not grpcio")
     server = grpc.aio.server(options=options)

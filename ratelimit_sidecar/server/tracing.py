@@ -9,6 +9,7 @@ With tracing off the SDK is not even imported, and the servicer is the untraced 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -24,6 +25,10 @@ from ratelimit_sidecar.settings import Settings
 log = logging.getLogger("ratelimit_sidecar.tracing")
 
 PROTOCOLS = ("grpc", "http")
+_TRACE_NAMES = ("traceparent", "tracestate", "b3", "x-b3-traceid", "x-b3-spanid",
+                "x-b3-parentspanid", "x-b3-sampled", "x-b3-flags")  # fmt: skip
+_TRACE_HEADERS = frozenset((*_TRACE_NAMES, *(n.encode() for n in _TRACE_NAMES)))
+_W3C_SAMPLED = frozenset(f"{flags:02x}" for flags in range(256) if flags & 1)
 SERVICE_NAMESPACE_ATTRIBUTE = "service.namespace"
 OVERALL_CODE_ATTRIBUTE = "ratelimit.overall_code"
 
@@ -37,14 +42,17 @@ class Tracing:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
         from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         attributes = {"service.name": settings.tracing_service_name}
         if settings.tracing_service_namespace:
             attributes[SERVICE_NAMESPACE_ATTRIBUTE] = settings.tracing_service_namespace
-        sampler = ParentBased(TraceIdRatioBased(settings.tracing_sampling_ratio))
+        # Whether to trace is decided before the SDK is asked (`_sampled`): an unsampled call
+        # then costs a look at its headers, not a span. What reaches the SDK is sampled.
+        sampler = ParentBased(ALWAYS_ON)
+        self._ratio = settings.tracing_sampling_ratio
         self.provider = TracerProvider(resource=Resource.create(attributes), sampler=sampler)
         self.provider.add_span_processor(BatchSpanProcessor(_exporter(settings)))
         self.tracer = self.provider.get_tracer("ratelimit_sidecar")
@@ -53,13 +61,29 @@ class Tracing:
 
     def request_span(self, metadata: Iterable[tuple[str | bytes, Any]]) -> Any:
         """A started ShouldRateLimit span, child of the trace in `metadata` (grpc's, or the
-        fast transport's decoded headers) if any."""
-        carrier = {_text(key).lower(): _text(value) for key, value in metadata}
+        fast transport's decoded headers) if any; None when the call is not sampled."""
+        carrier = {_text(k).lower(): _text(v) for k, v in metadata if k in _TRACE_HEADERS}
+        if not self._sampled(carrier):
+            return None
         parent = self._propagator.extract(carrier)
         return self.tracer.start_span("ShouldRateLimit", parent, kind=self._server_kind)
 
+    def _sampled(self, carrier: dict[str, str]) -> bool:
+        """Envoy's decision when it sent one (W3C flags, B3 sampled), else the ratio."""
+        parent = carrier.get("traceparent")
+        if parent is not None and len(parent) >= 2:
+            return parent[-2:] in _W3C_SAMPLED
+        decision = carrier.get("x-b3-sampled") or carrier.get("x-b3-flags")
+        if decision is not None:
+            return decision in ("1", "true", "d")
+        if "b3" in carrier:
+            return carrier["b3"].split("-")[2:3] != ["0"]
+        return random.random() < self._ratio
+
     def synced(self, stats: SyncStats, seconds: float, error_kind: str) -> None:
         """The sync loop's report, as a span of the time the sync took."""
+        if random.random() >= self._ratio:
+            return
         end = time.time_ns()
         span = self.tracer.start_span("sync", start_time=end - int(seconds * 1e9))
         span.set_attribute("ratelimit.sync.pushed_keys", stats.pushed_keys)
@@ -125,7 +149,9 @@ def tracing_for(settings: Settings) -> Tracing | None:
 
 
 def end_request_span(span: Any, response: bytes | None, error: str = "") -> None:
-    """End a request's span with the answer's overall code (read only for a sampled span)."""
+    """End a request's span (None: not sampled) with the answer's overall code."""
+    if span is None:
+        return
     if span.is_recording():
         if response is not None:
             code = RateLimitResponse.FromString(response).overall_code

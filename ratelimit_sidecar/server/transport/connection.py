@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable
 from typing import Protocol, cast
 
@@ -45,6 +46,7 @@ class CallOpener(Protocol):
     """Where a connection's calls start (ServerCore, server/transport/server.py)."""
 
     connections: set[H2Connection]
+    max_age: tuple[float, float] | None  # seconds a connection lives, then grace for its calls
 
     def open_call(
         self, conn: H2Connection, stream_id: int, decoded: Decoded, end: bool
@@ -82,6 +84,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         self._turn: asyncio.Handle | None = None
         self.peer = ""
         self._timer: asyncio.TimerHandle | None = None
+        self._aged: asyncio.TimerHandle | None = None  # the maximum age, then its grace
         self._dispatch: tuple[Callable[[int, int, bytes], None], ...] = (
             self._on_data, self._on_headers, self._on_priority, self._on_rst_stream,
             self._on_settings, self._on_push_promise, self._on_ping, self._on_goaway,
@@ -99,6 +102,18 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             HANDSHAKE_TIMEOUT_S, self._handshake_expired
         )
         self.core.connections.add(self)
+        if self.core.max_age is not None:
+            age, grace = self.core.max_age
+            lifetime = age * random.uniform(0.9, 1.1)  # spread: not every client reconnects at once
+            self._aged = asyncio.get_running_loop().call_later(lifetime, self._age_out, grace)
+
+    def _age_out(self, grace: float) -> None:
+        """Past the maximum age: GOAWAY, so the client reconnects (and re-resolves); the calls
+        open now get `grace` seconds, then the connection is cut."""
+        self.goaway()
+        self._aged = asyncio.get_running_loop().call_later(
+            grace, self.fail, ErrorCode.NO_ERROR, "max connection age"
+        )
 
     def connection_lost(self, _exc: Exception | None) -> None:
         self.closed = True
@@ -106,6 +121,8 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             self._turn.cancel()
         if self._timer is not None:
             self._timer.cancel()
+        if self._aged is not None:
+            self._aged.cancel()
         for call in list(self.calls.values()):
             call.cancel()
         self.calls.clear()

@@ -46,6 +46,7 @@ class ServerCore:
         self.methods: dict[bytes, Method] = {}
         self.generic: list[Any] = []
         self.connections: set[H2Connection] = set()
+        self.max_age: tuple[float, float] | None = None  # (age, grace) in seconds
 
     def lookup(self, path: bytes) -> Method | None:
         method = self.methods.get(path)
@@ -151,9 +152,15 @@ class FastServer:
     """Listens on one TCP address; `start`, `stop(grace)` as grpc.aio.Server."""
 
     def __init__(
-        self, address: str, reuse_port: bool, max_message_bytes: int, tls: ServerTls | None = None
+        self,
+        address: str,
+        reuse_port: bool,
+        max_message_bytes: int,
+        tls: ServerTls | None = None,
+        max_age: tuple[float, float] | None = None,
     ) -> None:
         self.core = ServerCore(max_message_bytes)
+        self.core.max_age = max_age
         self._socket = _listening_socket(address, reuse_port)
         self.port: int = self._socket.getsockname()[1]
         self._server: asyncio.Server | None = None

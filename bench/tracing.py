@@ -1,0 +1,56 @@
+"""What tracing costs on the request path: the sidecar without tracing, and with `--tracing`
+at sampling ratios 0.01 and 1, each on one pinned core, side by side in the same rounds (hot-10,
+h2load), exporting to an OTLP receiver in this process. Without tracing the request path is the
+untraced one (the traced method exists only with `--tracing`); the figures show the rest.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.load import runs
+from bench.load.clients import H2load, LoadShape
+from bench.load.runs import Run
+from bench.load.servers import start_sidecar
+from bench.report import Options, Outcome, conclude
+from bench.workload import hot_10, rules_dir
+from harness.otlp import OtlpReceiver
+
+NAME = "tracing"
+SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
+ROUNDS = 4
+RATIOS = ("0.01", "1")
+
+
+def run(options: Options) -> Outcome:
+    started = time.monotonic()
+    rounds = options.rounds or ROUNDS
+    print(f"[{NAME}] the sidecar without tracing, and traced at ratios {', '.join(RATIOS)}")
+    measured: list[Run] = []
+    with OtlpReceiver() as receiver, runs.session(SHAPE, 60.0) as bench:
+        rules, servers = rules_dir(bench.workdir), []
+        try:
+            servers.append(start_sidecar(bench.workdir, bench.pinning, rules))
+            for ratio in RATIOS:
+                flags = ("--tracing", "--tracing-endpoint", receiver.grpc_endpoint,
+                         "--tracing-sampling-ratio", ratio)  # fmt: skip
+                name = f"traced-{ratio}"
+                servers.append(
+                    start_sidecar(bench.workdir, bench.pinning, rules, *flags, name=name)
+                )
+            for server in servers:
+                runs.warm_up(bench, server, H2load(), hot_10(), 2.0)
+                server.pause()
+            measured = runs.alternate(bench, servers, (H2load(),), hot_10(), rounds)
+        finally:
+            for server in servers:
+                server.stop()
+        spans = len(receiver.spans)
+    lines = runs.render(bench, measured, rounds, [], LEGEND)
+    lines.append(f"spans received by the OTLP receiver: {spans:,}")
+    document = {**runs.document(bench, measured, rounds), "spans": spans}
+    return conclude(options, NAME, started, lines, document, verdicts=[])
+
+
+LEGEND = """\
+traced-R = --tracing --tracing-sampling-ratio R (new traces: h2load sends no trace context)."""
