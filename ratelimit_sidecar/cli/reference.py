@@ -71,8 +71,6 @@ IGNORED = {
     "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "health waits for the first rules already",
     "RUNTIME_WATCH_ROOT": "the rule directory is watched whatever its layout",
     "RUNTIME_IGNOREDOTFILES": "files whose names start with a dot are never read as rules",
-    "GRPC_MAX_CONNECTION_AGE": "connections are not aged",
-    "GRPC_MAX_CONNECTION_AGE_GRACE": "connections are not aged",
     "REDIS_POOL_SIZE": "the sync loop keeps one connection per Redis node",
     "REDIS_PIPELINE_WINDOW": "each sync is one pipelined round trip per Redis node",
     "REDIS_PIPELINE_LIMIT": "each sync is one pipelined round trip per Redis node",
@@ -99,7 +97,9 @@ READ = frozenset({
     *DEFAULTS, "DEBUG_HOST", "RUNTIME_SUBDIRECTORY", "LOG_FORMAT", "REDIS_URL", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY",
     "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "USE_PROMETHEUS",
-    "CACHE_KEY_PREFIX", *_TLS, *_TRACING, "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
+    "CACHE_KEY_PREFIX", *_TLS, *_TRACING, "SHADOW_MODE",
+    "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "QUOTA_MODE",
+    "RESPONSE_DYNAMIC_METADATA",
     "BACKEND_TYPE", "GRPC_UDS", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "MERGE_DOMAIN_CONFIG",
     "LIMIT_RESPONSE_HEADERS_ENABLED", *xds.XDS_READ,
 })  # fmt: skip
@@ -134,6 +134,7 @@ def translate(env: Mapping[str, str]) -> Translation:
         **_redis(env),
         **_logging(env),
         **_tls(env),
+        **_connection_age(env),
         **_tracing(env),
         **{field: str(_flag(env, name)) for name, field in _SWITCHES.items() if name in env},
     }
@@ -281,6 +282,17 @@ def _tls(env: Mapping[str, str]) -> dict[str, str]:
         if not env.get(name):
             raise ReferenceEnvError(f"GRPC_SERVER_USE_TLS=true needs {name}")
     return {field: env[name] for name, field in _TLS.items() if env.get(name)}
+
+
+def _connection_age(env: Mapping[str, str]) -> dict[str, str]:
+    """GRPC_MAX_CONNECTION_AGE (+ _GRACE), Go durations, the reference's 24h and 1h unset."""
+    try:
+        age = xds.go_seconds(env.get("GRPC_MAX_CONNECTION_AGE", "24h"), "GRPC_MAX_CONNECTION_AGE")
+        grace_text = env.get("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")
+        grace = xds.go_seconds(grace_text, "GRPC_MAX_CONNECTION_AGE_GRACE")
+    except ValueError as exc:
+        raise ReferenceEnvError(str(exc)) from exc
+    return {"grpc_max_connection_age_s": str(age), "grpc_max_connection_age_grace_s": str(grace)}
 
 
 def _tracing(env: Mapping[str, str]) -> dict[str, str]:

@@ -48,7 +48,7 @@ def xds_settings(env: Mapping[str, str], flag: Flag) -> dict[str, str]:
     found.setdefault("config_xds", XDS_URL)
     for name, field in _XDS_DELAYS.items():
         if env.get(name):
-            found[field] = str(_seconds(env[name], name))
+            found[field] = str(go_seconds(env[name], name))
     if flag(env, "CONFIG_GRPC_XDS_SERVER_USE_TLS"):
         found["config_xds_client_tls"] = "true"
     if flag(env, "FORCE_START_WITHOUT_INITIAL_CONFIG"):
@@ -56,7 +56,7 @@ def xds_settings(env: Mapping[str, str], flag: Flag) -> dict[str, str]:
     return found
 
 
-def _seconds(text: str, name: str) -> float:
+def go_seconds(text: str, name: str) -> float:
     """A Go duration of one unit (`3s`, `500ms`, `1m`) in seconds."""
     for suffix in sorted(_GO_UNITS, key=len, reverse=True):
         number = text.removesuffix(suffix)

@@ -31,6 +31,8 @@ def test_istio_sample() -> None:
         "RLS_CONFIG": "/data/ratelimit/config",
         "RLS_REDIS_URL": "redis://redis:6379",
         "RLS_LOG_LEVEL": "debug",
+        "RLS_GRPC_MAX_CONNECTION_AGE_S": "86400.0",  # the reference's 24 h and 1 h
+        "RLS_GRPC_MAX_CONNECTION_AGE_GRACE_S": "3600.0",
     }
     assert translation.ignored == (
         f"USE_STATSD: {IGNORED['USE_STATSD']}",
@@ -228,3 +230,12 @@ def test_tracing_variables_become_the_tracing_settings() -> None:
     assert variables["RLS_TRACING_SERVICE_NAME"] == "RateLimit"
     assert variables["RLS_TRACING_SERVICE_NAMESPACE"] == "edge"
     assert "RLS_TRACING" not in translate({"TRACING_SAMPLING_RATE": "1"}).variables
+
+
+def test_connection_age_variables_are_go_durations() -> None:
+    env = {"GRPC_MAX_CONNECTION_AGE": "5m", "GRPC_MAX_CONNECTION_AGE_GRACE": "30s"}
+    variables = translate(env).variables
+    assert variables["RLS_GRPC_MAX_CONNECTION_AGE_S"] == "300.0"
+    assert variables["RLS_GRPC_MAX_CONNECTION_AGE_GRACE_S"] == "30.0"
+    with pytest.raises(ReferenceEnvError, match="GRPC_MAX_CONNECTION_AGE='forever'"):
+        translate({"GRPC_MAX_CONNECTION_AGE": "forever"})
