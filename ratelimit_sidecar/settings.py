@@ -15,7 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NamedTuple, get_args, get_type_hints
 
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS
-from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults
+from ratelimit_sidecar.config.model import NEAR_LIMIT_RATIO, AlgorithmName, RuleDefaults
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS
 from ratelimit_sidecar.service.validation import DEFAULT_BOUNDS
@@ -119,6 +119,10 @@ class Settings:
     )
     grpc_max_connection_age_grace_s: float = field(
         default=60.0, metadata=_help("seconds an aged connection's calls get before it is cut")
+    )
+    near_limit_ratio: float = field(
+        default=NEAR_LIMIT_RATIO,
+        metadata=_help("share of a limit used from which an admitted answer counts as near_limit"),
     )
     health_address: str | None = field(
         default=None,
@@ -240,6 +244,8 @@ class Settings:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+        if not 0.0 < self.near_limit_ratio <= 1.0:
+            raise ValueError("--near-limit-ratio must be above 0 and at most 1")
         if self.tracing_protocol not in ("grpc", "http"):
             raise ValueError("--tracing-protocol must be grpc or http")
         if not 0.0 <= self.tracing_sampling_ratio <= 1.0:
@@ -272,7 +278,11 @@ class Settings:
     def rule_defaults(self) -> RuleDefaults:
         """What rule files leave unsaid, from these settings."""
         algorithm = AlgorithmName.parse(self.default_algorithm) or AlgorithmName.FIXED_WINDOW
-        return RuleDefaults(algorithm=algorithm, shared_store=not self.local_only)
+        return RuleDefaults(
+            algorithm=algorithm,
+            shared_store=not self.local_only,
+            near_limit_ratio=self.near_limit_ratio,
+        )
 
 
 class Option(NamedTuple):

@@ -43,6 +43,7 @@ _TRUE = frozenset({"1", "t", "true"})  # Go's strconv.ParseBool, case-insensitiv
 _FALSE = frozenset({"0", "f", "false"})
 _SWITCHES = {"SHADOW_MODE": "shadow_mode", "QUOTA_MODE": "quota_mode",
              "RESPONSE_DYNAMIC_METADATA": "response_dynamic_metadata"}  # fmt: skip
+_RATIOS = {"NEAR_LIMIT_RATIO": "near_limit_ratio"}
 _TRACING = {"TRACING_ENABLED": "tracing", "TRACING_SERVICE_NAME": "tracing_service_name",
             "TRACING_SERVICE_NAMESPACE": "tracing_service_namespace",
             "TRACING_EXPORTER_PROTOCOL": "tracing_protocol",
@@ -67,7 +68,6 @@ IGNORED = {
     "LOCAL_CACHE_SIZE_IN_BYTES": "every decision is made from local memory already",
     "EXPIRATION_JITTER_MAX_SECONDS": "keys expire with their windows",
     "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "refused requests never count here",
-    "NEAR_LIMIT_RATIO": "near-limit counts are not reported",
     "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "health waits for the first rules already",
     "RUNTIME_WATCH_ROOT": "the rule directory is watched whatever its layout",
     "RUNTIME_IGNOREDOTFILES": "files whose names start with a dot are never read as rules",
@@ -97,7 +97,7 @@ READ = frozenset({
     *DEFAULTS, "DEBUG_HOST", "RUNTIME_SUBDIRECTORY", "LOG_FORMAT", "REDIS_URL", "REDIS_AUTH",
     "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY",
     "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_SENTINEL_AUTH", "USE_PROMETHEUS",
-    "CACHE_KEY_PREFIX", *_TLS, *_TRACING, "SHADOW_MODE",
+    "CACHE_KEY_PREFIX", *_TLS, *_TRACING, *_RATIOS, "SHADOW_MODE",
     "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "QUOTA_MODE",
     "RESPONSE_DYNAMIC_METADATA",
     "BACKEND_TYPE", "GRPC_UDS", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "MERGE_DOMAIN_CONFIG",
@@ -136,6 +136,7 @@ def translate(env: Mapping[str, str]) -> Translation:
         **_tls(env),
         **_connection_age(env),
         **_tracing(env),
+        **{field: env[name] for name, field in _RATIOS.items() if env.get(name)},
         **{field: str(_flag(env, name)) for name, field in _SWITCHES.items() if name in env},
     }
     variables = {_variable(field): value for field, value in settings.items()}

@@ -146,6 +146,7 @@ class LimitReader(PenaltyReader):
             burst=counting.burst,
             strict=counting.strict,
             on_store_failure=counting.on_store_failure,
+            near_limit_ratio=self.defaults.near_limit_ratio,
         )
         if len(self.problems) == before:
             self.check_limit(limit, fields, node, path)

@@ -71,6 +71,7 @@ class StoreFailure(enum.Enum):
 
 
 DEFAULT_SPANS = 6
+NEAR_LIMIT_RATIO = 0.8  # the reference's NEAR_LIMIT_RATIO default
 MIN_SPAN_MS = 50
 
 
@@ -80,6 +81,7 @@ class RuleDefaults:
 
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
     spans: int = DEFAULT_SPANS
+    near_limit_ratio: float = NEAR_LIMIT_RATIO
     # Counts are shared through a store (a Redis URL is set): rules that can only be exact on
     # one node (an eventual sliding log) are refused.
     shared_store: bool = False
@@ -135,6 +137,8 @@ class RateLimit:
     strict: bool = False
     on_store_failure: StoreFailure = StoreFailure.LOCAL
     penalty: Penalty | None = None  # longer blocks for clients ignoring Retry-After
+    # An admitted answer says `near_limit` (a metric) from this share of the limit used on.
+    near_limit_ratio: float = field(default=NEAR_LIMIT_RATIO, compare=False)
     # Derived once: the request path reads these for every hit.
     window_ms: int = field(init=False, compare=False, repr=False)
     # ms a key crossing the limit stays blocked. A fixed window blocks for one window unless

@@ -50,7 +50,6 @@ from ratelimit_sidecar.core.spans import window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
 
-NEAR_LIMIT_RATIO = 0.8  # an admitted answer says `near_limit` from this share of MAX on
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
 # extrapolation of one span of this node's own hits (Poisson: sd = nodes x sqrt(hits/span)).
 NOISE_SIGMAS = 3.0
@@ -115,7 +114,7 @@ class FixedWindow:
         used = counts.seen + counts.resumed + (state.inflight + state.pending) * state.nodes.value
         remaining = min(rpu, int(rpu - used)) if used < rpu else 0
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
-        near = used >= NEAR_LIMIT_RATIO * rpu
+        near = used >= limit.near_limit_ratio * rpu
         # Every field in order, by position: keywords cost a dict per admitted request.
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Code, Verdict
@@ -66,7 +65,7 @@ class SlidingLog:
         log = _log(state, now_ms)
         remaining = min(rpu, max(0, rpu - log.total))
         reset = log.times[0] + limit.window_ms - now_ms if log.times else 0
-        near = log.total >= NEAR_LIMIT_RATIO * rpu
+        near = log.total >= limit.near_limit_ratio * rpu
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:

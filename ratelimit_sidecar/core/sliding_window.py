@@ -54,7 +54,6 @@ import math
 from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
 from ratelimit_sidecar.core.spans import span_bounds, span_number
@@ -121,7 +120,7 @@ class SlidingWindow:
             used = trailing.scaled_count()
         remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
         reset = _until_oldest_leaves(state, trailing, now_ms)
-        near = used >= NEAR_LIMIT_RATIO * rpu * trailing.length
+        near = used >= limit.near_limit_ratio * rpu * trailing.length
         # Every field in order, by position, as the fixed window answers.
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.keystate import Bucket, KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
@@ -116,7 +115,7 @@ class TokenBucket:
         token, full = limit.window_ms, limit.capacity * limit.window_ms
         debt = max(0, state.counts.tat - now_ms * rpu)
         remaining = int(max(0, full - debt) // token)
-        near = debt >= NEAR_LIMIT_RATIO * full
+        near = debt >= limit.near_limit_ratio * full
         reset = _ceil_div(debt, rpu)  # until the bucket is full again
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 

@@ -22,7 +22,7 @@ TOTAL, WITHIN, NEAR, OVER, SHADOW = range(5)
 DECISION_COUNTERS = (
     ("total_hits", "Descriptors checked against a rule"),
     ("within_limit", "Descriptors answered OK"),
-    ("near_limit", "Answered OK with 80% or more of the window used"),
+    ("near_limit", "Answered OK with --near-limit-ratio (0.8) or more of the limit used"),
     ("over_limit", "Descriptors answered OVER_LIMIT"),
     ("shadow_mode", "Over the limit, let through by shadow mode"),
 )

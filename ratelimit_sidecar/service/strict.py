@@ -29,7 +29,6 @@ from typing import NamedTuple, Protocol
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, StoreFailure
 from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict
 from ratelimit_sidecar.core.breaker import Breaker
-from ratelimit_sidecar.core.fixed_window import NEAR_LIMIT_RATIO
 from ratelimit_sidecar.core.limiter import limit_key, refusal_order
 from ratelimit_sidecar.storage.strict_store import StrictAnswer, StrictCheck
 
@@ -204,7 +203,7 @@ def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
     if not answer.fits:
         return refusal(check, answer.reset_ms)
     limit = check.limit
-    near = answer.remaining <= (1 - NEAR_LIMIT_RATIO) * limit.capacity
+    near = answer.remaining <= (1 - limit.near_limit_ratio) * limit.capacity
     return Verdict(
         Code.OK, limit, False, answer.remaining, answer.reset_ms, False, check.shadow, near
     )

@@ -239,3 +239,7 @@ def test_connection_age_variables_are_go_durations() -> None:
     assert variables["RLS_GRPC_MAX_CONNECTION_AGE_GRACE_S"] == "30.0"
     with pytest.raises(ReferenceEnvError, match="GRPC_MAX_CONNECTION_AGE='forever'"):
         translate({"GRPC_MAX_CONNECTION_AGE": "forever"})
+
+
+def test_near_limit_ratio_is_the_setting() -> None:
+    assert translate({"NEAR_LIMIT_RATIO": "0.9"}).variables["RLS_NEAR_LIMIT_RATIO"] == "0.9"
