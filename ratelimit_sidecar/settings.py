@@ -120,6 +120,14 @@ class Settings:
     grpc_max_connection_age_grace_s: float = field(
         default=60.0, metadata=_help("seconds an aged connection's calls get before it is cut")
     )
+    limit_response_headers: bool = field(
+        default=False,
+        metadata=_help("add the reference's RateLimit-Limit/-Remaining/-Reset to every answer"),
+    )
+    limit_response_header_names: str = field(
+        default="RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
+        metadata=_help("those headers' names: limit,remaining,reset"),
+    )
     near_limit_ratio: float = field(
         default=NEAR_LIMIT_RATIO,
         metadata=_help("share of a limit used from which an admitted answer counts as near_limit"),
@@ -244,6 +252,10 @@ class Settings:
             raise ValueError("--overrides-refresh-s must be a positive number of seconds")
         if self.strict_timeout_ms <= 0:
             raise ValueError("--strict-timeout-ms must be a positive number of milliseconds")
+        if len(self.limit_response_header_names.split(",")) != 3:
+            raise ValueError(
+                "--limit-response-header-names takes three names: limit,remaining,reset"
+            )
         if not 0.0 < self.near_limit_ratio <= 1.0:
             raise ValueError("--near-limit-ratio must be above 0 and at most 1")
         if self.tracing_protocol not in ("grpc", "http"):

@@ -85,11 +85,6 @@ IGNORED = {
     "TRACING_SERVICE_INSTANCE_ID": "spans carry service.name and service.namespace only",
 }
 # Read by the reference only with another variable set; harmless here without it.
-_ONLY_WITH = {
-    "LIMIT_LIMIT_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
-    "LIMIT_REMAINING_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
-    "LIMIT_RESET_HEADER": "LIMIT_RESPONSE_HEADERS_ENABLED=true",
-}
 _ONLY_WITH_PREFIXES = {"MEMCACHE_": "BACKEND_TYPE=memcache"}
 _PER_SECOND = "per-second limits share the one Redis of REDIS_URL"
 # Every variable the translation reads (mapped, checked or refused), besides those above.
@@ -101,14 +96,15 @@ READ = frozenset({
     "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE", "QUOTA_MODE",
     "RESPONSE_DYNAMIC_METADATA",
     "BACKEND_TYPE", "GRPC_UDS", "CONFIG_TYPE", "GRPC_SERVER_USE_TLS", "MERGE_DOMAIN_CONFIG",
-    "LIMIT_RESPONSE_HEADERS_ENABLED", *xds.XDS_READ,
+    "LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER", *xds.XDS_READ,
 })  # fmt: skip
 
 
 def known(name: str) -> bool:
     """True for a reference variable this command reads, ignores or refuses."""
     prefixes = (*_ONLY_WITH_PREFIXES, "REDIS_PERSECOND")
-    ignored = name in IGNORED or name in _ONLY_WITH or name in xds.XDS_IGNORED
+    ignored = name in IGNORED or name in xds.XDS_IGNORED
     return name in READ or ignored or name.startswith(prefixes)
 
 
@@ -136,6 +132,7 @@ def translate(env: Mapping[str, str]) -> Translation:
         **_tls(env),
         **_connection_age(env),
         **_tracing(env),
+        **_response_headers(env),
         **{field: env[name] for name, field in _RATIOS.items() if env.get(name)},
         **{field: str(_flag(env, name)) for name, field in _SWITCHES.items() if name in env},
     }
@@ -296,6 +293,19 @@ def _connection_age(env: Mapping[str, str]) -> dict[str, str]:
     return {"grpc_max_connection_age_s": str(age), "grpc_max_connection_age_grace_s": str(grace)}
 
 
+_HEADER_NAMES = {"LIMIT_LIMIT_HEADER": "RateLimit-Limit",
+                 "LIMIT_REMAINING_HEADER": "RateLimit-Remaining",
+                 "LIMIT_RESET_HEADER": "RateLimit-Reset"}  # fmt: skip
+
+
+def _response_headers(env: Mapping[str, str]) -> dict[str, str]:
+    """LIMIT_RESPONSE_HEADERS_ENABLED, its header names renamed by LIMIT_*_HEADER."""
+    if not _flag(env, "LIMIT_RESPONSE_HEADERS_ENABLED"):
+        return {}
+    names = ",".join(env.get(name) or default for name, default in _HEADER_NAMES.items())
+    return {"limit_response_headers": "true", "limit_response_header_names": names}
+
+
 def _tracing(env: Mapping[str, str]) -> dict[str, str]:
     """TRACING_*: OTLP traces; the endpoint comes from OTEL_EXPORTER_OTLP_ENDPOINT, as there."""
     if not _flag(env, "TRACING_ENABLED"):
@@ -314,10 +324,7 @@ def _refuse_unsupported(env: Mapping[str, str]) -> None:
         raise ReferenceEnvError("GRPC_UDS: gRPC on a Unix socket is not supported; use GRPC_PORT")
     if env.get("CONFIG_TYPE", "FILE").upper() not in ("FILE", xds.XDS_TYPE):
         raise ReferenceEnvError(f"CONFIG_TYPE={env['CONFIG_TYPE']!r}: use FILE or {xds.XDS_TYPE}")
-    for name, why in (
-        ("MERGE_DOMAIN_CONFIG", "each domain must be in one rule file"),
-        ("LIMIT_RESPONSE_HEADERS_ENABLED", "use RLS_IETF_HEADERS for RateLimit headers"),
-    ):
+    for name, why in (("MERGE_DOMAIN_CONFIG", "each domain must be in one rule file"),):
         if _flag(env, name):
             raise ReferenceEnvError(f"{name}=true: {why}")
 
@@ -327,7 +334,6 @@ def _ignored(env: Mapping[str, str]) -> tuple[str, ...]:
         f"{name}: {why}" for name, why in {**IGNORED, **xds.XDS_IGNORED}.items() if name in env
     ]
     notes += xds.xds_unused(env)
-    notes += [f"{name}: read only with {gate}" for name, gate in _ONLY_WITH.items() if name in env]
     for name in sorted(env):
         gate = next((g for p, g in _ONLY_WITH_PREFIXES.items() if name.startswith(p)), None)
         if gate is not None:

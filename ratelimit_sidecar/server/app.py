@@ -105,6 +105,7 @@ class Sidecar:
                 shadow_mode=settings.shadow_mode,
                 quota_mode=settings.quota_mode,
                 dynamic_metadata=settings.response_dynamic_metadata,
+                reference_headers=_header_names(settings),
             ),
             observer=self.metrics,
             cache_entries=settings.max_keys,  # one compiled request per tracked counter
@@ -287,6 +288,13 @@ class Sidecar:
             await asyncio.to_thread(self.tracing.shutdown)  # the spans still queued
         log.info("stopped")
         return lost
+
+
+def _header_names(settings: Settings) -> tuple[str, str, str] | None:
+    if not settings.limit_response_headers:
+        return None
+    limit, remaining, reset = (n.strip() for n in settings.limit_response_header_names.split(","))
+    return limit, remaining, reset
 
 
 def _max_age(settings: Settings) -> tuple[float, float] | None:

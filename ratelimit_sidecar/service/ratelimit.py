@@ -186,7 +186,7 @@ class RateLimitHandler:
         options = self._encoder.options
         if known and self._strict is not None and has_strict(hits):
             compiled = CompiledRequest(name, tuple(hits), known, tally, strict=True)
-        elif limit is None or not known or options.ietf_headers or options.dynamic_metadata:
+        elif limit is None or not known or _more_headers(options) or options.dynamic_metadata:
             compiled = CompiledRequest(name, tuple(hits), known, tally)
         else:  # the others are unmatched or unlimited: always the same statuses
             before = self._encoder.statuses(unlimited_verdict(h) for h in hits[:counted])
@@ -316,3 +316,8 @@ def _hits(descriptor: RateLimitDescriptor, default: int) -> int:
     hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
     hits = min(hits, MAX_HITS)  # more than any limit admits: the protocol's uint32 range
     return -hits if descriptor.is_negative_hits else hits
+
+
+def _more_headers(options: ResponseOptions) -> bool:
+    """Headers computed from every status: no constant answer for the request."""
+    return options.ietf_headers or options.reference_headers is not None

@@ -38,6 +38,9 @@ class ResponseOptions:
     shadow_mode: bool = False
     quota_mode: bool = False
     dynamic_metadata: bool = False  # add the reference's dynamic_metadata (dynamic_metadata.py)
+    # The reference's LIMIT_RESPONSE_HEADERS_ENABLED: the names of its limit, remaining and
+    # reset headers, added to every answer with a limit; None: off.
+    reference_headers: tuple[str, str, str] | None = None
 
 
 _SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
@@ -73,7 +76,7 @@ class ResponseEncoder:
 
     def __init__(self, options: ResponseOptions | None = None) -> None:
         self.options = options or ResponseOptions()
-        self._ietf = self.options.ietf_headers
+        self._ietf = self.options.ietf_headers or self.options.reference_headers is not None
         # Per limit: (the limit, its current_limit field, an admitted status's start).
         self._limits: dict[int, tuple[RateLimit, bytes, bytes]] = {}
         self._resets: dict[int, bytes] = {}
@@ -88,6 +91,8 @@ class ResponseEncoder:
         headers = rejection_headers(decision) if over else []
         if self.options.ietf_headers:
             headers += ietf_headers(decision)
+        if self.options.reference_headers is not None:
+            headers += reference_headers(decision, self.options.reference_headers)
         parts += [_field(_HEADER, _header(k, v)) for k, v in headers]
         if over:
             parts.append(_field(_RAW_BODY, rejection_body(decision)))
@@ -233,6 +238,19 @@ def ietf_headers(decision: Decision) -> list[tuple[str, str]]:
         ("ratelimit-policy", f'"{name}";q={limit.requests_per_unit};w={limit.window_seconds}'),
         ("ratelimit", f'"{name}";r={tightest.remaining};t={reset}'),
     ]
+
+
+def reference_headers(decision: Decision, names: tuple[str, str, str]) -> list[tuple[str, str]]:
+    """envoyproxy/ratelimit's response headers: the limit, what remains and the seconds until
+    it resets, of the descriptor closest to its limit (the first with the least remaining)."""
+    limited = [v for v in decision.verdicts if v.limit is not None]
+    if not limited:
+        return []
+    closest = min(limited, key=lambda v: v.remaining)
+    assert closest.limit is not None
+    reset = max(0, -(-closest.reset_ms // 1000))
+    values = (closest.limit.requests_per_unit, closest.remaining, reset)
+    return [(name, str(value)) for name, value in zip(names, values, strict=True)]
 
 
 def _policy_name(limit: RateLimit) -> str:

@@ -167,3 +167,26 @@ def _watch(stub: health_pb2_grpc.HealthStub, name: str, out: list[int]) -> threa
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+async def test_the_references_response_headers_when_asked(tmp_path: Path) -> None:
+    settings = Settings(
+        config_path=str(tmp_path),
+        grpc_address="127.0.0.1:0",
+        metrics_address="127.0.0.1:0",
+        debug_address="127.0.0.1:0",
+        limit_response_headers=True,
+        limit_response_header_names="L,R,X-Reset",
+    )
+    server = Sidecar(settings, load_rules(write_rules(tmp_path, RULES)))
+    await server.startup()
+    try:
+        body = json.dumps({"domain": "gateway", "descriptors": [{"entries": [{"key": "client",
+                          "value": "h"}]}]}).encode()  # fmt: skip
+        status, text = await _call(server.debug.port, "/json", body)
+    finally:
+        await server.shutdown()
+    assert status == 200
+    headers = {h["key"]: h["value"] for h in json.loads(text)["responseHeadersToAdd"]}
+    assert (headers["L"], headers["R"]) == ("2", "1")
+    assert 0 < int(headers["X-Reset"]) <= 60

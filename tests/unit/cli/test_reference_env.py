@@ -104,7 +104,6 @@ def test_redis_variables_become_one_url_the_store_opens(env: dict[str, str], url
         ({"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS_CERT"),
         ({"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}, "GRPC_SERVER_TLS_KEY"),
         ({"MERGE_DOMAIN_CONFIG": "true"}, "MERGE_DOMAIN_CONFIG"),
-        ({"LIMIT_RESPONSE_HEADERS_ENABLED": "TRUE"}, "LIMIT_RESPONSE_HEADERS_ENABLED"),
         ({"SHADOW_MODE": "yes"}, "SHADOW_MODE"),
         ({"LOG_LEVEL": "loud"}, "LOG_LEVEL"),
         ({"LOG_FORMAT": "xml"}, "LOG_FORMAT"),
@@ -243,3 +242,12 @@ def test_connection_age_variables_are_go_durations() -> None:
 
 def test_near_limit_ratio_is_the_setting() -> None:
     assert translate({"NEAR_LIMIT_RATIO": "0.9"}).variables["RLS_NEAR_LIMIT_RATIO"] == "0.9"
+
+
+def test_response_header_variables_become_the_header_settings() -> None:
+    env = {"LIMIT_RESPONSE_HEADERS_ENABLED": "TRUE", "LIMIT_RESET_HEADER": "X-Reset"}
+    variables = translate(env).variables
+    assert variables["RLS_LIMIT_RESPONSE_HEADERS"] == "true"
+    names = "RateLimit-Limit,RateLimit-Remaining,X-Reset"
+    assert variables["RLS_LIMIT_RESPONSE_HEADER_NAMES"] == names
+    assert "RLS_LIMIT_RESPONSE_HEADERS" not in translate({"LIMIT_RESET_HEADER": "x"}).variables

@@ -102,6 +102,27 @@ def test_ietf_headers_describe_the_tightest_limit(tmp_path: Path, over: bool) ->
     assert headers["ratelimit"] == f'"per-user";r={0 if over else 1};t=60'
 
 
+NAMES = ("RateLimit-Limit", "RateLimit-Remaining", "X-Reset")
+
+
+def test_the_references_headers_describe_the_descriptor_closest_to_its_limit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text(RULES)
+    options = ResponseOptions(reference_headers=NAMES)
+    h = RateLimitHandler(load_rules(path), FleetLimiter(), lambda: T0, options=options)
+    entries = ([("user", "j")], [("files", "files/a")], [("free", "x")])
+    replies = [decide(h, request("d", *entries)) for _ in range(3)]
+    headers = [{x.key: x.value for x in r.response_headers_to_add} for r in replies]
+    assert [hd["RateLimit-Remaining"] for hd in headers] == ["1", "0", "0"]
+    assert {hd["RateLimit-Limit"] for hd in headers} == {"2"}
+    assert headers[0]["X-Reset"] == "60"  # the minute window from T0 (a whole minute)
+    assert replies[2].overall_code == OVER
+    unlimited = decide(h, request("d", [("free", "y")]))
+    assert not unlimited.response_headers_to_add  # no limit, no headers
+
+
 class GeneralPathHandler(RateLimitHandler):
     """Every request decided by Limiter.hit and the general encoder (no short path)."""
 
