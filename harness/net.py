@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -50,6 +51,16 @@ def http_ok(url: str, timeout_s: float = 1.0) -> bool:
             return True
     except OSError:  # refused, timed out, or an HTTPError status
         return False
+
+
+def http_call(port: int, path: str, body: bytes | None = None) -> tuple[int, str]:
+    """GET (or POST `body`) http://127.0.0.1:`port``path`: the status and the body's text."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
 
 
 def wait_grpc_serving(address: str, timeout_s: float = 15.0) -> None:

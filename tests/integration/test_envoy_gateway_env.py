@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.grpc_client import request, rls_stub
-from harness.net import free_ports
+from harness.net import free_ports, http_call
 from harness.process import python_module, stop_process
 from harness.redis_servers import ServerProcess
 from harness.xds_certs import SERVER_NAME, make_ca, signed_cert
@@ -99,15 +98,6 @@ def deployment(
         ads.stop()
 
 
-def http(port: int, path: str, body: bytes | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
 def decide(deployment: Deployment, address: str) -> wire.RateLimitResponse:
     entries = [*GATEWAY_PREFIX, ("remote_address", address)]
     stub = rls_stub(deployment.channel)
@@ -139,13 +129,13 @@ def test_envoy_gateways_deployment_runs_with_only_the_image_changed(
         health_pb2.HealthCheckRequest(service="ratelimit"), timeout=5
     )
     assert health.status == health_pb2.HealthCheckResponse.SERVING
-    assert http(deployment.port, "/healthcheck") == (200, "OK")
-    status, text = http(deployment.debug_port, "/rlconfig")
+    assert http_call(deployment.port, "/healthcheck") == (200, "OK")
+    status, text = http_call(deployment.debug_port, "/rlconfig")
     assert status == 200 and "unit=SECOND requests_per_unit=2" in text
     pairs = [*GATEWAY_PREFIX, ("remote_address", "10.0.0.2")]
     body = {"domain": GATEWAY_DOMAIN, "descriptors": [{"entries": [
         {"key": k, "value": v} for k, v in pairs]}]}  # fmt: skip
-    status, text = http(deployment.debug_port, "/json", json.dumps(body).encode())
+    status, text = http_call(deployment.debug_port, "/json", json.dumps(body).encode())
     assert status == 429 and json.loads(text)["overallCode"] == "OVER_LIMIT"
     with own_redis_server.client() as client:  # the counts reached the Redis REDIS_URL names
         wait_until(lambda: client.keys("rls:*"))

@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.grpc_client import request, rls_stub
-from harness.net import free_ports, wait_grpc_serving
+from harness.net import free_ports, http_call, wait_grpc_serving
 from harness.process import python_module, stop_process
 from harness.redis_servers import ServerProcess
 from ratelimit_sidecar._proto import wire
@@ -73,15 +71,6 @@ def reference(tmp_path: Path, redis_server: ServerProcess) -> Iterator[Reference
         process.stop()
 
 
-def http(port: int, path: str, body: bytes | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
 def test_answers_from_the_mounted_rules_and_syncs_through_redis(
     reference: Reference, redis_server: ServerProcess
 ) -> None:
@@ -104,15 +93,15 @@ def test_answers_from_the_mounted_rules_and_syncs_through_redis(
 
 
 def test_serves_the_references_endpoints(reference: Reference) -> None:
-    assert http(reference.port, "/healthcheck") == (200, "OK")
-    status, text = http(reference.port, "/metrics")
+    assert http_call(reference.port, "/healthcheck") == (200, "OK")
+    status, text = http_call(reference.port, "/metrics")
     assert status == 404  # the health port serves probes only
-    status, text = http(reference.debug_port, "/rlconfig")
+    status, text = http_call(reference.debug_port, "/rlconfig")
     assert status == 200
     assert "echo-ratelimit.PATH_/: unit=MINUTE requests_per_unit=2" in text
     entries = [{"key": "PATH", "value": "/x"}]
     body = json.dumps({"domain": "echo-ratelimit", "descriptors": [{"entries": entries}]})
-    status, text = http(reference.debug_port, "/json", body.encode())
+    status, text = http_call(reference.debug_port, "/json", body.encode())
     assert status == 200
     assert json.loads(text)["statuses"][0]["currentLimit"]["requestsPerUnit"] == 100
 

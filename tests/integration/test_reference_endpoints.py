@@ -8,8 +8,6 @@ import json
 import signal
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from harness.net import http_call
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar.config.loader import load_rules
@@ -60,17 +59,8 @@ async def sidecar(tmp_path: Path) -> AsyncIterator[Sidecar]:
     await server.shutdown()
 
 
-def call(port: int, path: str, body: bytes | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
 async def _call(port: int, path: str, body: bytes | None = None) -> tuple[int, str]:
-    return await asyncio.to_thread(call, port, path, body)
+    return await asyncio.to_thread(http_call, port, path, body)
 
 
 async def test_rlconfig_lists_every_limit_in_the_reference_format(sidecar: Sidecar) -> None:
@@ -132,7 +122,7 @@ def test_sigterm_turns_grpc_health_and_healthcheck_not_serving(tmp_path: Path) -
     process = SidecarProcess(write_rules(tmp_path, RULES)).wait_ready()
     seen: dict[str, list[int]] = {"": [], "ratelimit": []}
     try:
-        assert call(process.metrics_port, "/healthcheck") == (200, "OK")
+        assert http_call(process.metrics_port, "/healthcheck") == (200, "OK")
         with grpc.insecure_channel(process.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             check = stub.Check(health_pb2.HealthCheckRequest(service="ratelimit"), timeout=2)
