@@ -43,6 +43,10 @@ def _option(default: Any, text: str) -> Any:
     return field(default=default, metadata=_help(text))
 
 
+def _opt(default: Any, text: str) -> Any:
+    return field(default=default, metadata=_help(text))
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     config_path: str = field(
@@ -96,49 +100,32 @@ class Settings:
     grpc_tls_client_san: str | None = field(
         default=None, metadata=_help("a subject alternative name client certificates must carry")
     )
-    tracing: bool = field(
-        default=False, metadata=_help("export OpenTelemetry traces (ShouldRateLimit and syncs)")
+    tracing: bool = _opt(False, "export OpenTelemetry traces (ShouldRateLimit and syncs)")
+    tracing_endpoint: str | None = _opt(
+        None, "OTLP endpoint URL (else OTEL_EXPORTER_OTLP_ENDPOINT or the SDK default)"
     )
-    tracing_endpoint: str | None = field(
-        default=None,
-        metadata=_help("OTLP endpoint URL (else OTEL_EXPORTER_OTLP_ENDPOINT or the SDK default)"),
+    tracing_protocol: str = _opt("grpc", "OTLP over grpc or http")
+    tracing_service_name: str = _opt("ratelimit-sidecar", "service.name of the spans")
+    tracing_service_namespace: str | None = _opt(None, "service.namespace of the spans")
+    tracing_sampling_ratio: float = _opt(1.0, "share of new traces sampled (Envoy's is kept)")
+    grpc_max_connection_age_s: float | None = _opt(
+        None, "seconds a gRPC connection lives before GOAWAY (clients re-resolve); off"
     )
-    tracing_protocol: str = field(default="grpc", metadata=_help("OTLP over grpc or http"))
-    tracing_service_name: str = field(
-        default="ratelimit-sidecar", metadata=_help("service.name of the spans")
+    grpc_max_connection_age_grace_s: float = _opt(60.0, "seconds an aged connection's calls get")
+    limit_response_headers: bool = _opt(
+        False, "add the reference's RateLimit-Limit/-Remaining/-Reset to every answer"
     )
-    tracing_service_namespace: str | None = field(
-        default=None, metadata=_help("service.namespace of the spans")
+    limit_response_header_names: str = _opt(
+        "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset", "those headers' names, in order"
     )
-    tracing_sampling_ratio: float = field(
-        default=1.0, metadata=_help("share of new traces sampled (Envoy's decision is kept)")
+    near_limit_ratio: float = _opt(
+        NEAR_LIMIT_RATIO, "share of a limit used from which an OK answer counts as near_limit"
     )
-    grpc_max_connection_age_s: float | None = field(
-        default=None,
-        metadata=_help("seconds a gRPC connection lives before GOAWAY (clients re-resolve); off"),
+    health_address: str | None = _opt(
+        None, "host:port of a listener of its own for /healthcheck, /healthz, /readyz"
     )
-    grpc_max_connection_age_grace_s: float = field(
-        default=60.0, metadata=_help("seconds an aged connection's calls get before it is cut")
-    )
-    limit_response_headers: bool = field(
-        default=False,
-        metadata=_help("add the reference's RateLimit-Limit/-Remaining/-Reset to every answer"),
-    )
-    limit_response_header_names: str = field(
-        default="RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset",
-        metadata=_help("those headers' names: limit,remaining,reset"),
-    )
-    near_limit_ratio: float = field(
-        default=NEAR_LIMIT_RATIO,
-        metadata=_help("share of a limit used from which an admitted answer counts as near_limit"),
-    )
-    health_address: str | None = field(
-        default=None,
-        metadata=_help("host:port of a listener of its own for /healthcheck, /healthz, /readyz"),
-    )
-    debug_address: str | None = field(
-        default=None,
-        metadata=_help("host:port of /rlconfig and POST /json (the reference's debug port); off"),
+    debug_address: str | None = _opt(
+        None, "host:port of /rlconfig and POST /json (the reference's debug port); off"
     )
     log_format: str = field(default="text", metadata=_help("text or json"))
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))

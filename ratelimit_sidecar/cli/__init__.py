@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_option(parser: argparse.ArgumentParser, option: Option) -> None:
     """A flag whose default is its environment variable, else None (the Settings default)."""
-    env = os.environ.get(option.env)
+    env = os.environ.get(option.env) or None  # set but empty: unset (a worker gets every setting)
     shown = f" (default: {option.default_text})" if option.default_text else ""
     text = f"{option.help}{shown} [{option.env}]"
     if option.kind is bool:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 from typing import Protocol, cast
 
 from ratelimit_sidecar.server.transport import frames as f
+from ratelimit_sidecar.server.transport.aging import Aging
 from ratelimit_sidecar.server.transport.control import ControlFrames, Stream
 from ratelimit_sidecar.server.transport.frames import ConnectionError_, ErrorCode
 from ratelimit_sidecar.server.transport.headers import BlockDecoder, Decoded
@@ -33,13 +33,10 @@ FLOOD_WINDOW_S = 10.0
 WRITE_HIGH_WATER = 256 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0  # a closing connection whose peer does not read is aborted after this
-SERVER_SETTINGS = f.settings(
-    {
-        f.SETTINGS_MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-        f.SETTINGS_MAX_HEADER_LIST_SIZE: SOFT_HEADER_LIST_BYTES,
-        f.SETTINGS_ENABLE_PUSH: 0,
-    }
-) + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
+SERVER_SETTINGS = f.settings({
+    f.SETTINGS_MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+    f.SETTINGS_MAX_HEADER_LIST_SIZE: SOFT_HEADER_LIST_BYTES, f.SETTINGS_ENABLE_PUSH: 0,
+}) + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)  # fmt: skip
 
 
 class CallOpener(Protocol):
@@ -84,7 +81,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
         self._turn: asyncio.Handle | None = None
         self.peer = ""
         self._timer: asyncio.TimerHandle | None = None
-        self._aged: asyncio.TimerHandle | None = None  # the maximum age, then its grace
+        self._aging: Aging | None = None  # --grpc-max-connection-age-s
         self._dispatch: tuple[Callable[[int, int, bytes], None], ...] = (
             self._on_data, self._on_headers, self._on_priority, self._on_rst_stream,
             self._on_settings, self._on_push_promise, self._on_ping, self._on_goaway,
@@ -102,18 +99,7 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             HANDSHAKE_TIMEOUT_S, self._handshake_expired
         )
         self.core.connections.add(self)
-        if self.core.max_age is not None:
-            age, grace = self.core.max_age
-            lifetime = age * random.uniform(0.9, 1.1)  # spread: not every client reconnects at once
-            self._aged = asyncio.get_running_loop().call_later(lifetime, self._age_out, grace)
-
-    def _age_out(self, grace: float) -> None:
-        """Past the maximum age: GOAWAY, so the client reconnects (and re-resolves); the calls
-        open now get `grace` seconds, then the connection is cut."""
-        self.goaway()
-        self._aged = asyncio.get_running_loop().call_later(
-            grace, self.fail, ErrorCode.NO_ERROR, "max connection age"
-        )
+        self._aging = None if self.core.max_age is None else Aging(self, *self.core.max_age)
 
     def connection_lost(self, _exc: Exception | None) -> None:
         self.closed = True
@@ -121,8 +107,8 @@ class H2Connection(ControlFrames, asyncio.Protocol):
             self._turn.cancel()
         if self._timer is not None:
             self._timer.cancel()
-        if self._aged is not None:
-            self._aged.cancel()
+        if self._aging is not None:
+            self._aging.cancel()
         for call in list(self.calls.values()):
             call.cancel()
         self.calls.clear()
