@@ -90,3 +90,17 @@ def run_cli(args: Sequence[str], timeout_s: float = 30.0) -> subprocess.Complete
         timeout=timeout_s,
         check=False,
     )
+
+
+def start_reference(env: dict[str, str]) -> subprocess.Popen[str]:
+    """The `ratelimit` command configured by `env` alone (the reference's variables): this
+    process's RLS_* variables are left out, so only what `env` says reaches the sidecar."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RLS_")}
+    return subprocess.Popen(
+        python_module("ratelimit_sidecar.cli.reference"),
+        env={**clean, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

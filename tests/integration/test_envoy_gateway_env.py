@@ -6,8 +6,6 @@ reference's endpoints."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.grpc_client import request, rls_stub
 from harness.net import free_ports, http_call
-from harness.process import python_module, stop_process
+from harness.process import stop_process
 from harness.redis_servers import ServerProcess
+from harness.sidecar import start_reference
 from harness.xds_certs import SERVER_NAME, make_ca, signed_cert
 from harness.xds_server import GATEWAY_DOMAIN, GATEWAY_PREFIX, AdsServer, ServerTls, gateway_config
 from ratelimit_sidecar._proto import wire
@@ -53,15 +52,7 @@ class Deployment:
         env = {name: local.get(value, value) for name, value in manifest_env().items()}
         env |= {"HOST": "127.0.0.1", "PORT": str(self.port), "GRPC_HOST": "127.0.0.1",
                 "GRPC_PORT": str(self.grpc_port), "DEBUG_PORT": str(self.debug_port)}  # fmt: skip
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("RLS_")}
-        self.proc = subprocess.Popen(
-            python_module("ratelimit_sidecar.cli.reference"),
-            env={**clean, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = start_reference(env)
         ca = (certs / "ca.pem").read_bytes()
         self.channel = grpc.secure_channel(
             f"127.0.0.1:{self.grpc_port}",

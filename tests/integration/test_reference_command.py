@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +13,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness.grpc_client import request, rls_stub
 from harness.net import free_ports, http_call, wait_grpc_serving
-from harness.process import python_module, stop_process
+from harness.process import stop_process
 from harness.redis_servers import ServerProcess
+from harness.sidecar import start_reference
 from ratelimit_sidecar._proto import wire
 
 RULES = """\
@@ -44,15 +43,7 @@ class Reference:
                "HOST": "127.0.0.1", "GRPC_HOST": "127.0.0.1", "PORT": str(self.port),
                "GRPC_PORT": str(self.grpc_port), "DEBUG_PORT": str(self.debug_port),
                "CACHE_KEY_PREFIX": "istio:", **more}  # fmt: skip
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("RLS_")}
-        self.proc = subprocess.Popen(
-            python_module("ratelimit_sidecar.cli.reference"),
-            env={**clean, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = start_reference(env)
         self.address = f"127.0.0.1:{self.grpc_port}"
         self.stderr = ""
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harness.net import free_ports, http_ok, wait_grpc_serving
-from harness.process import python_module, stop_process
-from harness.sidecar import SidecarProcess
+from harness.process import stop_process
+from harness.sidecar import SidecarProcess, start_reference
 from harness.xds_certs import SERVER_NAME, Pki, client_cert, make_pki
 from harness.xds_server import AdsServer, ServerTls, gateway_config
 from tests.integration.test_xds import RETRY, get, limit_at, limit_seen, wait_for
@@ -100,15 +99,7 @@ def test_the_ratelimit_command_with_envoy_gateways_variables(
         "HOST": "127.0.0.1", "PORT": str(port), "GRPC_HOST": "127.0.0.1",
         "GRPC_PORT": str(grpc_port), "RUNTIME_ROOT": str(tmp_path), "LOG_LEVEL": "info",
     }  # fmt: skip
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("RLS_")}
-    proc = subprocess.Popen(
-        python_module("ratelimit_sidecar.cli.reference"),
-        env={**clean, **env},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_reference(env)
     try:
         target = f"127.0.0.1:{grpc_port}"
         wait_grpc_serving(target)
