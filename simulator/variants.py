@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from ratelimit_sidecar.core import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
@@ -149,9 +150,11 @@ def system_for(name: str) -> System:
 
 def _combined(rules: Iterable[FixedWindowVariant]) -> FixedWindowVariant:
     """Every parameter that any of `rules` changes from the shipped default."""
-    changed: dict[str, bool] = {}
+    changed: dict[str, Any] = {}
     for rule in rules:
         for f in fields(FixedWindowVariant):
+            if f.name == "early":  # the fleet limiter's own, set when it is built
+                continue
             value = getattr(rule, f.name)
             if value != getattr(DEFAULT_RULE, f.name):
                 changed[f.name] = value

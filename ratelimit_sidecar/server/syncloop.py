@@ -50,6 +50,8 @@ class SyncLoop:
         self._schedule = SyncSchedule(self._clock_ms(), timeout_ms)
         self._on_sync = on_sync
         self._stop = asyncio.Event()
+        self._woken = asyncio.Event()  # a new key asked for an early push (core/quiet_keys.py)
+        limiter.early.wake = self._woken.set
         self.store_up = True  # the last sync was answered (even if some keys failed in it)
         self.last_error = ""  # the kind of the last failure ("timeout", "connection", ...)
         self.key_errors = 0  # keys the store answered but did not apply, in the last sync
@@ -70,13 +72,14 @@ class SyncLoop:
                 schedule.synced(self._clock_ms())
 
     async def _sleep_until(self, wake_ms: int) -> bool:
-        """Sleep until the clock reaches `wake_ms`; True if asked to stop meanwhile."""
-        while (delay := wake_ms - self._clock_ms()) > 0:
-            try:
-                await asyncio.wait_for(self._stop.wait(), delay / 1000)
-                return True
-            except TimeoutError:
-                continue
+        """Sleep until the clock reaches `wake_ms` or an early push is asked for; True if
+        asked to stop meanwhile."""
+        while (delay := wake_ms - self._clock_ms()) > 0 and not self._woken.is_set():
+            waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._woken)]
+            await asyncio.wait(waits, timeout=delay / 1000, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+        self._woken.clear()
         return self._stop.is_set()
 
     async def sync_once(self, flush: bool = False) -> SyncStats:
