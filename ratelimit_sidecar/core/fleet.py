@@ -30,6 +30,7 @@ from ratelimit_sidecar.core.quiet_keys import (
     SYNC,
     EarlySync,
     HeardTotals,
+    near_at,
 )
 from ratelimit_sidecar.core.spans import span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
@@ -55,10 +56,9 @@ class FleetLimiter(Limiter):
         new_keys_alone: bool = True,
         key_digest: Callable[[KeyId], str] | None = None,
     ) -> None:
-        """`quiet_share` bounds the hits held back (core/quiet_keys.py; 0: none);
-        `new_keys_alone` False: a new key assumes an even split over the live nodes instead of
-        this gateway alone (`_new_key_nodes`); `key_digest` names a key as the store's near
-        notices do (None: they are not followed)."""
+        """`quiet_share`: the bound on held hits (core/quiet_keys.py; 0: none); see
+        `_new_key_nodes` for `new_keys_alone`; `key_digest` names a key as the store's near
+        notices do (None: not followed)."""
         self._shared_early = EarlySync()
         fixed_window = replace(fixed_window or FixedWindow(), early=self._shared_early)
         super().__init__(max_keys, fixed_window=fixed_window)
@@ -121,7 +121,12 @@ class FleetLimiter(Limiter):
             self.quiet_hits += state.pending
             state.pending = 0
         synced = counts.near or counts.pushed
+        # A window that ended near its limit makes the next one near from its start: a busy
+        # key's first span is synced, not held while its count is still low.
+        busy = counts.seen >= near_at(state.limit.requests_per_unit)
+        consecutive = now_ms // state.limit.window_ms == state.window + 1
         self.dropped_hits += state.roll(now_ms)
+        counts.near = busy and consecutive
         if not synced:
             state.nodes.window = NO_WINDOW
 
@@ -200,10 +205,8 @@ class FleetLimiter(Limiter):
 
     def next_span_end(self, now_ms: int) -> int | None:
         """The next span end, or sooner an early push a new key asked for."""
-        span_end_ms, early = super().next_span_end(now_ms), self.early.due_ms
-        if early is None or (span_end_ms is not None and span_end_ms < early):
-            return span_end_ms
-        return early
+        ends = (super().next_span_end(now_ms), self.early.due_ms)
+        return min((end for end in ends if end is not None), default=None)
 
     def batch_in_flight(self) -> SyncBatch:
         if self._plan is None:
@@ -267,13 +270,16 @@ class FleetLimiter(Limiter):
         self._plan = None
         if result is not None and not plan.answers(result):
             result, resend = None, False  # a store that answers something else: maybe applied
-        self.store_up = result is not None
+        if batch:  # an empty batch is not sent: it says nothing of the store
+            self.store_up = result is not None
         if result is None:
             stats = plan.fail(now_ms, resend)
         else:
             if result.live_nodes > 0:
                 self.live_nodes, self.nodes_known = result.live_nodes, True
             stats = plan.succeed(now_ms, result)
+            if result.heartbeat_error:
+                stats = replace(stats, heartbeat_failed=True)
         self._orphans += plan.requeue
         self._orphan_unsent_of_gone(plan)
         self.dropped_hits += stats.dropped_hits

@@ -55,6 +55,8 @@ class SyncLoop:
         self.store_up = True  # the last sync was answered (even if some keys failed in it)
         self.last_error = ""  # the kind of the last failure ("timeout", "connection", ...)
         self.key_errors = 0  # keys the store answered but did not apply, in the last sync
+        self.heartbeat_errors = 0  # heartbeats the store answered with an error (cumulative)
+        self._heartbeat_failing = False
         self._key_errors_logged_ms: int | None = None
 
     def stop(self) -> None:
@@ -87,10 +89,12 @@ class SyncLoop:
         for _ in self.limiter.end_span_steps(self._clock_ms(), flush=flush):
             await asyncio.sleep(0)  # let requests in between slices of a large span
         batch = self.limiter.batch_in_flight()
+        batch.heartbeat = self._schedule.heartbeat_due(self._clock_ms())
         result, resend = await self._call_store(batch)
         stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
         if result is not None:
             self._report_key_errors(batch, result, stats.failed_keys)
+            self._report_heartbeat(result.heartbeat_error)
         else:
             self.key_errors = 0  # no key was answered: the failure is in `last_error`
         if self._on_sync is not None:
@@ -103,6 +107,8 @@ class SyncLoop:
         sent = clock.local_ms() if clock is not None else 0
         keys = len(batch.pushes) + len(batch.total_reads)
         timeout_ms = self._schedule.store_timeout_ms(self.limiter.shortest_span_ms(), keys)
+        if not batch and not batch.heartbeat:
+            return SyncResult(), True  # nothing to push, read or beat: no call at all
         try:
             result = await asyncio.wait_for(self.storage.sync(batch), timeout_ms / 1000)
         except TimeoutError as exc:  # our own deadline: the store may still apply it
@@ -127,6 +133,17 @@ class SyncLoop:
             )
         self.store_up, self.last_error = False, error.kind
         return None, not error.may_have_applied
+
+    def _report_heartbeat(self, error: str) -> None:
+        """A heartbeat the store refused (a wrong-typed node set...): counted, and logged when
+        it starts and ends; the live node count stays at its last value meanwhile."""
+        if error:
+            self.heartbeat_errors += 1
+            if self.heartbeat_errors == 1 or not self._heartbeat_failing:
+                log.warning("heartbeat failed: %s; the live node count is not updated", error)
+        elif self._heartbeat_failing:
+            log.info("heartbeat answered again")
+        self._heartbeat_failing = bool(error)
 
     def _report_key_errors(self, batch: SyncBatch, result: SyncResult, failed: int) -> None:
         """Record the keys the store did not apply; log them at most once per KEY_LOG_EVERY_MS

@@ -11,6 +11,9 @@
 --          "factor/max_ms/forgive_ms/wanted/blocking" (penalty.lua): the answer then ends with
 --          "|level|block_level")
 -- ARGV[3]  the blocks channel (sync_common.lua)
+-- ARGV[4]  the near channel: a push that takes a window's counter to NEAR_SHARE of max or
+--          past it announces "digest|window|total" there (storage/blocks.py `parse_near`), so
+--          that every node syncs the key from then on (core/quiet_keys.py); '' or absent: none
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left" (the counter after its
 -- INCRBY, and the remaining ms of its block flag, 0 if none), or "E:<reason>" when nothing was
@@ -24,6 +27,7 @@
 -- keys answered "E:", because those were surely not counted.
 
 local prefix = ARGV[1]
+local near_channel = ARGV[4] or ''
 local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([^|]*)$'
 
 local function push(text)
@@ -44,6 +48,11 @@ local function push(text)
   cooldown = tonumber(cooldown)
   local p = penalty_of(penalty)
   max = tonumber(max)
+  local near = {{NEAR_SHARE}} * max
+  if near_channel ~= '' and total >= near and total - tonumber(count) < near then
+    local window = string.match(suffix, '(%d+)$')
+    redis.pcall('PUBLISH', near_channel, digest .. '|' .. window .. '|' .. total)
+  end
   if p then -- "total,left|level|block_level" (sync_common.lua)
     local left, levels = penalised(digest, tag, cooldown, total > max, p, max)
     return total .. ',' .. left .. levels
