@@ -37,14 +37,17 @@ local function push(text)
   end
   local tag = prefix .. '{' .. digest .. '}'
   local counter, flag = tag .. suffix, tag .. ':block'
-  -- INCRBY and PEXPIRE even for a count of 0: the work per key is the same whatever the
-  -- traffic, and a counter can never be left without a TTL.
+  -- INCRBY even for a count of 0: the answer carries the window's total.
   local total = redis.pcall('INCRBY', counter, count)
   if failed(total) then
     return reason(total)
   end
   -- From here on the count is applied: a later failure only costs this key its block flag.
-  redis.pcall('PEXPIRE', counter, ttl)
+  -- The TTL is set by the push that made the counter (its total is its own count; a counter
+  -- that was at 0 gets it again, harmlessly): one command less for every later push.
+  if total == tonumber(count) then
+    redis.pcall('PEXPIRE', counter, ttl)
+  end
   cooldown = tonumber(cooldown)
   local p = penalty_of(penalty)
   max = tonumber(max)
