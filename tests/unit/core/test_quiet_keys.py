@@ -14,7 +14,7 @@ RULE = rule(rpu=100, spans=2)
 
 def fleet(live_nodes: int = 4, **options: object) -> FleetLimiter:
     """A fleet limiter whose first sync (an empty batch) has told it the live node count."""
-    limiter = FleetLimiter(key_digest=lambda key: "|".join(key), **options)  # type: ignore[arg-type]
+    limiter = FleetLimiter(key_digest="|".join, **options)  # type: ignore[arg-type]
     limiter.apply_sync(T0, limiter.end_span(T0), SyncResult(live_nodes=live_nodes))
     return limiter
 
