@@ -206,7 +206,7 @@ class Engine:
             node = SimNode(index, LocalLimiter(), None, offset, 0, hits, schedule)
             self.nodes[index] = node
             return
-        fleet = FleetLimiter(fixed_window=system.algorithm)
+        fleet = FleetLimiter(fixed_window=system.algorithm, new_keys_alone=system.new_keys_alone)
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
         if self.quota is not None and self.rlqs.uses_rlqs(index):

@@ -202,6 +202,11 @@ def _early_share(state: KeyState, total: int, live_nodes: int) -> None:
         share = min(total / pushed, live_nodes)
         if share > nodes.value:
             nodes.set(share)
+    # Pushed early again once past an even share of what is left: when every node sees a new
+    # key's burst at once, each learns the others' pushes within a round trip, not a span.
+    rpu, counts = state.limit.requests_per_unit, state.counts
+    if counts.alone and live_nodes > 1 and total < rpu:
+        counts.early_at = state.pending + (rpu - total) / live_nodes
 
 
 def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:

@@ -104,7 +104,7 @@ class FleetLimiter(Limiter):
         if total := self.heard.take(state.key, state.window):
             counts.seen, counts.near = max(counts.seen, total), True
         elif state.nodes.value == 1 and self.live_nodes > 1:
-            counts.early_at = state.limit.requests_per_unit / self.live_nodes
+            counts.alone, counts.early_at = True, state.limit.requests_per_unit / self.live_nodes
 
     def _catch_up(self, state: KeyState, now_ms: int) -> None:
         """The sync loop pushes the span that ended; only the window may have moved on."""

@@ -20,7 +20,7 @@ class WindowCounts:
     """A fixed window's own state (core/fixed_window.py): what it knows of the key's current
     window, which the key's window roll clears."""
 
-    __slots__ = ("ceiling", "early_at", "near", "pushed", "resumed", "seen")
+    __slots__ = ("alone", "ceiling", "early_at", "near", "pushed", "resumed", "seen")
 
     def __init__(self, ceiling: float) -> None:
         self.seen = 0  # the store's total for the window, at the last sync
@@ -30,7 +30,8 @@ class WindowCounts:
         self.ceiling = ceiling
         self.near = False  # the window came near MAX: synced every span (core/quiet_keys.py)
         self.pushed = False  # this node pushed hits of the window: it pushes all of them
-        self.early_at = NEVER  # own unpushed hits past this ask for an early first push
+        self.early_at = NEVER  # own unpushed hits past this ask for an early push
+        self.alone = False  # a new key that assumed it had its gateway alone (core/fleet.py)
 
     def next_window(self) -> None:
         self.seen = self.resumed = 0
