@@ -153,6 +153,11 @@ class BlocksCollector(Collector):
             "Announced blocks that blocked a key of this node at once",
             value=blocks.applied,
         )
+        yield CounterMetricFamily(
+            f"{NS}_fleet_near_received",
+            "Windows announced near their limit (core/quiet_keys.py)",
+            value=blocks.near_received,
+        )
         yield GaugeMetricFamily(
             f"{NS}_subscription_up",
             "The pub/sub subscription is connected (else blocks arrive at span ends)",

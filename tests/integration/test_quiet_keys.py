@@ -6,6 +6,7 @@ Redis command is counted from INFO commandstats (commands run inside scripts inc
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -16,7 +17,7 @@ from harness.redis_servers import ServerProcess
 from ratelimit_sidecar.config.model import Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Hit
 from ratelimit_sidecar.server.fleetblocks import FleetBlocks
-from ratelimit_sidecar.server.syncloop import SyncLoop
+from ratelimit_sidecar.server.syncloop import SyncLoop, wall_clock_ms
 from ratelimit_sidecar.storage.keys import digest
 from ratelimit_sidecar.storage.redis_urls import open_redis
 from tests.unit.core.rules import rule
@@ -137,3 +138,30 @@ async def test_a_refused_heartbeat_is_counted_and_the_node_keeps_syncing(
     assert stats.heartbeat_failed and loop.heartbeat_errors == 1
     assert loop.store_up and stats.pushed_keys == 1  # the push itself went through
     assert fleet.limiters[0].live_nodes == live  # the last count stands
+
+
+async def test_a_new_key_past_an_even_share_is_pushed_at_once(redis_server: ServerProcess) -> None:
+    """On the real clock: a span of 10 s, and the push of a new key arrives in milliseconds."""
+    prefix = f"q{uuid.uuid4().hex[:8]}:"
+    limiter = FleetLimiter(key_digest=digest)
+    store = open_redis(f"{redis_server.url}?{PATIENT}", prefix, "solo")
+    loop = SyncLoop(limiter, store, timeout_ms=2_000)
+    runner = asyncio.create_task(loop.run())
+    try:
+        await asyncio.sleep(0.2)  # the first sync: the heartbeat
+        limiter.live_nodes = 4  # as if three more gateways were up
+        key = ("d", "k", "early")
+        for _ in range(26):  # 100 / 4 = 25: the 26th asks for the push
+            limiter.hit(wall_clock_ms(), [Hit(RULE, key, 1)])
+        window = wall_clock_ms() // 60_000
+        counter = f"{prefix}{{{digest(key)}}}:d:k:{window}"
+        with redis_server.client() as admin:
+            for _ in range(100):
+                if admin.get(counter) is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert admin.get(counter) == b"26"
+    finally:
+        loop.stop()
+        await runner
+        await store.close()
