@@ -56,7 +56,7 @@ class SyncLoop:
         self.last_error = ""  # the kind of the last failure ("timeout", "connection", ...)
         self.key_errors = 0  # keys the store answered but did not apply, in the last sync
         self.heartbeat_errors = 0  # heartbeats the store answered with an error (cumulative)
-        self._heartbeat_failing = False
+        self.heartbeat_error = ""  # why the last heartbeat failed ("": it did not), for /readyz
         self._key_errors_logged_ms: int | None = None
 
     def stop(self) -> None:
@@ -94,7 +94,8 @@ class SyncLoop:
         stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
         if result is not None:
             self._report_key_errors(batch, result, stats.failed_keys)
-            self._report_heartbeat(result.heartbeat_error)
+            if batch.heartbeat:
+                self._report_heartbeat(result.heartbeat_error)
         else:
             self.key_errors = 0  # no key was answered: the failure is in `last_error`
         if self._on_sync is not None:
@@ -135,15 +136,15 @@ class SyncLoop:
         return None, not error.may_have_applied
 
     def _report_heartbeat(self, error: str) -> None:
-        """A heartbeat the store refused (a wrong-typed node set...): counted, and logged when
-        it starts and ends; the live node count stays at its last value meanwhile."""
+        """A heartbeat the store refused (a wrong-typed node set...): counted, shown on /readyz
+        and logged when it starts and ends; the live node count keeps its last value."""
         if error:
             self.heartbeat_errors += 1
-            if self.heartbeat_errors == 1 or not self._heartbeat_failing:
+            if not self.heartbeat_error:
                 log.warning("heartbeat failed: %s; the live node count is not updated", error)
-        elif self._heartbeat_failing:
+        elif self.heartbeat_error:
             log.info("heartbeat answered again")
-        self._heartbeat_failing = bool(error)
+        self.heartbeat_error = error
 
     def _report_key_errors(self, batch: SyncBatch, result: SyncResult, failed: int) -> None:
         """Record the keys the store did not apply; log them at most once per KEY_LOG_EVERY_MS

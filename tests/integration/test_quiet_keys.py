@@ -136,6 +136,7 @@ async def test_a_refused_heartbeat_is_counted_and_the_node_keeps_syncing(
     fleet.now += SPAN_MS  # a heartbeat is due again
     stats = await loop.sync_once()
     assert stats.heartbeat_failed and loop.heartbeat_errors == 1
+    assert loop.heartbeat_error.startswith("WRONGTYPE")  # what /readyz shows
     assert loop.store_up and stats.pushed_keys == 1  # the push itself went through
     assert fleet.limiters[0].live_nodes == live  # the last count stands
 
