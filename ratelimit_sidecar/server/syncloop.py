@@ -77,6 +77,8 @@ class SyncLoop:
         """Sleep until the clock reaches `wake_ms` or an early push is asked for; True if
         asked to stop meanwhile."""
         while (delay := wake_ms - self._clock_ms()) > 0 and not self._woken.is_set():
+            if self._stop.is_set():
+                break
             waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._woken)]
             await asyncio.wait(waits, timeout=delay / 1000, return_when=asyncio.FIRST_COMPLETED)
             for wait in waits:
