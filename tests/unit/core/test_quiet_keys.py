@@ -41,7 +41,7 @@ def test_a_quiet_key_sends_nothing_and_its_window_ends_with_its_hits_here() -> N
     assert sync(limiter, T0 + 500) == 0
     assert sync(limiter, T0 + 1000) == 0  # the window ended: no push, no read
     assert sync(limiter, T0 + 1500) == 0
-    assert limiter.quiet_hits == 2 and limiter.dropped_hits == 0
+    assert limiter.quiet.hits == 2 and limiter.dropped_hits == 0
 
 
 def test_a_key_over_the_quiet_bound_is_synced_every_span() -> None:
