@@ -1,9 +1,8 @@
 """An RLQS bucket's report in, its assignment out, through the limiter's own counters.
 
-A report's allowed requests are hits Envoy has already admitted: the limiter counts them
-(`Limiter.count_admitted`) into the same counters, and so the same span deltas and store keys,
-as ShouldRateLimit requests with the same descriptor. The assignment is then read off those
-counters (core/quota_assign.py). Pure: the clock is `now_ms`.
+A report's allowed requests were admitted by Envoy already: `Limiter.count_admitted` counts them
+into the same counters (so the same span deltas and store keys) as ShouldRateLimit requests with
+that descriptor, and the assignment is read off them (core/quota_assign.py).
 """
 
 from __future__ import annotations
@@ -41,9 +40,7 @@ def report_usage(
     since_ms: int | None = None,
     pace: Pace | None = None,
 ) -> Assignment:
-    """Count a report's allowed requests (`hit.hits`, 0 for an idle report; admitted since
-    `since_ms`, the previous report) under the hit's rule, and return the assignment its
-    counters call for now."""
+    """Count a report's allowed hits (admitted since `since_ms`) and return the assignment."""
     rule = hit.rule
     if rule is None or rule.limit is None or rule.shadow_mode or policy.shadow_mode:
         limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
@@ -62,7 +59,6 @@ def assignment_of(
     policy: QuotaPolicy = DEFAULT_POLICY,
     pace: Pace | None = None,
 ) -> Assignment:
-    """The assignment for a rule whose limits' counters are `states` (one per limit)."""
     views = [
         view_of(limiter, limit, state, now_ms)
         for limit, state in zip(rule.limits, states, strict=True)
@@ -71,10 +67,8 @@ def assignment_of(
 
 
 def combine(assignments: Sequence[Assignment]) -> Assignment:
-    """One bucket under several limits (`rate_limits:`): every limit must admit.
-
-    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill (in
-    tokens per second: the fill intervals differ between limits), rechecked at the earliest."""
+    """Several limits on one bucket: any DENY_ALL wins (the longest), else the smallest burst, the
+    slowest refill in tokens per second (fill intervals differ) and the earliest recheck."""
     if len(assignments) == 1:
         return assignments[0]
     denials = [a for a in assignments if a.action is Action.DENY_ALL]
@@ -98,8 +92,7 @@ def _rate(bucket: TokenBucket | None) -> float:
 
 
 def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
-    """What the limiter knows of one counter; without a counter (a deny list, or a table full
-    of blocked keys) the limit alone: nothing left of a deny list, a whole capacity otherwise."""
+    """Without a counter (a deny list, a table full of blocked keys): the limit alone."""
     if state is None:
         return KeyView(limit, limit.capacity if limit.requests_per_unit else 0)
     algorithm = limiter.algorithm_of(state)
@@ -120,14 +113,13 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
 
 
 def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
-    """What the gateway has likely spent since its report, under the rule's tightest limit."""
+    """Likely spent since the report, under the rule's tightest limit."""
     return max((pace.unreported(limit, now_ms) for limit in rule.limits), default=0.0)
 
 
 class BucketQuota:
-    """One bucket of one stream as the server remembers it: the assignment Envoy holds and what
-    the gateway reported allowed since Envoy built that bucket. The servicer and the simulator
-    both decide through it."""
+    """One bucket of one stream: the assignment Envoy holds and what was reported allowed since
+    Envoy built it. The servicer and the simulator both decide through it."""
 
     def __init__(self) -> None:
         self.sent: Assignment | None = None
@@ -137,7 +129,6 @@ class BucketQuota:
 
     @property
     def recheck_ms(self) -> int:
-        """When to decide again without a report (0: only at reports)."""
         return self.sent.recheck_ms if self.sent is not None else 0
 
     def report(
@@ -150,8 +141,6 @@ class BucketQuota:
         *,
         denied: int = 0,
     ) -> Assignment | None:
-        """A report of `hit.hits` allowed (and `denied` refused): counted, then what to send
-        (None: nothing)."""
         if self.sent is not None:
             self.spent += max(0, hit.hits)
         # Since the last report; a bucket first seen here may carry a whole report period.
@@ -175,15 +164,14 @@ class BucketQuota:
         streams: int = 1,
         policy: QuotaPolicy = DEFAULT_POLICY,
     ) -> Assignment | None:
-        """No report: decided again on the counters as they are (nothing counted), less what
-        the gateway has likely spent since its report at the rate it reported."""
+        """No report: decided on the counters as they are, less what the gateway likely spent since
+        its report."""
         pace = self._pace(now_ms)
         fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy, pace=pace)
         unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
         return self._settle(fresh, now_ms, policy, unreported)
 
     def _pace(self, now_ms: int) -> Pace:
-        """The gateway's pace since its last report, within what its bucket may hold."""
         if self.reported_ms is None or self.sent is None or self.sent.bucket is None:
             return Pace(self.rate)
         held = held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
