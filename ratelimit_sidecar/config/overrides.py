@@ -1,18 +1,12 @@
-"""A runtime override as the admin API takes it: parse, validate, and build its rule.
+"""A runtime override as the admin API takes it: parse, validate, and build its rule (pure).
 
-Pure: JSON values in, an `Override` (or an `OverrideError` with the reason) out. The body:
-
-    {"domain": "gateway",
-     "descriptor": [{"key": "api_key", "value": "tk_bot_9382"}],
+    {"domain": "gateway", "descriptor": [{"key": "api_key", "value": "tk_bot_9382"}],
      "rate_limit": {"unit": "minute", "requests_per_unit": 500},
-     "expires_at": "2026-12-01T00:00:00Z",
-     "note": "upgraded to pro"}
+     "expires_at": "2026-12-01T00:00:00Z", "note": "upgraded to pro"}
 
-`rate_limit` (or `rate_limits`, a list) is checked by the rule files' own reader
-(`limitreader.py`): the JSON value is turned into the YAML nodes that reader walks, so the keys,
-bounds and messages are the rule files'. The id depends on domain and descriptor alone, so a PUT
-for the same pair replaces the override. The document (what stores keep and the API shows) is
-the body as accepted, normalised, with its "id".
+`rate_limit(s)` goes through the rule files' reader (as YAML nodes), so keys, bounds and messages
+are the rule files'. The id depends on domain and descriptor alone: a PUT for the same pair
+replaces. The document stores keep is the body as accepted, normalised, with its "id".
 """
 
 from __future__ import annotations
@@ -43,13 +37,12 @@ Entries = tuple[tuple[str, str], ...]
 
 
 class OverrideError(ValueError):
-    """A body the API refuses (400); the message says which key and why."""
+    """Refused with 400; the message names the key."""
 
 
 @dataclass(frozen=True, slots=True)
 class OverrideBounds:
-    """The request bounds a descriptor must fit (`--max-entries`, `--max-value-bytes`), and what
-    the rule files leave unsaid."""
+    """The request bounds a descriptor must fit, and what rule files leave unsaid."""
 
     max_entries: int = 16
     max_value_bytes: int = 1024
@@ -58,8 +51,6 @@ class OverrideBounds:
 
 @dataclass(frozen=True, slots=True)
 class Override:
-    """One accepted override: what it matches, the rule it puts there, until when."""
-
     id: str
     domain: str
     entries: Entries
@@ -78,7 +69,7 @@ def override_id(domain: str, entries: Entries) -> str:
 
 
 def parse_override(body: object, bounds: OverrideBounds) -> Override:
-    """The override a body (a parsed JSON value) describes; raises OverrideError."""
+    """Raises OverrideError."""
     if not isinstance(body, dict):
         raise OverrideError("the body must be a JSON object")
     unknown = [str(key) for key in body if key not in BODY_KEYS]
@@ -148,7 +139,6 @@ def _entry(item: object, where: str, bounds: OverrideBounds) -> tuple[str, str]:
 def _limits(
     body: Mapping[str, object], defaults: RuleDefaults
 ) -> tuple[bool, tuple[RateLimit, ...], tuple[str, ...]]:
-    """(unlimited, limits, replaces), read by the rule files' own reader."""
     present = {key: json_node(body[key]) for key in ("rate_limit", "rate_limits") if key in body}
     if not present:
         raise OverrideError("rate_limit: required (the same keys as in a rule file)")
@@ -164,7 +154,7 @@ def _limits(
 
 
 def _expiry(value: object) -> tuple[int | None, str]:
-    """`expires_at`: RFC 3339 in UTC (`Z` or `+00:00`), as epoch ms and normalised text."""
+    """RFC 3339 in UTC, as epoch ms and normalised text."""
     if value is None:
         return None, ""
     if not isinstance(value, str) or "T" not in value.upper():
@@ -197,8 +187,8 @@ def _rule(
     entries: Entries,
     limits: tuple[bool, tuple[RateLimit, ...], tuple[str, ...]],
 ) -> Rule:
-    """The rule an override puts on its descriptor. Its path names the keys alone and its id
-    the override (metric labels never carry the values, often API keys)."""
+    """The path names keys only and the id the override: metric labels never carry values (often
+    API keys)."""
     unlimited, counted, replaces = limits
     path = tuple((key, "") for key, _ in entries)
     rule = Rule(
@@ -214,7 +204,7 @@ def _rule(
 
 
 def json_node(value: object) -> Node:
-    """A JSON value as the YAML node tree the rule file readers walk."""
+    """As the YAML node tree the rule file readers walk."""
     if isinstance(value, dict):
         pairs = [(_scalar("str", str(key)), json_node(item)) for key, item in value.items()]
         return MappingNode(TAG + "map", pairs, _MARK, _MARK)

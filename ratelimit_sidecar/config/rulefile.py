@@ -1,18 +1,14 @@
 """Build one rule file's domain from its YAML node tree, checking every key on the way.
 
-Keys accepted, per level (the reference's `validKeys` in `src/config/config_impl.go`, plus this
-product's extensions marked *):
-    top level:   domain, descriptors, penalty* (the domain's default: penaltyreader.py)
+Keys per level (the reference's `validKeys`, plus extensions marked *):
+    top level:   domain, descriptors, penalty* (penaltyreader.py)
     descriptor:  key, value, rate_limit, rate_limits*, descriptors, shadow_mode, quota_mode,
                  detailed_metric, value_to_metric, share_threshold, metadata
     rate_limit:  see limitreader.py
-The reference checks key names against one flat list; here each level has its own list, so a key
-in the wrong place (e.g. `shadow_mode` inside `rate_limit`, where the reference silently ignores
-it) is reported instead of doing nothing. As in the reference, scalars read as strings keep their
-source text (`value: 200` is "200"), units are case-insensitive, a missing `requests_per_unit`
-means 0, and an empty `value` is the same as no value. Unlike the oldest reference versions, a
-`*` anywhere in a value is a wildcard (the newer reference also accepts infix wildcards).
-
+Unlike the reference's one flat list, each level has its own, so a key in the wrong place
+(`shadow_mode` inside `rate_limit`, silently ignored there) is reported. As in the reference:
+scalars keep their source text (`value: 200` is "200"), units are case-insensitive, a missing
+`requests_per_unit` is 0, an empty `value` is no value, and `*` anywhere in a value is a wildcard.
 """
 
 from __future__ import annotations
@@ -58,8 +54,6 @@ DESCRIPTOR_KEYS = (
 
 
 class _Ancestry(NamedTuple):
-    """What a descriptor inherits from the levels above it."""
-
     path: tuple[tuple[str, str], ...] = ()  # (key, value) per level, from the root
     shared: tuple[int, ...] = ()  # levels marked share_threshold
     valued: tuple[int, ...] = ()  # levels marked value_to_metric, not share_threshold
@@ -67,8 +61,6 @@ class _Ancestry(NamedTuple):
 
 @dataclass(slots=True)
 class _Children:
-    """The children of one node while they are collected, in file order."""
-
     exact: dict[tuple[str, str], DescriptorNode] = field(default_factory=dict)
     wildcards: list[WildcardChild] = field(default_factory=list)
     keyed: dict[str, DescriptorNode] = field(default_factory=dict)
@@ -88,12 +80,9 @@ class _Children:
 
 
 class RuleFileReader(LimitReader):
-    """Validates one file's node tree and builds its domain, recording every problem on the way.
-
-    Helpers record a problem and return a harmless fallback instead of stopping, so one pass
-    reports as much as possible; `load` returns None if this file added any problem. A passed
-    bound (`LimitExceeded`, from composing or from `budget`) stops it instead.
-    """
+    """Helpers record a problem and return a harmless fallback, so one pass reports as much as
+    possible; `load` returns None if this file added any. A passed bound (`LimitExceeded`) stops
+    it."""
 
     def __init__(
         self,
@@ -210,8 +199,8 @@ class RuleFileReader(LimitReader):
         entry: tuple[str, str],
         value_to_metric: bool,
     ) -> _Ancestry:
-        """The parent's ancestry with this level added; `share_threshold` beats `value_to_metric`
-        (the reference names a shared level by its pattern, as all its values count together)."""
+        """`share_threshold` beats `value_to_metric` (the reference names a shared level by its
+        pattern)."""
         level = len(parent.path)
         here = parent._replace(path=(*parent.path, entry))
         if self.flag(fields, "share_threshold", path):
