@@ -1,21 +1,12 @@
 """Requests with strict limits: the strict ones checked on Redis, the rest from memory.
 
-`StrictDecider.decide` splits a matched request into strict checks (one per strict limit of
-each descriptor, with the counter key the limiter would use) and eventual hits, asks the store
-(one script call per hash slot, bounded by `--strict-timeout-ms`), then lets the limiter decide
-the eventual hits and merges every answer back in descriptor order.
-
-Order and counting, as in the reference service, which counts every descriptor it checks:
-
-- Strict limits go first. If one refuses, the eventual hits are only checked (nothing counted
-  in memory: `Limiter.hit_refused`).
-- Strict limits admitted by Redis were counted there, atomically, even if an eventual limit of
-  the same request then refuses it: the store call cannot wait for the memory's answer.
-
-When the store fails or times out, or the circuit breaker (core/breaker.py) is open, each
-strict limit applies its `on_store_failure` at once: `local` decides it from memory with an
-eventual twin of the limit (same key, so its counts reach Redis by the normal sync; a sliding
-log's twin is a sliding window), `allow` admits, `deny` refuses until the breaker retries.
+Strict limits go first (one script call per hash slot, bounded by `--strict-timeout-ms`); if one
+refuses, the eventual hits are only checked, not counted (`Limiter.hit_refused`). Strict limits
+Redis admitted stay counted even if an eventual one then refuses: the store call cannot wait for
+memory (the reference counts every descriptor it checks too). When the store fails or the breaker
+is open, each strict limit applies `on_store_failure`: `local` decides from memory with an
+eventual twin (same key, so its counts reach Redis by the sync; a log's twin is a sliding
+window), `allow` admits, `deny` refuses until the breaker retries.
 """
 
 from __future__ import annotations
@@ -46,7 +37,7 @@ class StrictObserver(Protocol):
 
 
 class Part(NamedTuple):
-    """A piece of one descriptor's answer: a strict check's index, or an eventual hit's."""
+    """A piece of a descriptor's answer: index of a strict check or of an eventual hit."""
 
     descriptor: int
     strict: bool
@@ -54,8 +45,7 @@ class Part(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """A request split: `parts` in descriptor order; per check, its rule, the limit's position
-    in the rule and the index of its part."""
+    """Per check: its rule, the limit's position in it, its part's index."""
 
     checks: list[StrictCheck]
     eventual: list[Hit]
@@ -103,7 +93,6 @@ class StrictDecider:
     # -- splitting ---------------------------------------------------------------------------
 
     def split(self, hits: Sequence[Hit]) -> Plan:
-        """Strict checks and eventual hits; `parts` says which descriptor each belongs to."""
         plan = Plan([], [], [], [])
         for descriptor, hit in enumerate(hits):
             rule = hit.rule
@@ -126,8 +115,8 @@ class StrictDecider:
         return plan
 
     def _single_rule(self, rule: Rule, index: int, limit: RateLimit, twin: bool = False) -> Rule:
-        """`rule` with only its `index`-th limit (`limit`, or its eventual twin): the same
-        object every time, so that the limiter keeps the key's counts."""
+        """`rule` with only one limit (or its twin): the same object every time, so the limiter
+        keeps the key's counts."""
         found = self._single.get((rule, index, twin))
         if found is None:
             if len(self._single) >= MAX_CACHED_RULES:
@@ -143,7 +132,7 @@ class StrictDecider:
     # -- the store ---------------------------------------------------------------------------
 
     async def _ask(self, checks: list[StrictCheck], now_ms: int) -> list[StrictAnswer | None]:
-        """The store's answers; None each when it failed or was not asked."""
+        """None each when the store failed or was not asked."""
         if not checks:
             return []
         if not self.breaker.allow(now_ms):
@@ -187,8 +176,7 @@ class StrictDecider:
 
 
 def eventual_twin(limit: RateLimit, cache: dict[RateLimit, RateLimit]) -> RateLimit:
-    """The limit decided from memory while the store is out; one object per limit, so the
-    limiter keeps its key state. A sliding log has no eventual form: a sliding window."""
+    """One object per limit, so the limiter keeps its key state."""
     twin = cache.get(limit)
     if twin is None:
         algorithm = limit.algorithm
@@ -199,7 +187,6 @@ def eventual_twin(limit: RateLimit, cache: dict[RateLimit, RateLimit]) -> RateLi
 
 
 def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
-    """The Verdict an eventual rule would give, from the store's answer."""
     if not answer.fits:
         return refusal(check, answer.reset_ms)
     limit = check.limit
@@ -221,8 +208,7 @@ def merge(
     strict: Sequence[Verdict | None],
     eventual: Sequence[Verdict],
 ) -> Decision:
-    """Each descriptor's answer from its parts, as the limiter answers a descriptor with
-    several limits: a refusal (of several, the longest wait), else the fewest remaining."""
+    """As the limiter answers several limits: a refusal (the longest), else the fewest remaining."""
     per_descriptor: list[list[Verdict]] = [[] for _ in range(descriptors)]
     for part in parts:
         verdict = strict[part.at] if part.strict else eventual[part.at]

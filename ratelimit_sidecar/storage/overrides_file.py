@@ -1,10 +1,9 @@
 """Overrides kept in one JSON file under `--state-dir`, for a node without Redis.
 
-The memory store's semantics (storage/overrides.py), with every change written out before it is
-answered: the whole set and its history go to a temporary file in the same directory, which is
-fsynced and renamed over `overrides.json` (then the directory is fsynced), so a crash leaves the
-old file or the new, never a torn one. A restart loads it. A file changed by another process
-(another worker on the same state dir) is read again before the next read or write.
+Every change is written before it is answered: to a temporary file, fsynced and renamed over
+`overrides.json` (then the directory fsynced), so a crash leaves the old file or the new, never a
+torn one. A file changed by another process (another worker) is read again before the next read
+or write.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ _T = TypeVar("_T")
 
 
 class FileOverrideStore(MemoryOverrideStore):
-    """The memory store, persisted atomically to `<state_dir>/overrides.json`."""
-
     def __init__(self, state_dir: str) -> None:
         super().__init__()
         self.path = Path(state_dir) / FILE_NAME
@@ -70,7 +67,7 @@ class FileOverrideStore(MemoryOverrideStore):
             return await self._saved(super().rollback(version, now_ms))
 
     async def _saved(self, change: Coroutine[Any, Any, _T]) -> _T:
-        """Run a write of the memory store, then persist it; on a write error, undo it."""
+        """Run a write of the memory store, then persist it; undo it on a write error."""
         before = self.version, dict(self.documents), list(self.changes)
         answer = await change
         if self.version == before[0]:
@@ -122,7 +119,7 @@ class FileOverrideStore(MemoryOverrideStore):
         self._stamp = stamp
 
     def _set_aside(self, exc: Exception) -> None:
-        """A file that does not parse is kept for the operator, under another name."""
+        """An unparsable file is kept for the operator, under another name."""
         aside = self.path.with_name(f"{FILE_NAME}.unreadable-{int(time.time())}")
         log.error("cannot read %s (%s): moved to %s, starting from the set in memory",
                   self.path, exc, aside)  # fmt: skip
