@@ -14,14 +14,7 @@ from typing import NamedTuple
 
 from yaml.nodes import Node, ScalarNode, SequenceNode
 
-from .model import (
-    MIN_SPAN_MS,
-    AlgorithmName,
-    RateLimit,
-    RuleDefaults,
-    StoreFailure,
-    Unit,
-)
+from .model import MIN_SPAN_MS, AlgorithmName, RateLimit, RuleDefaults, StoreFailure, Unit
 from .penaltyreader import DURATION_FORMS, PenaltyReader, duration_ms
 from .yamlnodes import is_null, join_path, shown
 

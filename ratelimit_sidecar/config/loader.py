@@ -53,11 +53,7 @@ def load_rules(
 
 
 def _load_within_limits(
-    path: Path,
-    limits: ConfigLimits,
-    pacer: Pacer,
-    problems: list[Problem],
-    defaults: RuleDefaults,
+    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem], defaults: RuleDefaults
 ) -> tuple[dict[str, Domain], str] | None:
     """None if stopped. A passed limit is caught here, so its traceback and half-built trees are
     freed by reference counting, not scanned by the collector."""

@@ -116,13 +116,7 @@ class RuleFileReader(LimitReader):
         source = Source(self.file, line_of(fields["domain"]))
         return Domain(name, children.node(Rule(domain=name, path=(), source=source)), source)
 
-    def children(
-        self,
-        node: Node | None,
-        path: str,
-        domain: str,
-        parent: _Ancestry,
-    ) -> _Children:
+    def children(self, node: Node | None, path: str, domain: str, parent: _Ancestry) -> _Children:
         children = _Children()
         if node is None or is_null(node):
             return children
@@ -146,11 +140,7 @@ class RuleFileReader(LimitReader):
         return children
 
     def descriptor(
-        self,
-        node: Node,
-        path: str,
-        domain: str,
-        parent: _Ancestry,
+        self, node: Node, path: str, domain: str, parent: _Ancestry
     ) -> tuple[str, str, DescriptorNode] | None:
         self.budget.take(self.file, line_of(node), path)
         fields = self.mapping(node, path, DESCRIPTOR_KEYS, " with at least 'key'")
@@ -160,8 +150,7 @@ class RuleFileReader(LimitReader):
         value_node = fields.get("value")
         value = "" if value_node is None else self.text(value_node, join_path(path, "value"))
         limit = self.limits(fields, path)
-        value_to_metric = self.flag(fields, "value_to_metric", path)
-        here = self.ancestry(fields, path, parent, (key or "", value), value_to_metric)
+        here, value_to_metric = self.ancestry(fields, path, parent, (key or "", value))
         children = self.children(
             fields.get("descriptors"), join_path(path, "descriptors"), domain, here
         )
@@ -192,22 +181,17 @@ class RuleFileReader(LimitReader):
             return None
 
     def ancestry(
-        self,
-        fields: dict[str, Node],
-        path: str,
-        parent: _Ancestry,
-        entry: tuple[str, str],
-        value_to_metric: bool,
-    ) -> _Ancestry:
-        """`share_threshold` beats `value_to_metric` (the reference names a shared level by its
-        pattern)."""
-        level = len(parent.path)
+        self, fields: dict[str, Node], path: str, parent: _Ancestry, entry: tuple[str, str]
+    ) -> tuple[_Ancestry, bool]:
+        """With this level, and its own `value_to_metric`, which `share_threshold` beats (the
+        reference names a shared level by its pattern)."""
+        level, valued = len(parent.path), self.flag(fields, "value_to_metric", path)
         here = parent._replace(path=(*parent.path, entry))
         if self.flag(fields, "share_threshold", path):
             if "*" not in entry[1]:
                 message = "only allowed on a wildcard value (one containing '*')"
                 self.add(fields["share_threshold"], join_path(path, "share_threshold"), message)
-            return here._replace(shared=(*here.shared, level))
-        if value_to_metric:
-            return here._replace(valued=(*here.valued, level))
-        return here
+            return here._replace(shared=(*here.shared, level)), valued
+        if valued:
+            return here._replace(valued=(*here.valued, level)), valued
+        return here, valued

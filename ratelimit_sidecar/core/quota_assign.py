@@ -47,6 +47,8 @@ class Action(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class TokenBucket:
+    """Envoy's `envoy.type.v3.TokenBucket`, in its own units."""
+
     max_tokens: int
     tokens_per_fill: int
     fill_interval_s: int

@@ -41,28 +41,12 @@ def report_usage(
     pace: Pace | None = None,
 ) -> Assignment:
     """Count a report's allowed hits (admitted since `since_ms`) and return the assignment."""
+    states = limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
     rule = hit.rule
     if rule is None or rule.limit is None or rule.shadow_mode or policy.shadow_mode:
-        limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
         return allow_all(now_ms, policy)
-    states = limiter.count_admitted(now_ms, hit, since_ms)
-    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy, pace=pace)
-
-
-def assignment_of(
-    limiter: Limiter,
-    rule: Rule,
-    states: Sequence[KeyState | None],
-    now_ms: int,
-    *,
-    streams: int = 1,
-    policy: QuotaPolicy = DEFAULT_POLICY,
-    pace: Pace | None = None,
-) -> Assignment:
-    views = [
-        view_of(limiter, limit, state, now_ms)
-        for limit, state in zip(rule.limits, states, strict=True)
-    ]
+    counted = zip(rule.limits, states, strict=True)
+    views = [view_of(limiter, limit, state, now_ms) for limit, state in counted]
     return combine([assign(view, now_ms, streams, policy, pace) for view in views])
 
 
@@ -121,7 +105,8 @@ class BucketQuota:
     """One bucket of one stream: the assignment Envoy holds and what was reported allowed since
     Envoy built it. The servicer and the simulator both decide through it."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: QuotaPolicy = DEFAULT_POLICY) -> None:
+        self.policy = policy
         self.sent: Assignment | None = None
         self.spent = 0
         self.reported_ms: int | None = None  # the last report's time (None: none yet)
@@ -132,44 +117,30 @@ class BucketQuota:
         return self.sent.recheck_ms if self.sent is not None else 0
 
     def report(
-        self,
-        limiter: Limiter,
-        hit: Hit,
-        now_ms: int,
-        streams: int = 1,
-        policy: QuotaPolicy = DEFAULT_POLICY,
-        *,
-        denied: int = 0,
+        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1, *, denied: int = 0
     ) -> Assignment | None:
         if self.sent is not None:
             self.spent += max(0, hit.hits)
         # Since the last report; a bucket first seen here may carry a whole report period.
         since = self.reported_ms
         if since is None and hit.hits > 1:
-            since = now_ms - policy.report_interval_ms
+            since = now_ms - self.policy.report_interval_ms
         if since is not None and now_ms > since:
             self.rate = (max(0, hit.hits) + max(0, denied)) / (now_ms - since)
         self.reported_ms = now_ms
-        fresh = report_usage(
-            limiter, hit, now_ms, streams, policy, since_ms=since, pace=Pace(self.rate)
-        )
-        return self._settle(fresh, now_ms, policy, 0.0)
+        pace = Pace(self.rate)
+        fresh = report_usage(limiter, hit, now_ms, streams, self.policy, since_ms=since, pace=pace)
+        return self._settle(fresh, now_ms, 0.0)
 
     def recheck(
-        self,
-        limiter: Limiter,
-        hit: Hit,
-        now_ms: int,
-        *,
-        streams: int = 1,
-        policy: QuotaPolicy = DEFAULT_POLICY,
+        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1
     ) -> Assignment | None:
         """No report: decided on the counters as they are, less what the gateway likely spent since
         its report."""
         pace = self._pace(now_ms)
-        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy, pace=pace)
+        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
         unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
-        return self._settle(fresh, now_ms, policy, unreported)
+        return self._settle(fresh, now_ms, unreported)
 
     def _pace(self, now_ms: int) -> Pace:
         if self.reported_ms is None or self.sent is None or self.sent.bucket is None:
@@ -177,10 +148,10 @@ class BucketQuota:
         held = held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
         return Pace(self.rate, now_ms - self.reported_ms, held)
 
-    def _settle(
-        self, fresh: Assignment, now_ms: int, policy: QuotaPolicy, unreported: float
-    ) -> Assignment | None:
-        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent, unreported=unreported)
+    def _settle(self, fresh: Assignment, now_ms: int, unreported: float) -> Assignment | None:
+        send = settle(
+            self.sent, fresh, now_ms, self.policy, spent=self.spent, unreported=unreported
+        )
         if send is None:
             assert self.sent is not None  # settle sends whatever is new
             self.sent = kept(self.sent, fresh)

@@ -204,7 +204,8 @@ class QuotaStream:
             rule = overrides.rule(domain, tuple(entries), rule)
         key = _key(domain, entries, rule)
         if tracked is None:
-            tracked = self._buckets[bucket] = _Tracked(rules, rule, key, overrides=overrides)
+            quota = BucketQuota(self._service.policy)
+            tracked = self._buckets[bucket] = _Tracked(rules, rule, key, quota, overrides=overrides)
             self._service.hold(key, 1)
         elif key != tracked.key:
             self._service.hold(tracked.key, -1)
@@ -219,13 +220,11 @@ class QuotaStream:
         """`hits`: (allowed, denied); None: a recheck."""
         service = self._service
         streams = service.holders.get(tracked.key, 1)
-        quota, limiter, policy = tracked.quota, service.limiter, service.policy
+        hit = Hit(tracked.rule, tracked.key, 0 if hits is None else hits[0])
         if hits is None:
-            probe = Hit(tracked.rule, tracked.key, 0)
-            send = quota.recheck(limiter, probe, now, streams=streams, policy=policy)
+            send = tracked.quota.recheck(service.limiter, hit, now, streams)
         else:
-            hit = Hit(tracked.rule, tracked.key, hits[0])
-            send = quota.report(limiter, hit, now, streams, policy, denied=hits[1])
+            send = tracked.quota.report(service.limiter, hit, now, streams, denied=hits[1])
         if send is None:
             return None
         if service.observer is not None:

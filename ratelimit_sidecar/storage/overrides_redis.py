@@ -145,12 +145,7 @@ class RedisOverrideStore:
         return True
 
     async def _write(
-        self,
-        action: str,
-        touched: Sequence[Touched],
-        now_ms: int,
-        *,
-        expected: int | None = None,
+        self, action: str, touched: Sequence[Touched], now_ms: int, *, expected: int | None = None
     ) -> int | None:
         """None if nothing was written (an absent override's delete, or `expected` no longer
         current)."""
