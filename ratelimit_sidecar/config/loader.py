@@ -42,28 +42,20 @@ def load_rules(
     """`stopped` is asked about once a millisecond; true ends the load with `LoadStopped` (a load
     nobody waits for any more)."""
     problems: list[Problem] = []
-    with collector_paused():
-        loaded = _load_within_limits(Path(path), limits, Pacer(stopped), problems, defaults)
+    loaded: tuple[dict[str, Domain], str] | None = ({}, "")
+    with collector_paused():  # caught inside, tracebacks and half-built trees are freed by
+        try:  # reference counting instead of being scanned by the collector
+            loaded = _load(Path(path), limits, Pacer(stopped), problems, defaults)
+        except LimitExceeded as exc:
+            problems.append(exc.problem)
+        except LoadStopped:
+            loaded = None
     if loaded is None:
         raise LoadStopped
     if problems:
         raise ConfigError(problems)
     domains, version = loaded
     return RuleSet(MappingProxyType(domains), version=version)
-
-
-def _load_within_limits(
-    path: Path, limits: ConfigLimits, pacer: Pacer, problems: list[Problem], defaults: RuleDefaults
-) -> tuple[dict[str, Domain], str] | None:
-    """None if stopped. A passed limit is caught here, so its traceback and half-built trees are
-    freed by reference counting, not scanned by the collector."""
-    try:
-        return _load(path, limits, pacer, problems, defaults)
-    except LimitExceeded as exc:
-        problems.append(exc.problem)
-        return {}, ""
-    except LoadStopped:
-        return None
 
 
 def _load(

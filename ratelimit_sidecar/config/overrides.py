@@ -17,19 +17,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from yaml import Mark
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+import yaml
+from yaml.nodes import Node
 
 from .limitreader import LimitReader
 from .model import DEFAULT_RULES, RateLimit, Rule, RuleDefaults, Source
-from .yamlnodes import TAG
 
 BODY_KEYS = ("domain", "descriptor", "rate_limit", "rate_limits", "expires_at", "note")
 ENTRY_KEYS = ("key", "value")
 MAX_NOTE_CHARS = 1024
 MAX_DOMAIN_BYTES = 1024
 SOURCE_FILE = "override"  # Problem.file of a rate_limit problem: dropped from the message
-_MARK = Mark(SOURCE_FILE, 0, 0, 0, None, 0)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -204,22 +202,7 @@ def _rule(
 
 
 def json_node(value: object) -> Node:
-    """As the YAML node tree the rule file readers walk."""
-    if isinstance(value, dict):
-        pairs = [(_scalar("str", str(key)), json_node(item)) for key, item in value.items()]
-        return MappingNode(TAG + "map", pairs, _MARK, _MARK)
-    if isinstance(value, list):
-        return SequenceNode(TAG + "seq", [json_node(item) for item in value], _MARK, _MARK)
-    if value is None:
-        return _scalar("null", "null")
-    if isinstance(value, bool):
-        return _scalar("bool", "true" if value else "false")
-    if isinstance(value, int):
-        return _scalar("int", str(value))
-    if isinstance(value, float):
-        return _scalar("float", repr(value))
-    return _scalar("str", str(value))
-
-
-def _scalar(tag: str, text: str) -> ScalarNode:
-    return ScalarNode(TAG + tag, text, _MARK, _MARK)
+    """As the YAML node tree the rule file readers walk (PyYAML's dump round-trips JSON)."""
+    node = yaml.compose(yaml.safe_dump(value, sort_keys=False), Loader=yaml.SafeLoader)
+    assert node is not None
+    return node

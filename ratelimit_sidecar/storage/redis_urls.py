@@ -55,7 +55,7 @@ def open_redis(
 ) -> RedisStorage:
     """Connects lazily; ValueError, without the password, for a URL it cannot use."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
-    opener = _OPENERS.get(scheme)
+    opener = _OPENERS.get(scheme.replace("rediss", "redis"))  # the same, with TLS
     if opener is None:
         raise ValueError(f"unsupported redis URL {redact(url)!r}: use {_SCHEMES}")
     try:
@@ -113,15 +113,8 @@ def _sentinel(url: str, node_id: str) -> Opened:
     client: Redis = sentinel.master_for(service, **master_options)
     scheme = "rediss-sentinel" if options.get("ssl") else "redis-sentinel"
     where = ",".join(hostport(h, p) for h, p in hosts)
-    closers = [_closer(s) for s in sentinel.sentinels]
+    closers: list[Callable[[], Awaitable[None]]] = [s.aclose for s in sentinel.sentinels]
     return client, f"{scheme}://{where}/{service}/{db}", closers
-
-
-def _closer(client: Redis) -> Callable[[], Awaitable[None]]:
-    async def close() -> None:
-        await client.aclose()
-
-    return close
 
 
 def _multi_host(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
@@ -177,10 +170,7 @@ def _scrub(message: str, url: str) -> str:
 
 _OPENERS: dict[str, Callable[[str, str], Opened]] = {
     "redis": _standalone,
-    "rediss": _standalone,
     "unix": _standalone,
     "redis+cluster": _cluster,
-    "rediss+cluster": _cluster,
     "redis+sentinel": _sentinel,
-    "rediss+sentinel": _sentinel,
 }
