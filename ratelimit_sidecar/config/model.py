@@ -28,17 +28,8 @@ class Unit(enum.IntEnum):
         return _UNIT_SECONDS[self]
 
 
-# Fixed month and year lengths, as in the reference: windows align on epoch multiples.
-_UNIT_SECONDS = {
-    Unit.UNKNOWN: 0,
-    Unit.SECOND: 1,
-    Unit.MINUTE: 60,
-    Unit.HOUR: 3600,
-    Unit.DAY: 86400,
-    Unit.WEEK: 7 * 86400,
-    Unit.MONTH: 30 * 86400,
-    Unit.YEAR: 365 * 86400,
-}
+# By number; fixed month and year lengths, as in the reference: windows align on epoch multiples.
+_UNIT_SECONDS = (0, 1, 60, 3600, 86400, 30 * 86400, 365 * 86400, 7 * 86400)
 
 
 class AlgorithmName(enum.IntEnum):

@@ -26,7 +26,6 @@ class StoreUnavailable(StoreError):
     """No usable connection before sending (refused, unreachable, unauthenticated, no Cluster
     slot route)."""
 
-    may_have_applied = False
     kind = "connection"
 
 
@@ -40,7 +39,6 @@ class StoreLost(StoreError):
 class StoreRefused(StoreError):
     """Refused before sending (a Cluster slot with no node)."""
 
-    may_have_applied = False
     kind = "refused"
 
 
