@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from bench import compare
@@ -70,17 +71,10 @@ def measure_plan(
     bench: Bench, plan: Plan, chosen: Sequence[AlgorithmName], rounds: int
 ) -> list[Run]:
     """The empty handler and one sidecar per algorithm, each warmed up, in alternating rounds."""
-    servers = [start_service(bench.workdir, bench.pinning, EMPTY)]
-    try:
-        for algorithm in chosen:
-            servers.append(start_algorithm(bench, algorithm))
-        for server in servers:
-            warm_up(bench, server, plan.clients[0], plan)
-            server.pause()
-        return runs.alternate(bench, servers, plan.clients, plan.workload, rounds)
-    finally:
-        for server in servers:
-            server.stop()
+    starters = [partial(start_service, bench.workdir, bench.pinning, EMPTY)]
+    starters += [partial(start_algorithm, bench, algorithm) for algorithm in chosen]
+    warm = partial(warm_up, bench, client=plan.clients[0], plan=plan)
+    return runs.side_by_side(bench, starters, plan.clients, plan.workload, rounds, warm=warm)
 
 
 def comparisons(
@@ -106,10 +100,9 @@ def run(options: Options) -> Outcome:
             if runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
                 measured += measure_plan(bench, plan, chosen, rounds)
     found = comparisons(measured, all_plans, chosen)
-    lines = runs.render(bench, measured, rounds)
+    lines = runs.render(bench, measured, rounds, skipped=skipped)
     lines += ["", compare.comparison_table(found, TARGET_RATIO), LEGEND]
-    lines += [f"  not measured: {s}" for s in skipped]
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document = runs.document(bench, measured, rounds, skipped)
     document["comparisons"] = [compare.as_json(c) for c in found]
     verdicts = [c.passed(TARGET_RATIO) for c in found]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 from bench.load import runs
@@ -157,20 +158,16 @@ def problems(run: Run) -> list[str]:
     return found
 
 
-def measure(bench: Bench, wrk: Wrk, rounds: int) -> list[Run]:
-    stacks: list[Stack] = []
+def measure(bench: Bench, wrk: GatewayWrk, rounds: int) -> list[Run]:
     work = Workload("api-key", [])  # wrk sends one request: GET / with the API key
-    try:
-        for kind in SERVICES:
-            stacks.append(start_stack(kind, bench))
-            if kind == "plain" and isinstance(wrk, GatewayWrk):
-                wrk.plain.add(stacks[-1].address)
-            runs.warm_up(bench, stacks[-1], wrk, work, WARM_UP_S)
-            stacks[-1].pause()
-        return runs.alternate(bench, stacks, [wrk], work, rounds)
-    finally:
-        for stack in stacks:
-            stack.stop()
+
+    def warm(stack: Stack) -> None:
+        if stack.name == "plain":
+            wrk.plain.add(stack.address)
+        runs.warm_up(bench, stack, wrk, work, WARM_UP_S)
+
+    starters = [partial(start_stack, kind, bench) for kind in SERVICES]
+    return runs.side_by_side(bench, starters, [wrk], work, rounds, warm=warm)
 
 
 def judge(
@@ -239,10 +236,10 @@ def run(options: Options) -> Outcome:
 
     columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
     columns += [vs("empty"), vs("empty-4")]
-    lines = runs.render(bench, measured, rounds, columns, LEGEND)
+    lines = runs.render(bench, measured, rounds, columns, LEGEND, skipped=skipped)
     lines += [f"  note: {row.server}: {p}" for row in runs.rows(measured) for p in problems(row)]
-    lines += [f"  not measured: {s}" for s in skipped] + [t for _, _, t in verdicts.values()]
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    lines += [t for _, _, t in verdicts.values()]
+    document = runs.document(bench, measured, rounds, skipped)
     document |= {"envoy": version([str(envoy_binary()), "--version"]) if found else None}
     document["sidecar_rules"] = RULES_YAML
     gateway = cpu_verdict(cpu)

@@ -115,18 +115,16 @@ def split(row: Run) -> str:
 
 
 def measure(bench: Bench, clients: list[Client], rounds: int) -> list[Run]:
-    fleets: list[Fleet] = []
     rules, work = rules_dir(bench.workdir), hot_10()
-    try:
-        for count in WORKER_COUNTS:
-            fleets.append(Fleet(count, rules, bench.workdir, bench.pinning))
-            fleets[-1].wait_ready()
-            runs.warm_up(bench, fleets[-1], clients[0], work, WARM_UP_S)
-            fleets[-1].pause()
-        return runs.alternate(bench, fleets, clients, work, rounds)
-    finally:
-        for fleet in fleets:
-            fleet.stop()
+
+    def start(count: int) -> Fleet:
+        fleet = Fleet(count, rules, bench.workdir, bench.pinning)
+        fleet.wait_ready()
+        return fleet
+
+    starters = [partial(start, count) for count in WORKER_COUNTS]
+    warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
+    return runs.side_by_side(bench, starters, clients, work, rounds, warm=warm)
 
 
 def metrics_added_us() -> float:
@@ -180,8 +178,8 @@ def run(options: Options) -> Outcome:
     shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
     with runs.session(shape, RETRY_BUDGET_S, pin=False) as bench:
         measured = measure(bench, clients, rounds) if clients else []
-    lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND)
-    lines += [f"  not measured: {s}" for s in skipped] + summary(measured, added)
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND, skipped=skipped)
+    lines += summary(measured, added)
+    document = runs.document(bench, measured, rounds, skipped)
     document["metrics_added_us"] = added
     return conclude(options, NAME, started, lines, document)
