@@ -1,15 +1,11 @@
-"""`bench overhead` for each algorithm: eventual (local-only) rules of fixed_window,
-sliding_window, token_bucket and sliding_log against the empty grpc.aio handler.
+"""`bench overhead` for each algorithm: eventual (local-only) rules against the empty grpc.aio
+handler.
 
-Per workload (hot-10 with h2load, distinct-100k with the Node client) one empty handler and one
-sidecar per algorithm run side by side, each on the pinned server core, each warmed up as in
-`bench overhead`, then measured in alternating rounds (A B C D E, then E D C B A, ...). Each
-sidecar runs `--default-algorithm X` with the bench rule, its limit unreachable in a run:
-1,000,000,000 a second, but 100,000 a second for sliding_log (its most).
-
-Target: each algorithm at least 90 % of the empty handler in both workloads, as the median over
-rounds of the ratio within a round (RPS, or RPS per server CPU-second when a server was not
-CPU-bound). In-process, `bench/instructions.py` counts each algorithm's request path.
+Per workload (hot-10 with h2load, distinct-100k with Node) the empty handler and one sidecar per
+algorithm (`--default-algorithm X`, the bench rule's limit unreachable: 100,000/s for
+sliding_log, its most) run side by side on the pinned server core, warmed up as in `overhead`, in
+alternating rounds. Target: each at least 90 % of the empty handler (median over rounds; RPS per
+server CPU-second when a server was not CPU-bound).
 """
 
 from __future__ import annotations

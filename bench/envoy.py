@@ -1,23 +1,20 @@
 """End to end through Envoy: wrk → Envoy → sidecar against wrk → Envoy → empty service.
 
-Identical stacks, each an Envoy (the project's bootstrap template, `--concurrency 1`) calling
-its own rate limit service, both on the server CPU, as a sidecar shares its node with the
-gateway; wrk (HTTP/1.1, `x-api-key: bench`) and this driver run on the other CPU:
-* empty: `bench.services empty`, one status whatever the request: the target's baseline;
-* empty-4: one status per descriptor, like the sidecar's answer to the template's four
-  descriptors (Envoy turns every status into x-ratelimit headers): a like-for-like cross-check;
-* sidecar: local-only, a never-reached limit on the API key, on its fast transport (default);
-* sidecar-grpcio: the same on `--transport grpcio`;
-* plain: the same Envoy without the rate limit filter, no service: the gateway's own cost.
-One Envoy per service, the idle stacks stopped (SIGSTOP): switching one Envoy between services
-would mean a cold restart every round, or an xDS server.
+Identical stacks, each an Envoy (the project's bootstrap template, `--concurrency 1`) and its own
+rate limit service on the server CPU (a sidecar shares its node with the gateway); wrk (HTTP/1.1,
+`x-api-key: bench`) and this driver on the other CPU:
+- empty: `bench.services empty`, one status whatever the request: the target's baseline;
+- empty-4: one status per descriptor, like the sidecar's answer to the template's four descriptors:
+  a like-for-like cross-check;
+- sidecar: local-only, a never-reached limit on the API key, fast transport; sidecar-grpcio: the
+  same on grpcio;
+- plain: the same Envoy without the rate limit filter: the gateway's own cost.
+One Envoy per service, the idle stacks stopped (switching services would mean a cold restart per
+round). Envoy fails open, so each run also reads Envoy's ratelimit counters: rate limit errors,
+fail-open decisions, non-2xx or socket errors make it invalid.
 
-Envoy fails open (50 ms timeout), so a 200 alone does not prove the service answered: each run
-also reads Envoy's ratelimit counters, and a run with rate limit errors, fail-open decisions,
-non-2xx responses or socket errors is invalid.
-
-Targets: the sidecar stack reaches at least 90 % of the empty stack's RPS, and spends at most
-2.5 times plain Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
+Targets: the sidecar stack reaches 90 % of the empty stack's RPS, and at most 2.5 times plain
+Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Strict rules against the per-request-Redis baseline, on the same stack and the same Redis.
 
-The baseline is `bench per-request-redis`'s `limits` service: per descriptor one `limits`
-async-Redis call (the fixed window's INCRBY + EXPIRE). Each sidecar runs the bench rule with
-`consistency: strict` (and `on_store_failure: deny`, so that a failed check cannot pass for a
-decision) for one algorithm, with `--redis-url`: every request waits for one `strict.lua` call.
-Servers run on the server core, one at a time, in alternating rounds of hot-10 with h2load;
-Redis runs on the load generators' core, as in `per-request-redis`. Each sidecar's strict check
-results are read from its /metrics around every run: a failed or breaker-refused check is
-counted as a failed request.
+The baseline is `bench per-request-redis`'s `limits` service (per descriptor one INCRBY + EXPIRE
+call). Each sidecar runs the bench rule strict (`on_store_failure: deny`, so a failed check
+cannot pass for a decision) for one algorithm: every request waits for one `strict.lua` call.
+Hot-10 with h2load in alternating rounds; Redis on the load generators' core. A failed or
+breaker-refused strict check (from /metrics) counts as a failed request.
 
-Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medians over
-rounds of the ratios within a round).
+Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medians over rounds).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""What tracing costs on the request path: the sidecar without tracing, and with `--tracing`
-at sampling ratios 0.01 and 1, each on one pinned core, side by side in the same rounds (hot-10,
-h2load), exporting to an OTLP receiver in this process. Without tracing the request path is the
-untraced one (the traced method exists only with `--tracing`); the figures show the rest.
+"""What tracing costs the request path: the sidecar untraced, and with `--tracing` at ratios 0.01
+and 1, side by side (hot-10, h2load), exporting to an in-process OTLP receiver.
 """
 
 from __future__ import annotations

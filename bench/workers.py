@@ -1,16 +1,10 @@
 """What `--workers 2` gives over `--workers 1` on this machine, and what the metrics cost.
 
-The real CLI (`python -m ratelimit_sidecar serve --workers N`, local-only, the bench rule) under
-h2load's hot-10 load over 20 connections: the kernel's SO_REUSEPORT hashing spreads connections,
-not requests, so each worker's own /metrics tells the split it actually served.
-
-Nothing is pinned: 2 workers need both cores, so the 1-worker sidecar gets both too, and the
-load generator shares them with the workers: on 2 cores that sharing caps the speed-up, and the
-report says how much CPU h2load took. Both fleets run side by side, the idle one stopped.
-
-The metrics' cost per request is timed in-process (`metrics_added_us`: what the servicer's
-timing and the decision counters add, against a plain no-op call) and set against the CPU time
-per request of 1 worker under load. No target: reported only.
+The real CLI (local-only, the bench rule) under h2load's hot-10 over 20 connections: SO_REUSEPORT
+spreads connections, not requests, so each worker's /metrics tells the split it served. Unpinned:
+2 workers need both cores, so the load generator shares them (the report says how much it took).
+The metrics' cost per request is timed in-process against 1 worker's CPU time per request. No
+target.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Measuring servers under load, the one way every load section does it.
 
-A timed run: the load generator's correctness check, then load, with CPU use sampled inside the
-measured window (clear of its start and end). A run with other work on the server CPU is
-repeated once while the section's retry time lasts, and the least disturbed attempt is kept.
-Servers run side by side, the ones not measured stopped (SIGSTOP), in rounds whose order
-alternates (A B, then B A, ...), so drift in the machine's speed hits all of them alike; a
-comparison is the median over rounds of the ratio of two servers measured in the same round.
+A run: the load generator's correctness check, then load, CPU sampled inside the measured window.
+A run with other work on the server CPU is repeated once while retry time lasts (the least
+disturbed kept). Servers run side by side, the others stopped, in rounds of alternating order so
+machine drift hits all alike; a comparison is the median over rounds of the ratio within a round.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 
@@ -45,8 +46,7 @@ class Action(enum.Enum):
     TOKEN_BUCKET = "token_bucket"
 
 
-@dataclass(frozen=True, slots=True)
-class TokenBucket:
+class TokenBucket(NamedTuple):
     """Envoy's `envoy.type.v3.TokenBucket`, in its own units."""
 
     max_tokens: int
@@ -299,7 +299,7 @@ def _moved(
 def _grown(fresh: Assignment) -> Assignment:
     if fresh.bucket is None or not fresh.grow_to or fresh.grow_to >= fresh.bucket.max_tokens:
         return fresh
-    return replace(fresh, bucket=replace(fresh.bucket, max_tokens=fresh.grow_to))
+    return replace(fresh, bucket=fresh.bucket._replace(max_tokens=fresh.grow_to))
 
 
 def held_tokens(bucket: TokenBucket, elapsed_s: float, spent: int) -> float:

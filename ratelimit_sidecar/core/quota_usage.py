@@ -65,7 +65,7 @@ def combine(assignments: Sequence[Assignment]) -> Assignment:
     smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
     recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
     assert slowest.bucket is not None
-    bucket = replace(slowest.bucket, max_tokens=smallest)
+    bucket = slowest.bucket._replace(max_tokens=smallest)
     windows = tuple(w for b in buckets for w in b.windows)
     return replace(slowest, bucket=bucket, recheck_ms=recheck, windows=windows)
 
