@@ -73,7 +73,6 @@ class StrictDecider:
         self.breaker = breaker or Breaker()
         self._observer = observer
         self._single: dict[tuple[Rule, int, bool], Rule] = {}  # a limit alone, or its twin
-        self._twins: dict[RateLimit, RateLimit] = {}
 
     async def decide(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         plan = self.split(hits)
@@ -84,7 +83,9 @@ class StrictDecider:
             if verdict is None:  # no store answer, on_store_failure local: the twin decides
                 rule, position, part = plan.origins[index]
                 plan.parts[part] = Part(plan.parts[part].descriptor, False, len(plan.eventual))
-                plan.eventual.append(self._twin_hit(rule, position, plan.checks[index]))
+                check = plan.checks[index]
+                twin = self._single_rule(rule, position, check.limit, twin=True)
+                plan.eventual.append(Hit(twin, check.key, check.hits))
             strict.append(verdict)
         refused = any(v is not None and v.code is Code.OVER_LIMIT for v in strict)
         decided = self._eventual(now_ms, plan.eventual, refused)
@@ -121,13 +122,10 @@ class StrictDecider:
         if found is None:
             if len(self._single) >= MAX_CACHED_RULES:
                 self._single.clear()
+            limit = eventual_twin(limit) if twin else limit
             found = replace(rule, limit=limit, limits=(limit,))
             self._single[(rule, index, twin)] = found
         return found
-
-    def _twin_hit(self, rule: Rule, position: int, check: StrictCheck) -> Hit:
-        twin = eventual_twin(check.limit, self._twins)
-        return Hit(self._single_rule(rule, position, twin, True), check.key, check.hits)
 
     # -- the store ---------------------------------------------------------------------------
 
@@ -175,15 +173,12 @@ class StrictDecider:
         return decide(now_ms, hits).verdicts
 
 
-def eventual_twin(limit: RateLimit, cache: dict[RateLimit, RateLimit]) -> RateLimit:
-    """One object per limit, so the limiter keeps its key state."""
-    twin = cache.get(limit)
-    if twin is None:
-        algorithm = limit.algorithm
-        if algorithm is AlgorithmName.SLIDING_LOG:
-            algorithm = AlgorithmName.SLIDING_WINDOW
-        twin = cache[limit] = replace(limit, strict=False, algorithm=algorithm)
-    return twin
+def eventual_twin(limit: RateLimit) -> RateLimit:
+    """A sliding log has no eventual form: a sliding window."""
+    log = limit.algorithm is AlgorithmName.SLIDING_LOG
+    return replace(
+        limit, strict=False, algorithm=AlgorithmName.SLIDING_WINDOW if log else limit.algorithm
+    )
 
 
 def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
