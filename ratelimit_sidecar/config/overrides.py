@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 import yaml
 from yaml.nodes import Node
 
-from .limitreader import LimitReader
-from .model import DEFAULT_RULES, RateLimit, Rule, RuleDefaults, Source
+from .limitreader import LimitReader, ParsedLimits
+from .model import DEFAULT_RULES, Rule, RuleDefaults, Source
 
 BODY_KEYS = ("domain", "descriptor", "rate_limit", "rate_limits", "expires_at", "note")
 ENTRY_KEYS = ("key", "value")
@@ -134,9 +134,7 @@ def _entry(item: object, where: str, bounds: OverrideBounds) -> tuple[str, str]:
     return key, value
 
 
-def _limits(
-    body: Mapping[str, object], defaults: RuleDefaults
-) -> tuple[bool, tuple[RateLimit, ...], tuple[str, ...]]:
+def _limits(body: Mapping[str, object], defaults: RuleDefaults) -> ParsedLimits:
     present = {key: json_node(body[key]) for key in ("rate_limit", "rate_limits") if key in body}
     if not present:
         raise OverrideError("rate_limit: required (the same keys as in a rule file)")
@@ -148,7 +146,7 @@ def _limits(
         raise OverrideError(f"{problem.key}: {problem.message}")
     if not parsed.unlimited and not parsed.limits:
         raise OverrideError("rate_limit: must not be empty")
-    return parsed.unlimited, parsed.limits, parsed.replaces
+    return parsed
 
 
 def _expiry(value: object) -> tuple[int | None, str]:
@@ -179,23 +177,16 @@ def _note(value: object) -> str:
     return value
 
 
-def _rule(
-    ident: str,
-    domain: str,
-    entries: Entries,
-    limits: tuple[bool, tuple[RateLimit, ...], tuple[str, ...]],
-) -> Rule:
+def _rule(ident: str, domain: str, entries: Entries, parsed: ParsedLimits) -> Rule:
     """The path names keys only and the id the override: metric labels never carry values (often
     API keys)."""
-    unlimited, counted, replaces = limits
-    path = tuple((key, "") for key, _ in entries)
     rule = Rule(
         domain=domain,
-        path=path,
-        limits=counted,
-        unlimited=unlimited,
+        path=tuple((key, "") for key, _ in entries),
+        limits=parsed.limits,
+        unlimited=parsed.unlimited,
         source=Source(f"override {ident}", 0),
-        replaces=replaces,
+        replaces=parsed.replaces,
     )
     object.__setattr__(rule, "id", f"{domain}.override_{ident}")
     return rule
