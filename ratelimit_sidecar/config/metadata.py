@@ -14,7 +14,8 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node
 
 
-class MetadataError(ValueError): ...
+class MetadataError(ValueError):
+    """Not a mapping of values a protobuf Struct can hold."""
 
 
 def metadata_of(node: Node) -> Mapping[str, object]:

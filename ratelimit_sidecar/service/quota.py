@@ -120,13 +120,9 @@ class QuotaStream:
     def due(self) -> list[BucketAction]:
         """Buckets whose recheck has come: decided again, nothing counted."""
         now = self._service.clock_ms()
-        actions = []
-        for bucket, tracked in list(self._buckets.items()):
-            if 0 < tracked.quota.recheck_ms <= now:
-                action = self._decide(bucket, tracked, None, now)
-                if action is not None:
-                    actions.append(action)
-        return actions
+        due = [(b, t) for b, t in self._buckets.items() if 0 < t.quota.recheck_ms <= now]
+        actions = [self._decide(bucket, tracked, None, now) for bucket, tracked in due]
+        return [action for action in actions if action is not None]
 
     def next_recheck_ms(self) -> int | None:
         rechecks = [t.quota.recheck_ms for t in self._buckets.values() if t.quota.recheck_ms]
