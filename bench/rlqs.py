@@ -164,19 +164,9 @@ def measure_round(bench: Bench, stacks: Sequence[Stack], wrk: Wrk, round_no: int
     other = max(0.0, (busy1 - busy0) / cpu.CLOCK_TICKS - sum(e + s for e, s in used)) / wall
     samples = []
     for stack, raw, (envoy_s, service_s) in zip(stacks, raws, used, strict=True):
-        samples.append(
-            Sample(
-                stack=stack.name,
-                round_no=round_no,
-                requests=raw.requests,
-                seconds=raw.duration_s or seconds,
-                envoy_cpu=envoy_s / wall,
-                service_cpu=service_s / wall,
-                errors=raw.errors,
-                first_error=raw.first_error,
-                other_cpu=other,
-            )
-        )
+        cpu_shares = (envoy_s / wall, service_s / wall)
+        measured = (raw.requests, raw.duration_s or seconds, *cpu_shares)
+        samples.append(Sample(stack.name, round_no, *measured, raw.errors, raw.first_error, other))
     return samples
 
 

@@ -143,20 +143,9 @@ def _entry(check: StrictCheck) -> str:
     """strict.lua's entry:
     algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow|penalty."""
     limit, key = check.limit, check.key
-    fields = (
-        int(limit.algorithm),
-        digest(key),
-        counter_suffix(key, ""),
-        check.hits,
-        limit.requests_per_unit,
-        limit.window_ms,
-        limit.spans,
-        limit.capacity,
-        limit.cooldown,
-        int(check.shadow),
-        penalty_spec(limit, 0),
-    )
-    return "|".join(str(f) for f in fields)
+    head = (int(limit.algorithm), digest(key), counter_suffix(key, ""), check.hits)
+    sizes = (limit.requests_per_unit, limit.window_ms, limit.spans, limit.capacity, limit.cooldown)
+    return "|".join(str(f) for f in (*head, *sizes, int(check.shadow), penalty_spec(limit, 0)))
 
 
 def _answers(reply: Any, count: int) -> list[StrictAnswer]:
