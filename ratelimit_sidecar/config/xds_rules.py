@@ -35,7 +35,6 @@ from .rulefile import RuleFileReader
 
 RateLimitConfig = rls_conf_pb2.RateLimitConfig
 RESOURCE_TYPE = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
-UNKNOWN_UNIT = rls_conf_pb2.RateLimitUnit.Name(rls_conf_pb2.UNKNOWN)
 
 Document = dict[str, object]
 
