@@ -91,7 +91,9 @@ class SyncLoop:
         for _ in self.limiter.end_span_steps(self._clock_ms(), flush=flush):
             await asyncio.sleep(0)  # let requests in between slices of a large span
         batch = self.limiter.batch_in_flight()
-        batch.heartbeat = self._schedule.heartbeat_due(self._clock_ms())
+        batch.heartbeat = self._schedule.heartbeat_due(
+            self._clock_ms(), self.limiter.shortest_span_ms()
+        )
         result, resend = await self._call_store(batch)
         stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
         if result is not None:

@@ -118,7 +118,11 @@ def test_the_early_push_leaves_before_the_span_end_and_teaches_the_share() -> No
     assert limiter.early.due_ms is None and limiter.next_span_end(T0 + 30) == T0 + 500
 
 
-def test_the_heartbeat_goes_with_the_first_sync_then_once_a_period() -> None:
+def test_the_heartbeat_goes_with_the_first_sync_then_once_a_span() -> None:
     schedule = SyncSchedule(T0)
     due = [schedule.heartbeat_due(T0 + t) for t in (0, 500, BEAT_MS - 1, BEAT_MS, BEAT_MS + 1)]
-    assert due == [True, False, False, True, False]
+    assert due == [True, False, False, True, False]  # no rule tracked: every BEAT_MS
+    spans = [schedule.heartbeat_due(T0 + BEAT_MS + t, 2_000) for t in (1_000, 2_000, 4_000)]
+    assert spans == [False, True, True]  # one per 2 s span
+    fast = [schedule.heartbeat_due(T0 + 20_000 + t, 100) for t in (0, 500, 1_000)]
+    assert fast == [True, False, True]  # at most one a second
