@@ -242,6 +242,9 @@ class StateCollector(Collector):
             "Decided without tracking (table full)",
             value=limiter.untracked,
         )
+        yield GaugeMetricFamily(
+            f"{NS}_live_nodes", "Nodes the store's heartbeats counted", value=limiter.live_nodes
+        )
         quiet = limiter.quiet.hits if isinstance(limiter, FleetLimiter) else 0
         yield GaugeMetricFamily(
             f"{NS}_quiet_hits", "Hits of quiet windows never sent to the store", value=quiet

@@ -68,6 +68,14 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             envoy = EnvoyProcess(workdir, sidecar.port, name, template=template)
             started.append(envoy.wait_ready())
             gateways.append(envoy)
+        # The first sidecar counted itself alone at its start; its next heartbeat (10 s while
+        # idle) counts both, which its RLQS assignments depend on.
+        first = started[0]
+        assert isinstance(first, SidecarProcess)
+        deadline = time.monotonic() + 15
+        while first.metric("live_nodes") < 2:
+            assert time.monotonic() < deadline, "the RLQS sidecar never counted two nodes"
+            time.sleep(0.2)
         yield Pair(*gateways)
     finally:
         for process in reversed(started):
