@@ -9,8 +9,6 @@ target.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import time
 import timeit
 from collections.abc import Callable
@@ -23,7 +21,7 @@ from bench.load.runs import Bench, Run
 from bench.load.servers import READY_TIMEOUT_S, ServerProcess, local_address, sidecar_args
 from bench.report import Options, Outcome, conclude
 from bench.workload import DOMAIN, KEY, bench_rules, hot_10, limiter, rules_dir
-from harness.net import free_port, http_ok
+from harness.net import consecutive_free_ports, http_ok
 from harness.process import NotReady, wait_ready
 from ratelimit_sidecar.config.matcher import match
 from ratelimit_sidecar.core import Hit
@@ -40,26 +38,12 @@ RETRY_BUDGET_S = 30.0
 DECISIONS_METRIC = "ratelimit_sidecar_total_hits"
 
 
-def free_port_block(count: int) -> int:
-    """A port p with p .. p+count-1 all free (worker i serves its metrics on p + i)."""
-    for _ in range(100):
-        first = free_port()
-        with contextlib.ExitStack() as held:
-            try:
-                for port in range(first + 1, first + count):
-                    held.enter_context(socket.create_server(("127.0.0.1", port)))
-            except OSError:
-                continue
-        return first
-    raise RuntimeError(f"no block of {count} free ports")
-
-
 class Fleet(ServerProcess):
     """The sidecar with `--workers N`: a supervisor and N workers sharing the gRPC port (with
     N = 1 the process itself serves); worker i serves /metrics and /readyz on port + i."""
 
     def __init__(self, workers: int, bench: Bench) -> None:
-        self.workers, self.metrics_port = workers, free_port_block(workers)
+        self.workers, self.metrics_port = workers, consecutive_free_ports(workers)
         address, rules = local_address(), rules_dir(bench.workdir)
         args = sidecar_args(address, rules, "--workers", str(workers), "--max-keys", str(MAX_KEYS))
         args[args.index("--metrics-address") + 1] = f"127.0.0.1:{self.metrics_port}"
