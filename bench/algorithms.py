@@ -79,10 +79,7 @@ def run(options: Options) -> Outcome:
         measured = each_plan(bench, plans, starters, rounds, skipped)
     names = [a.text for a in AlgorithmName]
     found = compare.against(measured, "empty", names, target=TARGET_RATIO, by_cpu=True)
-    lines = runs.render(bench, measured, rounds, skipped=skipped)
-    lines += ["", compare.comparison_table(found), LEGEND]
-    document = runs.document(bench, measured, rounds, skipped)
-    document["comparisons"] = [compare.as_json(c) for c in found]
+    lines, document = compare.report(bench, measured, rounds, found, legend=LEGEND, skipped=skipped)
     return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import partial
+from typing import Any
 
 from bench.load import runs
-from bench.load.runs import SATURATED_PCT, Run
+from bench.load.runs import SATURATED_PCT, Bench, Run
 from bench.report import fmt, pct, table
 
 
@@ -125,6 +126,24 @@ def comparison_table(comparisons: Sequence[Comparison]) -> str:
         for c in comparisons
     ]  # fmt: skip
     return table(HEADER, rows, left=4)
+
+
+def report(
+    bench: Bench,
+    measured: Sequence[Run],
+    rounds: int,
+    found: Sequence[Comparison],
+    *,
+    columns: Sequence[runs.Column] = (),
+    legend: str = "",
+    skipped: Sequence[str] = (),
+) -> tuple[list[str], dict[str, Any]]:
+    """The load table (with the section's columns and legend), then the comparisons; the
+    results document with both."""
+    lines = runs.render(bench, measured, rounds, columns, legend, skipped=skipped)
+    document = runs.document(bench, measured, rounds, skipped)
+    document["comparisons"] = [as_json(c) for c in found]
+    return [*lines, "", comparison_table(found)], document
 
 
 def verdicts(comparisons: Sequence[Comparison]) -> list[bool | None]:

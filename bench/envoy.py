@@ -173,12 +173,10 @@ def role_us(role: str) -> runs.Column:
     return (f"{role} µs/req", lambda row: fmt(row.cpu_us(row.cpu.roles.get(role))))
 
 
-def document(bench: Bench, measured: Sequence[Run], rounds: int, skipped: list[str],
-             found: Sequence[compare.Comparison]) -> dict[str, Any]:  # fmt: skip
+def details(measured: Sequence[Run]) -> dict[str, Any]:
+    """What a gateway section's results add: Envoy's version and the sidecar's rules."""
     envoy = version([str(envoy_binary()), "--version"]) if measured else None
-    comparisons = [compare.as_json(c) for c in found]
-    extra = {"envoy": envoy, "sidecar_rules": RULES_YAML, "comparisons": comparisons}
-    return {**runs.document(bench, measured, rounds, skipped), **extra}
+    return {"envoy": envoy, "sidecar_rules": RULES_YAML}
 
 
 def measure(bench: Bench, rounds: int) -> list[Run]:
@@ -207,17 +205,12 @@ def run(options: Options) -> Outcome:
         return "" if not plain or own is None or row.server == "plain" else f"{own / plain:.2f}x"
 
     columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
-    lines = runs.render(bench, measured, rounds, columns, LEGEND, skipped=skipped)
-    lines += ["", compare.comparison_table(found), text]
-    verdicts = [*compare.verdicts(found), passed]
-    return conclude(
-        options,
-        NAME,
-        started,
-        lines,
-        document(bench, measured, rounds, skipped, found),
-        verdicts=verdicts,
+    lines, document = compare.report(
+        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
     )
+    verdicts = [*compare.verdicts(found), passed]
+    document |= details(measured)
+    return conclude(options, NAME, started, [*lines, text], document, verdicts=verdicts)
 
 
 def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:

@@ -205,10 +205,8 @@ def run(options: Options) -> Outcome:
         loaded = partial(start, *flags, "--state-dir", str(state), name="with-10k")
         measured = each_plan(bench, plans, [partial(start, *flags), loaded], rounds, skipped)
     found = compare.against(measured, "sidecar", ["with-10k"], target=TARGET_RATIO, by_cpu=True)
-    lines += runs.render(bench, measured, rounds, skipped=skipped)
-    lines += ["", compare.comparison_table(found)]
-    document = runs.document(bench, measured, rounds, skipped)
-    document["comparisons"] = [compare.as_json(c) for c in found]
+    load_lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    lines += load_lines
     document["propagation"] = asdict(propagation)
     verdicts = [propagation_met(propagation), *compare.verdicts(found)]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

@@ -66,28 +66,14 @@ class Outage:
         return f"{self.code} in {took}"
 
     @property
-    def answering(self) -> bool:
-        """Answered OK throughout: the single request and every request of the load run."""
-        load = self.load
-        return self.code == "OK" and (load is None or (load.requests > 0 and not load.errors))
-
     def state(self) -> str:
-        """ "answers OK", "stalls" (slow or no answers) or "errors" (fast ones), and why."""
-        if self.answering:
+        """ "answers OK" (the single request and every request of the load run), else "stalls"
+        (slow or no answers) or "errors" (fast ones)."""
+        load = self.load
+        if self.code == "OK" and (load is None or (load.requests > 0 and not load.errors)):
             return "answers OK"
-        load, why = self.load, []
         silent = load is not None and load.requests + load.errors == 0
-        if load is not None:
-            window = f"in the {load.duration_s:g} s run"
-            why.append(
-                "no answer " + window
-                if silent
-                else f"{load.errors:,} errors, {load.requests:,} OK {window}"
-            )
-        if self.code != "OK":
-            why.append(f"a single request: {self.first()}")
-        kind = "stalls" if silent or self.seconds >= STALL_S else "errors"
-        return f"{kind}: {'; '.join(why)}"
+        return "stalls" if silent or self.seconds >= STALL_S else "errors"
 
 
 def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
@@ -137,7 +123,7 @@ def outage(
         finally:
             server.pause()
         found.append(Outage(redis, server.name, code, seconds, detail, load))
-        print(f"  Redis {redis:<9} {server.name:<8}  {found[-1].state()}")
+        print(f"  Redis {redis:<9} {server.name:<8}  {found[-1].state}")
     return found
 
 
@@ -171,32 +157,23 @@ def measure(
 
 
 def judge_outage(outages: Sequence[Outage], redis: str) -> tuple[bool | None, str]:
-    found = {o.server: o for o in outages if o.redis == redis}
-    sidecar, limits = found.get("sidecar"), found.get("limits")
-    if sidecar is None or limits is None:
+    found = {o.server: o.state for o in outages if o.redis == redis}
+    if "sidecar" not in found or "limits" not in found:
         return None, f"Redis {redis}: NOT MEASURED"
-    passed = sidecar.answering and not limits.answering
+    passed = found["sidecar"] == "answers OK" and found["limits"] != "answers OK"
     word = "PASS" if passed else "FAIL"
-    return passed, f"Redis {redis}: {word}: sidecar {sidecar.state()}; limits {limits.state()}"
-
-
-def outage_json(o: Outage) -> dict[str, object]:
-    load = None if o.load is None else runs.run_json(o.load)
-    return {**asdict(replace(o, load=None)), "load": load, "state": o.state()}
+    return passed, f"Redis {redis}: {word}: sidecar {found['sidecar']}; limits {found['limits']}"
 
 
 def outage_table(outages: Sequence[Outage]) -> str:
-    header = ("Redis", "server", "first request", "OK/s", "errors/s", "p99 ms")
+    header = ("Redis", "server", "state", "first request", "OK/s", "errors/s", "p99 ms")
     rows = []
     for o in outages:
-        load = o.load
-        rate = (
-            [fmt(load.rps), fmt(load.errors / load.duration_s), fmt(load.latency.p99_ms, 2)]
-            if load
-            else ["-"] * 3
-        )
-        rows.append([o.redis, o.server, o.first(), *rate])
-    return table(header, rows)
+        load, rate = o.load, ["-"] * 3
+        if load is not None:
+            rate = [fmt(load.rps), fmt(load.errors / load.duration_s), fmt(load.latency.p99_ms, 2)]
+        rows.append([o.redis, o.server, o.state, o.first(), *rate])
+    return table(header, rows, left=4)
 
 
 LEGEND = """\
@@ -225,11 +202,11 @@ def run(options: Options) -> Outcome:
                                ("empty", None))
     ]  # fmt: skip
     judged = [judge_outage(outages, redis) for redis in ("hung", "down")]
-    lines = runs.render(bench, measured, rounds, skipped=skipped)
-    lines += ["", compare.comparison_table(found), "", outage_table(outages), LEGEND]
+    lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    lines += ["", outage_table(outages), LEGEND]
     lines += [text for _, text in judged]
-    document = runs.document(bench, measured, rounds, skipped)
-    document["comparisons"] = [compare.as_json(c) for c in found]
-    document["outages"] = [outage_json(o) for o in outages]
+    document["outages"] = [
+        {**asdict(o), "load": o.load and runs.run_json(o.load), "state": o.state} for o in outages
+    ]
     verdicts = [*compare.verdicts(found), *(passed for passed, _ in judged)]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

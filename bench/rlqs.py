@@ -23,7 +23,7 @@ from dataclasses import replace
 from functools import partial
 
 from bench import compare
-from bench.envoy import API_KEY, WORK, Stack, document, gateway, role_us
+from bench.envoy import API_KEY, WORK, Stack, details, gateway, role_us
 from bench.load import cpu, runs
 from bench.load.clients import Load, LoadShape, Wrk
 from bench.load.runs import SAMPLE_MARGIN_S, Bench, Run
@@ -123,11 +123,13 @@ def run(options: Options) -> Outcome:
     ]
     columns = [("RPS per core", lambda r: fmt(r.per_cpu_second))]
     columns += [role_us("envoy"), role_us("service")]
-    lines = runs.render(bench, measured, rounds, columns, LEGEND, skipped=skipped)
-    lines += ["", compare.comparison_table(found), *(f"  INVALID: {p}" for p in problems_found)]
+    lines, document = compare.report(
+        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
+    )
+    lines += [f"  INVALID: {p}" for p in problems_found]
+    document |= details(measured) | {"problems": problems_found}
     verdicts = [False if problems_found else found[0].passed]
-    document_ = document(bench, measured, rounds, skipped, found) | {"problems": problems_found}
-    return conclude(options, NAME, started, lines, document_, verdicts=verdicts)
+    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
 
 
 LEGEND = """\

@@ -138,10 +138,9 @@ def run(options: Options) -> Outcome:
     names = [f"strict {a.text}" for a in AlgorithmName]
     found = compare.against(measured, BASELINE, names, target=TARGET_RATIO, p99_no_worse=True)
     columns = [("Redis µs/call", script_cell), ("strict checks", checks_cell)]
-    lines = runs.render(bench, measured, rounds, columns, LEGEND, skipped=skipped)
-    lines += ["", compare.comparison_table(found)]
-    document = runs.document(bench, measured, rounds, skipped)
-    document["comparisons"] = [compare.as_json(c) for c in found]
+    lines, document = compare.report(
+        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
+    )
     return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
 
 
