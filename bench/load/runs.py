@@ -209,11 +209,8 @@ def alternate(
                 finally:
                     server.pause()
                 tries = f"  (attempts: {run.attempts})" if run.attempts > 1 else ""
-                print(
-                    f" {run.rps:7,.0f} req/s  p99 {run.latency.p99_ms:6.2f} ms  "
-                    f"server CPU {run.cpu.server_pct:3.0f}%{tries}",
-                    flush=True,
-                )
+                print(f" {run.rps:7,.0f} req/s  p99 {run.latency.p99_ms:6.2f} ms  server CPU "
+                      f"{run.cpu.server_pct:3.0f}%{tries}", flush=True)  # fmt: skip
                 runs.append(run)
     return runs
 
@@ -268,23 +265,13 @@ def pool(runs: Sequence[Run]) -> Run:
         p50 = statistics.median(r.latency.p50_ms for r in runs)
         p99 = statistics.median(r.latency.p99_ms for r in runs)
         latency = Latency(p50, p99, max(r.latency.max_ms for r in runs))
+    counters = {k: sum(r.counters.get(k, 0) for r in runs) for k in first.counters}
     return Run(
-        workload=first.workload,
-        client=first.client,
-        server=first.server,
-        round_no=-1,
-        requests=sum(r.requests for r in runs),
-        duration_s=sum(r.duration_s for r in runs),
-        errors=sum(r.errors for r in runs),
-        first_error=errors[0] if errors else "",
-        latencies_ms=latencies,
-        latency=latency,
-        cpu=cpu.pooled([r.cpu for r in runs]),
-        counters={k: sum(r.counters.get(k, 0) for r in runs) for k in first.counters},
-        notes=sorted({n for r in runs for n in r.notes}),
-        attempts=sum(r.attempts for r in runs),
-        runs=len(runs),
-    )
+        first.workload, first.client, first.server, -1, sum(r.requests for r in runs),
+        sum(r.duration_s for r in runs), sum(r.errors for r in runs), errors[0] if errors else "",
+        latencies, latency, cpu.pooled([r.cpu for r in runs]), counters,
+        sorted({n for r in runs for n in r.notes}), sum(r.attempts for r in runs), len(runs),
+    )  # fmt: skip
 
 
 def rows(runs: Sequence[Run]) -> list[Run]:
