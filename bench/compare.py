@@ -125,7 +125,13 @@ def comparison_table(comparisons: Sequence[Comparison]) -> str:
         ]
         for c in comparisons
     ]  # fmt: skip
-    return table(HEADER, rows, left=4)
+    return f"{table(HEADER, rows, left=4)}\n{LEGEND}"
+
+
+LEGEND = """\
+ratio = median over rounds of server / baseline in the same round (basis: RPS, or RPS per second
+of server CPU when one was not CPU-bound); round range = the lowest and highest single round; p99
+ratio = the same for p99; target: the least ratio that passes (p99: also a p99 ratio ≤ 1)."""
 
 
 def report(

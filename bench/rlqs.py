@@ -134,5 +134,4 @@ def run(options: Options) -> Outcome:
 
 LEGEND = """\
 All four stacks share one core: RPS is a share of it; RPS per core = RPS per second of the
-stack's own CPU (Envoy + service), its capacity on a core of its own, and the comparisons' basis
-(median and range over rounds; target: rlqs-sidecar ≥ 95 % of rlqs-allow-all)."""
+stack's own CPU (Envoy + service), its capacity on a core of its own: the comparisons' basis."""

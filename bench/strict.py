@@ -148,4 +148,4 @@ LEGEND = """\
 strict checks = the sidecar's strict checks by result over every run (failed and breaker_open
 are counted as failed requests). Redis µs/call = Redis's own time per EVALSHA (INFO
 commandstats: the `limits` INCRBY+EXPIRE script, or strict.lua). Redis runs on the load
-generators' CPU. Target: RPS ratio ≥ 100 % and p99 ratio ≤ 1 (medians over rounds)."""
+generators' CPU."""
