@@ -138,7 +138,7 @@ def rls_failures(run: Run) -> tuple[int, str]:
     if not calls_rls(run.server):
         return 0, ""
     stats = run.counters
-    failed = stats["error"] + stats["failure_mode_allowed"]
+    failed = max(stats["error"], stats["failure_mode_allowed"])  # a failed call counts in both
     missing = max(0, run.requests - stats["ok"] - stats["over_limit"] - failed)
     why = f"{failed} rate limit calls failed (Envoy failed open)" if failed else ""
     why = why or (f"{stats['over_limit']} OVER_LIMIT answers" if stats["over_limit"] else "")

@@ -31,9 +31,9 @@ def test_every_request_answered_ok_is_no_failure() -> None:
 
 
 def test_fail_open_refusals_and_missing_answers_are_failures() -> None:
-    count, why = rls_failures(run("sidecar", 100, ok=90, failure_mode_allowed=6, error=1))
-    assert count == 10  # 7 failed calls, 3 requests without an answer
-    assert "7 rate limit calls failed" in why
+    count, why = rls_failures(run("sidecar", 100, ok=90, failure_mode_allowed=6, error=6))
+    assert count == 10  # 6 failed calls (each counted as an error and allowed), 4 unanswered
+    assert "6 rate limit calls failed" in why
     count, why = rls_failures(run("sidecar", 100, ok=98, over_limit=2))
     assert (count, why) == (2, "2 OVER_LIMIT answers")
     assert rls_failures(run("empty", 100, ok=95)) == (5, "5 requests without an answer")
