@@ -63,7 +63,9 @@ def run(options: Options) -> Outcome:
                             sidecar.address, workdir, pinning, seconds=PACED_S, rps=int(rps)
                         )
                         rows.setdefault(name, []).append((full, rate, percentile(lat, 99)))
-                        print(f"  round {round_no + 1} {name}: {rows[name][-1]}", flush=True)
+                        p99 = rows[name][-1][2]
+                        cells = f"full {full:,.0f}, paced {rate:,.0f} req/s, p99 {p99:.2f} ms"
+                        print(f"  round {round_no + 1} {name}: {cells}", flush=True)
                 finally:
                     sidecar.stop()
     header = ("transport", "saturation req/s", "paced req/s", "p99 ms")
