@@ -5,12 +5,13 @@ change) where wall-clock runs are too noisy.
     python bench/instructions.py --tree before=/path/to/old/tree --tree after=.
 
 For each tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH and the
-same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitHandler.decide`,
-consumed by `deque(map(decide, bodies), maxlen=0)`. Callgrind collects only inside that deque's
-`consume_iterator` (a C function nothing else here calls), so the count is the decisions' alone:
-not the interpreter's start, the imports or the set-up (whose count moves by millions from run to
-run with where memory lands). PYTHONHASHSEED is fixed and the clock is a fake one that starts at a
-fixed instant, so a count repeats to within a few instructions per decision.
+same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitServicer.answer` (the
+fast transport's entry point), consumed by `deque(map(answer, bodies), maxlen=0)`. Callgrind
+collects only inside that deque's `consume_iterator` (a C function nothing else here calls), so
+the count is the decisions' alone: not the interpreter's start, the imports or the set-up (whose
+count moves by millions from run to run with where memory lands). PYTHONHASHSEED is fixed and the
+clock is a fake one that starts at a fixed instant, so a count repeats to within a few
+instructions per decision.
 
 Cases: `hot` (10 hot keys, admitted), `blocked` (one hot key refused under its block), `distinct`
 (every request new: parse, match, a new counter), `seen` (the same requests, each decided once
@@ -29,7 +30,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import types
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -117,17 +117,15 @@ def make_handler(case: str) -> Any:
 
 
 def answers(handler: Any, requests: Iterable[bytes]) -> Iterator[bytes]:
-    """The handler's answers, as a transport gets them: awaiting `respond` (which returns
-    without suspending), or calling `decide` on a tree from before `respond` was awaited."""
-    if hasattr(handler, "decide"):
+    """The handler's answers, as the fast transport gets them: `RateLimitServicer.answer`
+    (the decision histogram's timing included), on a tree that has it; else `decide`."""
+    try:
+        from ratelimit_sidecar.server.grpc_api import RateLimitServicer
+    except ImportError:  # a tree from before the fast transport
         return map(handler.decide, requests)
-    return _awaited(handler.respond, requests)
-
-
-@types.coroutine
-def _awaited(respond: Any, requests: Iterable[bytes]) -> Iterator[bytes]:
-    for body in requests:  # `yield from` runs each to its end as `await` does: no exception
-        yield (yield from respond(body))
+    observer = getattr(handler, "_observer", None)
+    observe = None if observer is None else observer.decision_seconds.observe
+    return map(RateLimitServicer(handler, observe).answer, requests)
 
 
 def drive(case: str, decisions: int) -> None:
