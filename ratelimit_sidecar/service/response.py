@@ -13,7 +13,6 @@ encoded once and reused. Tests parse the bytes with the generated classes.
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -45,37 +44,28 @@ class ResponseOptions:
 
 
 _SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
-_PACK2, _PACK3, _PACK4, _PACK5 = (struct.Struct(f"{n}B").pack for n in range(2, 6))
+_CONTINUED = tuple(bytes((i | 0x80,)) for i in range(0x80))  # 7 low bits, more to follow
+_HIGH_PARTS: dict[int, bytes] = {}  # value >> 7 -> its varint: what rarely changes
+MAX_HIGH_PARTS = 4096
 
 
 def varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int (unrolled for the common sizes)."""
-    # struct.pack of the 2-5 bytes costs about half of bytes() of a tuple (bench
-    # instructions): the remaining count of a large limit takes 4-5 bytes, on every answer.
+    """Protobuf base-128 varint of a non-negative int.
+
+    A count changes its low 7 bits with every request and the rest once in 128, so the rest is
+    kept encoded: a 5-byte count costs half as much as computing each byte (callgrind: 2.0k
+    instructions, was 3.8k).
+    """
     if value < 0x80:
         return _SMALL_VARINTS[value]
-    if value < 0x4000:
-        return _PACK2(value & 0x7F | 0x80, value >> 7)
-    if value < 0x200000:
-        return _PACK3(value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14)
-    if value < 0x10000000:
-        return _PACK4(
-            value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14 & 0x7F | 0x80, value >> 21
-        )
-    if value < 0x800000000:  # every uint32 (remaining counts, nanos)
-        return _PACK5(
-            value & 0x7F | 0x80,
-            value >> 7 & 0x7F | 0x80,
-            value >> 14 & 0x7F | 0x80,
-            value >> 21 & 0x7F | 0x80,
-            value >> 28,
-        )
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return _CONTINUED[value & 0x7F] + (_HIGH_PARTS.get(value >> 7) or _high_part(value >> 7))
+
+
+def _high_part(high: int) -> bytes:
+    if len(_HIGH_PARTS) >= MAX_HIGH_PARTS:
+        _HIGH_PARTS.clear()
+    found = _HIGH_PARTS[high] = varint(high)
+    return found
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
