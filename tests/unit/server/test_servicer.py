@@ -74,7 +74,7 @@ def test_a_strict_request_is_awaited_and_answered_by_the_store(tmp_path: Path) -
     assert inspect.isawaitable(pending) and store.calls == 0  # nothing asked before it is awaited
 
     async def awaited() -> bytes:
-        return await pending  # type: ignore[misc]
+        return await pending
 
     answer = wire.RateLimitResponse.FromString(asyncio.run(awaited()))
     assert answer.overall_code == wire.Code.OVER_LIMIT and store.calls == 1
