@@ -43,10 +43,6 @@ class Algorithm(Protocol):
         """What an evicted key leaves behind for `start`."""
         ...
 
-    def close_span(self, state: KeyState, end_ms: int) -> None:
-        """Local-only mode: the span's `pending` hits are the fleet's."""
-        ...
-
 
 class SharedAlgorithm(Algorithm, Protocol):
     """Counts a shared store can sum (all but the sliding log)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end
@@ -61,5 +62,7 @@ class LocalLimiter(Limiter):
         """A span end without a round trip; a finished window's counts need no push."""
         state.roll(end_ms)  # leftovers of a finished window go to `unsent`, dropped below
         state.unsent = 0
-        if state.pending:
-            self.algorithm_of(state).close_span(state, end_ms)
+        algorithm = self.algorithm_of(state)
+        if state.pending and isinstance(algorithm, FixedWindow):
+            algorithm.close_span(state, end_ms)
+        state.pending = 0  # the other rules counted every hit where it belongs

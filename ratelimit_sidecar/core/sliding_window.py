@@ -95,8 +95,7 @@ class SlidingWindow:
         over = state.limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits)
         return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=over)
 
-    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
-        return retry_wait_ms(state, hits, now_ms)
+    wait_ms = staticmethod(retry_wait_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         counts: SpanState = state.counts
@@ -132,12 +131,6 @@ class SlidingWindow:
             return 0
         first = max(spans.newest for spans in counted) - state.limit.spans + 1
         return sum(spans.since(first) for spans in counted)
-
-    # -- a span end --------------------------------------------------------------------------
-
-    def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        """Local-only: the own counts are the fleet's, already in place."""
-        state.pending = 0
 
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int

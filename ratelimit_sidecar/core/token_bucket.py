@@ -91,10 +91,20 @@ class TokenBucket:
         if not over:
             state.nodes.refused += hits
         block = over and limit.cooldown > 0
-        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=block)
+        return refuse_for_cooldown(state, hits, now_ms, self.wait_ms, block=block)
 
-    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
-        return retry_wait_ms(state, hits, now_ms)
+    @staticmethod
+    def wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+        """A refusal's Retry-After: until the bucket has refilled enough for `hits` (a request
+        larger than the bucket never fits: until it is full), and not before a block ends."""
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        now = now_ms * rpu
+        wait: float = 0
+        if 0 < hits <= limit.capacity:
+            wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
+        elif hits > 0:
+            wait = state.counts.tat - now
+        return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Step 4. The debt stays within the capacity: only a shadow rule counts hits over it,
@@ -126,12 +136,6 @@ class TokenBucket:
         debt = state.counts.tat - state.last_hit * limit.requests_per_unit
         return _ceil_div(max(0, debt), limit.window_ms)
 
-    # -- a span end --------------------------------------------------------------------------
-
-    def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        """Every hit moved TAT when it was counted."""
-        state.pending = 0
-
     def store_answer(
         self,
         state: KeyState,
@@ -159,19 +163,6 @@ def _projected(state: KeyState, hits: int, now: float) -> float:
     token, bucket = state.limit.window_ms, state.counts
     spread: float = max(now, bucket.tat + hits * (state.nodes.value - 1) * token)
     return spread + hits * token
-
-
-def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """A refusal's Retry-After: until the bucket has refilled enough for `hits` (a request
-    larger than the bucket never fits: until it is full), and not before a block ends."""
-    limit, rpu = state.limit, state.limit.requests_per_unit
-    now = now_ms * rpu
-    wait: float = 0
-    if 0 < hits <= limit.capacity:
-        wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
-    elif hits > 0:
-        wait = state.counts.tat - now
-    return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
 
 
 def _ceil_div(value: float, divisor: int) -> int:
