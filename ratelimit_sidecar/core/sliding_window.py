@@ -2,50 +2,42 @@
 
 Windows are cut into N spans on the epoch, as for the fixed window, but nothing resets at a
 window's end. At `now` in span s, the trailing window (now - W, now] holds spans s-N+1 .. s
-whole and the span s-N in part: its count is weighted by the share of its milliseconds still
-inside, (end of s - 1 - now) / (length of s). So a client that sends MAX at the end of one
-window and MAX at the start of the next gets about MAX admitted, not 2 x MAX; within one span
-the weight assumes the oldest span's hits were spread evenly (a burst at its very end can be
-under-weighted by up to that span's count).
+whole and span s-N in part, weighted by the share of its milliseconds still inside,
+(end of s - 1 - now) / (length of s). So MAX at the end of one window and MAX at the start of the
+next admit about MAX, not 2 x MAX; the weight assumes the oldest span's hits were spread evenly
+(a burst at its very end can be under-weighted by up to that span's count).
 
 A request (`check`, then `count` and `admitted` when it is admitted):
 
-1. A key under an active block (only when the limit sets a `cooldown`) is refused until the
-   block ends.
+1. A key under an active block (only with a `cooldown`) is refused until the block ends.
 2. The trailing count is estimated from the fleet's span totals as the store last answered
-   them (`SpanState.fleet`) plus this node's own hits the store has not confirmed yet
-   (`SpanState.own`, by the span they were counted in), each standing for `nodes` nodes'
-   worth of traffic, as the fixed window scales its own hits. Local-only mode has no store:
-   every own hit stays in the own spans and `nodes` is 1, so the count is exact.
-   If this request's hits, scaled the same way, take the estimate past MAX, it is refused
-   with a Retry-After of the time until it would fit if nobody sent more (spans leave the
-   window, the oldest one gradually). If even the count known for sure (the store's totals
-   plus own hits, unscaled) is over MAX and the limit sets a cooldown, the key is blocked for
-   it too, and the Retry-After is the later of the block's end and that time (a block's
-   refusals say the same). A request of more than MAX hits never fits: it is refused for one
-   window.
-3. Admitted: `remaining` is the whole requests left in the trailing window; `reset_ms` is the
-   time until the oldest span still counted leaves the window, when quota first comes back
-   (0 when nothing is counted: the whole quota is there).
+   them (`SpanState.fleet`) plus own hits the store has not confirmed (`SpanState.own`, by
+   span), each standing for `nodes` nodes' worth of traffic. Local-only mode has no store: the
+   own spans hold every hit and `nodes` is 1, so the count is exact. If this request's hits,
+   scaled alike, take the estimate past MAX, it is refused until it would fit if nobody sent
+   more (spans leave the window, the oldest gradually). If even the count known for sure (store
+   totals plus own hits, unscaled) is over MAX and a cooldown is set, the key is blocked too,
+   and the Retry-After is the later of the block's end and that time. More than MAX hits never
+   fit: refused for one window.
+3. Admitted: `remaining` is the whole requests left in the trailing window; `reset_ms` is when
+   the oldest span still counted leaves it (0 when nothing is counted).
 
 A span end:
 
 - The store's answer (`PushResult.spans`: the fleet's totals of the N spans ending with the
-  pushed one) replaces those spans of the fleet's counts, and confirms the push's own hits: they
+  pushed one) replaces those spans of the fleet's counts and confirms the push's own hits: they
   leave the own spans, oldest first. An answer without spans confirms nothing.
 - The store failed: the hits stay in the own spans, scaled by `nodes`, until an answer confirms
   them or they leave the window. With a cooldown, an estimate over MAX then blocks the key.
-- Local-only mode: nothing to do, the own counts are already in place.
-- The store's answer has the pushed span before every node has pushed it: until the next
-  answer, that span counts at least this node's push times `nodes`, as it did before the push.
-- `nodes` is learnt as for the fixed window (the store counts every push into the window's
-  counter too), but from admitted counts only: over a trailing limit every node refuses on its
-  estimate all the time, and counting its own refusals as offered, and no other node's, makes
-  each node see too small a fleet and the fleet admit more than MAX. There is no lenient
-  ceiling: a trailing window has no window pace to project. Every estimate scales own hits by
-  the lower of the last two `nodes` estimates (the estimate's `cautious` check, as a fixed
-  window's lenient ceiling does): the larger one refuses some bursty traffic well under the
-  limit, where nothing should be.
+- Local-only mode: nothing to do, the own counts are in place.
+- The answer has the pushed span before every node has pushed it: until the next answer, that
+  span counts at least this node's push times `nodes`, as before the push.
+- `nodes` is learnt as for the fixed window, but from admitted counts only: over a trailing
+  limit every node refuses on its estimate all the time, and counting its own refusals as
+  offered, and no other node's, makes each node see too small a fleet and the fleet admit more
+  than MAX. No lenient ceiling (a trailing window has no pace to project); every estimate
+  scales own hits by the lower of the last two estimates (`cautious`): the larger refuses some
+  bursty traffic well under the limit.
 """
 
 from __future__ import annotations
@@ -69,29 +61,24 @@ class SlidingWindow:
     """The rule above."""
 
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` is counted in the span the key comes back in: it leaves the window later
-        than the hits it stands for did (an over-count, never an under-count), or is replaced
-        by the store's total of that span."""
+        """`resumed` is counted in the span of the key's return: it leaves later than its hits
+        would (over-counts, never under), or the store's total of that span replaces it."""
         state.counts = SpanState()
         state.nodes.caution(True)  # see `nodes` in the module's docstring
         if resumed:
             _fleet_spans(state).add(span_number(state.last_hit, state.limit), resumed)
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 2: this request's hits would take the estimate past MAX."""
         extra = hits * state.nodes.check
         trailing = _trailing(state, now_ms)
         if trailing.fits(extra):
-            # Kept for `admitted`, which the same request calls once these hits are counted:
-            # one trailing count per request instead of two.
+            # For `admitted` of the same request: one trailing count per request, not two.
             state.counts.checked = (now_ms, state.pending + hits, trailing, extra)
             return None
         return self._over(state, hits, now_ms)
 
     def _over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Step 2: with a cooldown, a count over MAX for sure blocks the key for it; else the
-        refusal lasts until the request fits. (Unlike the fixed window's, refusals on the
-        estimate are not counted as offered: see `nodes` in the module's docstring.)"""
+        """Refusals on the estimate are not counted as offered (see `nodes` above)."""
         over = state.limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits)
         return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=over)
 
@@ -120,7 +107,6 @@ class SlidingWindow:
         remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
         reset = _until_oldest_leaves(state, trailing, now_ms)
         near = used >= limit.near_limit_ratio * rpu * trailing.length
-        # Every field in order, by position, as the fixed window answers.
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
@@ -135,8 +121,6 @@ class SlidingWindow:
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
-        """Without an answer the hits stay in the own spans, scaled by `nodes` in every
-        estimate; with a cooldown, an estimate over MAX then blocks the key."""
         if answer is None:
             return _blocks_over(state, now_ms, known=False)
         counts: SpanState = state.counts
@@ -158,14 +142,12 @@ class SlidingWindow:
 def _learn_from_spans(
     state: KeyState, counts: SpanState, newest: int, count: int, spans: tuple[int, ...]
 ) -> None:
-    """A new key guesses an even split (`nodes` = live nodes) until its first finished window
-    says better. A node with more than its even share then counts each own hit for too many,
-    and with no lenient ceiling refuses requests under the limit in a new key's first window.
-    So, until then, each span before the pushed one (every node pushed it a span ago) adds to
-    sums of the fleet's and this node's counts, whose ratio may lower the guess, never raise
-    it. The own sum is taken one standard deviation low (a small sample must not look like a
-    big share), and spans are skipped once the fleet's trailing count is within a span's
-    share of MAX (near the limit the nodes that decide first admit more than their share)."""
+    """Until its first finished window, a new key guesses an even split; with more than that
+    share, and no lenient ceiling, it refuses requests under the limit. So each span before the
+    pushed one (every node pushed it a span ago) adds to sums of the fleet's and own counts,
+    whose ratio may lower the guess, never raise it: the own sum taken one standard deviation
+    low (a small sample must not look like a big share), spans skipped once the trailing count
+    is within a span's share of MAX (there the first deciders admit more than their share)."""
     previous, own = counts.pushed_span, counts.pushed_count
     counts.pushed_span, counts.pushed_count = newest, max(0, count)
     limit, nodes = state.limit, state.nodes
