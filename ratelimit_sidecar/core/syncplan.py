@@ -10,14 +10,9 @@ from ratelimit_sidecar.core.keystate import KeyState
 
 
 class SyncPlan:
-    """A `SyncBatch` plus the key states each of its entries belongs to.
-
-    The batch is what the store sees; the states stay here so applying the answer needs no
-    lookups, and a key evicted meanwhile is updated harmlessly instead of recreated. What the
-    answer means for a key is the algorithm's business, a finished window's total is the nodes
-    estimate's; the bookkeeping (what was in flight, what waits for a resend) is done here.
-    Only the fixed window's check follows the window's pace: it hears when all is in.
-    """
+    """A `SyncBatch` plus the key state of each entry: applying the answer needs no lookups,
+    and a key evicted meanwhile is updated harmlessly, not recreated. The answer's meaning is
+    the algorithm's and the nodes estimate's; the bookkeeping (in flight, resend) is here."""
 
     __slots__ = (
         "_algorithms",
@@ -54,9 +49,7 @@ class SyncPlan:
         self._total_states.append(state)
 
     def succeed(self, now_ms: int, result: types.SyncResult) -> types.SyncStats:
-        """Take the store's totals and block flags in. A push the store answered as not applied
-        fails alone, as in `fail`; its count was surely not counted, so it waits for the next
-        push."""
+        """A push answered as not applied fails alone, as in `fail`, and is resent."""
         pushed = hits = dropped = blocked = failed_orphans = 0
         failed: set[KeyState] = set()  # keys whose push failed: their pace is unknown
         rows = zip(self.batch.pushes, self._push_states, self._fresh, result.pushes, strict=True)
@@ -79,11 +72,10 @@ class SyncPlan:
     def _take_answer(
         self, now_ms: int, push: types.Push, state: KeyState, answer: types.PushResult
     ) -> bool:
-        """One applied push: the window's total and the shared flag; True if it blocks."""
         if push.window == state.window:
             state.inflight = 0
-        # Even a late push (for a window that has ended) may be news: a sliding window's spans
-        # and a bucket's debt outlive their window. The algorithm knows.
+        # Even a late push may be news: a sliding window's spans and a bucket's debt outlive
+        # their window.
         if answer.level >= 0 and state.penalty is not None:  # first: blocks below use it
             state.penalty.take_store(now_ms, answer.level, answer.block_level, answer.block_ms)
         blocks = self._algorithm(state).store_answer(state, push, answer, now_ms)
@@ -97,8 +89,7 @@ class SyncPlan:
             state.nodes.learn(read.window, total, result.live_nodes)
 
     def _after_sync(self, result: types.SyncResult, failed: set[KeyState]) -> None:
-        """Every answer is in (totals and nodes): each fixed window that synced adjusts its
-        check to the window's pace; one whose push failed forgets it."""
+        """Once totals and nodes are in, each fixed window that synced paces its check."""
         rows = zip(self.batch.pushes, self._push_states, result.pushes, strict=True)
         for push, state, answer in rows:
             synced = state is not None and not answer.error and state not in failed
@@ -106,10 +97,7 @@ class SyncPlan:
                 self._paced.after_sync(state, self.batch.now_ms, True)
 
     def fail(self, now_ms: int, resend: bool = True) -> types.SyncStats:
-        """The store did not answer: keep the deltas for the next push and apply the fallback.
-
-        `resend` False: the batch may have been applied, so its counts are dropped (counted
-        as unconfirmed) instead of being sent again."""
+        """`resend` False: the batch may have been applied: its counts are dropped, not resent."""
         dropped = blocked = 0
         for push, state, fresh in zip(
             self.batch.pushes, self._push_states, self._fresh, strict=True
@@ -121,7 +109,7 @@ class SyncPlan:
     def _fail_push(
         self, now_ms: int, push: types.Push, state: KeyState | None, fresh: bool, resend: bool
     ) -> tuple[int, bool]:
-        """The fallback for one push the store did not apply: (hits dropped, key blocked)."""
+        """(hits dropped, key blocked)."""
         if state is None:  # an evicted key's hits: sent again with the next batch if they can be
             recent = now_ms // push.limit.window_ms - push.window <= 1
             if resend and recent:
@@ -145,12 +133,10 @@ class SyncPlan:
         return algorithm
 
     def answers(self, result: types.SyncResult) -> bool:
-        """The result has one answer per push and per total read of the batch."""
         got = (len(result.pushes), len(result.totals))
         return got == (len(self.batch.pushes), len(self.batch.total_reads))
 
     def states(self) -> list[KeyState]:
-        """The keys this batch pushed for."""
         return [state for state in self._push_states if state is not None]
 
 
