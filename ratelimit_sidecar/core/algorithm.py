@@ -1,9 +1,7 @@
 """What a decision rule provides, so the limiter runs any rule the same way.
 
-The limiter owns the key table, span bookkeeping and the order of events; the nodes estimate is the
-key's own. An algorithm owns what the counts mean: admission, the answer, and what a span end does
-with the store's answer, without it (failed), or with no store (local-only). Its state is the key's
-`counts`, made in `start`.
+The limiter owns the key table, span bookkeeping and the order of events; an algorithm owns what
+the counts mean (admission, the answer, what a store's answer does) and the key's `counts`.
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ from ratelimit_sidecar.core.types import Push, PushResult, Verdict
 
 
 class Algorithm(Protocol):
-    # -- a key and a request -----------------------------------------------------------------
-
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` (0: none): what the key counted in its window before eviction
         (core/evicted.py)."""
@@ -35,9 +31,7 @@ class Algorithm(Protocol):
         """Negative hits give quota back."""
         ...
 
-    def admitted(self, state: KeyState, now_ms: int) -> Verdict:
-        """The OK answer after the request's own hits."""
-        ...
+    def admitted(self, state: KeyState, now_ms: int) -> Verdict: ...
 
     def window_count(self, state: KeyState) -> int:
         """What an evicted key leaves behind for `start`."""
