@@ -124,7 +124,8 @@ class FleetLimiter(Limiter):
             raise RuntimeError("end_span called while a sync is still in flight")
         plan = self._plan = SyncPlan(now_ms, self._shared)
         self.early.due_ms = None
-        plan.add_orphans(self._orphans)
+        for orphan in self._orphans:
+            plan.push(None, orphan)
         self._orphans = []
         for index, state in enumerate(self.keys):
             if flush or now_ms >= state.next_sync:

@@ -40,10 +40,6 @@ class SyncPlan:
         self._push_states.append(state)
         self._fresh.append(fresh and state is not None)
 
-    def add_orphans(self, pushes: list[types.Push]) -> None:
-        for push in pushes:
-            self.push(None, push)
-
     def read_total(self, state: KeyState, read: types.TotalRead) -> None:
         self.batch.total_reads.append(read)
         self._total_states.append(state)
@@ -52,6 +48,7 @@ class SyncPlan:
         """A push answered as not applied fails alone, as in `fail`, and is resent."""
         pushed = hits = dropped = blocked = failed_orphans = 0
         failed: set[KeyState] = set()  # keys whose push failed: their pace is unknown
+        paced: list[KeyState] = []  # fixed windows that synced: they pace their check
         rows = zip(self.batch.pushes, self._push_states, self._fresh, result.pushes, strict=True)
         for push, state, fresh, answer in rows:
             if answer.error:
@@ -64,8 +61,12 @@ class SyncPlan:
             pushed, hits = pushed + 1, hits + push.hits
             if state is not None:
                 blocked += self._take_answer(now_ms, push, state, answer)
+                if push.window == state.window and _paced(state):
+                    paced.append(state)
         self._learn_nodes(result)
-        self._after_sync(result, failed)
+        for state in paced:  # once totals and nodes are in
+            if state not in failed:
+                self._paced.after_sync(state, self.batch.now_ms, True)
         failed_keys = len(failed) + failed_orphans
         return types.SyncStats(pushed, hits, dropped, blocked, failed_keys=failed_keys)
 
@@ -87,14 +88,6 @@ class SyncPlan:
         reads = zip(self.batch.total_reads, self._total_states, result.totals, strict=True)
         for read, state, total in reads:
             state.nodes.learn(read.window, total, result.live_nodes)
-
-    def _after_sync(self, result: types.SyncResult, failed: set[KeyState]) -> None:
-        """Once totals and nodes are in, each fixed window that synced paces its check."""
-        rows = zip(self.batch.pushes, self._push_states, result.pushes, strict=True)
-        for push, state, answer in rows:
-            synced = state is not None and not answer.error and state not in failed
-            if synced and state is not None and push.window == state.window and _paced(state):
-                self._paced.after_sync(state, self.batch.now_ms, True)
 
     def fail(self, now_ms: int, resend: bool = True) -> types.SyncStats:
         """`resend` False: the batch may have been applied: its counts are dropped, not resent."""
