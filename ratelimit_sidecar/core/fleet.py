@@ -14,28 +14,11 @@ from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.algorithms import shared_algorithms
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
-from ratelimit_sidecar.core.limiter import (
-    DEFAULT_MAX_KEYS,
-    KEYS_PER_STEP,
-    Limiter,
-    lifts_block,
-)
-from ratelimit_sidecar.core.quiet_keys import (
-    QUIET_SHARE,
-    EarlySync,
-    HeardTotals,
-    QuietKeys,
-)
+from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter, lifts_block
+from ratelimit_sidecar.core.quiet_keys import QUIET_SHARE, EarlySync, HeardTotals, QuietKeys
 from ratelimit_sidecar.core.spans import span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
-from ratelimit_sidecar.core.types import (
-    KeyId,
-    Push,
-    SyncBatch,
-    SyncResult,
-    SyncStats,
-    TotalRead,
-)
+from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, SyncResult, SyncStats, TotalRead
 
 
 class FleetLimiter(Limiter):

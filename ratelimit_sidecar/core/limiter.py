@@ -30,10 +30,7 @@ Checked = tuple[Verdict | None, KeyState | None]
 
 class Limiter(ABC):
     def __init__(
-        self,
-        max_keys: int = DEFAULT_MAX_KEYS,
-        *,
-        fixed_window: FixedWindow | None = None,
+        self, max_keys: int = DEFAULT_MAX_KEYS, *, fixed_window: FixedWindow | None = None
     ) -> None:
         # Global shadow mode is the service's (service/overall.py); a rule's is here.
         self.keys = KeyTable(max_keys)

@@ -27,10 +27,7 @@ class SyncSchedule:
     __slots__ = ("beat_ms", "due_ms", "heartbeat_ms", "timeout_ms")
 
     def __init__(
-        self,
-        start_ms: int,
-        timeout_ms: int = DEFAULT_TIMEOUT_MS,
-        heartbeat_ms: int = HEARTBEAT_MS,
+        self, start_ms: int, timeout_ms: int = DEFAULT_TIMEOUT_MS, heartbeat_ms: int = HEARTBEAT_MS
     ) -> None:
         self.due_ms = start_ms  # the first sync is at once
         self.timeout_ms = timeout_ms

@@ -36,11 +36,7 @@ class Subscriber:
     before any message of the new connection."""
 
     def __init__(
-        self,
-        client: Redis | RedisCluster,
-        *,
-        retry_s: float = RETRY_S,
-        quiet_s: float = QUIET_S,
+        self, client: Redis | RedisCluster, *, retry_s: float = RETRY_S, quiet_s: float = QUIET_S
     ) -> None:
         self._client = client
         self._handlers: dict[str, Handler] = {}
