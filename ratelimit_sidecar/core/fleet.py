@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
-from ratelimit_sidecar.core.algorithms import shared_algorithms
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter, lifts_block
@@ -38,7 +37,6 @@ class FleetLimiter(Limiter):
         self.early = EarlySync()
         fixed_window = replace(fixed_window or FixedWindow(), early=self.early)
         super().__init__(max_keys, fixed_window=fixed_window)
-        self._shared = shared_algorithms(fixed_window)  # no sliding log: never on a store
         self._orphans: list[Push] = []  # unpushed hits of keys that left the table
         self._plan: SyncPlan | None = None
         self.new_keys_alone = new_keys_alone
@@ -105,7 +103,7 @@ class FleetLimiter(Limiter):
         meanwhile go in this push if their key is not planned yet, else in its next."""
         if self._plan is not None:
             raise RuntimeError("end_span called while a sync is still in flight")
-        plan = self._plan = SyncPlan(now_ms, self._shared)
+        plan = self._plan = SyncPlan(now_ms, self.algorithms)
         self.early.due_ms = None
         for orphan in self._orphans:
             plan.push(None, orphan)

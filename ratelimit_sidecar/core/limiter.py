@@ -12,13 +12,15 @@ from collections.abc import Sequence
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.algorithm import Algorithm
-from ratelimit_sidecar.core.algorithms import all_algorithms
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
+from ratelimit_sidecar.core.sliding_log import SlidingLog
+from ratelimit_sidecar.core.sliding_window import SlidingWindow
 from ratelimit_sidecar.core.spans import span_end
+from ratelimit_sidecar.core.token_bucket import TokenBucket
 from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, refuse_blocked, unlimited_verdict
 
@@ -35,7 +37,7 @@ class Limiter(ABC):
         # Global shadow mode is the service's (service/overall.py); a rule's is here.
         self.keys = KeyTable(max_keys)
         # Indexed by AlgorithmName; `fixed_window` replaces the shipped one (simulator variants).
-        self.algorithms: tuple[Algorithm, ...] = all_algorithms(fixed_window)
+        self.algorithms = all_algorithms(fixed_window)
         self.live_nodes = 1  # node-level estimate for keys without history
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
@@ -247,6 +249,16 @@ class Limiter(ABC):
 
     def algorithm_of(self, state: KeyState) -> Algorithm:
         return self.algorithms[state.limit.algorithm]
+
+
+def all_algorithms(fixed_window: FixedWindow | None = None) -> tuple[Algorithm, ...]:
+    chosen: dict[AlgorithmName, Algorithm] = {
+        AlgorithmName.FIXED_WINDOW: fixed_window or FixedWindow(),
+        AlgorithmName.SLIDING_WINDOW: SlidingWindow(),
+        AlgorithmName.TOKEN_BUCKET: TokenBucket(),
+        AlgorithmName.SLIDING_LOG: SlidingLog(),
+    }
+    return tuple(chosen[name] for name in AlgorithmName)
 
 
 _SUMMED = (AlgorithmName.FIXED_WINDOW, AlgorithmName.SLIDING_WINDOW)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core import types
-from ratelimit_sidecar.core.algorithm import SharedAlgorithm
+from ratelimit_sidecar.core.algorithm import Algorithm, SharedAlgorithm
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 
@@ -24,9 +26,9 @@ class SyncPlan:
         "requeue",
     )
 
-    def __init__(self, now_ms: int, algorithms: tuple[SharedAlgorithm | None, ...]) -> None:
+    def __init__(self, now_ms: int, algorithms: tuple[Algorithm, ...]) -> None:
         self.batch = types.SyncBatch(now_ms)
-        self._algorithms = algorithms  # indexed by AlgorithmName; None: never pushed
+        self._algorithms = algorithms  # indexed by AlgorithmName
         paced = algorithms[AlgorithmName.FIXED_WINDOW]
         assert isinstance(paced, FixedWindow)
         self._paced = paced
@@ -121,9 +123,9 @@ class SyncPlan:
         return push.hits, blocks  # may have arrived: counted as unconfirmed, not resent
 
     def _algorithm(self, state: KeyState) -> SharedAlgorithm:
-        algorithm = self._algorithms[state.limit.algorithm]
-        assert algorithm is not None, "a sliding log is never pushed (core/sliding_log.py)"
-        return algorithm
+        name = state.limit.algorithm
+        assert name is not AlgorithmName.SLIDING_LOG, "never pushed (core/sliding_log.py)"
+        return cast(SharedAlgorithm, self._algorithms[name])
 
     def answers(self, result: types.SyncResult) -> bool:
         got = (len(result.pushes), len(result.totals))
