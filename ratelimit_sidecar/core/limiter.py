@@ -45,9 +45,18 @@ class Limiter(ABC):
         self._evicted_counts = EvictedCounts(max_keys)
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
-    def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
-        """Counters move only if every descriptor admits the request."""
-        return self._hit_all(now_ms, hits, False)
+    def hit(self, now_ms: int, hits: Sequence[Hit], refused: bool = False) -> Decision:
+        """Counters move only if every descriptor admits the request, and not at all if
+        `refused` (a strict limit refused it: service/strict.py)."""
+        checked = [self._check_all(now_ms, hit) for hit in hits]
+        over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
+        if not (over or refused):
+            for limits_checked, hit in zip(checked, hits, strict=True):
+                for _, state in limits_checked:
+                    if state is not None and hit.hits:
+                        self.algorithms[state.limit.algorithm].count(state, hit.hits, now_ms)
+        verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
+        return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
 
     def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
         """The one fast path: `hit` of a request whose one counted descriptor has one limit
@@ -61,10 +70,6 @@ class Limiter(ABC):
                 return algorithm.admitted(state, now_ms)
         assert verdict is not None  # a descriptor without a counter has its verdict
         return verdict
-
-    def hit_refused(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
-        """`hit` counting nothing: a strict limit refused the request (service/strict.py)."""
-        return self._hit_all(now_ms, hits, True)
 
     def count_admitted(
         self, now_ms: int, hit: Hit, since_ms: int | None = None
@@ -102,17 +107,6 @@ class Limiter(ABC):
             self._count_late(state, late)
         if hits - late:
             self.algorithms[limit.algorithm].count(state, hits - late, now_ms)
-
-    def _hit_all(self, now_ms: int, hits: Sequence[Hit], refused: bool) -> Decision:
-        checked = [self._check_all(now_ms, hit) for hit in hits]
-        over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
-        if not (over or refused):
-            for limits_checked, hit in zip(checked, hits, strict=True):
-                for _, state in limits_checked:
-                    if state is not None and hit.hits:
-                        self.algorithms[state.limit.algorithm].count(state, hit.hits, now_ms)
-        verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
-        return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
 
     def _check(self, now_ms: int, hit: Hit) -> Checked:
         rule = hit.rule

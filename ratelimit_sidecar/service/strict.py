@@ -1,7 +1,7 @@
 """Requests with strict limits: the strict ones checked on Redis, the rest from memory.
 
 Strict limits go first (one script call per hash slot, bounded by `--strict-timeout-ms`); if one
-refuses, the eventual hits are only checked, not counted (`Limiter.hit_refused`). Strict limits
+refuses, the eventual hits are only checked, not counted (`Limiter.hit`, `refused`). Strict limits
 Redis admitted stay counted even if an eventual one then refuses: the store call cannot wait for
 memory (the reference counts every descriptor it checks too). When the store fails or the breaker
 is open, each strict limit applies `on_store_failure`: `local` decides from memory with an
@@ -169,8 +169,7 @@ class StrictDecider:
     def _eventual(self, now_ms: int, hits: list[Hit], refused: bool) -> tuple[Verdict, ...]:
         if not hits:
             return ()
-        decide = self.limiter.hit_refused if refused else self.limiter.hit
-        return decide(now_ms, hits).verdicts
+        return self.limiter.hit(now_ms, hits, refused).verdicts
 
 
 def eventual_twin(limit: RateLimit) -> RateLimit:
