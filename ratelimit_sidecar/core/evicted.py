@@ -30,9 +30,6 @@ class EvictedCounts:
         # hash((key, limit)) -> (limit, window ordinal, count)
         self._records: OrderedDict[int, tuple[RateLimit, int, int]] = OrderedDict()
 
-    def __len__(self) -> int:
-        return len(self._records)
-
     def record(self, key: KeyId, limit: RateLimit, count: int, now_ms: int) -> None:
         if count <= 0:
             return

@@ -82,9 +82,6 @@ class HeardTotals:
         heard = self._totals.pop(self._digest(key), None)
         return heard[1] if heard is not None and heard[0] == window else 0
 
-    def __len__(self) -> int:
-        return len(self._totals)
-
 
 class QuietKeys:
     __slots__ = ("fleet", "heard", "hits", "nodes_known", "share")
