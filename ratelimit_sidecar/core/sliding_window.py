@@ -1,43 +1,37 @@
 """The sliding-window rule, counted in spans: at most MAX requests in any trailing window.
 
-Windows are cut into N spans on the epoch, as for the fixed window, but nothing resets at a
-window's end. At `now` in span s, the trailing window (now - W, now] holds spans s-N+1 .. s
-whole and span s-N in part, weighted by the share of its milliseconds still inside,
-(end of s - 1 - now) / (length of s). So MAX at the end of one window and MAX at the start of the
-next admit about MAX, not 2 x MAX; the weight assumes the oldest span's hits were spread evenly
-(a burst at its very end can be under-weighted by up to that span's count).
+Spans as for the fixed window, but nothing resets at a window's end. At `now` in span s, the
+trailing window (now - W, now] holds spans s-N+1 .. s whole and span s-N weighted by its share
+of ms still inside, (end of s - 1 - now) / (length of s): MAX at the end of one window and MAX at
+the start of the next admit about MAX, not 2 x MAX (assuming the oldest span's hits spread
+evenly: a burst at its very end can be under-weighted by up to its count).
 
 A request (`check`, then `count` and `admitted` when it is admitted):
 
 1. A key under an active block (only with a `cooldown`) is refused until the block ends.
 2. The trailing count is estimated from the fleet's span totals as the store last answered
-   them (`SpanState.fleet`) plus own hits the store has not confirmed (`SpanState.own`, by
-   span), each standing for `nodes` nodes' worth of traffic. Local-only mode has no store: the
-   own spans hold every hit and `nodes` is 1, so the count is exact. If this request's hits,
-   scaled alike, take the estimate past MAX, it is refused until it would fit if nobody sent
-   more (spans leave the window, the oldest gradually). If even the count known for sure (store
-   totals plus own hits, unscaled) is over MAX and a cooldown is set, the key is blocked too,
-   and the Retry-After is the later of the block's end and that time. More than MAX hits never
-   fit: refused for one window.
-3. Admitted: `remaining` is the whole requests left in the trailing window; `reset_ms` is when
-   the oldest span still counted leaves it (0 when nothing is counted).
+   (`SpanState.fleet`) plus own hits not confirmed yet (`SpanState.own`), each standing for
+   `nodes` nodes' worth of traffic (local-only: all hits are own, `nodes` is 1: exact). Hits
+   taking it past MAX are refused until they would fit if nobody sent more (spans leave, the
+   oldest gradually). If even the count known for sure (unscaled) is over MAX and a cooldown is
+   set, the key is blocked too, and the Retry-After is the later of both. More than MAX hits
+   never fit: refused for one window.
+3. Admitted: `remaining` is the whole requests left; `reset_ms`, when the oldest span still
+   counted leaves (0: nothing counted).
 
 A span end:
 
 - The store's answer (`PushResult.spans`: the fleet's totals of the N spans ending with the
-  pushed one) replaces those spans of the fleet's counts and confirms the push's own hits: they
-  leave the own spans, oldest first. An answer without spans confirms nothing.
-- The store failed: the hits stay in the own spans, scaled by `nodes`, until an answer confirms
-  them or they leave the window. With a cooldown, an estimate over MAX then blocks the key.
-- Local-only mode: nothing to do, the own counts are in place.
-- The answer has the pushed span before every node has pushed it: until the next answer, that
-  span counts at least this node's push times `nodes`, as before the push.
-- `nodes` is learnt as for the fixed window, but from admitted counts only: over a trailing
-  limit every node refuses on its estimate all the time, and counting its own refusals as
-  offered, and no other node's, makes each node see too small a fleet and the fleet admit more
-  than MAX. No lenient ceiling (a trailing window has no pace to project); every estimate
-  scales own hits by the lower of the last two estimates (`cautious`): the larger refuses some
-  bursty traffic well under the limit.
+  pushed one) replaces those fleet spans and confirms the push's own hits, oldest first. Until
+  the next answer the pushed span counts at least this node's push times `nodes` (not every
+  node has pushed it yet). An answer without spans confirms nothing.
+- The store failed: the hits stay own, scaled by `nodes`, until confirmed or out of the window;
+  with a cooldown, an estimate over MAX blocks. Local-only mode: nothing to do.
+- `nodes` is learnt as for the fixed window, but from admitted counts only: over a trailing limit
+  every node refuses on its estimate all the time, and counting its own refusals as offered, and
+  no other node's, makes each see too small a fleet and the fleet admit more than MAX. No lenient
+  ceiling (no window pace to project); every estimate uses the lower of the last two `nodes`
+  (`cautious`): the larger refuses some bursty traffic well under the limit.
 """
 
 from __future__ import annotations

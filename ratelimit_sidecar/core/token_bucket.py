@@ -1,11 +1,10 @@
 """The token bucket rule: `capacity` tokens (burst, or requests_per_unit), refilled continuously
 at requests_per_unit per window; a request takes one token per hit.
 
-Kept as GCRA: one number per key, the theoretical arrival time (TAT) when the bucket is full
-again. A token is an emission interval T = window_ms / requests_per_unit of debt; the debt is
-how far TAT is ahead of now, the tokens left capacity - debt / T. Times are in ticks of
-1/requests_per_unit ms, so T is a whole number of ticks (window_ms) and a node alone decides with
-exact integers. Windows play no part (KeyState's window counts serve the push and `nodes`).
+GCRA: one number per key, the theoretical arrival time (TAT) when the bucket is full again. A
+token is T = window_ms / requests_per_unit of debt (how far TAT is ahead of now); tokens left:
+capacity - debt / T. Times are in ticks of 1/requests_per_unit ms, so T is window_ms ticks and a
+node alone decides in exact integers. Windows only serve the push and `nodes`.
 
 A request of `hits` (`check`, then `count` and `admitted` when it is admitted):
 
@@ -18,21 +17,19 @@ A request of `hits` (`check`, then `count` and `admitted` when it is admitted):
    admits own hits 4 T apart, as the fleet's bucket would (added at once, they would refuse
    every second hit of a span). A new key starts full (TAT 0), so a first request is never
    refused on a guess; the first store answer tells the fleet's debt.
-3. A refusal says when the tokens will be there (Retry-After); more hits than the capacity never
-   fit, and are told when the bucket is full. It blocks for the cooldown only if one is set and
-   the bucket is over without the guessed hits of others; a refusal only the guess makes counts
-   as offered for `nodes`, as the fixed window's do.
-4. `count` moves TAT to the projection (negative hits give tokens back, TAT never before now),
-   at the hit itself: the refill between hits is exact. An admitted answer reports the whole
-   tokens left and the time until the bucket is full.
+3. A refusal's Retry-After is when the tokens are there (more than the capacity: when full). It
+   blocks only with a cooldown and the bucket over without the others' guessed hits; a refusal
+   only the guess makes counts as offered for `nodes`, as the fixed window's do.
+4. `count` moves TAT to the projection at the hit (negative hits give tokens back, TAT never
+   before now). An admitted answer reports the whole tokens left and the time until full.
 
 A span end:
 
-- The store's answer is the fleet's debt in ms (storage: TAT = max(TAT, now) + count x T):
-  TAT = now + debt + own hits counted since the push left (the others' of that round trip show
-  in the next answer). Own hits are pushed unscaled. The store takes a span's hits as if they
-  came at its end, so its debt may exceed the truth by up to one span's refill: never lenient,
-  but a bucket not much larger than that refuses more than it should (more spans help).
+- The store's answer is the fleet's debt in ms (there TAT = max(TAT, now) + count x T): TAT =
+  now + debt + own hits since the push left (the others' of that round trip show in the next).
+  Own hits are pushed unscaled. The store takes a span's hits as if at its end, so its debt may
+  exceed the truth by up to a span's refill: never lenient, but a bucket not much larger than
+  that refuses more than it should (more spans help).
 - The store failed: nothing to add (the projection counts each own hit for `nodes`);
   local-only mode: every hit moved TAT when it was counted.
 - `nodes` is learnt from a finished window's total, as for the fixed window.
