@@ -88,7 +88,7 @@ class StrictDecider:
                 plan.eventual.append(Hit(twin, check.key, check.hits))
             strict.append(verdict)
         refused = any(v is not None and v.code is Code.OVER_LIMIT for v in strict)
-        decided = self._eventual(now_ms, plan.eventual, refused)
+        decided = self.limiter.hit(now_ms, plan.eventual, refused).verdicts
         return merge(len(hits), plan.parts, strict, decided)
 
     # -- splitting ---------------------------------------------------------------------------
@@ -165,11 +165,6 @@ class StrictDecider:
             return Verdict(Code.OK, check.limit, remaining=remaining, shadow=check.shadow)
         wait = self.breaker.retry_in_ms(now_ms) or self.breaker.open_ms
         return refusal(check, wait)
-
-    def _eventual(self, now_ms: int, hits: list[Hit], refused: bool) -> tuple[Verdict, ...]:
-        if not hits:
-            return ()
-        return self.limiter.hit(now_ms, hits, refused).verdicts
 
 
 def eventual_twin(limit: RateLimit) -> RateLimit:
