@@ -148,9 +148,7 @@ class FixedWindow:
             _early_share(state, total, self.early.live_nodes)
         if total <= limit.requests_per_unit:
             return False
-        was_blocked = now_ms < state.blocked_until
-        state.block(_block_end(state, now_ms, push.window))
-        return not was_blocked
+        return state.block(_block_end(state, now_ms, push.window), now_ms)
 
     def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
         """The next span's ceiling, from the window's pace, once every answer is in. A window's

@@ -131,8 +131,11 @@ class KeyState:
         self.unsent_window = window
         return 0
 
-    def block(self, until_ms: int) -> None:
+    def block(self, until_ms: int, now_ms: int = -1) -> bool:
+        """True if the key was not blocked at `now_ms`."""
+        was_blocked = now_ms < self.blocked_until
         self.blocked_until = max(self.blocked_until, until_ms)
+        return not was_blocked
 
     def cooldown_end(self, now_ms: int) -> int:
         """A block starting at `now_ms`: longer under a penalty."""

@@ -202,9 +202,7 @@ def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
     limit = state.limit
     if limit.cooldown <= 0 or _trailing(state, now_ms, known).fits(0):
         return False
-    was_blocked = now_ms < state.blocked_until
-    state.block(state.cooldown_end(now_ms))
-    return not was_blocked
+    return state.block(state.cooldown_end(now_ms), now_ms)
 
 
 def _fleet_spans(state: KeyState) -> FleetSpans:

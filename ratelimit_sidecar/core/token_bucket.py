@@ -131,9 +131,7 @@ class TokenBucket:
         state.counts.tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
         if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
             return False
-        was_blocked = now_ms < state.blocked_until
-        state.block(state.cooldown_end(now_ms))
-        return not was_blocked
+        return state.block(state.cooldown_end(now_ms), now_ms)
 
 
 def _projected(state: KeyState, hits: int, now: float) -> float:
