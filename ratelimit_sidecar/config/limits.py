@@ -1,9 +1,8 @@
-"""Bounds on what loading a rule set may cost, so a hostile or huge file is refused, not chewed
-on.
+"""Bounds on what loading a rule set may cost: a hostile or huge file is refused, not chewed on.
 
 Each is checked as early as it can be: sizes by `stat` before reading (and while reading: the
-file may grow), YAML nodes while composing (an alias counts its whole node), descriptors while
-building. The field names are the `Settings` options' (`--max-rule-file-bytes`, ...).
+file may grow), YAML nodes while composing, descriptors while building. The field names are the
+`Settings` options' (`--max-rule-file-bytes`, ...).
 """
 
 from __future__ import annotations
@@ -117,9 +116,8 @@ class Pacer:
 
 class _CollectorPause:
     """The cyclic collector stays off while any load runs: a load makes up to a million
-    containers, and each full collection walks them all with every thread stopped (0.9 s for a 4
-    MiB file). A load frees its own garbage by reference counting; after the last one, collection
-    walks only the new rule set."""
+    containers, each full collection walking them all with every thread stopped (0.9 s for a 4
+    MiB file). A load frees its own garbage by reference counting."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,8 +1,8 @@
 """Load rule YAML in the format of `envoyproxy/ratelimit` into the frozen model.
 
 `load_rules(path)` takes a YAML file or a directory of `*.yaml` / `*.yml` (not recursive; hidden
-files such as Kubernetes' `..data` skipped), one domain per file, and returns a `RuleSet` or
-raises one `ConfigError` listing every problem. Past a `ConfigLimits` bound it stops at once.
+files such as Kubernetes' `..data` skipped), one domain per file, and raises one `ConfigError`
+listing every problem (past a `ConfigLimits` bound at once).
 
 Every problem prints as `FILE:LINE: KEY: MESSAGE`: LINE is 1-based at the offending key (0:
 unreadable file); KEY is the dotted path with list indexes, `descriptors[0].rate_limit.unit` (a

@@ -14,9 +14,8 @@ EVICTION_PROBES = 16  # the oldest entries looked at for an evictable one
 
 class KeyTable:
     """When full, an old key idle in its window makes room, else the busy one with the smallest
-    count. Evicted keys go back to the caller, which keeps their counts: eviction loses precision,
-    never counts. Blocked keys are never evicted, so a flood of new values cannot unblock an abuser.
-    """
+    count (the caller keeps evicted counts). Blocked keys are never evicted: a flood of new values
+    cannot unblock an abuser."""
 
     __slots__ = ("_states", "evictions", "get", "max_keys", "removals")
 

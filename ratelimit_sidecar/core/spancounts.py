@@ -1,8 +1,7 @@
 """Counts of a key's most recent spans, by epoch span number.
 
 A sliding window of N spans reads the N spans up to now and the one its trailing edge leaves: N + 1
-counts. Older spans never count again, so they are dropped as newer ones arrive, across window
-boundaries.
+counts. Older ones never count again: dropped as newer ones arrive, across window boundaries.
 """
 
 from __future__ import annotations
@@ -76,9 +75,8 @@ class SpanCounts:
 
 
 class FleetSpans(SpanCounts):
-    """The fleet's span totals as the store answered, and a floor under the newest pushed span: the
-    store answers before every node has pushed it, so it is estimated at no less than this node's
-    share times the nodes until a later answer counts them."""
+    """The store's span totals, and a floor under the newest pushed span (answered before every node
+    pushed it): this node's share times the nodes, until a later answer counts them."""
 
     __slots__ = ("floor", "floor_span")
 

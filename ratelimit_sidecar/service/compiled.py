@@ -2,8 +2,7 @@
 
 Envoy sends the same bytes again and again for a client on a route; parsing, validating, matching
 and naming counters depend only on them and the rules, so caching by bytes makes most of a
-decision one dict lookup. The cache is bounded by entries and bytes and emptied whole at a bound
-or a rule change: a flood costs a clear per `max_entries` requests, never unbounded memory.
+decision one dict lookup. Bounded by entries and bytes, emptied whole at a bound or a rule change.
 """
 
 from __future__ import annotations

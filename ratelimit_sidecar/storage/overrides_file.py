@@ -1,9 +1,8 @@
 """Overrides kept in one JSON file under `--state-dir`, for a node without Redis.
 
 Every change is written before it is answered: to a temporary file, fsynced and renamed over
-`overrides.json` (then the directory fsynced), so a crash leaves the old file or the new, never a
-torn one. A file changed by another process (another worker) is read again before the next read
-or write.
+`overrides.json` (then the directory fsynced): a crash leaves the old file or the new, never a
+torn one. A file another worker changed is read again before the next read or write.
 """
 
 from __future__ import annotations
