@@ -194,12 +194,11 @@ def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """A refusal's Retry-After: until a retry of `hits` is admitted if the counts are as
-    estimated. Not before the block ends, nor, while the window has no room for them, before
-    it ends; then not before the block its remaining syncs are likely to set: the fleet is at
-    MAX, the other nodes still admit on their estimates, and a store total over MAX re-arms the
-    cooldown at every span end. (The span's end, said before, was when the estimate improves,
-    not when a retry fits: obedient clients retried into a block.)"""
+    """Until a retry of `hits` is admitted if the counts are as estimated: not before the block
+    ends, nor, while the window has no room for them, before it ends; then not before the block
+    its remaining syncs likely set (the fleet is at MAX, other nodes still admit on their
+    estimates, and a total over MAX re-arms the cooldown at every span end). Not the span's end:
+    obedient clients retried into a block."""
     # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
     at = max(now_ms, state.blocked_until)

@@ -233,12 +233,11 @@ def _levels(state: KeyState, now_ms: int) -> tuple[int, int]:
 
 
 def push_span(state: KeyState, ended_ms: int, now_ms: int) -> int:
-    """The span a push's hits are counted in at the store (a read alone: the latest): the last
-    hit's (they stay in a trailing window longer, never shorter), but for a sync running late
-    into the span after `ended_ms`: then the span that ended. Else one hit counted before the
-    late sync moved the span's hits a span later, and with the pushed span's floor a node
-    counted them twice, refusing a sliding window under MAX. The few ms of hits go a span early
-    instead. Not in a window's first span: the ended window has its own push."""
+    """The span a push's hits are counted in (a read alone: the latest): the last hit's (they stay
+    in a trailing window longer, never shorter), but for a sync running late into the span after
+    `ended_ms`: the span that ended. Else one hit counted before the late sync moved all a span
+    later, and with the pushed span's floor a node counted them twice, refusing a sliding window
+    under MAX. Not in a window's first span: the ended window has its own push."""
     limit = state.limit
     if not state.pending:
         return span_number(now_ms - 1, limit)

@@ -1,32 +1,28 @@
 """Which fixed-window keys the shared store hears from, and a new key's first window.
 
 Most keys of a per-user or per-IP limit stay far below it: syncing each every span would cost
-the store more than a call per request. Its work follows the keys whose count can matter. At a
-span end a fixed-window key is either:
+the store more than a call per request, so its work follows the keys whose count can matter.
+At a span end a fixed-window key is either:
 
-- quiet: nothing pushed in this window yet, not near its limit (below), and its own hits times
-  the live node count under `quiet_share` of MAX. Its hits stay here: no push, flag, expiry or
-  read. If every node holds as much, the fleet holds under quiet_share x MAX unseen: the most
-  holding back can over-admit in a window. Hits held when the window ends are never sent
-  (nobody reads a total that never mattered); a shutdown pushes them. A node that does not know
-  the live node count (no heartbeat answered yet) holds nothing back.
+- quiet: nothing pushed in this window yet, not near its limit (below), own hits times the live
+  node count under `quiet_share` of MAX. Its hits stay here (no push, flag, expiry or read): the
+  fleet holds under quiet_share x MAX unseen, the most this can over-admit in a window. Hits
+  held at the window's end are never sent (nobody reads a total that never mattered); a shutdown
+  pushes them. Without a live node count (no heartbeat answered yet) nothing is held.
 - or synced: pushed every span, even with nothing to add (the answer carries the total and the
   block flag), its finished window's total read for the nodes estimate.
 
-Near its limit: the store announced that a push took the window to NEAR_SHARE of MAX (sync.lua's
-near notice), or the previous window ended there; such a key is synced from the window's start.
-A node keeps the totals announced for keys it does not track yet (`HeardTotals`): a client
-moving to this gateway does not start over from zero.
+Near its limit: the store announced a push took the window to NEAR_SHARE of MAX (sync.lua), or
+the previous window ended there: synced from the window's start. Totals announced for keys not
+tracked yet are kept (`HeardTotals`): a client moving here does not start over from zero.
 
 A new key of a request assumes its client uses this gateway alone (most do): it may take its
-whole limit here. Once its unpushed hits pass an even share of what is left (MAX less the
-store's total, over the live nodes), its push leaves at once (`EarlySync`), and each answer
-re-arms that at an even share of what is then left; the answer's total over what the node
-pushed raises `nodes`, at most to the live node count (core/fixed_window.py). When every node
-sees a new key's burst at once, the fleet over-admits what they admit during those round trips.
-Without a store answering, and for hits a gateway reports as admitted (RLQS), a new key assumes
-an even split. Sliding windows and token buckets are synced every span: their spans and debts
-need every answer.
+whole limit here. Past an even share of what is left (MAX less the store's total, over the live
+nodes) its push leaves at once (`EarlySync`), re-armed by each answer at an even share of what
+is then left; the answer's total over what it pushed raises `nodes`, at most to the live node
+count (core/fixed_window.py). A burst every node sees at once over-admits what they admit during
+those round trips. Without a store answering, and for RLQS-reported hits, a new key assumes an
+even split. Sliding windows and token buckets are synced every span: they need every answer.
 """
 
 from __future__ import annotations

@@ -2,20 +2,17 @@
 
 Schema (with the default prefix `rls:`)::
 
-    rls:{<digest>}:<domain>:<keys>:<window>   counter of one window (INCRBY, TTL 2 windows):
-                                              a fixed window's own; for the other algorithms
-                                              every push counts there too (nodes estimate)
-    rls:{<digest>}:<domain>:<keys>:s<span>    sliding window: counter of one span, numbered from
-                                              the epoch (INCRBY, TTL one window + 2 spans)
-    rls:{<digest>}:<domain>:<keys>:tb         token bucket: its theoretical arrival time, epoch
-                                              ms as a decimal with 3 places, on the Redis
-                                              server's TIME (TTL until the bucket is full)
-    rls:{<digest>}:<domain>:<keys>:log        sliding log (strict only): sorted set of admitted
-                                              requests scored by epoch ms (TTL one window)
+    rls:{<digest>}:<domain>:<keys>:<window>   a window's counter (INCRBY, TTL 2 windows); every
+                                              algorithm's pushes count there (nodes estimate)
+    rls:{<digest>}:<domain>:<keys>:s<span>    sliding window: a span's counter, numbered from the
+                                              epoch (INCRBY, TTL one window + 2 spans)
+    rls:{<digest>}:<domain>:<keys>:tb         token bucket: its TAT, epoch ms with 3 decimals on
+                                              Redis TIME (TTL until the bucket is full)
+    rls:{<digest>}:<domain>:<keys>:log        sliding log (strict only): admitted requests by
+                                              epoch ms (sorted set, TTL one window)
     rls:{<digest>}:block                      shared block flag (SET NX PX cooldown)
     rls:nodes                                 heartbeat sorted set: node id -> last sync ms
-    rls:{overrides}:set|version|history       runtime overrides (one hash slot: each write is
-                                              one script call; storage/overrides_redis.py)
+    rls:{overrides}:set|version|history       runtime overrides (storage/overrides_redis.py)
 
 `<digest>` is 16 hex digits of BLAKE2b over the whole KeyId, every part length-prefixed (no
 separator inside a value can make two tuples encode alike). It alone identifies a counter, and is

@@ -1,8 +1,7 @@
 """The shared store on Redis (standalone, Sentinel or Cluster): one pipeline per span end.
 
-`sync` sends what `codec.py` packs as one non-transactional pipeline (on Cluster redis-py sends
-one part per node, concurrently). Semantics are the reference store's
-(simulator/memory_store.py).
+`sync` sends what `codec.py` packs as one non-transactional pipeline (on Cluster one part per
+node, concurrently). Semantics are the reference store's (simulator/memory_store.py).
 
 Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
 than a failed one (the caller falls back to local thresholds), hence short socket timeouts
