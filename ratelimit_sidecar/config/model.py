@@ -192,7 +192,6 @@ class DescriptorNode:
     keyed: Mapping[str, DescriptorNode] = field(default_factory=lambda: MappingProxyType({}))
 
     def child(self, key: str, value: str) -> DescriptorNode | None:
-        """Exact, then wildcard, then value-less key."""
         node = self.exact.get((key, value))
         if node is not None:
             return node

@@ -53,8 +53,6 @@ NOISE_SIGMAS = 3.0
 
 @dataclass(frozen=True, slots=True)
 class FixedWindow:
-    """The rule above."""
-
     early: EarlySync | None = None  # where a new key asks for its first push (core/fleet.py)
 
     def start(self, state: KeyState, resumed: int) -> None:
@@ -253,7 +251,6 @@ def _block_end(state: KeyState, start_ms: int, window: int) -> int:
 
 
 def _noise(state: KeyState, elapsed_ms: int) -> float:
-    """NOISE_SIGMAS standard deviations of one span of own hits, scaled by `nodes`."""
     limit = state.limit
     own = max(0, state.nodes.admitted - state.pending)  # pushed so far in this window
     per_span = own * limit.window_ms / (limit.spans * elapsed_ms)

@@ -21,8 +21,6 @@ from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, SyncResult, Syn
 
 
 class FleetLimiter(Limiter):
-    """A limiter whose counts go to a store shared by every node."""
-
     def __init__(
         self,
         max_keys: int = DEFAULT_MAX_KEYS,

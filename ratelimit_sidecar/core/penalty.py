@@ -62,8 +62,6 @@ class RaisedLevels:
 
 
 class PenaltyState:
-    """One key's penalty (KeyState.penalty)."""
-
     __slots__ = (
         "block_end",
         "block_level",

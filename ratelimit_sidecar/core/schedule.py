@@ -22,8 +22,6 @@ TIMEOUT_PER_KEY_US = 20
 
 
 class SyncSchedule:
-    """On whatever clock the caller passes in."""
-
     __slots__ = ("beat_ms", "due_ms", "heartbeat_ms", "timeout_ms")
 
     def __init__(

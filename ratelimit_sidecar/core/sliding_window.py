@@ -52,8 +52,6 @@ MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its
 
 @dataclass(frozen=True, slots=True)
 class SlidingWindow:
-    """The rule above."""
-
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` is counted in the span of the key's return: it leaves later than its hits
         would (over-counts, never under), or the store's total of that span replaces it."""

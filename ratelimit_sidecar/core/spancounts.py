@@ -120,8 +120,6 @@ class Trailing(NamedTuple):
 
 
 class SpanState:
-    """A sliding window's own state (core/sliding_window.py)."""
-
     __slots__ = (
         "checked",
         "early_fleet",

@@ -50,8 +50,6 @@ from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 @dataclass(frozen=True, slots=True)
 class TokenBucket:
-    """The rule above."""
-
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` hits of debt from the key's return."""
         limit, bucket = state.limit, Bucket()
@@ -142,5 +140,4 @@ def _projected(state: KeyState, hits: int, now: float) -> float:
 
 
 def _ceil_div(value: float, divisor: int) -> int:
-    """Rounded up, exact for integers."""
     return -int(-value // divisor)

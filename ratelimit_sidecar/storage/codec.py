@@ -100,8 +100,6 @@ class Encoded:
 
 
 class SyncCodec:
-    """For one key prefix and topology."""
-
     def __init__(
         self, keys: KeySchema, *, cluster: bool, node_id: str = "", node_ttl_ms: int = 0
     ) -> None:
@@ -262,7 +260,6 @@ def push_results(layout: Layout, replies: Sequence[Any]) -> tuple[PushResult, ..
 
 
 def script_answers(reply: Any, keys: int) -> list[str]:
-    """One script reply split per key."""
     if not isinstance(reply, bytes | str):
         raise TypeError(f"sync script answered {type(reply).__name__}, not text")
     text = reply.decode() if isinstance(reply, bytes) else reply

@@ -88,8 +88,6 @@ def _names(keys: tuple[str, ...]) -> str:
 
 
 class KeySchema:
-    """Every Redis key name the store uses, for one deployment prefix."""
-
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         if "{" in prefix or "}" in prefix:
             # A brace in the prefix would become the cluster hash tag instead of the digest.

@@ -45,8 +45,6 @@ T = TypeVar("T")
 
 
 class RedisStorage:
-    """A `Storage` over a redis-py asyncio client (`Redis` or `RedisCluster`)."""
-
     def __init__(
         self,
         client: Redis | RedisCluster,
