@@ -60,8 +60,7 @@ def too_big(file: Path, size: int, limit: int) -> Problem:
 
 
 def read_bounded(file: Path, limit: int) -> bytes:
-    """`LimitExceeded` past `limit` (stat, then a read of at most `limit + 1`: a growing file
-    too)."""
+    """`LimitExceeded` past `limit` (stat, then a read of `limit + 1`: a growing file too)."""
     size = file.stat().st_size
     if size > limit:
         raise LimitExceeded(too_big(file, size, limit))

@@ -39,8 +39,7 @@ def load_rules(
     stopped: Callable[[], bool] = never_stopped,
     defaults: RuleDefaults = DEFAULT_RULES,
 ) -> RuleSet:
-    """`stopped` is asked about once a millisecond; true ends the load with `LoadStopped` (a load
-    nobody waits for any more)."""
+    """`stopped` (asked about once a ms) ends a load nobody waits for with `LoadStopped`."""
     problems: list[Problem] = []
     loaded: tuple[dict[str, Domain], str] | None = ({}, "")
     with collector_paused():  # caught inside, tracebacks and half-built trees are freed by

@@ -178,8 +178,7 @@ def _note(value: object) -> str:
 
 
 def _rule(ident: str, domain: str, entries: Entries, parsed: ParsedLimits) -> Rule:
-    """The path names keys only and the id the override: metric labels never carry values (often
-    API keys)."""
+    """Keys only in the path: metric labels never carry values (often API keys)."""
     rule = Rule(
         domain=domain,
         path=tuple((key, "") for key, _ in entries),

@@ -14,8 +14,7 @@ from ratelimit_sidecar.core.types import Push, PushResult, Verdict
 
 class Algorithm(Protocol):
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` (0: none): what the key counted in its window before eviction
-        (core/evicted.py)."""
+        """`resumed` (0: none): the key's count in its window before eviction (core/evicted.py)."""
         ...
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
@@ -44,6 +43,5 @@ class SharedAlgorithm(Algorithm, Protocol):
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
-        """The store's answer to the span's push, or None (the push failed: the fallback decides).
-        True if it blocks the key."""
+        """The store's answer, or None (failed: the fallback decides); True if it blocks the key."""
         ...

@@ -79,8 +79,7 @@ class FixedWindow:
             self.early.want(now_ms)
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Only a known count blocks: a noisy estimate must not block a key under the limit for
-        a whole cooldown."""
+        """Only a known count blocks: a noisy estimate must not block for a whole cooldown."""
         known = state.counts.seen + state.inflight + state.pending + hits
         if known > state.limit.requests_per_unit:
             return self._block(state, hits, now_ms)

@@ -52,8 +52,7 @@ class FleetLimiter(Limiter):
         self.early.live_nodes = nodes
 
     def _new_key_nodes(self, limit: RateLimit, alone: bool) -> float:
-        """A fixed-window key of a request assumes its gateway alone while the store answers
-        (core/quiet_keys.py)."""
+        """A fixed-window key of a request assumes its gateway alone (core/quiet_keys.py)."""
         fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
         alone = alone and fixed and self.new_keys_alone and self.store_up
         return 1 if alone else self.live_nodes
@@ -81,8 +80,7 @@ class FleetLimiter(Limiter):
             nodes.window_admitted += hits
 
     def _evicted(self, state: KeyState) -> None:
-        """Eviction loses precision, never counts: unpushed hits still go out, but a quiet
-        key's."""
+        """Eviction loses precision, never counts: unpushed hits go out (a quiet key's do not)."""
         self.quiet.forget_held(state, state.last_hit)
         for count, window in ((state.unsent, state.unsent_window), (state.pending, state.window)):
             if count:
@@ -190,8 +188,7 @@ class FleetLimiter(Limiter):
         return stats
 
     def _orphan_unsent_of_gone(self, plan: SyncPlan) -> None:
-        """A key evicted while its push was in flight got its failed count back where no span
-        end looks: an orphan."""
+        """A key evicted during its push got its failed count back where no span end looks."""
         for state in plan.states():
             if state.unsent and self.keys.get(state.key) is not state:
                 self._orphans.append(

@@ -38,8 +38,7 @@ class KeyTable:
 
     @property
     def added(self) -> int:
-        """Keys ever inserted, for an index beside the table to see it changed (computed: inserting
-        costs nothing more)."""
+        """Keys ever inserted, for an index beside the table to see it changed."""
         return len(self._states) + self.evictions + self.removals
 
     def newest_first(self) -> Iterator[KeyId]:

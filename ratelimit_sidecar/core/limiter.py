@@ -46,8 +46,7 @@ class Limiter(ABC):
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
     def hit(self, now_ms: int, hits: Sequence[Hit], refused: bool = False) -> Decision:
-        """Counters move only if every descriptor admits the request, and not at all if
-        `refused` (a strict limit refused it: service/strict.py)."""
+        """Counts only if every descriptor admits; `refused`: a strict limit refused it."""
         checked = [self._check_all(now_ms, hit) for hit in hits]
         over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
         if not (over or refused):

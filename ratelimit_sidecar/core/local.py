@@ -42,8 +42,7 @@ class LocalLimiter(Limiter):
             pass
 
     def sweep_steps(self, now_ms: int, keys_per_step: int = KEYS_PER_STEP) -> Iterator[int]:
-        """`sweep` in slices, so that an event loop answers requests in between (100,000 keys take
-        tens of ms)."""
+        """In slices, so an event loop answers requests in between (100,000 keys: tens of ms)."""
         for index, state in enumerate(self.keys):
             if now_ms - state.last_hit >= max(IDLE_MS, 2 * state.limit.window_ms):
                 self._forget_if_done(state, now_ms)

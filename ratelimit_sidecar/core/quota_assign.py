@@ -123,8 +123,7 @@ class Pace:
     held: float = 0.0
 
     def unreported(self, limit: RateLimit, now_ms: int) -> float:
-        """Likely admitted since the report, in the current fixed window (other algorithms: 0; it
-        helped none in the simulator)."""
+        """Likely admitted since the report, in a fixed window (others: 0, it helped none)."""
         if limit.algorithm is not AlgorithmName.FIXED_WINDOW:
             return 0.0
         return min(self.held, self.rate_per_ms * _recent_ms(limit, now_ms, self.since_report_ms))

@@ -135,8 +135,7 @@ class BucketQuota:
     def recheck(
         self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1
     ) -> Assignment | None:
-        """No report: decided on the counters as they are, less what the gateway likely spent since
-        its report."""
+        """No report: on the counters, less what the gateway likely spent since its report."""
         pace = self._pace(now_ms)
         fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
         unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)

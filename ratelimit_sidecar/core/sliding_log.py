@@ -22,8 +22,7 @@ from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 @dataclass(frozen=True, slots=True)
 class SlidingLog:
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` is logged at the key's return: it leaves later than its hits would
-        (over-counts, never under)."""
+        """`resumed` is logged at the return, later than its hits: over-counts, never under."""
         state.counts = HitLog(state.limit.requests_per_unit)
         if resumed:
             state.counts.add(state.last_hit, resumed)

@@ -211,8 +211,7 @@ def _fleet_spans(state: KeyState) -> FleetSpans:
 
 
 def _span_at(now_ms: int, limit: RateLimit) -> tuple[int, int, int]:
-    """The number of the span holding `now_ms`, its first ms and the first ms after it: what
-    `span_number` and `span_bounds` say, in one step (twice per request)."""
+    """`span_number` and `span_bounds` in one step (twice per request)."""
     window_ms, spans = limit.window_ms, limit.spans
     offset = now_ms % window_ms
     index = offset * spans // window_ms

@@ -102,8 +102,7 @@ class FleetSpans(SpanCounts):
 
 
 class Trailing(NamedTuple):
-    """A trailing window's count, scaled by the span's `length` so it compares exactly in integers
-    where it can (local-only mode)."""
+    """Scaled by the span's `length`: exact in integers where it can be (local-only mode)."""
 
     whole: float  # hits of the spans wholly inside
     oldest: float  # hits of the span the window is leaving ...

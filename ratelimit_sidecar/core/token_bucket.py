@@ -88,8 +88,7 @@ class TokenBucket:
         return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
-        """Step 4. The debt stays within the capacity: hits over it are a shadow rule's, which
-        an enforced bucket would not have taken."""
+        """Step 4; the debt stays within the capacity (hits over it are a shadow rule's)."""
         limit, bucket = state.limit, state.counts
         now = now_ms * limit.requests_per_unit
         token = limit.window_ms

@@ -116,8 +116,7 @@ class StrictDecider:
         return plan
 
     def _single_rule(self, rule: Rule, index: int, limit: RateLimit, twin: bool = False) -> Rule:
-        """`rule` with only one limit (or its twin): the same object every time, so the limiter
-        keeps the key's counts."""
+        """`rule` with one limit (or its twin), the same object each time: the counts are kept."""
         found = self._single.get((rule, index, twin))
         if found is None:
             if len(self._single) >= MAX_CACHED_RULES:

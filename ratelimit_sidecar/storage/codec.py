@@ -130,8 +130,7 @@ class SyncCodec:
         return Encoded(layout, args, tuple(self.commands(batch)))
 
     def decode(self, layout: Layout, replies: Sequence[Any]) -> SyncResult:
-        """StoreUnreadable if the replies do not fit `layout`: the scripts ran, but what they
-        did cannot be told."""
+        """StoreUnreadable if the replies do not fit `layout`: what the scripts did is unknown."""
         if len(replies) != layout.replies:
             raise StoreUnreadable(f"{len(replies)} replies for {layout.replies} commands")
         calls, totals_end = layout.script_calls, layout.script_calls + layout.total_reads

@@ -23,8 +23,7 @@ class StoreTimeout(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """No usable connection before sending (refused, unreachable, unauthenticated, no Cluster
-    slot route)."""
+    """No usable connection before sending (refused, unreachable, unauthenticated, no route)."""
 
     kind = "connection"
 

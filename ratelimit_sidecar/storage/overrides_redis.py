@@ -144,8 +144,7 @@ class RedisOverrideStore:
     async def _write(
         self, action: str, touched: Sequence[Touched], now_ms: int, *, expected: int | None = None
     ) -> int | None:
-        """None if nothing was written (an absent override's delete, or `expected` no longer
-        current)."""
+        """None if nothing was written (deleting an absent override, or `expected` is stale)."""
         triples = [_triple(override_id, after) for override_id, _before, after in touched]
         head = (action, "" if expected is None else str(expected), str(int(now_ms)))
         reply = await self._call(*head, str(HISTORY), self.channel, *_flat(triples))

@@ -146,8 +146,7 @@ class RedisStorage:
     async def _reload_script(
         self, calls: Sequence[tuple[AlgorithmName, Command]], replies: list[Any]
     ) -> None:
-        """EVAL, in a second trip, the calls answered NOSCRIPT; if it cannot connect they stay
-        so (not applied)."""
+        """EVAL the calls answered NOSCRIPT; if it cannot connect they stay so (not applied)."""
         missing = [i for i in range(len(calls)) if scripts.not_loaded(replies[i])]
         if not missing:
             return
@@ -178,8 +177,7 @@ def unsent_error(exc: BaseException) -> StoreError:
 
 
 def sent_error(exc: BaseException) -> StoreError:
-    """Raised while writing: it may have run, unless Cluster refused to route it (before any
-    write)."""
+    """Raised while writing: it may have run, unless Cluster refused to route it (before any)."""
     if isinstance(exc, StoreError):
         return exc
     kind: type[StoreError] = StoreLost  # a broken connection, or anything unforeseen

@@ -110,8 +110,7 @@ class StrictStore:
         return list(by_slot.values())
 
     async def prepare(self) -> bool:
-        """Slot map and script loaded before the first request, whose timeout would not cover it.
-        False if Redis is not there yet."""
+        """Slot map and script loaded before the first request's timeout; False: no Redis yet."""
         try:
             if self.cluster:
                 await self._initialize()
