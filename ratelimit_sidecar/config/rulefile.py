@@ -182,8 +182,7 @@ class RuleFileReader(LimitReader):
     def ancestry(
         self, fields: dict[str, Node], path: str, parent: _Ancestry, entry: tuple[str, str]
     ) -> tuple[_Ancestry, bool]:
-        """With this level, and its own `value_to_metric`, which `share_threshold` beats (the
-        reference names a shared level by its pattern)."""
+        """`share_threshold` beats `value_to_metric` (the reference names it by its pattern)."""
         level, valued = len(parent.path), self.flag(fields, "value_to_metric", path)
         here = parent._replace(path=(*parent.path, entry))
         if self.flag(fields, "share_threshold", path):

@@ -56,8 +56,7 @@ class FixedWindow:
     early: EarlySync | None = None  # where a new key asks for its first push (core/fleet.py)
 
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` is an estimate (a record may over-count): it refuses past the ceiling but
-        starts no cooldown, until the store's total replaces it."""
+        """`resumed` may over-count: it refuses past the ceiling but starts no cooldown."""
         state.counts = WindowCounts(state.limit.requests_per_unit)
         state.counts.resumed = resumed
 

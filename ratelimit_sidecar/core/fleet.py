@@ -30,8 +30,7 @@ class FleetLimiter(Limiter):
         new_keys_alone: bool = True,
         key_digest: Callable[[KeyId], str] | None = None,
     ) -> None:
-        """`quiet_share`: core/quiet_keys.py (0: none); `key_digest` names a key as the store's
-        near notices do (None: not followed)."""
+        """`key_digest` names a key as the store's near notices do (None: not followed)."""
         self.early = EarlySync()
         fixed_window = replace(fixed_window or FixedWindow(), early=self.early)
         super().__init__(max_keys, fixed_window=fixed_window)
@@ -147,8 +146,7 @@ class FleetLimiter(Limiter):
             plan.read_total(state, TotalRead(state.key, state.nodes.window))
 
     def _plan_unsent(self, plan: SyncPlan, state: KeyState, now_ms: int) -> bool:
-        """True if pushed (else dropped); in the span just ended, or the last of their window:
-        never earlier than counted, so they never leave a trailing window too soon."""
+        """True if pushed (else dropped), never in a span before they were counted."""
         pushed = state.window - state.unsent_window <= 1
         if pushed:
             limit = state.limit

@@ -58,8 +58,7 @@ class Limiter(ABC):
         return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
 
     def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
-        """The one fast path: `hit` of a request whose one counted descriptor has one limit
-        (the handler answers the unmatched and unlimited ones itself)."""
+        """The one fast path: `hit` of one counted descriptor with one limit."""
         verdict, state = self._check(now_ms, hit)
         if state is not None and (verdict is None or verdict.code is Code.OK):
             algorithm = self.algorithms[state.limit.algorithm]

@@ -91,8 +91,7 @@ class NodesEstimate:
         self.check = self.lower_of_last_two() if cautious else self.value
 
     def lower_of_last_two(self) -> float:
-        """For a check that must not refuse under the limit: about the middle of the last three
-        ratios, so a single high window does not refuse, a single low one does not admit."""
+        """About the middle of the last three ratios: no single window refuses or admits."""
         return min(self.value, self.prev or self.value)
 
     def _learn_window(self, total: int, live_nodes: int) -> float:

@@ -102,8 +102,7 @@ class QuietKeys:
             state.pending = 0
 
     def roll(self, state: KeyState, now_ms: int) -> int:
-        """`KeyState.roll`, plus: a window never synced has no total worth reading; one that
-        ended near its limit makes the next near from its start."""
+        """A window never synced has no total worth reading; a near one's next starts near."""
         counts, window = state.counts, now_ms // state.limit.window_ms
         if not isinstance(counts, WindowCounts) or window == state.window:
             return state.roll(now_ms)

@@ -177,8 +177,7 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
 
 
 def _until_oldest_leaves(state: KeyState, trailing: Trailing, now_ms: int) -> int:
-    """How long until the oldest span still counted leaves the trailing window (0: none).
-    Span j stops counting at the last ms of span j + N, its weight down to 0."""
+    """0: none counted. Span j stops counting at the last ms of span j + N (its weight 0)."""
     if trailing.oldest > 0 and trailing.overlap > 0:
         # The usual answer under steady traffic: the span now leaving still counts, and it
         # leaves when the current span ends: no walk over the spans.

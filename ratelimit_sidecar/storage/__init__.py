@@ -1,2 +1,1 @@
-"""Where span deltas go: the store protocol, its failures and its Redis backend (the in-memory
-reference store is the simulator's: simulator/memory_store.py)."""
+"""Where span deltas go; the reference store is the simulator's (simulator/memory_store.py)."""

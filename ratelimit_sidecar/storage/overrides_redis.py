@@ -160,8 +160,7 @@ class RedisOverrideStore:
             raise _failure(exc) from exc
 
     async def _send(self, *command: Any) -> Any:
-        """On a pooled connection made ready first (a closed one must not fail a write that surely
-        did not run); on Cluster through the client, slot map first."""
+        """On a connection made ready first: a closed one must not fail a write that did not run."""
         client = self.client
         if isinstance(client, RedisCluster):
             await client.initialize()

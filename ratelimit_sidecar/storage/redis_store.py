@@ -121,8 +121,7 @@ class RedisStorage:
             raise sent_error(exc) from exc
 
     async def _connect(self, keys: set[str]) -> Any:
-        """Connect to every node the pipeline goes to, before anything is written: the
-        connection it will use, or on Cluster (None) each target node's pooled one."""
+        """Before writing: the connection to use, or on Cluster (None) each node's pooled one."""
         client = self.client
         if not isinstance(client, RedisCluster):
             pool = client.connection_pool

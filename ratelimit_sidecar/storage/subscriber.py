@@ -32,8 +32,7 @@ class SubscriptionLost(RedisError):
 
 
 class Subscriber:
-    """`on(channel, handler)` before `run()`; `on_connect` runs after every (re)subscription,
-    before any message of the new connection."""
+    """`on(channel, handler)` before `run()`; `on_connect` runs before a connection's messages."""
 
     def __init__(
         self, client: Redis | RedisCluster, *, retry_s: float = RETRY_S, quiet_s: float = QUIET_S
