@@ -18,8 +18,7 @@ class Algorithm(Protocol):
         ...
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """None if `hits` more are admitted on an unblocked key; else the refusal (a shadow rule's:
-        OK, marked). A block refuses before any algorithm looks."""
+        """For an unblocked key: None if `hits` more are admitted, else the refusal (shadow: OK)."""
         ...
 
     def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:

@@ -241,8 +241,7 @@ def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
 
 
 def _block_end(state: KeyState, start_ms: int, window: int) -> int:
-    """After the cooldown (longer under a penalty), or with `cooldown: window_end` at the end of
-    `window` (the reference's behaviour; a block for a finished window ends at once)."""
+    """After the cooldown, or with `cooldown: window_end` at `window`'s end (as the reference)."""
     if state.limit.cooldown_window_end:
         return (window + 1) * state.limit.window_ms
     return state.cooldown_end(start_ms)

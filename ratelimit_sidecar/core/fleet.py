@@ -71,8 +71,7 @@ class FleetLimiter(Limiter):
         return state is not None
 
     def _count_late(self, state: KeyState, hits: int) -> None:
-        """Pushed with the previous window's last span, and counted in the own count of that
-        window that `nodes` is learnt against."""
+        """Pushed with the previous window's last span, and counted in its own count (`nodes`)."""
         self.dropped_hits += state.stash(hits, state.window - 1, state.window)
         nodes = state.nodes
         if nodes.window == state.window - 1:
@@ -94,8 +93,7 @@ class FleetLimiter(Limiter):
     def end_span_steps(
         self, now_ms: int, flush: bool = False, keys_per_step: int = KEYS_PER_STEP
     ) -> Iterator[int]:
-        """`end_span` in slices, so an event loop answers requests in between. Hits that arrive
-        meanwhile go in this push if their key is not planned yet, else in its next."""
+        """In slices, so an event loop answers requests in between (hits meanwhile are safe)."""
         if self._plan is not None:
             raise RuntimeError("end_span called while a sync is still in flight")
         plan = self._plan = SyncPlan(now_ms, self.algorithms)

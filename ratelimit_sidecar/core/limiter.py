@@ -189,17 +189,14 @@ class Limiter(ABC):
         resumed = self._evicted_counts.estimate(fresh.key, limit, fresh.window)
         self.algorithms[limit.algorithm].start(fresh, resumed)
         self._started(fresh)
-        for victim in evicted:
-            self._remember(victim, now_ms)
+        for victim in evicted:  # its count is kept: coming back cannot reset it (core/evicted.py)
+            old = victim.limit
+            if now_ms // old.window_ms - victim.window <= lasting_windows(old):
+                count = self.algorithms[old.algorithm].window_count(victim)
+                self._evicted_counts.record(victim.key, old, count, now_ms)
             self._evicted(victim)
         self._schedules.add((limit.window_ms, limit.spans))
         return fresh
-
-    def _remember(self, victim: KeyState, now_ms: int) -> None:
-        """So that coming back cannot reset the count (core/evicted.py)."""
-        if now_ms // victim.limit.window_ms - victim.window <= lasting_windows(victim.limit):
-            count = self.algorithms[victim.limit.algorithm].window_count(victim)
-            self._evicted_counts.record(victim.key, victim.limit, count, now_ms)
 
     def _new_key_nodes(self, limit: RateLimit, alone: bool) -> float:  # noqa: ARG002
         """An even split; an int as it is: one object every new key shares, not a float each."""

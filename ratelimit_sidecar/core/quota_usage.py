@@ -102,8 +102,7 @@ def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
 
 
 class BucketQuota:
-    """One bucket of one stream: the assignment Envoy holds and what was reported allowed since
-    Envoy built it. The servicer and the simulator both decide through it."""
+    """One stream's bucket: the assignment Envoy holds, and what was reported spent from it."""
 
     def __init__(self, policy: QuotaPolicy = DEFAULT_POLICY) -> None:
         self.policy = policy

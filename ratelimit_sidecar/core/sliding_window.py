@@ -155,8 +155,7 @@ def _learn_from_spans(
 
 
 def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
-    """The trailing window at `now_ms`: estimated (this node's unconfirmed hits scaled by
-    `nodes`, the span last pushed at least at its floor), or what is `known` for sure."""
+    """Estimated (own unconfirmed hits scaled, the last pushed span at its floor), or `known`."""
     limit = state.limit
     span, start, end = _span_at(now_ms, limit)
     leaving = span - limit.spans

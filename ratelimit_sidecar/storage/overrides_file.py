@@ -61,8 +61,7 @@ class FileOverrideStore(MemoryOverrideStore):
         return await self._saved(partial(super().rollback, version, now_ms))
 
     async def _saved(self, write: Callable[[], Awaitable[_T]]) -> _T:
-        """Under the lock, on the file as it is: a write of the memory store, then persisted (or
-        undone on a write error)."""
+        """Under the lock, on the file as it is; undone if it cannot be written."""
         async with self._lock:
             self._load()
             before = self.version, dict(self.documents), list(self.changes)

@@ -119,8 +119,7 @@ class RedisOverrideStore:
             raise StoreError(f"unreadable overrides under {self._keys[0]!r}: {exc}") from exc
 
     async def _restore(self, last: OverrideSnapshot) -> tuple[int, dict[str, Document]]:
-        """Redis lost the set (no persistence, flushed) but this node knew one: put it back at its
-        version unless another node or a write did first."""
+        """Redis lost the set (flushed, no persistence): put back what this node knew, if first."""
         if await self._put_back(last):
             return last.version, dict(last.documents)
         version, documents, _ = await self._read("set")
