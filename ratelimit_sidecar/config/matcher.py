@@ -10,8 +10,7 @@ from .model import Domain, Rule
 
 
 def match(domain: Domain, entries: Sequence[tuple[str, str]]) -> Rule | None:
-    """The last entry must reach a node: a miss, or entries left below a leaf, mean no rule, even
-    past a node with a limit (as the reference). The rule may have `limit` None."""
+    """The last entry must reach a node (as the reference); the rule may have `limit` None."""
     if not entries:
         return None
     node = domain.root

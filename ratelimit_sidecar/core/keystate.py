@@ -115,8 +115,7 @@ class KeyState:
         self.last_hit = now_ms
 
     def stash(self, count: int, window: int, current: int) -> int:
-        """Keep `count` hits of `window` for a later push; returns those dropped. A delta stays
-        pushable in its own window and the next (a window's last span is pushed after it ends)."""
+        """Returns hits dropped: a delta is pushable in its window and the next (its last span)."""
         if count <= 0:
             return 0
         if current - window > 1:

@@ -74,8 +74,7 @@ class NodesEstimate:
         self.admitted = self.refused = 0
 
     def learn(self, window: int, total: int, live_nodes: int) -> None:
-        """`live_nodes`: 0 if unknown. Refusals under a block are not counted (a block mostly
-        hits every node alike; when it does not, rule 3 copes)."""
+        """Refusals under a block are not counted: it hits nodes alike, or rule 3 copes."""
         offered = self.window_admitted + self.window_refused
         if window == self.window and offered > 0 and total > 0:
             self.set(self._learn_window(total, live_nodes))

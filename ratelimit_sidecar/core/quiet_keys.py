@@ -38,8 +38,7 @@ HEARD_KEYS = 10_000  # near notices kept for keys this node does not track yet
 
 
 class EarlySync:
-    """What a new key's check needs of the fleet: the live node count, and an early push
-    (`want`): the sync loop, woken by `wake`, syncs at `due_ms`, not the next span end."""
+    """The live node count, and an early push (`want`): the sync loop, woken, syncs at `due_ms`."""
 
     __slots__ = ("due_ms", "live_nodes", "wake")
 

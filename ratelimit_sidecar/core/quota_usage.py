@@ -51,8 +51,7 @@ def report_usage(
 
 
 def combine(assignments: Sequence[Assignment]) -> Assignment:
-    """Several limits on one bucket: any DENY_ALL wins (the longest), else the smallest burst, the
-    slowest refill in tokens per second (fill intervals differ) and the earliest recheck."""
+    """Any DENY_ALL (the longest), else the smallest burst, slowest refill and earliest recheck."""
     if len(assignments) == 1:
         return assignments[0]
     denials = [a for a in assignments if a.action is Action.DENY_ALL]

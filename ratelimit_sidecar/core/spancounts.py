@@ -75,8 +75,7 @@ class SpanCounts:
 
 
 class FleetSpans(SpanCounts):
-    """The store's span totals, and a floor under the newest pushed span (answered before every node
-    pushed it): this node's share times the nodes, until a later answer counts them."""
+    """The store's span totals; the newest pushed one (not all nodes' yet) at least own x nodes."""
 
     __slots__ = ("floor", "floor_span")
 

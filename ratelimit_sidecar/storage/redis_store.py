@@ -188,8 +188,7 @@ def sent_error(exc: BaseException) -> StoreError:
 
 
 def connection_failure(reply: Any) -> StoreError | None:
-    """A reply that is the connection's failure (Cluster reads each node on its own), not its
-    command's (LOADING is): the pipeline may have run."""
+    """A reply that is the connection's failure, not its command's (LOADING is): it may have run."""
     if isinstance(reply, BusyLoadingError):
         return None
     if isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError):
