@@ -195,9 +195,8 @@ class FleetLimiter(Limiter):
     def apply_block(
         self, key: KeyId, left_ms: int, now_ms: int, level: int = 0, set_for: int = 0
     ) -> bool:
-        """A block the store announced, as if this node's next sync had found it; True if it
-        blocks longer. Not for an untracked key (its first push reads the flag), nor one whose
-        limit was raised above the block's `set_for` (`lifts_block`)."""
+        """As if the next sync had found it; True if it blocks longer. Not for an untracked key (its
+        first push reads the flag), nor a limit raised above the block's `set_for`."""
         state = self.keys.get(key)
         if state is None or left_ms <= 0 or now_ms + left_ms <= state.blocked_until:
             return False

@@ -44,13 +44,10 @@ class Bucket:
 
 
 class KeyState:
-    """Counts for one key, mutated only by the limiter and its algorithm.
-
-    Span bookkeeping, alike for every algorithm: `pending`, hits of `window`'s current span not
-    yet handed to the store; `inflight`, what the running sync pushes for `window`; `unsent`,
-    what an earlier push could not deliver (or a window roll left), for `unsent_window`.
-    `counts` is the algorithm's own, made by its `start`.
-    """
+    """Span bookkeeping, alike for every algorithm: `pending`, hits of `window`'s current span not
+    yet handed to the store; `inflight`, what the running sync pushes for `window`; `unsent`, what
+    an earlier push could not deliver (or a roll left), for `unsent_window`. `counts`: the
+    algorithm's own."""
 
     __slots__ = (
         "blocked_until",
@@ -142,9 +139,8 @@ class KeyState:
         return now_ms + (cooldown if penalty is None else penalty.block_length(cooldown, now_ms))
 
     def idle(self, now_ms: int) -> bool:
-        """Forgettable: no traffic for two windows (none in a trailing one either), nothing to
-        push, settled, no penalty level (a client refused all along sends no counted traffic,
-        and the key must state its level from its next refusal)."""
+        """No traffic for two windows, nothing to push, settled, no penalty level (a client
+        refused all along sends no counted traffic; its next refusal must state the level)."""
         return (
             now_ms - self.last_hit >= 2 * self.limit.window_ms
             and not (self.pending or self.inflight or self.unsent)

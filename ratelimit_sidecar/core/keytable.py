@@ -65,9 +65,8 @@ class KeyTable:
             self.removals += 1
 
     def _find_victim(self, now_ms: int) -> KeyState | None:
-        """The first of the oldest keys idle in its window; busy and blocked ones go to the back (a
-        key in steady use is not evicted for being old). All busy: the unblocked one with the fewest
-        admitted hits (its count is kept: core/evicted.py)."""
+        """The first of the oldest keys idle in its window (busy and blocked ones go to the back),
+        else the unblocked one with the fewest admitted hits."""
         oldest = list(islice(self._states.values(), EVICTION_PROBES))
         for state in oldest:
             idle = now_ms - state.last_hit >= state.limit.window_ms

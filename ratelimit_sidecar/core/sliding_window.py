@@ -134,12 +134,11 @@ class SlidingWindow:
 def _learn_from_spans(
     state: KeyState, counts: SpanState, newest: int, count: int, spans: tuple[int, ...]
 ) -> None:
-    """Until its first finished window, a new key guesses an even split; with more than that
-    share, and no lenient ceiling, it refuses requests under the limit. So each span before the
-    pushed one (every node pushed it a span ago) adds to sums of the fleet's and own counts,
-    whose ratio may lower the guess, never raise it: the own sum taken one standard deviation
-    low (a small sample must not look like a big share), spans skipped once the trailing count
-    is within a span's share of MAX (there the first deciders admit more than their share)."""
+    """A new key's even split refuses under the limit on a node with more than that share, until
+    its first finished window. So each span before the pushed one (all nodes pushed it) adds to
+    sums of fleet and own counts, whose ratio may lower the guess: own taken one standard
+    deviation low (a small sample is no big share), spans skipped within a span's share of MAX
+    (there the first deciders admit more than their share)."""
     previous, own = counts.pushed_span, counts.pushed_count
     counts.pushed_span, counts.pushed_count = newest, max(0, count)
     limit, nodes = state.limit, state.nodes

@@ -55,14 +55,10 @@ def parse_notice(data: bytes) -> BlockNotice | None:
 
 
 class DigestIndex:
-    """Which tracked key has a given digest, kept beside a `KeyTable` off the request path.
-
-    Filled lazily: a missed lookup hashes the keys the table took in since the last, newest
-    first, until it has seen that many; so each key is hashed about once, and an untracked digest
-    costs nothing while the table is unchanged. Past MAX_CATCH_UP new keys, or too many entries
-    of keys gone: `rebuild_wanted`, and the caller runs `rebuild_steps` between requests. Memory
-    stays within about twice the table.
-    """
+    """Which tracked key has a given digest, off the request path. Filled lazily: a missed lookup
+    hashes the keys the table took in since the last, newest first, so each key is hashed about
+    once. Past MAX_CATCH_UP new keys, or too many of keys gone: `rebuild_wanted`, and the caller
+    runs `rebuild_steps` between requests. Memory: about twice the table."""
 
     def __init__(self, table: KeyTable, name: Callable[[KeyId], str] = digest) -> None:
         self._table = table
