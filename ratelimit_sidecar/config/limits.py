@@ -95,9 +95,8 @@ def never_stopped() -> bool:
 
 
 class Pacer:
-    """Pauses about every `PAUSE_EVERY_S`, and ends the load there once `stopped()`. CPython
-    takes the interpreter from a busy thread only after its switch interval (5 ms): without
-    pauses each step of a request behind a long load could wait that long."""
+    """Pauses about every `PAUSE_EVERY_S` (ending the load once `stopped()`): else a request behind
+    a long load waits a whole switch interval (5 ms) at each step."""
 
     __slots__ = ("_next", "_stopped")
 
@@ -114,9 +113,8 @@ class Pacer:
 
 
 class _CollectorPause:
-    """The cyclic collector stays off while any load runs: a load makes up to a million
-    containers, each full collection walking them all with every thread stopped (0.9 s for a 4
-    MiB file). A load frees its own garbage by reference counting."""
+    """The cyclic collector stays off while any load runs: each full collection would walk its
+    million containers with every thread stopped (0.9 s for a 4 MiB file)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

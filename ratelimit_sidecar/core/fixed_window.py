@@ -167,9 +167,8 @@ class FixedWindow:
 
 
 def _early_share(state: KeyState, total: int, live_nodes: int) -> None:
-    """Before a finished window has taught `nodes` anything, a key that assumed it was alone
-    learns from each answer whether it is: the store's total over what it pushed of the window,
-    up to an even split over the live nodes. Only raised: a fall waits for whole windows."""
+    """Until a finished window teaches `nodes`, a key assuming it is alone learns from each answer:
+    total over pushed, up to the live nodes. Only raised: a fall waits for whole windows."""
     nodes = state.nodes
     pushed = nodes.admitted - state.pending
     if pushed > 0 and total > pushed * nodes.value:
@@ -220,9 +219,8 @@ def _likely_over(state: KeyState) -> bool:
 
 
 def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
-    """When the block of a window that ends over MAX ends: each sync re-arms the cooldown, the
-    last one where the window's last span starts. In that last span only the final push is
-    left: a window not over yet starts the store's block at its end. A penalty lengthens it."""
+    """Each sync re-arms the cooldown, the last where the window's last span starts; in that span,
+    a window not over yet gets its block from the final push, at the window's end."""
     limit = state.limit
     if limit.cooldown_window_end:
         return end

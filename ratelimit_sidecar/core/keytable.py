@@ -13,9 +13,8 @@ EVICTION_PROBES = 16  # the oldest entries looked at for an evictable one
 
 
 class KeyTable:
-    """When full, an old key idle in its window makes room, else the busy one with the smallest
-    count (the caller keeps evicted counts). Blocked keys are never evicted: a flood of new values
-    cannot unblock an abuser."""
+    """Blocked keys are never evicted: a flood of new values cannot unblock an abuser (the caller
+    keeps evicted counts)."""
 
     __slots__ = ("_states", "evictions", "get", "max_keys", "removals")
 

@@ -72,10 +72,9 @@ class Limiter(ABC):
     def count_admitted(
         self, now_ms: int, hit: Hit, since_ms: int | None = None
     ) -> list[KeyState | None]:
-        """Hits a client admitted on its own (an RLQS report), counted whatever the limits say.
-        Admitted over [`since_ms`, `now_ms`]: where a fixed window began meanwhile, the part
-        before (pro rata) is the window before's (`_count_late`). Returns each limit's counter
-        (None: a deny list, or no room)."""
+        """An RLQS report's hits, counted whatever the limits say; those before a fixed window
+        began in [`since_ms`, `now_ms`] (pro rata) are the previous window's. Returns each
+        limit's counter (None: a deny list, or no room)."""
         rule = hit.rule
         if rule is None:
             return []
@@ -254,16 +253,14 @@ _SUMMED = (AlgorithmName.FIXED_WINDOW, AlgorithmName.SLIDING_WINDOW)
 
 
 def lifts_block(set_for: int, limit: RateLimit) -> bool:
-    """A block started under `set_for` requests per unit no longer holds: `limit` was raised
-    since. The node lifts its own (`_state`), ignores an announced one (`apply_block`), the
-    store deletes the flag (shared_rules.py `lifted`). 0 (not known: an older sender's) holds."""
+    """A block started under `set_for` requests per unit no longer holds: `limit` was raised since
+    (nodes lift or ignore it, the store deletes it). 0 (not known: an older sender's) holds."""
     return 0 < set_for < limit.requests_per_unit
 
 
 def same_counting(old: RateLimit, new: RateLimit) -> bool:
-    """A key counted under `old` keeps its counts under `new`: the same rule, or only its number
-    changed (counting on from the window's count so far). Only the windows count plain sums (a
-    bucket's ticks follow its rate, a log is sized by its limit); anything else starts over."""
+    """The same rule, or only its number changed, keeps the counts: only the windows count plain
+    sums (a bucket's ticks follow its rate, a log is sized by its limit)."""
     if old == new:
         return True
     return (

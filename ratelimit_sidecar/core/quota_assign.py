@@ -169,9 +169,8 @@ def assign(
 def _others_unreported(
     limit: RateLimit, now_ms: int, share: float, left: float, *, pace: Pace, policy: QuotaPolicy
 ) -> float:
-    """This gateway's share of the others' likely unreported admissions (fixed window only). None
-    while what is left covers `policy.cover` of the pace to the reset: far from MAX, holding back
-    only refuses."""
+    """This gateway's share of the others' likely unreported admissions (fixed window only); none
+    while what is left covers `policy.cover` of the pace: far from MAX, holding back refuses."""
     if limit.algorithm is not AlgorithmName.FIXED_WINDOW:
         return 0.0
     until_reset = limit.window_ms - now_ms % limit.window_ms
@@ -228,9 +227,8 @@ def settle(
     unreported: float = 0.0,
 ) -> Assignment | None:
     """`fresh` if it differs meaningfully from what Envoy holds, `previous` again (a new TTL) when
-    about to expire, else None. Envoy builds a changed bucket full, so one is sent only when it
-    differs from what the bucket holds now (`spent` less `unreported` bound it) by over
-    `change_ratio` and a token, up to `grow_to` if larger."""
+    about to expire, else None. Envoy builds a changed bucket full: sent only when it differs from
+    what the bucket holds now by over `change_ratio` and a token (up to `grow_to` if larger)."""
     if previous is None or previous.action is not fresh.action:
         denied = previous is not None and previous.action is Action.DENY_ALL
         return _grown(fresh) if denied else fresh  # after a DENY_ALL: a growth

@@ -12,9 +12,8 @@ from ratelimit_sidecar.core.keystate import KeyState
 
 
 class SyncPlan:
-    """A `SyncBatch` plus the key state of each entry: applying the answer needs no lookups,
-    and a key evicted meanwhile is updated harmlessly, not recreated. The answer's meaning is
-    the algorithm's and the nodes estimate's; the bookkeeping (in flight, resend) is here."""
+    """A `SyncBatch` plus each entry's key state: no lookups, and a key evicted meanwhile is
+    updated harmlessly, not recreated. Here the bookkeeping; the answer's meaning elsewhere."""
 
     __slots__ = (
         "_algorithms",

@@ -18,10 +18,9 @@ MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
 class CompiledRequest(NamedTuple):
-    """`known` False: the domain has no rules. `tally`: the observer's counters. `counted`: the
-    only descriptor with a (single) limit, else -1: the one fast path; `before`, `after` and
-    `head` are the encoded parts that never change when it is admitted. A strict request never
-    has `counted`."""
+    """`known` False: no rules for the domain. `counted`: the only descriptor with a (single,
+    eventual) limit, else -1: the fast path; `before`, `after` and `head` are the encoded parts
+    that never change when it is admitted. `tally`: the observer's counters."""
 
     domain: str
     hits: tuple[Hit, ...]

@@ -8,10 +8,9 @@ from ratelimit_sidecar.core.types import SyncBatch, SyncResult
 
 
 class Storage(Protocol):
-    """`sync` applies each push by its algorithm (storage/shared_rules.py), sets and answers the
-    block flag, reads finished-window totals, refreshes this node's heartbeat, and answers a
-    `SyncResult` lined up with the batch: a push not applied with `error` (surely not counted),
-    an unreadable total, clock or node count 0. A sync failed whole raises a `StoreError`."""
+    """`sync` applies each push (storage/shared_rules.py) and answers a `SyncResult` lined up
+    with the batch: a push not applied with `error` (surely not counted), an unreadable total,
+    clock or node count 0. A sync failed whole raises a `StoreError`."""
 
     @property
     def description(self) -> str:

@@ -1,14 +1,10 @@
 """Blocks announced by Redis: the message the scripts publish, and which tracked key it names.
 
-A sync script (sync_common.lua `start_block`) or strict check (strict.lua) starting a block
-publishes on `KeySchema.channel(BLOCKS)`::
-
-    <digest>|<left_ms>|<level>|<set_for>[|more fields...]
-
-`digest` is the key's (keys.py; values never go out in clear), `left_ms` the flag's PX
-(relative, so clock skew does not matter), `level` the penalty level it started with (0: none),
-`set_for` the requests per unit of the limit it was started for (core/limiter.py `lifts_block`;
-absent or 0: not known). Readers ignore fields they do not know, so later versions can add some.
+A script starting a block (sync_common.lua `start_block`, strict.lua) publishes on
+`KeySchema.channel(BLOCKS)` `<digest>|<left_ms>|<level>|<set_for>[|more fields...]`: the key's
+digest (keys.py), the flag's PX (relative: clock skew does not matter), the penalty level it
+started with (0: none), the requests per unit it was started for (`lifts_block`; 0: not known).
+Readers ignore fields they do not know, so later versions can add some.
 """
 
 from __future__ import annotations

@@ -8,15 +8,13 @@ A sync is one non-transactional pipeline, in this order:
     EVAL <heartbeat>  when the batch carries it: the node's entry in the live node set, the
                       live count and the store's clock
 
-Script arguments and answers are packed strings because redis-py encodes and parses in Python:
-one value per call instead of six per key keeps a 100k-key sync well inside a span. `Layout`
-records what was sent, so replies are read back by name. A push no script can apply (a sliding
-log: the config refuses it) is not sent, and answered with a per-key error.
+Script arguments and answers are packed strings (redis-py encodes and parses in Python: one
+value per call, not six per key, keeps a 100k-key sync well inside a span). A push no script
+applies (a sliding log: the config refuses it) is answered with a per-key error, unsent.
 
 Error replies are per command: a script call answered with an error (READONLY, OOM, MOVED...)
-did not run, so each of its keys is answered "not applied"; a key the script could not count (a
-wrong-typed value) is answered so alone; a failed GET or heartbeat leaves that value unknown (0).
-Only a failure of the connection fails the whole sync (redis_store.py).
+did not run, so each of its keys is "not applied"; a key the script could not count (wrong type)
+is answered so alone; a failed GET or heartbeat leaves that value unknown (0).
 """
 
 from __future__ import annotations

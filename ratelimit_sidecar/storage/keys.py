@@ -22,11 +22,9 @@ the Cluster hash tag: a key's counters and flag share a slot (the push script to
 cut short, every character outside `[A-Za-z0-9_./-]` made `_`, so never `:`, `{`, `}`, spaces or
 control characters. Descriptor *values* are never written in clear (API keys, user ids...).
 
-Collisions: the readable parts cannot break the layout (the prefix has no braces, the digest is
-hex). Two KeyIds share a counter only if their 64-bit digests collide: about n^2 / 2^65 for n
-live keys (1e-6 for 6 million). Hitting another's counter on purpose needs a second preimage
-(2^64 work); a birthday collision of an attacker's own keys only merges their own counters.
-Length: len(prefix) + at most 100 characters.
+Two KeyIds share a counter only if their 64-bit digests collide: about n^2 / 2^65 for n live
+keys (1e-6 for 6 million); on purpose, a second preimage (2^64 work), as a birthday collision of
+an attacker's own keys only merges their own counters. Length: len(prefix) + at most 100.
 """
 
 from __future__ import annotations

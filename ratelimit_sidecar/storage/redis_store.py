@@ -3,14 +3,12 @@
 `sync` sends what `codec.py` packs as one non-transactional pipeline (on Cluster one part per
 node, concurrently). Semantics are the reference store's (simulator/memory_store.py).
 
-Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
-than a failed one (the caller falls back to local thresholds), hence short socket timeouts
-unless the URL says otherwise (`redis_urls.client_defaults`).
+Nothing here retries (a retried INCRBY could count a span twice) and sockets time out soon: a
+stalled sync is worse than a failed one, which falls back to local thresholds.
 
-A sync fails as a whole only with its connection, saying whether anything may have run: the
-connections are made before the pipeline is written, so a failure to connect applied nothing
-(`StoreUnavailable`, resent), while a timeout or a broken connection after writing may have
-applied it all (`StoreTimeout`, `StoreLost`, never resent).
+A sync fails as a whole only with its connection, saying whether anything may have run:
+connections are made before writing, so a failure to connect applied nothing (resent), while a
+timeout or a broken connection after writing may have applied it all (never resent).
 """
 
 from __future__ import annotations
