@@ -1,9 +1,8 @@
 """Composing a YAML node tree while counting what walking it will cost.
 
 Readers walk an alias as if its node were written out again, so each alias counts the whole node
-it repeats: the count is what a full walk visits, and a "billion laughs" passes any limit within
-a few hundred nodes, refused at the alias. A cycle (an alias inside its own node) and nesting
-deeper than `MAX_YAML_DEPTH` are refused too.
+it repeats: a "billion laughs" passes any limit within a few hundred nodes, refused at the alias.
+A cycle (an alias inside its own node) and nesting deeper than `MAX_YAML_DEPTH` are refused too.
 """
 
 from __future__ import annotations

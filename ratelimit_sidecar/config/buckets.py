@@ -1,9 +1,8 @@
 """An RLQS bucket id (a map, without order) matched against a domain's rule tree.
 
 At each level the entry leading to a child is taken next, until every entry is used: they then
-stand in the order a matching descriptor has, so the counter key is the one a ShouldRateLimit
-gateway sending the same entries counts under. Where several entries lead somewhere (levels
-sharing keys), they are tried in key order, the work bounded.
+stand in a matching descriptor's order, so the counter is the one a ShouldRateLimit gateway
+sending the same entries counts under. Several entries leading somewhere are tried in key order.
 """
 
 from __future__ import annotations

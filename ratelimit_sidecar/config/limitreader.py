@@ -3,9 +3,9 @@
 Keys (the reference's, plus extensions marked *): unit, requests_per_unit, unlimited, name,
 replaces, unit_multiplier*, spans*, cooldown* (a duration or `window_end`), algorithm*, burst*,
 consistency*, on_store_failure*, penalty* (penaltyreader.py). `rate_limits*` is a list of such
-mappings, every one of which must admit. Combinations that cannot work are reported where
-written: `burst` off a token bucket, `on_store_failure` on an eventual rule, an eventual
-`sliding_log` with a shared store (a log is not a sum of span totals).
+mappings, all of which must admit. Combinations that cannot work are reported where written:
+`burst` off a token bucket, `on_store_failure` on an eventual rule, an eventual `sliding_log`
+with a shared store (a log is not a sum of span totals).
 """
 
 from __future__ import annotations

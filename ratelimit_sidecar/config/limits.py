@@ -1,9 +1,8 @@
-"""Bounds on what loading a rule set may cost, so a hostile or huge file is refused, not chewed
-on.
+"""Bounds on what loading a rule set may cost: a hostile or huge file is refused, not chewed on.
 
 Each is checked as early as it can be: sizes by `stat` before reading (and while reading: the
-file may grow), YAML nodes while composing (an alias counts its whole node), descriptors while
-building. The field names are the `Settings` options' (`--max-rule-file-bytes`, ...).
+file may grow), YAML nodes while composing, descriptors while building. The field names are the
+`Settings` options' (`--max-rule-file-bytes`, ...).
 """
 
 from __future__ import annotations
@@ -61,8 +60,7 @@ def too_big(file: Path, size: int, limit: int) -> Problem:
 
 
 def read_bounded(file: Path, limit: int) -> bytes:
-    """`LimitExceeded` past `limit` (stat, then a read of at most `limit + 1`: a growing file
-    too)."""
+    """`LimitExceeded` past `limit` (stat, then a read of `limit + 1`: a growing file too)."""
     size = file.stat().st_size
     if size > limit:
         raise LimitExceeded(too_big(file, size, limit))
@@ -97,9 +95,8 @@ def never_stopped() -> bool:
 
 
 class Pacer:
-    """Pauses about every `PAUSE_EVERY_S`, and ends the load there once `stopped()`. CPython
-    takes the interpreter from a busy thread only after its switch interval (5 ms): without
-    pauses each step of a request behind a long load could wait that long."""
+    """Pauses about every `PAUSE_EVERY_S` (ending the load once `stopped()`): else a request behind
+    a long load waits a whole switch interval (5 ms) at each step."""
 
     __slots__ = ("_next", "_stopped")
 
@@ -116,10 +113,8 @@ class Pacer:
 
 
 class _CollectorPause:
-    """The cyclic collector stays off while any load runs: a load makes up to a million
-    containers, and each full collection walks them all with every thread stopped (0.9 s for a 4
-    MiB file). A load frees its own garbage by reference counting; after the last one, collection
-    walks only the new rule set."""
+    """The cyclic collector stays off while any load runs: each full collection would walk its
+    million containers with every thread stopped (0.9 s for a 4 MiB file)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,8 +1,8 @@
 """Load rule YAML in the format of `envoyproxy/ratelimit` into the frozen model.
 
 `load_rules(path)` takes a YAML file or a directory of `*.yaml` / `*.yml` (not recursive; hidden
-files such as Kubernetes' `..data` skipped), one domain per file, and returns a `RuleSet` or
-raises one `ConfigError` listing every problem. Past a `ConfigLimits` bound it stops at once.
+files such as Kubernetes' `..data` skipped), one domain per file, and raises one `ConfigError`
+listing every problem (past a `ConfigLimits` bound at once).
 
 Every problem prints as `FILE:LINE: KEY: MESSAGE`: LINE is 1-based at the offending key (0:
 unreadable file); KEY is the dotted path with list indexes, `descriptors[0].rate_limit.unit` (a
@@ -39,8 +39,7 @@ def load_rules(
     stopped: Callable[[], bool] = never_stopped,
     defaults: RuleDefaults = DEFAULT_RULES,
 ) -> RuleSet:
-    """`stopped` is asked about once a millisecond; true ends the load with `LoadStopped` (a load
-    nobody waits for any more)."""
+    """`stopped` (asked about once a ms) ends a load nobody waits for with `LoadStopped`."""
     problems: list[Problem] = []
     loaded: tuple[dict[str, Domain], str] | None = ({}, "")
     with collector_paused():  # caught inside, tracebacks and half-built trees are freed by

@@ -10,9 +10,7 @@ from .model import Domain, Rule
 
 
 def match(domain: Domain, entries: Sequence[tuple[str, str]]) -> Rule | None:
-    """The request must reach a node with its last entry: a miss, or entries left below a leaf,
-    mean no rule, even past a node with a limit (the reference takes the last level's). The rule
-    may have `limit` None."""
+    """The last entry must reach a node (as the reference); the rule may have `limit` None."""
     if not entries:
         return None
     node = domain.root

@@ -138,9 +138,8 @@ class RateLimit:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Rule:
-    """One descriptor node and what a request ending on it gets. `limits` holds every limit
-    (`limit` is the first; None without one, or `unlimited`). Rules compare by identity; reloads
-    of the same YAML give equal `id`s, which keeps counters across a reload."""
+    """`limit` is the first of `limits` (None: none, or `unlimited`). Rules compare by identity;
+    reloads of the same YAML give equal `id`s, which keeps counters across a reload."""
 
     domain: str
     path: tuple[tuple[str, str], ...]  # (key, value) from the root; value "" for a value-less key
@@ -192,7 +191,6 @@ class DescriptorNode:
     keyed: Mapping[str, DescriptorNode] = field(default_factory=lambda: MappingProxyType({}))
 
     def child(self, key: str, value: str) -> DescriptorNode | None:
-        """Exact, then wildcard, then value-less key."""
         node = self.exact.get((key, value))
         if node is not None:
             return node

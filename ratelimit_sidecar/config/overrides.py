@@ -4,9 +4,9 @@
      "rate_limit": {"unit": "minute", "requests_per_unit": 500},
      "expires_at": "2026-12-01T00:00:00Z", "note": "upgraded to pro"}
 
-`rate_limit(s)` goes through the rule files' reader (as YAML nodes), so keys, bounds and messages
-are the rule files'. The id depends on domain and descriptor alone: a PUT for the same pair
-replaces. The document stores keep is the body as accepted, normalised, with its "id".
+`rate_limit(s)` goes through the rule files' reader (as YAML nodes): same keys, bounds and messages.
+The id depends on domain and descriptor alone (a PUT for the same pair replaces). Stores keep the
+body as accepted, normalised, with its "id".
 """
 
 from __future__ import annotations
@@ -178,8 +178,7 @@ def _note(value: object) -> str:
 
 
 def _rule(ident: str, domain: str, entries: Entries, parsed: ParsedLimits) -> Rule:
-    """The path names keys only and the id the override: metric labels never carry values (often
-    API keys)."""
+    """Keys only in the path: metric labels never carry values (often API keys)."""
     rule = Rule(
         domain=domain,
         path=tuple((key, "") for key, _ in entries),

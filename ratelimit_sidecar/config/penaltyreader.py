@@ -2,10 +2,9 @@
 
     penalty: {factor: 2, max: "1h", forgive_after: "10m"}
 
-In a `rate_limit`, or at a file's top: the domain's default for each limit that blocks, sets no
-`penalty` and whose cooldown is under the default's `max` (`penalty: null` turns it off).
-`factor` (default 2) is above 1 and at most 100; `max` and `forgive_after` are required. A
-limit's own penalty needs a block and a `max` of at least its cooldown.
+In a `rate_limit`, or at a file's top: the default of each limit that blocks, sets no `penalty`
+and has a cooldown under its `max` (`penalty: null`: off). `factor` (default 2) is in (1, 100];
+`max` and `forgive_after` are required. A limit's own needs a block and `max` >= its cooldown.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ Keys per level (the reference's `validKeys`, plus extensions marked *):
     descriptor:  key, value, rate_limit, rate_limits*, descriptors, shadow_mode, quota_mode,
                  detailed_metric, value_to_metric, share_threshold, metadata
     rate_limit:  see limitreader.py
-Unlike the reference's one flat list, each level has its own, so a key in the wrong place
-(`shadow_mode` inside `rate_limit`, silently ignored there) is reported. As in the reference:
-scalars keep their source text (`value: 200` is "200"), units are case-insensitive, a missing
-`requests_per_unit` is 0, an empty `value` is no value, and `*` anywhere in a value is a wildcard.
+Each level has its own list (the reference has one), so a key in the wrong place (`shadow_mode`
+inside `rate_limit`, silently ignored there) is reported. As in the reference: scalars keep their
+source text (`value: 200` is "200"), units are case-insensitive, a missing `requests_per_unit`
+is 0, an empty `value` is none, and `*` anywhere in a value is a wildcard.
 """
 
 from __future__ import annotations
@@ -80,9 +80,8 @@ class _Children:
 
 
 class RuleFileReader(LimitReader):
-    """Helpers record a problem and return a harmless fallback, so one pass reports as much as
-    possible; `load` returns None if this file added any. A passed bound (`LimitExceeded`) stops
-    it."""
+    """Helpers record a problem and return a harmless fallback, so one pass reports all it can;
+    `load` returns None if this file added any. A passed bound (`LimitExceeded`) stops it."""
 
     def __init__(
         self,
@@ -183,8 +182,7 @@ class RuleFileReader(LimitReader):
     def ancestry(
         self, fields: dict[str, Node], path: str, parent: _Ancestry, entry: tuple[str, str]
     ) -> tuple[_Ancestry, bool]:
-        """With this level, and its own `value_to_metric`, which `share_threshold` beats (the
-        reference names a shared level by its pattern)."""
+        """`share_threshold` beats `value_to_metric` (the reference names it by its pattern)."""
         level, valued = len(parent.path), self.flag(fields, "value_to_metric", path)
         here = parent._replace(path=(*parent.path, entry))
         if self.flag(fields, "share_threshold", path):

@@ -1,10 +1,9 @@
 """Rules from xDS: `RateLimitConfig` resources into the `RuleSet` a rule directory would give.
 
-Each resource is rendered as the rule file the reference would read (its `ConfigXdsProtoToYaml`
-maps field to key) and read by the rule files' reader: same keys, bounds and messages, and a key
-path is the proto's field path. Problems name the resource, not a YAML line (`problem_text`, a
-NACK's `error_detail`). As in the reference, `unit` UNKNOWN is no unit, and an unlimited policy's
-`requests_per_unit` is ignored.
+Each resource is rendered as the rule file the reference would read (`ConfigXdsProtoToYaml`) and
+read by the rule files' reader: same keys, bounds and messages; a key path is the proto's field
+path. Problems name the resource (`problem_text`, a NACK's `error_detail`). As in the reference,
+`unit` UNKNOWN is no unit, and an unlimited policy's `requests_per_unit` is ignored.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.fleet import FleetLimiter
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter
@@ -13,7 +12,6 @@ from ratelimit_sidecar.core.types import (
     Decision,
     Hit,
     KeyId,
-    Push,
     PushResult,
     SyncBatch,
     SyncResult,
@@ -25,7 +23,6 @@ from ratelimit_sidecar.core.verdicts import unlimited_verdict
 
 __all__ = [
     "DEFAULT_MAX_KEYS",
-    "Algorithm",
     "Code",
     "Decision",
     "FixedWindow",
@@ -34,7 +31,6 @@ __all__ = [
     "KeyId",
     "Limiter",
     "LocalLimiter",
-    "Push",
     "PushResult",
     "SyncBatch",
     "SyncResult",

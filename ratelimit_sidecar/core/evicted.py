@@ -1,10 +1,9 @@
 """What evicted keys had counted, so that eviction can never reset a counter.
 
 A client varying a descriptor value fills the key table and gets other keys evicted; forgetting
-their counts would let a heavy client reset its own. An eviction records the key's count in its
-window (resumed counts included) and the key, back under the same limit in the same window, resumes
-from it. Records are exact per key and limit (a 64-bit hash of both), so a flood cannot make another
-key look busier.
+their counts would let a heavy client reset its own. An evicted key's count in its window is
+recorded, and the key, back under the same limit in the same window, resumes from it. Records are
+exact per key and limit (a 64-bit hash of both): a flood cannot make another key look busier.
 
 At most `capacity` records (~150 bytes each). When full, an ended window's record among the `PROBES`
 oldest makes room, else the smallest count among them; the others go to the back. Dropping a heavy
@@ -30,9 +29,6 @@ class EvictedCounts:
         self._capacity = max(1, capacity)
         # hash((key, limit)) -> (limit, window ordinal, count)
         self._records: OrderedDict[int, tuple[RateLimit, int, int]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._records)
 
     def record(self, key: KeyId, limit: RateLimit, count: int, now_ms: int) -> None:
         if count <= 0:
@@ -65,7 +61,5 @@ class EvictedCounts:
 
 
 def lasting_windows(limit: RateLimit) -> int:
-    """Windows after its own a count still matters: none for a fixed window; one for the others,
-    whose trailing window (or bucket debt) reaches into the next (over-counting there, never under).
-    """
+    """Windows after its own a count matters: a trailing window or debt reaches one further."""
     return 0 if limit.algorithm is AlgorithmName.FIXED_WINDOW else 1

@@ -1,43 +1,38 @@
 """The fixed-window rule, counted in spans: at most MAX requests per window, for the whole fleet.
 
-Windows are aligned on the epoch, so every node counts the same windows; each window is cut
-into N spans. A node decides every request from memory and learns the fleet's count only at span
-ends, when it pushes its span's hits to the shared store and reads back the window's total.
+Windows are aligned on the epoch, so every node counts the same ones, each cut into N spans. A
+node decides every request from memory and learns the fleet's count only at span ends, when it
+pushes its span's hits to the shared store and reads back the window's total.
 
 A request (`check`, then `count` and `admitted` when it is admitted):
 
 1. A key under an active block is refused until the block ends (its Retry-After).
 2. Otherwise the fleet's count is estimated as the store's last total (`seen`) plus this node's
-   hits since then, each standing for `nodes` nodes' worth of traffic. An estimate over the
-   request check's ceiling refuses this request alone, until the next sync brings a better
-   estimate. Only a count known to be over MAX (the store's total plus this node's own hits,
-   which no guess inflates) starts a block for the cooldown. Either refusal's Retry-After is
-   the time until a retry fits if the counts are as estimated (`retry_wait_ms`): the block's
-   end, the window's end, or, while the window is over MAX, the end of the block that the
-   window's remaining syncs will set.
+   hits since, each standing for `nodes` nodes' worth of traffic. An estimate over the check's
+   ceiling refuses this request alone, until the next sync. Only a count known to be over MAX
+   (the store's total plus own hits, which no guess inflates) blocks for the cooldown. Either
+   refusal's Retry-After is when a retry fits if the counts are as estimated (`retry_wait_ms`):
+   the block's end, the window's end, or, while the window is over MAX, the end of the block
+   its remaining syncs will set.
 3. Admitted: the answer reports what is left of the window and when it resets.
 
 A span end (with the store's answer, without it, or with no store at all):
 
 - A store total over MAX blocks the key for the cooldown (again at every span while the window
   stays over: a window over the limit must not reopen after each block).
-- The ceiling of step 2 is MAX, except while the window's pace projects a total under the
-  bound MAX x (1 + 1/N): then an estimate may pass MAX by the projection's distance to that
-  bound, at most MAX / N, widened to the estimate's own noise on a node with a small share.
-  Near the limit a noisy estimate then no longer refuses requests of a window that ends under
-  MAX, while a window on course past the bound keeps the strict check.
+- The ceiling of step 2 is MAX, except while the window's pace projects a total under
+  MAX x (1 + 1/N): then an estimate may pass MAX by the projection's distance to that bound, at
+  most MAX / N, widened to the estimate's own noise on a node with a small share. A noisy
+  estimate then no longer refuses requests of a window that ends under MAX, while a window on
+  course past the bound keeps the strict check.
 - The store failed: the span's own count, scaled by `nodes`, joins `seen`; over its share
   MAX / N it blocks the key for the cooldown. The ceiling goes back to MAX.
-- Local-only mode: the span's hits join `seen` (the node is the fleet) and a window over MAX
-  blocks for the cooldown, as a shared store's total would.
-- `nodes` is learnt from finished windows (core/nodes_estimate.py, shared by every algorithm):
-  the fleet's totals over this node's own counts, summed over windows with decaying weights,
-  own refusals on the estimate counted as offered, and a fall believed only when two windows
-  agree. While the ceiling is lenient, the check scales own hits by the lower of the last two
-  estimates (the estimate's `cautious` check).
+- Local-only mode: the span's hits join `seen` (the node is the fleet); a window over MAX
+  blocks for the cooldown, as a store's total would.
+- `nodes` is learnt from finished windows (core/nodes_estimate.py). While the ceiling is
+  lenient, the check scales own hits by the lower of the last two estimates (`cautious`).
 
-The accuracy simulator's variants (simulator/variants.py) are subclasses that turn parts of
-this rule off.
+The accuracy simulator's variants (simulator/variants.py) subclass this to turn parts off.
 """
 
 from __future__ import annotations
@@ -52,27 +47,20 @@ from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
 
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
-# extrapolation of one span of this node's own hits (Poisson: sd = nodes x sqrt(hits/span)).
+# extrapolation of one span of own hits (Poisson: sd = nodes x sqrt(hits/span)).
 NOISE_SIGMAS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
 class FixedWindow:
-    """The rule above."""
-
     early: EarlySync | None = None  # where a new key asks for its first push (core/fleet.py)
 
-    # -- a key and a request -----------------------------------------------------------------
-
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` is an estimate, not a known count: it refuses requests past the ceiling
-        but starts no cooldown (a record may over-count), until the store's total replaces it."""
+        """`resumed` may over-count: it refuses past the ceiling but starts no cooldown."""
         state.counts = WindowCounts(state.limit.requests_per_unit)
         state.counts.resumed = resumed
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 2: this request's hits would take the estimate past its ceiling, or the count
-        known for sure (the store's total plus this node's unpushed hits) past MAX."""
         # `_over` inlined, and `KeyState.counted` in `count`: 1.2 % fewer instructions per decision.
         counts = state.counts
         seen, unpushed = counts.seen, state.inflight + state.pending + hits
@@ -90,9 +78,7 @@ class FixedWindow:
             self.early.want(now_ms)
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Step 2: a known count over MAX blocks for the cooldown; an estimate refuses this
-        request alone, until the next sync (a noisy estimate must not block a key under the
-        limit for a whole cooldown)."""
+        """Only a known count blocks: a noisy estimate must not block for a whole cooldown."""
         known = state.counts.seen + state.inflight + state.pending + hits
         if known > state.limit.requests_per_unit:
             return self._block(state, hits, now_ms)
@@ -100,7 +86,6 @@ class FixedWindow:
         return refusal(state, retry_wait_ms(state, hits, now_ms))
 
     def _block(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Block the key for the cooldown, and refuse the request."""
         state.block(_block_end(state, now_ms, now_ms // state.limit.window_ms))
         return refuse_blocked(state, hits, now_ms, retry_wait_ms(state, hits, now_ms))
 
@@ -114,8 +99,7 @@ class FixedWindow:
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
             hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
-        # `KeyState.counted` inlined (see `check`: bench/instructions.py, hot).
-        state.pending += hits
+        state.pending += hits  # `KeyState.counted` inlined (see `check`)
         nodes = state.nodes
         nodes.admitted = max(0, nodes.admitted + hits)
         state.last_hit = now_ms
@@ -133,8 +117,6 @@ class FixedWindow:
         counts: WindowCounts = state.counts
         return counts.seen + counts.resumed + state.inflight + state.pending
 
-    # -- a span end --------------------------------------------------------------------------
-
     def close_span(self, state: KeyState, end_ms: int) -> None:
         counts = state.counts
         counts.seen += state.pending
@@ -145,9 +127,6 @@ class FixedWindow:
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
-        """A total over MAX blocks (again at each span while the window stays over). Without
-        an answer the span's own count, scaled by `nodes`, joins `seen`; over its share
-        MAX / N it blocks the key."""
         counts, limit = state.counts, state.limit
         if answer is None:
             scaled = push.hits * state.nodes.value
@@ -165,15 +144,11 @@ class FixedWindow:
             _early_share(state, total, self.early.live_nodes)
         if total <= limit.requests_per_unit:
             return False
-        was_blocked = now_ms < state.blocked_until
-        state.block(_block_end(state, now_ms, push.window))
-        return not was_blocked
+        return state.block(_block_end(state, now_ms, push.window), now_ms)
 
     def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
-        """Every answer of the sync is in (totals and nodes), or the store did not answer:
-        the ceiling for the next span, from the window's pace so far. The first sync of a
-        window (no pace yet) keeps the ceiling the previous window ended with; without an
-        answer the pace is unknown, and the ceiling goes back to MAX."""
+        """The next span's ceiling, from the window's pace, once every answer is in. A window's
+        first sync (no pace yet) keeps the previous window's; no answer: back to MAX."""
         limit, counts = state.limit, state.counts
         if not answered:
             counts.ceiling = float(limit.requests_per_unit)
@@ -192,10 +167,8 @@ class FixedWindow:
 
 
 def _early_share(state: KeyState, total: int, live_nodes: int) -> None:
-    """Before a finished window has taught the nodes estimate anything, a key that assumed it
-    was alone learns from each answer whether it is: the store's total over what this node
-    pushed of the window, up to an even split over the live nodes (a handful of own hits is
-    too few to say more). Only raised: a fall waits for whole windows."""
+    """Until a finished window teaches `nodes`, a key assuming it is alone learns from each answer:
+    total over pushed, up to the live nodes. Only raised: a fall waits for whole windows."""
     nodes = state.nodes
     pushed = nodes.admitted - state.pending
     if pushed > 0 and total > pushed * nodes.value:
@@ -210,22 +183,17 @@ def _early_share(state: KeyState, total: int, live_nodes: int) -> None:
 
 
 def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:
-    """Step 2's test: `hits` more take the estimate past its ceiling, or the count known for
-    sure past MAX."""
     seen, unpushed = counts.seen, state.inflight + state.pending + hits
     estimate = seen + counts.resumed + unpushed * state.nodes.check
     return estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """A refusal's Retry-After: how long until a retry of `hits` is admitted if the counts are
-    as this node estimates them. Not before the block ends, nor, while the window has no room
-    for these hits, before the window ends; and then not before the block the window's
-    remaining syncs are likely to set: the fleet is at MAX, its other nodes still admit what
-    their own estimates allow, and a store total over MAX re-arms the cooldown at every span
-    end, the last one where the window's last span starts. (The span's end, said before for a
-    refusal on the estimate, was when the estimate improves, not when a retry fits: obedient
-    clients retried into a block.)"""
+    """Until a retry of `hits` is admitted if the counts are as estimated: not before the block
+    ends, nor, while the window has no room for them, before it ends; then not before the block
+    its remaining syncs likely set (the fleet is at MAX, other nodes still admit on their
+    estimates, and a total over MAX re-arms the cooldown at every span end). Not the span's end:
+    obedient clients retried into a block."""
     # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
     at = max(now_ms, state.blocked_until)
@@ -238,11 +206,9 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
 
 
 def _likely_over(state: KeyState) -> bool:
-    """The window will likely end with more admitted than MAX, so that its syncs re-arm the
-    cooldown: it already has (for sure), or other nodes share the key (`nodes` > 1: only they
-    can admit past MAX, each on its own estimate) and the count known for sure is within a
-    span's share of MAX (`retry_storm` shows how often such a refusal meets a block at the
-    window's end); with the local node alone, admissions never pass MAX."""
+    """The window will likely end over MAX: it already is (for sure), or other nodes share the
+    key (`nodes` > 1: only they can admit past MAX) and the known count is within a span's share
+    of MAX (`retry_storm` shows how often such a refusal meets a block at the window's end)."""
     limit = state.limit
     known = state.counts.seen + state.inflight + state.pending
     if known > limit.requests_per_unit:
@@ -253,11 +219,8 @@ def _likely_over(state: KeyState) -> bool:
 
 
 def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
-    """When the block of a window that ends over MAX ends: each sync of the window re-arms the
-    cooldown while it sees the window over, the last one where the window's last span starts.
-    A refusal in that last span can only be followed by the window's final push: if the
-    window is not over yet, its crossing starts the store's shared block at the window's end.
-    A block under a penalty lasts as its level says."""
+    """Each sync re-arms the cooldown, the last where the window's last span starts; in that span,
+    a window not over yet gets its block from the final push, at the window's end."""
     limit = state.limit
     if limit.cooldown_window_end:
         return end
@@ -276,17 +239,13 @@ def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
 
 
 def _block_end(state: KeyState, start_ms: int, window: int) -> int:
-    """When a block starting at `start_ms` over the count of `window` ends: after the cooldown
-    (longer under a penalty, core/penalty.py), or with `cooldown: window_end` where that window
-    ends (the reference's behaviour: a key admits again at the next window boundary; a block
-    for a finished window ends at once)."""
+    """After the cooldown, or with `cooldown: window_end` at `window`'s end (as the reference)."""
     if state.limit.cooldown_window_end:
         return (window + 1) * state.limit.window_ms
     return state.cooldown_end(start_ms)
 
 
 def _noise(state: KeyState, elapsed_ms: int) -> float:
-    """NOISE_SIGMAS standard deviations of one span of own hits, scaled by `nodes`."""
     limit = state.limit
     own = max(0, state.nodes.admitted - state.pending)  # pushed so far in this window
     per_span = own * limit.window_ms / (limit.spans * elapsed_ms)

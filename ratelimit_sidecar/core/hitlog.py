@@ -25,9 +25,7 @@ class HitLog:
             self.total -= counts.popleft()
 
     def add(self, now_ms: int, count: int) -> None:
-        """Only hits counted over the limit (a shadow rule's) can outnumber MAX entries: then the
-        two oldest merge at the later time, over-counting for a while instead of growing without
-        bound."""
+        """Past MAX entries (a shadow rule's) the two oldest merge: over-counting, not growing."""
         if self.times and self.times[-1] == now_ms:
             self.counts[-1] += count
         else:

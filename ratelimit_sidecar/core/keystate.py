@@ -17,16 +17,14 @@ NEVER = float("inf")  # an early push threshold no count reaches (core/quiet_key
 
 
 class WindowCounts:
-    """A fixed window's own state (core/fixed_window.py): what it knows of the key's current
-    window, which the key's window roll clears."""
+    """A fixed window's own state (core/fixed_window.py) of the key's current window."""
 
     __slots__ = ("alone", "ceiling", "early_at", "near", "pushed", "resumed", "seen")
 
     def __init__(self, ceiling: float) -> None:
         self.seen = 0  # the store's total for the window, at the last sync
         self.resumed = 0  # what the key counted in the window before its eviction (an estimate)
-        # The request check: an estimate over `ceiling` rejects. MAX itself at first, not a
-        # float copy: one object every key of the limit shares.
+        # An estimate over it rejects; MAX itself at first: one object every key shares.
         self.ceiling = ceiling
         self.near = False  # the window came near MAX: synced every span (core/quiet_keys.py)
         self.pushed = False  # this node pushed hits of the window: it pushes all of them
@@ -39,8 +37,6 @@ class WindowCounts:
 
 
 class Bucket:
-    """A token bucket's own state (core/token_bucket.py)."""
-
     __slots__ = ("tat",)
 
     def __init__(self) -> None:
@@ -48,16 +44,10 @@ class Bucket:
 
 
 class KeyState:
-    """Counts for one key. Mutated only by the limiter and its algorithm, on one thread.
-
-    Span bookkeeping, the same for every algorithm: `pending` are hits admitted in the current
-    span of `window` and not yet handed to the store; `inflight` is what the running sync is
-    pushing for `window`; `unsent` is what an earlier push could not deliver (or a window roll
-    left behind), for `unsent_window`. `nodes` is the key's nodes estimate
-    (core/nodes_estimate.py); `counts` belongs to the algorithm alone (its `start` makes it):
-    a fixed window's `WindowCounts`, a sliding window's `SpanState`, a token bucket's `Bucket`,
-    a sliding log's `HitLog`.
-    """
+    """Span bookkeeping, alike for every algorithm: `pending`, hits of `window`'s current span not
+    yet handed to the store; `inflight`, what the running sync pushes for `window`; `unsent`, what
+    an earlier push could not deliver (or a roll left), for `unsent_window`. `counts`: the
+    algorithm's own."""
 
     __slots__ = (
         "blocked_until",
@@ -87,7 +77,7 @@ class KeyState:
         raised: RaisedLevels | None = None,
     ) -> None:
         self.key = key
-        self.rule = rule  # its `shadow_mode`, and its `id` for /debug/keys and metrics
+        self.rule = rule
         self.limit = limit
         self.window = window_of(now_ms, limit.window_ms)
         self.next_sync = span_end(now_ms, limit.window_ms, limit.spans)
@@ -97,17 +87,12 @@ class KeyState:
         self.unsent_window = NO_WINDOW
         self.last_hit = now_ms
         self.blocked_until = 0
-        # A limit with `penalty:`: its level and what its client was told (core/penalty.py).
         self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, raised)
         self.nodes = NodesEstimate(nodes)
         self.counts: Any = None  # typed by each algorithm's own view of it
 
-    @property
-    def shadow(self) -> bool:
-        return self.rule.shadow_mode
-
     def roll(self, now_ms: int) -> int:
-        """Move to the window holding `now_ms`; returns hits dropped by the move."""
+        """Returns hits dropped by the move."""
         w = now_ms // self.limit.window_ms
         if w == self.window:
             return 0
@@ -127,11 +112,7 @@ class KeyState:
         self.last_hit = now_ms
 
     def stash(self, count: int, window: int, current: int) -> int:
-        """Keep `count` hits of `window` for a later push; returns hits that had to be dropped.
-
-        A delta stays pushable during its own window and the next one (the last span of a
-        window is pushed just after it ends); anything older is dropped and counted.
-        """
+        """Returns hits dropped: a delta is pushable in its window and the next (its last span)."""
         if count <= 0:
             return 0
         if current - window > 1:
@@ -146,19 +127,20 @@ class KeyState:
         self.unsent_window = window
         return 0
 
-    def block(self, until_ms: int) -> None:
+    def block(self, until_ms: int, now_ms: int = -1) -> bool:
+        """True if the key was not blocked at `now_ms`."""
+        was_blocked = now_ms < self.blocked_until
         self.blocked_until = max(self.blocked_until, until_ms)
+        return not was_blocked
 
     def cooldown_end(self, now_ms: int) -> int:
-        """When a block starting (or extended) at `now_ms` ends: after the limit's cooldown,
-        longer for a key under a penalty."""
+        """A block starting at `now_ms`: longer under a penalty."""
         penalty, cooldown = self.penalty, self.limit.cooldown
         return now_ms + (cooldown if penalty is None else penalty.block_length(cooldown, now_ms))
 
     def idle(self, now_ms: int) -> bool:
-        """Forgettable: no traffic for two windows (so none in a trailing window either),
-        nothing left to push, no active block, no penalty level (a client refused all along
-        sends no counted traffic, and the key must state its level from its next refusal)."""
+        """No traffic for two windows, nothing to push, settled, no penalty level (a client
+        refused all along sends no counted traffic; its next refusal must state the level)."""
         return (
             now_ms - self.last_hit >= 2 * self.limit.window_ms
             and not (self.pending or self.inflight or self.unsent)
@@ -167,13 +149,13 @@ class KeyState:
         )
 
     def settled(self, now_ms: int) -> bool:
-        """No active block, and a token bucket is full again: forgetting the key frees none."""
+        """No active block, a token bucket full again: forgetting the key frees none."""
         counts = self.counts
         full = not isinstance(counts, Bucket) or now_ms * self.limit.requests_per_unit >= counts.tat
         return now_ms >= self.blocked_until and full
 
     def snapshot(self) -> dict[str, object]:
-        """Read-only view for /debug/keys."""
+        """For /debug/keys."""
         view: dict[str, object] = {
             "key": list(self.key),
             "rule": self.rule.id,

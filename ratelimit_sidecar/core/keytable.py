@@ -13,10 +13,8 @@ EVICTION_PROBES = 16  # the oldest entries looked at for an evictable one
 
 
 class KeyTable:
-    """When full, an old key idle in its window makes room, else the busy one with the smallest
-    count. Evicted keys go back to the caller, which keeps their counts: eviction loses precision,
-    never counts. Blocked keys are never evicted, so a flood of new values cannot unblock an abuser.
-    """
+    """Blocked keys are never evicted: a flood of new values cannot unblock an abuser (the caller
+    keeps evicted counts)."""
 
     __slots__ = ("_states", "evictions", "get", "max_keys", "removals")
 
@@ -39,8 +37,7 @@ class KeyTable:
 
     @property
     def added(self) -> int:
-        """Keys ever inserted, for an index beside the table to see it changed (computed: inserting
-        costs nothing more)."""
+        """Keys ever inserted, for an index beside the table to see it changed."""
         return len(self._states) + self.evictions + self.removals
 
     def newest_first(self) -> Iterator[KeyId]:
@@ -67,9 +64,8 @@ class KeyTable:
             self.removals += 1
 
     def _find_victim(self, now_ms: int) -> KeyState | None:
-        """The first of the oldest keys idle in its window; busy and blocked ones go to the back (a
-        key in steady use is not evicted for being old). All busy: the unblocked one with the fewest
-        admitted hits (its count is kept: core/evicted.py)."""
+        """The first of the oldest keys idle in its window (busy and blocked ones go to the back),
+        else the unblocked one with the fewest admitted hits."""
         oldest = list(islice(self._states.values(), EVICTION_PROBES))
         for state in oldest:
             idle = now_ms - state.last_hit >= state.limit.window_ms

@@ -1,10 +1,8 @@
 """The request path of the core: decides requests from memory, for every key this node tracks.
 
-Pure and synchronous: no I/O, no clock of its own. Callers pass `now_ms` (wall-clock epoch
-milliseconds; nodes share windows by epoch ordinal) to every call. `hit(now_ms, hits)` is the one
-entry point of a request. What a span end does depends on where counts go, chosen once at start:
-`FleetLimiter` (core/fleet.py) pushes them to a store shared by the fleet, `LocalLimiter`
-(core/local.py) applies them in memory.
+Callers pass `now_ms` (epoch ms: nodes share windows by epoch ordinal) to every call. A span end
+is the subclass's: `FleetLimiter` (core/fleet.py) pushes to a shared store, `LocalLimiter`
+(core/local.py) applies the counts in memory.
 """
 
 from __future__ import annotations
@@ -14,13 +12,15 @@ from collections.abc import Sequence
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.algorithm import Algorithm
-from ratelimit_sidecar.core.algorithms import all_algorithms
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
+from ratelimit_sidecar.core.sliding_log import SlidingLog
+from ratelimit_sidecar.core.sliding_window import SlidingWindow
 from ratelimit_sidecar.core.spans import span_end
+from ratelimit_sidecar.core.token_bucket import TokenBucket
 from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, refuse_blocked, unlimited_verdict
 
@@ -31,19 +31,13 @@ Checked = tuple[Verdict | None, KeyState | None]
 
 
 class Limiter(ABC):
-    """Decisions for every tracked key; subclasses say what a span end does with the counts."""
-
     def __init__(
-        self,
-        max_keys: int = DEFAULT_MAX_KEYS,
-        *,
-        fixed_window: FixedWindow | None = None,
+        self, max_keys: int = DEFAULT_MAX_KEYS, *, fixed_window: FixedWindow | None = None
     ) -> None:
-        # Global shadow mode is the service's (service/overall.py): it changes only the
-        # overall code, every descriptor keeps its own status. A rule's `shadow_mode` is here.
+        # Global shadow mode is the service's (service/overall.py); a rule's is here.
         self.keys = KeyTable(max_keys)
         # Indexed by AlgorithmName; `fixed_window` replaces the shipped one (simulator variants).
-        self.algorithms: tuple[Algorithm, ...] = all_algorithms(fixed_window)
+        self.algorithms = all_algorithms(fixed_window)
         self.live_nodes = 1  # node-level estimate for keys without history
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
@@ -51,14 +45,20 @@ class Limiter(ABC):
         self._evicted_counts = EvictedCounts(max_keys)
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
-    def hit(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
-        """Decide a request; counters move only if every descriptor admits it."""
-        return self._hit_all(now_ms, hits, False)
+    def hit(self, now_ms: int, hits: Sequence[Hit], refused: bool = False) -> Decision:
+        """Counts only if every descriptor admits; `refused`: a strict limit refused it."""
+        checked = [self._check_all(now_ms, hit) for hit in hits]
+        over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
+        if not (over or refused):
+            for limits_checked, hit in zip(checked, hits, strict=True):
+                for _, state in limits_checked:
+                    if state is not None and hit.hits:
+                        self.algorithms[state.limit.algorithm].count(state, hit.hits, now_ms)
+        verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
+        return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
 
     def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
-        """`hit` of the usual request, whose one counted descriptor has one limit (the others
-        unmatched or unlimited: the handler answers them itself), without the general case's
-        lists: the one fast path of a decision."""
+        """The one fast path: `hit` of one counted descriptor with one limit."""
         verdict, state = self._check(now_ms, hit)
         if state is not None and (verdict is None or verdict.code is Code.OK):
             algorithm = self.algorithms[state.limit.algorithm]
@@ -69,21 +69,12 @@ class Limiter(ABC):
         assert verdict is not None  # a descriptor without a counter has its verdict
         return verdict
 
-    def hit_refused(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
-        """Decide as `hit` does, but count nothing: a strict limit of the same request refused
-        it (service/strict.py). The answers say what each descriptor alone would have got."""
-        return self._hit_all(now_ms, hits, True)
-
     def count_admitted(
         self, now_ms: int, hit: Hit, since_ms: int | None = None
     ) -> list[KeyState | None]:
-        """Hits a client has already admitted on its own (an RLQS gateway's report): counted
-        whatever the limits say, so they reach the store in the span deltas like any other.
-
-        The hits were admitted over [`since_ms`, `now_ms`]: where a fixed window began in that
-        time, the part before it (pro rata) belongs to the window before and is counted there
-        (`_count_late`), not against the new window's budget. Returns the counter of each of
-        the rule's limits (None: a deny list, or no room)."""
+        """An RLQS report's hits, counted whatever the limits say; those before a fixed window
+        began in [`since_ms`, `now_ms`] (pro rata) are the previous window's. Returns each
+        limit's counter (None: a deny list, or no room)."""
         rule = hit.rule
         if rule is None:
             return []
@@ -114,18 +105,6 @@ class Limiter(ABC):
         if hits - late:
             self.algorithms[limit.algorithm].count(state, hits - late, now_ms)
 
-    def _hit_all(self, now_ms: int, hits: Sequence[Hit], refused: bool) -> Decision:
-        """`hit`'s general case: any descriptors, any limits; `refused` counts nothing."""
-        checked = [self._check_all(now_ms, hit) for hit in hits]
-        over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
-        if not (over or refused):
-            for limits_checked, hit in zip(checked, hits, strict=True):
-                for _, state in limits_checked:
-                    if state is not None and hit.hits:
-                        self.algorithms[state.limit.algorithm].count(state, hit.hits, now_ms)
-        verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
-        return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
-
     def _check(self, now_ms: int, hit: Hit) -> Checked:
         rule = hit.rule
         if rule is None or rule.limit is None:
@@ -133,7 +112,6 @@ class Limiter(ABC):
         return self._check_limit(now_ms, hit, rule.limit, hit.key)
 
     def _check_all(self, now_ms: int, hit: Hit) -> list[Checked]:
-        """Every limit of the descriptor's rule, each with its own counter."""
         rule = hit.rule
         if rule is None or len(rule.limits) < 2:
             return [self._check(now_ms, hit)]
@@ -165,8 +143,7 @@ class Limiter(ABC):
         return algorithm.check(state, hit.hits, now_ms), state
 
     def _answer(self, limits_checked: list[Checked], now_ms: int) -> Verdict:
-        """A descriptor's answer: a refusal as it is (of several, the longest wait); within
-        its limits, what is left of the one with the fewest remaining."""
+        """Of several limits: the refusal with the longest wait, else the fewest remaining."""
         if len(limits_checked) == 1:
             verdict, state = limits_checked[0]
             if verdict is None and state is not None:
@@ -182,8 +159,7 @@ class Limiter(ABC):
     def _state(
         self, hit: Hit, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
     ) -> KeyState | None:
-        """The key's counter, made if new; None if the table has no room for it. `alone`: made
-        for a request to decide (not a gateway's report of hits it admitted)."""
+        """Made if new; None without room. `alone`: for a request (not an RLQS report)."""
         rule = hit.rule
         assert rule is not None
         state = self.keys.get(key)
@@ -212,48 +188,38 @@ class Limiter(ABC):
         resumed = self._evicted_counts.estimate(fresh.key, limit, fresh.window)
         self.algorithms[limit.algorithm].start(fresh, resumed)
         self._started(fresh)
-        for victim in evicted:
-            self._remember(victim, now_ms)
+        for victim in evicted:  # its count is kept: coming back cannot reset it (core/evicted.py)
+            old = victim.limit
+            if now_ms // old.window_ms - victim.window <= lasting_windows(old):
+                count = self.algorithms[old.algorithm].window_count(victim)
+                self._evicted_counts.record(victim.key, old, count, now_ms)
             self._evicted(victim)
         self._schedules.add((limit.window_ms, limit.spans))
         return fresh
 
-    def _remember(self, victim: KeyState, now_ms: int) -> None:
-        """An evicted key's count, so that coming back cannot reset it (core/evicted.py)."""
-        if now_ms // victim.limit.window_ms - victim.window <= lasting_windows(victim.limit):
-            count = self.algorithms[victim.limit.algorithm].window_count(victim)
-            self._evicted_counts.record(victim.key, victim.limit, count, now_ms)
-
-    # -- what subclasses decide ---------------------------------------------------------------
-
     def _new_key_nodes(self, limit: RateLimit, alone: bool) -> float:  # noqa: ARG002
-        """A new key's nodes estimate: an even split over the live nodes. An int as it is:
-        one object every new key shares, not a float each."""
+        """An even split; an int as it is: one object every new key shares, not a float each."""
         return self.live_nodes
 
+    # Hooks: a new key started; its span ended since last looked at; RLQS hits reported after
+    # its window moved on (the previous window's); it leaves the table (evicted, or rule changed).
     def _started(self, state: KeyState) -> None:  # noqa: B027 - optional, empty by default
-        """A new key's counter has started (a subclass may know more of its window)."""
+        ...
 
     @abstractmethod
-    def _catch_up(self, state: KeyState, now_ms: int) -> None:
-        """The key's span has ended since it was last looked at."""
+    def _catch_up(self, state: KeyState, now_ms: int) -> None: ...
 
     @abstractmethod
-    def _count_late(self, state: KeyState, hits: int) -> None:
-        """Admitted hits reported after the key's window moved on: the previous window's."""
+    def _count_late(self, state: KeyState, hits: int) -> None: ...
 
     @abstractmethod
-    def _evicted(self, state: KeyState) -> None:
-        """The key leaves the table (evicted for room, or its rule changed)."""
-
-    # -- span schedule and introspection ------------------------------------------------------
+    def _evicted(self, state: KeyState) -> None: ...
 
     def shortest_span_ms(self) -> int | None:
-        """The shortest span among tracked rules; sync timeouts must fit in half of it."""
+        """Sync timeouts must fit in half of it."""
         return min((w // n for w, n in self._schedules), default=None)
 
     def next_span_end(self, now_ms: int) -> int | None:
-        """When the next span of any tracked rule ends; None when nothing is tracked."""
         if not self._schedules:
             return None
         return min(span_end(now_ms, w, n) for w, n in self._schedules)
@@ -262,7 +228,6 @@ class Limiter(ABC):
         return sum(1 for state in self.keys if now_ms < state.blocked_until)
 
     def penalty_levels(self, now_ms: int) -> dict[int, int]:
-        """How many keys are under each penalty level above 0 (core/penalty.py)."""
         levels: dict[int, int] = {}
         for state in self.keys:
             penalty = state.penalty
@@ -274,24 +239,28 @@ class Limiter(ABC):
         return self.algorithms[state.limit.algorithm]
 
 
+def all_algorithms(fixed_window: FixedWindow | None = None) -> tuple[Algorithm, ...]:
+    chosen: dict[AlgorithmName, Algorithm] = {
+        AlgorithmName.FIXED_WINDOW: fixed_window or FixedWindow(),
+        AlgorithmName.SLIDING_WINDOW: SlidingWindow(),
+        AlgorithmName.TOKEN_BUCKET: TokenBucket(),
+        AlgorithmName.SLIDING_LOG: SlidingLog(),
+    }
+    return tuple(chosen[name] for name in AlgorithmName)
+
+
 _SUMMED = (AlgorithmName.FIXED_WINDOW, AlgorithmName.SLIDING_WINDOW)
 
 
 def lifts_block(set_for: int, limit: RateLimit) -> bool:
-    """Whether a block started under a limit of `set_for` requests per unit no longer holds
-    under `limit`: the limit was raised since (a reload, a runtime override). The node lifts its
-    own block of the key (`_state`), ignores an announced one (`FleetLimiter.apply_block`), and
-    the store deletes the shared flag (storage/shared_rules.py `lifted`, block_flag.lua). A
-    lowered or unchanged limit keeps it; 0 (not known: an older sender's flag) holds."""
+    """A block started under `set_for` requests per unit no longer holds: `limit` was raised since
+    (nodes lift or ignore it, the store deletes it). 0 (not known: an older sender's) holds."""
     return 0 < set_for < limit.requests_per_unit
 
 
 def same_counting(old: RateLimit, new: RateLimit) -> bool:
-    """Whether a key counted under `old` keeps its counts under `new`: the same rule reloaded,
-    or one whose number alone changed (a reload or a runtime override raising or lowering the
-    limit counts on from the window's count so far). Only the windows count plain sums: a token
-    bucket keeps its state in ticks of its rate and a log is sized by its limit, and another
-    algorithm, window or schedule counts differently: those start over."""
+    """The same rule, or only its number changed, keeps the counts: only the windows count plain
+    sums (a bucket's ticks follow its rate, a log is sized by its limit)."""
     if old == new:
         return True
     return (
@@ -305,7 +274,7 @@ def same_counting(old: RateLimit, new: RateLimit) -> bool:
 
 
 def limit_key(key: KeyId, index: int) -> KeyId:
-    """The counter of the `index`-th limit of a descriptor with several (`rate_limits`)."""
+    """The counter of a descriptor's `index`-th limit (`rate_limits`)."""
     return (*key, "#limit", str(index))
 
 

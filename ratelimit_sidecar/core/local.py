@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end
@@ -41,8 +42,7 @@ class LocalLimiter(Limiter):
             pass
 
     def sweep_steps(self, now_ms: int, keys_per_step: int = KEYS_PER_STEP) -> Iterator[int]:
-        """`sweep` in slices, so that an event loop answers requests in between (100,000 keys take
-        tens of ms)."""
+        """In slices, so an event loop answers requests in between (100,000 keys: tens of ms)."""
         for index, state in enumerate(self.keys):
             if now_ms - state.last_hit >= max(IDLE_MS, 2 * state.limit.window_ms):
                 self._forget_if_done(state, now_ms)
@@ -61,5 +61,7 @@ class LocalLimiter(Limiter):
         """A span end without a round trip; a finished window's counts need no push."""
         state.roll(end_ms)  # leftovers of a finished window go to `unsent`, dropped below
         state.unsent = 0
-        if state.pending:
-            self.algorithm_of(state).close_span(state, end_ms)
+        algorithm = self.algorithm_of(state)
+        if state.pending and isinstance(algorithm, FixedWindow):
+            algorithm.close_span(state, end_ms)
+        state.pending = 0  # the other rules counted every hit where it belongs

@@ -1,7 +1,7 @@
 """Progressive penalties: longer blocks for a client that keeps sending while it is blocked.
 
-A limit with a cooldown may set `penalty: {factor, max, forgive_after}`. The rule, in one place (the
-sync scripts' arithmetic is tested against `block_ms`):
+A limit with a cooldown may set `penalty: {factor, max, forgive_after}` (the sync scripts'
+arithmetic is tested against `block_ms`):
 
 1. A block starting at level L (0 at first) lasts min(cooldown x factor^L, max), at least the
    cooldown; an extended block keeps its starting level.
@@ -44,10 +44,9 @@ def top_level(cooldown_ms: int, penalty: Penalty) -> int:
 
 
 def flag_level(level: int, blocking: int) -> int:
-    """The level of a block the store starts at `level` for a node whose own block runs at
-    `blocking` (-1: none). A node blocks alone when only it sees the count over MAX, and an offence
-    in that block already raised the store's level by one: it is the same block. A node further
-    behind (just started) is not believed."""
+    """A block the store starts at `level` for a node whose own runs at `blocking` (-1: none): a
+    node blocking alone (only it saw the count over MAX) whose offence raised the store's level
+    by one is the same block; one further behind (just started) is not believed."""
     return blocking if blocking >= 0 and level - 1 <= blocking <= level else level
 
 
@@ -56,8 +55,6 @@ def grace_ms(cooldown_ms: int) -> int:
 
 
 class RaisedLevels:
-    """Offences that raised a level, for the limiter's metric."""
-
     __slots__ = ("applied",)
 
     def __init__(self) -> None:
@@ -65,8 +62,6 @@ class RaisedLevels:
 
 
 class PenaltyState:
-    """One key's penalty (KeyState.penalty)."""
-
     __slots__ = (
         "block_end",
         "block_level",
@@ -99,8 +94,7 @@ class PenaltyState:
         return length
 
     def length_at(self, cooldown_ms: int, at_ms: int) -> int:
-        """What `block_length` will say at `at_ms`, changing nothing: a Retry-After counting a block
-        still to be set or re-armed."""
+        """`block_length` at `at_ms`, changing nothing: for a block still to be set or re-armed."""
         if at_ms < self.block_end:
             return block_ms(cooldown_ms, self.penalty, self.block_level)
         forgiven = at_ms - self.fresh_ms >= self.penalty.forgive_after_ms

@@ -1,8 +1,8 @@
 """What an RLQS gateway may admit for one bucket (pure; `now_ms` is a parameter).
 
 An Envoy with `rate_limit_quota` enforces a token bucket itself and reports usage every few seconds;
-this module turns what the limiter knows of a counter into that bucket's assignment, and says when a
-new one is worth sending. For a limit of MAX per window W, capacity C:
+this turns what the limiter knows of a counter into that bucket's assignment, and says when a new
+one is worth sending. For a limit of MAX per window W, capacity C:
 
 - Share s = 1 / (nodes x streams): `nodes` from the counter's estimate (core/nodes_estimate.py),
   `streams` the RLQS streams of this node reporting the bucket.
@@ -56,9 +56,8 @@ class TokenBucket(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """Sent at `issued_ms`, dropped by Envoy `ttl_s` later. `recheck_ms` (0: none): decide again
-    without a report. `built_ms` (0: `issued_ms`): when Envoy built the bucket holding these
-    numbers."""
+    """Dropped by Envoy `ttl_s` after `issued_ms`. `recheck_ms` (0: none): decide again without a
+    report. `built_ms` (0: `issued_ms`): when Envoy built the bucket holding these numbers."""
 
     action: Action
     ttl_s: int
@@ -117,16 +116,14 @@ DEFAULT_POLICY = QuotaPolicy()
 @dataclass(frozen=True, slots=True)
 class Pace:
     """A gateway's usage the counters lack: `rate_per_ms` offered over its last report's period
-    (standing for the other gateways' pace too), `since_report_ms`, and `held`, the most its bucket
-    may still hold."""
+    (the other gateways' pace too), and `held`, the most its bucket may still hold."""
 
     rate_per_ms: float = 0.0
     since_report_ms: int = 0
     held: float = 0.0
 
     def unreported(self, limit: RateLimit, now_ms: int) -> float:
-        """Likely admitted since the report, in the current fixed window (other algorithms: 0; it
-        helped none in the simulator)."""
+        """Likely admitted since the report, in a fixed window (others: 0, it helped none)."""
         if limit.algorithm is not AlgorithmName.FIXED_WINDOW:
             return 0.0
         return min(self.held, self.rate_per_ms * _recent_ms(limit, now_ms, self.since_report_ms))
@@ -172,9 +169,8 @@ def assign(
 def _others_unreported(
     limit: RateLimit, now_ms: int, share: float, left: float, *, pace: Pace, policy: QuotaPolicy
 ) -> float:
-    """This gateway's share of the other gateways' likely unreported admissions (fixed window only),
-    up to a report period late. Nothing while what is left covers `policy.cover` of the pace to the
-    window's end: far from MAX, holding back only refuses."""
+    """This gateway's share of the others' likely unreported admissions (fixed window only); none
+    while what is left covers `policy.cover` of the pace: far from MAX, holding back refuses."""
     if limit.algorithm is not AlgorithmName.FIXED_WINDOW:
         return 0.0
     until_reset = limit.window_ms - now_ms % limit.window_ms
@@ -191,8 +187,7 @@ def _recent_ms(limit: RateLimit, now_ms: int, span_ms: int) -> int:
 
 
 def _next_news(view: KeyView, policy: QuotaPolicy) -> int:
-    """ms until what is left of a window can change: room frees, or the next sync answers (span end
-    plus a margin); 0: unknown."""
+    """ms until room frees or the next sync answers; 0: unknown."""
     synced = view.sync_ms + SYNC_MARGIN_MS if view.sync_ms > 0 else 0
     waits = [wait for wait in (view.reset_ms, synced) if wait > 0]
     return max(min(waits), policy.min_recheck_ms) if waits else 0
@@ -203,8 +198,7 @@ def allow_all(now_ms: int, policy: QuotaPolicy = DEFAULT_POLICY) -> Assignment:
 
 
 def deny_until(now_ms: int, wait_ms: int) -> Assignment:
-    """The TTL outlasts the recheck by a second: a gap before the new assignment would admit
-    everything."""
+    """The TTL outlasts the recheck by a second: a gap would admit everything."""
     ttl_s = max(1, math.ceil(wait_ms / MS)) + 1
     return Assignment(Action.DENY_ALL, ttl_s, now_ms, recheck_ms=now_ms + wait_ms)
 
@@ -233,9 +227,8 @@ def settle(
     unreported: float = 0.0,
 ) -> Assignment | None:
     """`fresh` if it differs meaningfully from what Envoy holds, `previous` again (a new TTL) when
-    it is about to expire, else None. `spent` less `unreported` bounds what the bucket holds now;
-    Envoy builds a changed bucket full, so one is sent only when that differs by over `change_ratio`
-    (and a token), up to `grow_to` if larger."""
+    about to expire, else None. Envoy builds a changed bucket full: sent only when it differs from
+    what the bucket holds now by over `change_ratio` and a token (up to `grow_to` if larger)."""
     if previous is None or previous.action is not fresh.action:
         denied = previous is not None and previous.action is Action.DENY_ALL
         return _grown(fresh) if denied else fresh  # after a DENY_ALL: a growth

@@ -51,8 +51,7 @@ def report_usage(
 
 
 def combine(assignments: Sequence[Assignment]) -> Assignment:
-    """Several limits on one bucket: any DENY_ALL wins (the longest), else the smallest burst, the
-    slowest refill in tokens per second (fill intervals differ) and the earliest recheck."""
+    """Any DENY_ALL (the longest), else the smallest burst, slowest refill and earliest recheck."""
     if len(assignments) == 1:
         return assignments[0]
     denials = [a for a in assignments if a.action is Action.DENY_ALL]
@@ -102,8 +101,7 @@ def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
 
 
 class BucketQuota:
-    """One bucket of one stream: the assignment Envoy holds and what was reported allowed since
-    Envoy built it. The servicer and the simulator both decide through it."""
+    """One stream's bucket: the assignment Envoy holds, and what was reported spent from it."""
 
     def __init__(self, policy: QuotaPolicy = DEFAULT_POLICY) -> None:
         self.policy = policy
@@ -135,8 +133,7 @@ class BucketQuota:
     def recheck(
         self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1
     ) -> Assignment | None:
-        """No report: decided on the counters as they are, less what the gateway likely spent since
-        its report."""
+        """No report: on the counters, less what the gateway likely spent since its report."""
         pace = self._pace(now_ms)
         fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
         unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)

@@ -22,8 +22,7 @@ from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 @dataclass(frozen=True, slots=True)
 class SlidingLog:
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` is logged at the key's return: it leaves later than its hits would
-        (over-counts, never under)."""
+        """`resumed` is logged at the return, later than its hits: over-counts, never under."""
         state.counts = HitLog(state.limit.requests_per_unit)
         if resumed:
             state.counts.add(state.last_hit, resumed)
@@ -32,10 +31,19 @@ class SlidingLog:
         limit = state.limit
         if _log(state, now_ms).total + hits <= limit.requests_per_unit:
             return None
-        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=limit.cooldown > 0)
+        return refuse_for_cooldown(state, hits, now_ms, self.wait_ms, block=limit.cooldown > 0)
 
-    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
-        return retry_wait_ms(state, hits, now_ms)
+    @staticmethod
+    def wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+        """Until enough of the oldest entries leave for `hits` to fit, not before a block ends."""
+        limit, log = state.limit, _log(state, now_ms)
+        fits_at = now_ms
+        over = log.total + hits - limit.requests_per_unit if hits > 0 else 0
+        if hits > limit.requests_per_unit:
+            fits_at = now_ms + limit.window_ms
+        elif over > 0 and state.blocked_until < log.times[-1] + limit.window_ms:  # else drained
+            fits_at = log.time_freeing(over) + limit.window_ms
+        return max(state.blocked_until, fits_at) - now_ms
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         log = _log(state, now_ms)
@@ -56,22 +64,6 @@ class SlidingLog:
     def window_count(self, state: KeyState) -> int:
         log: HitLog = state.counts
         return log.total
-
-    def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        """The span's hits are in the log already."""
-        state.pending = 0
-
-
-def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """Until enough of the oldest entries leave for `hits` to fit, not before a block ends."""
-    limit, log = state.limit, _log(state, now_ms)
-    fits_at = now_ms
-    over = log.total + hits - limit.requests_per_unit if hits > 0 else 0
-    if hits > limit.requests_per_unit:
-        fits_at = now_ms + limit.window_ms
-    elif over > 0 and state.blocked_until < log.times[-1] + limit.window_ms:  # else drained
-        fits_at = log.time_freeing(over) + limit.window_ms
-    return max(state.blocked_until, fits_at) - now_ms
 
 
 def _log(state: KeyState, now_ms: int) -> HitLog:

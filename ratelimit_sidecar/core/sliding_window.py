@@ -1,51 +1,37 @@
 """The sliding-window rule, counted in spans: at most MAX requests in any trailing window.
 
-Windows are cut into N spans on the epoch, as for the fixed window, but nothing resets at a
-window's end. At `now` in span s, the trailing window (now - W, now] holds spans s-N+1 .. s
-whole and the span s-N in part: its count is weighted by the share of its milliseconds still
-inside, (end of s - 1 - now) / (length of s). So a client that sends MAX at the end of one
-window and MAX at the start of the next gets about MAX admitted, not 2 x MAX; within one span
-the weight assumes the oldest span's hits were spread evenly (a burst at its very end can be
-under-weighted by up to that span's count).
+Spans as for the fixed window, but nothing resets at a window's end. At `now` in span s, the
+trailing window (now - W, now] holds spans s-N+1 .. s whole and span s-N weighted by its share
+of ms still inside, (end of s - 1 - now) / (length of s): MAX at the end of one window and MAX at
+the start of the next admit about MAX, not 2 x MAX (assuming the oldest span's hits spread
+evenly: a burst at its very end can be under-weighted by up to its count).
 
 A request (`check`, then `count` and `admitted` when it is admitted):
 
-1. A key under an active block (only when the limit sets a `cooldown`) is refused until the
-   block ends.
+1. A key under an active block (only with a `cooldown`) is refused until the block ends.
 2. The trailing count is estimated from the fleet's span totals as the store last answered
-   them (`SpanState.fleet`) plus this node's own hits the store has not confirmed yet
-   (`SpanState.own`, by the span they were counted in), each standing for `nodes` nodes'
-   worth of traffic, as the fixed window scales its own hits. Local-only mode has no store:
-   every own hit stays in the own spans and `nodes` is 1, so the count is exact.
-   If this request's hits, scaled the same way, take the estimate past MAX, it is refused
-   with a Retry-After of the time until it would fit if nobody sent more (spans leave the
-   window, the oldest one gradually). If even the count known for sure (the store's totals
-   plus own hits, unscaled) is over MAX and the limit sets a cooldown, the key is blocked for
-   it too, and the Retry-After is the later of the block's end and that time (a block's
-   refusals say the same). A request of more than MAX hits never fits: it is refused for one
-   window.
-3. Admitted: `remaining` is the whole requests left in the trailing window; `reset_ms` is the
-   time until the oldest span still counted leaves the window, when quota first comes back
-   (0 when nothing is counted: the whole quota is there).
+   (`SpanState.fleet`) plus own hits not confirmed yet (`SpanState.own`), each standing for
+   `nodes` nodes' worth of traffic (local-only: all hits are own, `nodes` is 1: exact). Hits
+   taking it past MAX are refused until they would fit if nobody sent more (spans leave, the
+   oldest gradually). If even the count known for sure (unscaled) is over MAX and a cooldown is
+   set, the key is blocked too, and the Retry-After is the later of both. More than MAX hits
+   never fit: refused for one window.
+3. Admitted: `remaining` is the whole requests left; `reset_ms`, when the oldest span still
+   counted leaves (0: nothing counted).
 
 A span end:
 
 - The store's answer (`PushResult.spans`: the fleet's totals of the N spans ending with the
-  pushed one) replaces those spans of the fleet's counts, and confirms the push's own hits: they
-  leave the own spans, oldest first. An answer without spans confirms nothing.
-- The store failed: the hits stay in the own spans, scaled by `nodes`, until an answer confirms
-  them or they leave the window. With a cooldown, an estimate over MAX then blocks the key.
-- Local-only mode: nothing to do, the own counts are already in place.
-- The store's answer has the pushed span before every node has pushed it: until the next
-  answer, that span counts at least this node's push times `nodes`, as it did before the push.
-- `nodes` is learnt as for the fixed window (the store counts every push into the window's
-  counter too), but from admitted counts only: over a trailing limit every node refuses on its
-  estimate all the time, and counting its own refusals as offered, and no other node's, makes
-  each node see too small a fleet and the fleet admit more than MAX. There is no lenient
-  ceiling: a trailing window has no window pace to project. Every estimate scales own hits by
-  the lower of the last two `nodes` estimates (the estimate's `cautious` check, as a fixed
-  window's lenient ceiling does): the larger one refuses some bursty traffic well under the
-  limit, where nothing should be.
+  pushed one) replaces those fleet spans and confirms the push's own hits, oldest first. Until
+  the next answer the pushed span counts at least this node's push times `nodes` (not every
+  node has pushed it yet). An answer without spans confirms nothing.
+- The store failed: the hits stay own, scaled by `nodes`, until confirmed or out of the window;
+  with a cooldown, an estimate over MAX blocks. Local-only mode: nothing to do.
+- `nodes` is learnt as for the fixed window, but from admitted counts only: over a trailing limit
+  every node refuses on its estimate all the time, and counting its own refusals as offered, and
+  no other node's, makes each see too small a fleet and the fleet admit more than MAX. No lenient
+  ceiling (no window pace to project); every estimate uses the lower of the last two `nodes`
+  (`cautious`): the larger refuses some bursty traffic well under the limit.
 """
 
 from __future__ import annotations
@@ -66,37 +52,29 @@ MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its
 
 @dataclass(frozen=True, slots=True)
 class SlidingWindow:
-    """The rule above."""
-
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` is counted in the span the key comes back in: it leaves the window later
-        than the hits it stands for did (an over-count, never an under-count), or is replaced
-        by the store's total of that span."""
+        """`resumed` is counted in the span of the key's return: it leaves later than its hits
+        would (over-counts, never under), or the store's total of that span replaces it."""
         state.counts = SpanState()
         state.nodes.caution(True)  # see `nodes` in the module's docstring
         if resumed:
             _fleet_spans(state).add(span_number(state.last_hit, state.limit), resumed)
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 2: this request's hits would take the estimate past MAX."""
         extra = hits * state.nodes.check
         trailing = _trailing(state, now_ms)
         if trailing.fits(extra):
-            # Kept for `admitted`, which the same request calls once these hits are counted:
-            # one trailing count per request instead of two.
+            # For `admitted` of the same request: one trailing count per request, not two.
             state.counts.checked = (now_ms, state.pending + hits, trailing, extra)
             return None
         return self._over(state, hits, now_ms)
 
     def _over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Step 2: with a cooldown, a count over MAX for sure blocks the key for it; else the
-        refusal lasts until the request fits. (Unlike the fixed window's, refusals on the
-        estimate are not counted as offered: see `nodes` in the module's docstring.)"""
+        """Refusals on the estimate are not counted as offered (see `nodes` above)."""
         over = state.limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits)
         return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=over)
 
-    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
-        return retry_wait_ms(state, hits, now_ms)
+    wait_ms = staticmethod(retry_wait_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         counts: SpanState = state.counts
@@ -121,7 +99,6 @@ class SlidingWindow:
         remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
         reset = _until_oldest_leaves(state, trailing, now_ms)
         near = used >= limit.near_limit_ratio * rpu * trailing.length
-        # Every field in order, by position, as the fixed window answers.
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
@@ -133,17 +110,9 @@ class SlidingWindow:
         first = max(spans.newest for spans in counted) - state.limit.spans + 1
         return sum(spans.since(first) for spans in counted)
 
-    # -- a span end --------------------------------------------------------------------------
-
-    def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        """Local-only: the own counts are the fleet's, already in place."""
-        state.pending = 0
-
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
-        """Without an answer the hits stay in the own spans, scaled by `nodes` in every
-        estimate; with a cooldown, an estimate over MAX then blocks the key."""
         if answer is None:
             return _blocks_over(state, now_ms, known=False)
         counts: SpanState = state.counts
@@ -165,14 +134,11 @@ class SlidingWindow:
 def _learn_from_spans(
     state: KeyState, counts: SpanState, newest: int, count: int, spans: tuple[int, ...]
 ) -> None:
-    """A new key guesses an even split (`nodes` = live nodes) until its first finished window
-    says better. A node with more than its even share then counts each own hit for too many,
-    and with no lenient ceiling refuses requests under the limit in a new key's first window.
-    So, until then, each span before the pushed one (every node pushed it a span ago) adds to
-    sums of the fleet's and this node's counts, whose ratio may lower the guess, never raise
-    it. The own sum is taken one standard deviation low (a small sample must not look like a
-    big share), and spans are skipped once the fleet's trailing count is within a span's
-    share of MAX (near the limit the nodes that decide first admit more than their share)."""
+    """A new key's even split refuses under the limit on a node with more than that share, until
+    its first finished window. So each span before the pushed one (all nodes pushed it) adds to
+    sums of fleet and own counts, whose ratio may lower the guess: own taken one standard
+    deviation low (a small sample is no big share), spans skipped within a span's share of MAX
+    (there the first deciders admit more than their share)."""
     previous, own = counts.pushed_span, counts.pushed_count
     counts.pushed_span, counts.pushed_count = newest, max(0, count)
     limit, nodes = state.limit, state.nodes
@@ -188,8 +154,7 @@ def _learn_from_spans(
 
 
 def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
-    """The trailing window at `now_ms`: estimated (this node's unconfirmed hits scaled by
-    `nodes`, the span last pushed at least at its floor), or what is `known` for sure."""
+    """Estimated (own unconfirmed hits scaled, the last pushed span at its floor), or `known`."""
     limit = state.limit
     span, start, end = _span_at(now_ms, limit)
     leaving = span - limit.spans
@@ -210,8 +175,7 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
 
 
 def _until_oldest_leaves(state: KeyState, trailing: Trailing, now_ms: int) -> int:
-    """How long until the oldest span still counted leaves the trailing window (0: none).
-    Span j stops counting at the last ms of span j + N, its weight down to 0."""
+    """0: none counted. Span j stops counting at the last ms of span j + N (its weight 0)."""
     if trailing.oldest > 0 and trailing.overlap > 0:
         # The usual answer under steady traffic: the span now leaving still counts, and it
         # leaves when the current span ends: no walk over the spans.
@@ -233,9 +197,7 @@ def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
     limit = state.limit
     if limit.cooldown <= 0 or _trailing(state, now_ms, known).fits(0):
         return False
-    was_blocked = now_ms < state.blocked_until
-    state.block(state.cooldown_end(now_ms))
-    return not was_blocked
+    return state.block(state.cooldown_end(now_ms), now_ms)
 
 
 def _fleet_spans(state: KeyState) -> FleetSpans:
@@ -246,8 +208,7 @@ def _fleet_spans(state: KeyState) -> FleetSpans:
 
 
 def _span_at(now_ms: int, limit: RateLimit) -> tuple[int, int, int]:
-    """The number of the span holding `now_ms`, its first ms and the first ms after it: what
-    `span_number` and `span_bounds` say, in one step (twice per request)."""
+    """`span_number` and `span_bounds` in one step (twice per request)."""
     window_ms, spans = limit.window_ms, limit.spans
     offset = now_ms % window_ms
     index = offset * spans // window_ms

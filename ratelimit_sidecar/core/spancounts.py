@@ -1,8 +1,7 @@
 """Counts of a key's most recent spans, by epoch span number.
 
 A sliding window of N spans reads the N spans up to now and the one its trailing edge leaves: N + 1
-counts. Older spans never count again, so they are dropped as newer ones arrive, across window
-boundaries.
+counts. Older ones never count again: dropped as newer ones arrive, across window boundaries.
 """
 
 from __future__ import annotations
@@ -76,9 +75,7 @@ class SpanCounts:
 
 
 class FleetSpans(SpanCounts):
-    """The fleet's span totals as the store answered, and a floor under the newest pushed span: the
-    store answers before every node has pushed it, so it is estimated at no less than this node's
-    share times the nodes until a later answer counts them."""
+    """The store's span totals; the newest pushed one (not all nodes' yet) at least own x nodes."""
 
     __slots__ = ("floor", "floor_span")
 
@@ -104,8 +101,7 @@ class FleetSpans(SpanCounts):
 
 
 class Trailing(NamedTuple):
-    """A trailing window's count, scaled by the span's `length` so it compares exactly in integers
-    where it can (local-only mode)."""
+    """Scaled by the span's `length`: exact in integers where it can be (local-only mode)."""
 
     whole: float  # hits of the spans wholly inside
     oldest: float  # hits of the span the window is leaving ...
@@ -122,8 +118,6 @@ class Trailing(NamedTuple):
 
 
 class SpanState:
-    """A sliding window's own state (core/sliding_window.py)."""
-
     __slots__ = (
         "checked",
         "early_fleet",

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core import types
-from ratelimit_sidecar.core.algorithm import SharedAlgorithm
+from ratelimit_sidecar.core.algorithm import Algorithm, SharedAlgorithm
 from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
 
 
 class SyncPlan:
-    """A `SyncBatch` plus the key states each of its entries belongs to.
-
-    The batch is what the store sees; the states stay here so applying the answer needs no
-    lookups, and a key evicted meanwhile is updated harmlessly instead of recreated. What the
-    answer means for a key is the algorithm's business, a finished window's total is the nodes
-    estimate's; the bookkeeping (what was in flight, what waits for a resend) is done here.
-    Only the fixed window's check follows the window's pace: it hears when all is in.
-    """
+    """A `SyncBatch` plus each entry's key state: no lookups, and a key evicted meanwhile is
+    updated harmlessly, not recreated. Here the bookkeeping; the answer's meaning elsewhere."""
 
     __slots__ = (
         "_algorithms",
@@ -29,9 +25,9 @@ class SyncPlan:
         "requeue",
     )
 
-    def __init__(self, now_ms: int, algorithms: tuple[SharedAlgorithm | None, ...]) -> None:
+    def __init__(self, now_ms: int, algorithms: tuple[Algorithm, ...]) -> None:
         self.batch = types.SyncBatch(now_ms)
-        self._algorithms = algorithms  # indexed by AlgorithmName; None: never pushed
+        self._algorithms = algorithms  # indexed by AlgorithmName
         paced = algorithms[AlgorithmName.FIXED_WINDOW]
         assert isinstance(paced, FixedWindow)
         self._paced = paced
@@ -45,20 +41,15 @@ class SyncPlan:
         self._push_states.append(state)
         self._fresh.append(fresh and state is not None)
 
-    def add_orphans(self, pushes: list[types.Push]) -> None:
-        for push in pushes:
-            self.push(None, push)
-
     def read_total(self, state: KeyState, read: types.TotalRead) -> None:
         self.batch.total_reads.append(read)
         self._total_states.append(state)
 
     def succeed(self, now_ms: int, result: types.SyncResult) -> types.SyncStats:
-        """Take the store's totals and block flags in. A push the store answered as not applied
-        fails alone, as in `fail`; its count was surely not counted, so it waits for the next
-        push."""
+        """A push answered as not applied fails alone, as in `fail`, and is resent."""
         pushed = hits = dropped = blocked = failed_orphans = 0
         failed: set[KeyState] = set()  # keys whose push failed: their pace is unknown
+        paced: list[KeyState] = []  # fixed windows that synced: they pace their check
         rows = zip(self.batch.pushes, self._push_states, self._fresh, result.pushes, strict=True)
         for push, state, fresh, answer in rows:
             if answer.error:
@@ -71,19 +62,22 @@ class SyncPlan:
             pushed, hits = pushed + 1, hits + push.hits
             if state is not None:
                 blocked += self._take_answer(now_ms, push, state, answer)
+                if push.window == state.window and _paced(state):
+                    paced.append(state)
         self._learn_nodes(result)
-        self._after_sync(result, failed)
+        for state in paced:  # once totals and nodes are in
+            if state not in failed:
+                self._paced.after_sync(state, self.batch.now_ms, True)
         failed_keys = len(failed) + failed_orphans
         return types.SyncStats(pushed, hits, dropped, blocked, failed_keys=failed_keys)
 
     def _take_answer(
         self, now_ms: int, push: types.Push, state: KeyState, answer: types.PushResult
     ) -> bool:
-        """One applied push: the window's total and the shared flag; True if it blocks."""
         if push.window == state.window:
             state.inflight = 0
-        # Even a late push (for a window that has ended) may be news: a sliding window's spans
-        # and a bucket's debt outlive their window. The algorithm knows.
+        # Even a late push may be news: a sliding window's spans and a bucket's debt outlive
+        # their window.
         if answer.level >= 0 and state.penalty is not None:  # first: blocks below use it
             state.penalty.take_store(now_ms, answer.level, answer.block_level, answer.block_ms)
         blocks = self._algorithm(state).store_answer(state, push, answer, now_ms)
@@ -96,20 +90,8 @@ class SyncPlan:
         for read, state, total in reads:
             state.nodes.learn(read.window, total, result.live_nodes)
 
-    def _after_sync(self, result: types.SyncResult, failed: set[KeyState]) -> None:
-        """Every answer is in (totals and nodes): each fixed window that synced adjusts its
-        check to the window's pace; one whose push failed forgets it."""
-        rows = zip(self.batch.pushes, self._push_states, result.pushes, strict=True)
-        for push, state, answer in rows:
-            synced = state is not None and not answer.error and state not in failed
-            if synced and state is not None and push.window == state.window and _paced(state):
-                self._paced.after_sync(state, self.batch.now_ms, True)
-
     def fail(self, now_ms: int, resend: bool = True) -> types.SyncStats:
-        """The store did not answer: keep the deltas for the next push and apply the fallback.
-
-        `resend` False: the batch may have been applied, so its counts are dropped (counted
-        as unconfirmed) instead of being sent again."""
+        """`resend` False: the batch may have been applied: its counts are dropped, not resent."""
         dropped = blocked = 0
         for push, state, fresh in zip(
             self.batch.pushes, self._push_states, self._fresh, strict=True
@@ -121,7 +103,7 @@ class SyncPlan:
     def _fail_push(
         self, now_ms: int, push: types.Push, state: KeyState | None, fresh: bool, resend: bool
     ) -> tuple[int, bool]:
-        """The fallback for one push the store did not apply: (hits dropped, key blocked)."""
+        """(hits dropped, key blocked)."""
         if state is None:  # an evicted key's hits: sent again with the next batch if they can be
             recent = now_ms // push.limit.window_ms - push.window <= 1
             if resend and recent:
@@ -140,17 +122,15 @@ class SyncPlan:
         return push.hits, blocks  # may have arrived: counted as unconfirmed, not resent
 
     def _algorithm(self, state: KeyState) -> SharedAlgorithm:
-        algorithm = self._algorithms[state.limit.algorithm]
-        assert algorithm is not None, "a sliding log is never pushed (core/sliding_log.py)"
-        return algorithm
+        name = state.limit.algorithm
+        assert name is not AlgorithmName.SLIDING_LOG, "never pushed (core/sliding_log.py)"
+        return cast(SharedAlgorithm, self._algorithms[name])
 
     def answers(self, result: types.SyncResult) -> bool:
-        """The result has one answer per push and per total read of the batch."""
         got = (len(result.pushes), len(result.totals))
         return got == (len(self.batch.pushes), len(self.batch.total_reads))
 
     def states(self) -> list[KeyState]:
-        """The keys this batch pushed for."""
         return [state for state in self._push_states if state is not None]
 
 

@@ -1,51 +1,42 @@
-"""The token bucket rule: a bucket of `capacity` tokens (burst, or requests_per_unit), refilled
-continuously at requests_per_unit per window; a request takes one token per hit.
+"""The token bucket rule: `capacity` tokens (burst, or requests_per_unit), refilled continuously
+at requests_per_unit per window; a request takes one token per hit.
 
-It is kept as GCRA: one number per key, the bucket's theoretical arrival time (TAT), the moment
-the bucket would be full again. Each token is an emission interval T = window_ms /
-requests_per_unit of debt; the debt is how far TAT reaches ahead of now, and the tokens left are
-capacity - debt / T. Times are kept in ticks of 1/requests_per_unit ms, so that T is a whole
-number of ticks (window_ms) and a node alone decides with exact integers: no drift, no rounding
-at the edges of a refill. Windows play no part in the rule (the counts KeyState rolls per window
-serve the push and the nodes estimate only).
+GCRA: one number per key, the theoretical arrival time (TAT) when the bucket is full again. A
+token is T = window_ms / requests_per_unit of debt (how far TAT is ahead of now); tokens left:
+capacity - debt / T. Times are in ticks of 1/requests_per_unit ms, so T is window_ms ticks and a
+node alone decides in exact integers. Windows only serve the push and `nodes`.
 
 A request of `hits` (`check`, then `count` and `admitted` when it is admitted):
 
-1. A key under an active block (only if `cooldown:` is set) is refused until the block ends.
-2. Otherwise the request's TAT is projected: each own hit stands for `nodes` hits of the fleet,
-   itself now and nodes - 1 others spread evenly since the TAT was last brought up to date
-   (the previous own hit or store answer), with the bucket's refill over that time:
+1. A key under an active block (only with a `cooldown`) is refused until the block ends.
+2. Otherwise its TAT is projected: each own hit stands for `nodes` hits of the fleet, itself now
+   and nodes - 1 others spread evenly since TAT was last updated (own hit or store answer):
        projected = max(now, TAT + hits x (nodes - 1) x T) + hits x T
-   The request is admitted if projected - now <= capacity x T. Alone (nodes = 1) this is
-   GCRA itself. Others spread over time, rather than added at once, keep a small bucket usable
-   by many nodes: capacity 1 on 4 nodes admits own hits 4 T apart, as the fleet's bucket would
-   (added at once, the others' share would refuse every second hit of a span). A key new to
-   the node starts full (TAT 0: the others' share of its first hit is long refilled), so a
-   first request is never refused on a guess; the first store answer tells the fleet's debt.
-3. A refusal says when the request's tokens will be there (Retry-After); more hits than the
-   capacity never fit, and are told when the bucket is full. It blocks for the cooldown only if
-   one is set and the bucket is over without the guessed hits of others; a refusal that only
-   the guess makes counts as offered for the nodes estimate, as the fixed window's do.
-4. `count` moves TAT to the projection (negative hits give tokens back, TAT never before now),
-   at the hit itself: the refill between two hits is exact. An admitted answer reports the
-   whole tokens left and the time until the bucket is full again.
+   admitted if projected - now <= capacity x T; alone (nodes = 1) this is GCRA. Others spread
+   over time, not added at once, keep a small bucket usable by many nodes: capacity 1 on 4 nodes
+   admits own hits 4 T apart, as the fleet's bucket would (added at once, they would refuse
+   every second hit of a span). A new key starts full (TAT 0), so a first request is never
+   refused on a guess; the first store answer tells the fleet's debt.
+3. A refusal's Retry-After is when the tokens are there (more than the capacity: when full). It
+   blocks only with a cooldown and the bucket over without the others' guessed hits; a refusal
+   only the guess makes counts as offered for `nodes`, as the fixed window's do.
+4. `count` moves TAT to the projection at the hit (negative hits give tokens back, TAT never
+   before now). An admitted answer reports the whole tokens left and the time until full.
 
 A span end:
 
-- The store's answer is the fleet's debt in ms (storage: TAT = max(TAT, now) + count x T, kept
-  in the store): TAT = now + debt + the own hits counted since the push left (pending; the
-  others' of that round trip show in the next answer). Own hits are pushed unscaled.
-  The store takes a span's hits as if they came at its end, so its debt may exceed the truth
-  by up to one span's refill (requests_per_unit / spans tokens): never lenient, but a bucket
-  not much larger than that refuses more than it should (more spans make up for it).
-- The store failed: nothing to add, the projection keeps counting each own hit for `nodes`.
-- Local-only mode: nothing to do, every hit moved TAT when it was counted.
-- `nodes` is learnt from the fleet's total of a finished window, as for the fixed window (the
-  store counts a token bucket's pushes in a window counter too).
+- The store's answer is the fleet's debt in ms (there TAT = max(TAT, now) + count x T): TAT =
+  now + debt + own hits since the push left (the others' of that round trip show in the next).
+  Own hits are pushed unscaled. The store takes a span's hits as if at its end, so its debt may
+  exceed the truth by up to a span's refill: never lenient, but a bucket not much larger than
+  that refuses more than it should (more spans help).
+- The store failed: nothing to add (the projection counts each own hit for `nodes`);
+  local-only mode: every hit moved TAT when it was counted.
+- `nodes` is learnt from a finished window's total, as for the fixed window.
 
 A key is not forgotten while its bucket is not full (KeyState.settled). An evicted key leaves its
-debt, in hits as of its last hit, to core/evicted.py; a key back in the same window resumes with
-that debt from its return (the refill meanwhile is not credited: an eviction never frees tokens).
+debt, in hits as of its last hit, to core/evicted.py; back in the same window it resumes with that
+debt from its return (the refill meanwhile is not credited: an eviction never frees tokens).
 """
 
 from __future__ import annotations
@@ -56,23 +47,17 @@ from ratelimit_sidecar.core.keystate import Bucket, KeyState
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
-# Bucket.tat is in ticks of 1/requests_per_unit ms: one token is window_ms ticks.
-
 
 @dataclass(frozen=True, slots=True)
 class TokenBucket:
-    """The rule above."""
-
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` hits of debt from the key's return (the refill meanwhile is not
-        credited: an eviction never frees tokens)."""
+        """`resumed` hits of debt from the key's return."""
         limit, bucket = state.limit, Bucket()
         if resumed:
             bucket.tat = state.last_hit * limit.requests_per_unit + resumed * limit.window_ms
         state.counts = bucket
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        """Step 2: the projection over the capacity refuses (step 3)."""
         limit = state.limit
         now = now_ms * limit.requests_per_unit
         if _projected(state, hits, now) - now <= limit.capacity * limit.window_ms:
@@ -80,9 +65,7 @@ class TokenBucket:
         return self._over(state, hits, now_ms)
 
     def _over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Step 3: the wait until the request fits. Is the bucket over on what is known (the
-        guessed share of others taken out: a lower bound)? Then a cooldown, if set, blocks;
-        else the refusal rests on the guess, and counts as offered for `nodes`."""
+        """Step 3; `over`: on what is known (the others' guessed share taken out)."""
         limit, rpu = state.limit, state.limit.requests_per_unit
         now, token = now_ms * rpu, limit.window_ms
         full = limit.capacity * token
@@ -91,14 +74,21 @@ class TokenBucket:
         if not over:
             state.nodes.refused += hits
         block = over and limit.cooldown > 0
-        return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=block)
+        return refuse_for_cooldown(state, hits, now_ms, self.wait_ms, block=block)
 
-    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
-        return retry_wait_ms(state, hits, now_ms)
+    @staticmethod
+    def wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+        limit, rpu = state.limit, state.limit.requests_per_unit
+        now = now_ms * rpu
+        wait: float = 0
+        if 0 < hits <= limit.capacity:
+            wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
+        elif hits > 0:
+            wait = state.counts.tat - now
+        return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
-        """Step 4. The debt stays within the capacity: only a shadow rule counts hits over it,
-        and an enforced bucket would not have taken them."""
+        """Step 4; the debt stays within the capacity (hits over it are a shadow rule's)."""
         limit, bucket = state.limit, state.counts
         now = now_ms * limit.requests_per_unit
         token = limit.window_ms
@@ -120,17 +110,10 @@ class TokenBucket:
         return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
-        """The bucket's debt in hits as of the key's last hit (no clock here: the refill
-        since then is not credited)."""
+        """The debt as of the last hit (no clock here: the refill since is not credited)."""
         limit = state.limit
         debt = state.counts.tat - state.last_hit * limit.requests_per_unit
         return _ceil_div(max(0, debt), limit.window_ms)
-
-    # -- a span end --------------------------------------------------------------------------
-
-    def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        """Every hit moved TAT when it was counted."""
-        state.pending = 0
 
     def store_answer(
         self,
@@ -139,41 +122,21 @@ class TokenBucket:
         answer: PushResult | None,
         now_ms: int,
     ) -> bool:
-        """The fleet's debt, plus own hits counted after the push left (the others' hits of
-        that round trip show in the next answer). Without an answer nothing is added: the
-        others' share of the span is in TAT already (step 2)."""
         if answer is None:
             return False
         limit, rpu = state.limit, state.limit.requests_per_unit
         state.counts.tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
         if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
             return False
-        was_blocked = now_ms < state.blocked_until
-        state.block(state.cooldown_end(now_ms))
-        return not was_blocked
+        return state.block(state.cooldown_end(now_ms), now_ms)
 
 
 def _projected(state: KeyState, hits: int, now: float) -> float:
-    """TAT once `hits` more are counted, each own hit standing for `nodes` (step 2); `now`
-    in ticks."""
+    """Step 2, `now` in ticks."""
     token, bucket = state.limit.window_ms, state.counts
     spread: float = max(now, bucket.tat + hits * (state.nodes.value - 1) * token)
     return spread + hits * token
 
 
-def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """A refusal's Retry-After: until the bucket has refilled enough for `hits` (a request
-    larger than the bucket never fits: until it is full), and not before a block ends."""
-    limit, rpu = state.limit, state.limit.requests_per_unit
-    now = now_ms * rpu
-    wait: float = 0
-    if 0 < hits <= limit.capacity:
-        wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
-    elif hits > 0:
-        wait = state.counts.tat - now
-    return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
-
-
 def _ceil_div(value: float, divisor: int) -> int:
-    """value / divisor rounded up (exact for integers: ticks to whole ms, ticks to tokens)."""
     return -int(-value // divisor)

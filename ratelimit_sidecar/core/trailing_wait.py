@@ -1,11 +1,10 @@
-"""A sliding window's Retry-After: until a refused request fits if nobody sends more, never before
+"""A sliding window's Retry-After: until a refused request fits if nobody sends more, not before
 the block ends.
 
-Spans leave the trailing window one by one, the oldest gradually (weighted by its ms still inside).
 The walk tries each span start from now on: the spans wholly inside plus the weighted oldest must
-leave room for the hits scaled by `nodes`, as the request check scales them. strict.lua walks the
-same way. The walk is a refusal's costliest part and a blocked key is asked on every request, so its
-answer is kept (`SpanState.retry_memo`) until its counts, `nodes` or block change.
+leave room for the hits scaled by `nodes`, as the check scales them (strict.lua walks the same
+way). It is a refusal's costliest part and a blocked key is asked on every request, so its answer
+is kept (`SpanState.retry_memo`) until its counts, `nodes` or block change.
 """
 
 from __future__ import annotations

@@ -19,13 +19,9 @@ class Code(enum.IntEnum):
     OVER_LIMIT = 2
 
 
-# Hit, Verdict and Decision are built for every request: NamedTuples are immutable like frozen
-# dataclasses but about ten times cheaper to construct.
-
-
+# Hit, Verdict and Decision are built per request: NamedTuples are ten times cheaper to build
+# than frozen dataclasses.
 class Hit(NamedTuple):
-    """One request descriptor after matching: which rule, which counter, how many hits."""
-
     rule: Rule | None  # None: no rule matched this descriptor
     key: KeyId
     hits: int
@@ -52,46 +48,34 @@ class Decision(NamedTuple):
 
     @property
     def retry_after_ms(self) -> int:
-        """Longest wait among the descriptors that are over the limit."""
         waits = [v.reset_ms for v in self.verdicts if v.code is Code.OVER_LIMIT]
         return max(waits, default=0)
 
 
 class Push(NamedTuple):
-    """One counter delta to add to the shared store: INCRBY `key`:`window` `hits`."""
-
     key: KeyId
     window: int
     hits: int
     limit: RateLimit
-    # The span the hits were counted in, numbered from the epoch (window * spans + index);
-    # a sliding window counts per span. -1: the last span of `window`.
-    span: int = -1
-    # A penalised key's client offended: the penalty level asked for (core/penalty.py); 0: none.
-    wanted_level: int = 0
-    # ... and the level of the node's own running block of the key, -1 if none (flag_level).
-    blocking_level: int = -1
+    span: int = -1  # the hits' span number from the epoch; -1: the last span of `window`
+    wanted_level: int = 0  # a penalised client offended: the level asked for; 0: none
+    blocking_level: int = -1  # the level of the node's own running block; -1: none
 
 
 @dataclass(frozen=True, slots=True)
 class TotalRead:
-    """Read a finished window's global total, for the nodes estimate."""
-
     key: KeyId
     window: int
 
 
 @dataclass(slots=True)
 class SyncBatch:
-    """Everything one span end needs from the store, as one round trip.
-
-    The store answers with a `SyncResult` whose lists line up with these lists.
-    """
+    """One span end's round trip; the `SyncResult`'s lists line up with these."""
 
     now_ms: int
     pushes: list[Push] = field(default_factory=list)
     total_reads: list[TotalRead] = field(default_factory=list)
-    heartbeat: bool = True  # register the node and count the live ones (once a period)
+    heartbeat: bool = True  # register the node and count the live ones
 
     def __bool__(self) -> bool:
         return bool(self.pushes or self.total_reads)
@@ -100,15 +84,10 @@ class SyncBatch:
 class PushResult(NamedTuple):
     total: int  # the counter's value after the INCRBY
     block_ms: int  # remaining time of the shared block flag, 0 if none
-    # Why the store applied nothing for this push ("" when it did): the push failed alone, and
-    # its count may be sent again because it was surely not counted.
-    error: str = ""
-    # A sliding window's fleet-wide span totals, oldest first, ending with the pushed span.
-    spans: tuple[int, ...] = ()
-    # A penalised key's level in the store (-1: the limit has no penalty), and the level its
-    # running block started at (core/penalty.py).
-    level: int = -1
-    block_level: int = 0
+    error: str = ""  # why nothing was applied ("": it was): surely not counted, may be resent
+    spans: tuple[int, ...] = ()  # a sliding window's fleet span totals, up to the pushed one
+    level: int = -1  # a penalised key's level in the store (-1: no penalty)
+    block_level: int = 0  # ... and the level its running block started at
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +101,6 @@ class SyncResult:
 
 @dataclass(frozen=True, slots=True)
 class SyncStats:
-    """What one `apply_sync` did, for metrics."""
-
     pushed_keys: int = 0
     pushed_hits: int = 0
     dropped_hits: int = 0

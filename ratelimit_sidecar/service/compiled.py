@@ -2,8 +2,7 @@
 
 Envoy sends the same bytes again and again for a client on a route; parsing, validating, matching
 and naming counters depend only on them and the rules, so caching by bytes makes most of a
-decision one dict lookup. The cache is bounded by entries and bytes and emptied whole at a bound
-or a rule change: a flood costs a clear per `max_entries` requests, never unbounded memory.
+decision one dict lookup. Bounded by entries and bytes, emptied whole at a bound or a rule change.
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
 class CompiledRequest(NamedTuple):
-    """`known` False: the domain has no rules. `tally`: the observer's counters. `counted`: the
-    only descriptor with a (single) limit, else -1: the one fast path; `before`, `after` and
-    `head` are the encoded parts that never change when it is admitted. A strict request never
-    has `counted`."""
+    """`known` False: no rules for the domain. `counted`: the only descriptor with a (single,
+    eventual) limit, else -1: the fast path; `before`, `after` and `head` are the encoded parts
+    that never change when it is admitted. `tally`: the observer's counters."""
 
     domain: str
     hits: tuple[Hit, ...]

@@ -43,8 +43,6 @@ class OverallCode:
             for i, v in enumerate(verdicts)
             if v.code is Code.OK and _counted(hits[i], self.strict_in_store)
         ]
-        if not within:
-            return verdicts
         again = self.limiter.hit(now_ms, [hits[i] for i in within])
         settled = list(verdicts)
         for index, verdict in zip(within, again.verdicts, strict=True):

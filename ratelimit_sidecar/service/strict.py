@@ -1,7 +1,7 @@
 """Requests with strict limits: the strict ones checked on Redis, the rest from memory.
 
 Strict limits go first (one script call per hash slot, bounded by `--strict-timeout-ms`); if one
-refuses, the eventual hits are only checked, not counted (`Limiter.hit_refused`). Strict limits
+refuses, the eventual hits are only checked, not counted (`Limiter.hit`, `refused`). Strict limits
 Redis admitted stay counted even if an eventual one then refuses: the store call cannot wait for
 memory (the reference counts every descriptor it checks too). When the store fails or the breaker
 is open, each strict limit applies `on_store_failure`: `local` decides from memory with an
@@ -88,7 +88,7 @@ class StrictDecider:
                 plan.eventual.append(Hit(twin, check.key, check.hits))
             strict.append(verdict)
         refused = any(v is not None and v.code is Code.OVER_LIMIT for v in strict)
-        decided = self._eventual(now_ms, plan.eventual, refused)
+        decided = self.limiter.hit(now_ms, plan.eventual, refused).verdicts
         return merge(len(hits), plan.parts, strict, decided)
 
     # -- splitting ---------------------------------------------------------------------------
@@ -116,8 +116,7 @@ class StrictDecider:
         return plan
 
     def _single_rule(self, rule: Rule, index: int, limit: RateLimit, twin: bool = False) -> Rule:
-        """`rule` with only one limit (or its twin): the same object every time, so the limiter
-        keeps the key's counts."""
+        """`rule` with one limit (or its twin), the same object each time: the counts are kept."""
         found = self._single.get((rule, index, twin))
         if found is None:
             if len(self._single) >= MAX_CACHED_RULES:
@@ -165,12 +164,6 @@ class StrictDecider:
             return Verdict(Code.OK, check.limit, remaining=remaining, shadow=check.shadow)
         wait = self.breaker.retry_in_ms(now_ms) or self.breaker.open_ms
         return refusal(check, wait)
-
-    def _eventual(self, now_ms: int, hits: list[Hit], refused: bool) -> tuple[Verdict, ...]:
-        if not hits:
-            return ()
-        decide = self.limiter.hit_refused if refused else self.limiter.hit
-        return decide(now_ms, hits).verdicts
 
 
 def eventual_twin(limit: RateLimit) -> RateLimit:

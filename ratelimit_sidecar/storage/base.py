@@ -8,12 +8,9 @@ from ratelimit_sidecar.core.types import SyncBatch, SyncResult
 
 
 class Storage(Protocol):
-    """`sync` applies each push by its limit's algorithm (storage/shared_rules.py), sets and
-    answers the shared block flag, reads finished-window totals, refreshes this node's heartbeat,
-    and answers a `SyncResult` lined up with the batch. A push not applied is answered with
-    `error` (surely not counted); an unreadable total, clock or node count is 0. A sync failed as
-    a whole raises a `StoreError` whose `may_have_applied` says whether resending could count
-    twice."""
+    """`sync` applies each push (storage/shared_rules.py) and answers a `SyncResult` lined up
+    with the batch: a push not applied with `error` (surely not counted), an unreadable total,
+    clock or node count 0. A sync failed whole raises a `StoreError`."""
 
     @property
     def description(self) -> str:

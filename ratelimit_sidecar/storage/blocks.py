@@ -1,19 +1,10 @@
 """Blocks announced by Redis: the message the scripts publish, and which tracked key it names.
 
-When a sync script (sync_common.lua `start_block`) or a strict check (strict.lua) starts a
-block, it publishes on `KeySchema.channel(BLOCKS)`::
-
-    <digest>|<left_ms>|<level>|<set_for>[|more fields...]
-
-`digest` is the key's (keys.py: the hash tag of its counters and flag; values never go out in
-clear), `left_ms` the block's length as set (the flag's PX; Redis TIME based, and relative, so
-a node's clock skew does not matter), `level` the penalty level it was started with (0 without
-penalties), `set_for` the requests per unit of the limit it was started for (a node whose
-limit is higher ignores it: core/limiter.py `lifts_block`; absent or 0: not known). Readers
-ignore fields they do not know, so later versions can add some.
-
-A message names a key by digest, the limiter tracks keys by KeyId: `DigestIndex` maps one to
-the other beside the key table, off the request path (see its docstring).
+A script starting a block (sync_common.lua `start_block`, strict.lua) publishes on
+`KeySchema.channel(BLOCKS)` `<digest>|<left_ms>|<level>|<set_for>[|more fields...]`: the key's
+digest (keys.py), the flag's PX (relative: clock skew does not matter), the penalty level it
+started with (0: none), the requests per unit it was started for (`lifts_block`; 0: not known).
+Readers ignore fields they do not know, so later versions can add some.
 """
 
 from __future__ import annotations
@@ -36,8 +27,6 @@ _DIGEST = re.compile(rb"[0-9a-f]{%d}" % DIGEST_HEX)
 
 
 class BlockNotice(NamedTuple):
-    """One announced block."""
-
     digest: str
     left_ms: int
     level: int
@@ -62,16 +51,10 @@ def parse_notice(data: bytes) -> BlockNotice | None:
 
 
 class DigestIndex:
-    """Which tracked key has a given digest, kept beside a `KeyTable` without touching requests.
-
-    Filled lazily: a lookup that misses hashes the keys the table took in since the last look,
-    newest first (the table keeps insertion order), and stops once it has seen that many new
-    ones; so each key is hashed about once, and a digest the node does not track costs nothing
-    while the table is unchanged. More new keys than a lookup may hash at once (MAX_CATCH_UP:
-    the first message after a long quiet spell) or too many entries of keys gone from the
-    table: `rebuild_wanted`, and the caller runs `rebuild_steps` in slices between requests.
-    Memory stays within about twice the table.
-    """
+    """Which tracked key has a given digest, off the request path. Filled lazily: a missed lookup
+    hashes the keys the table took in since the last, newest first, so each key is hashed about
+    once. Past MAX_CATCH_UP new keys, or too many of keys gone: `rebuild_wanted`, and the caller
+    runs `rebuild_steps` between requests. Memory: about twice the table."""
 
     def __init__(self, table: KeyTable, name: Callable[[KeyId], str] = digest) -> None:
         self._table = table
@@ -84,8 +67,6 @@ class DigestIndex:
         return len(self._keys)
 
     def find(self, name: str) -> KeyId | None:
-        """The tracked key whose digest is `name`, None if the table holds none (or none the
-        index knows yet: then a rebuild is wanted)."""
         key = self._keys.get(name)
         if key is None and self._table.added != self._added_seen:
             self._catch_up()
@@ -114,8 +95,7 @@ class DigestIndex:
         self._added_seen = added
 
     def rebuild_steps(self, keys_per_step: int = REBUILD_STEP) -> Iterator[int]:
-        """Index the whole table anew, yielding after every `keys_per_step` keys (a caller on
-        an event loop answers requests in between); the old index serves until it is done."""
+        """Index the table anew in slices; the old index serves until it is done."""
         added, keys = self._table.added, list(self._table.newest_first())
         fresh: dict[str, KeyId] = {}
         for index, key in enumerate(keys):
@@ -126,8 +106,7 @@ class DigestIndex:
 
 
 class NearNotice(NamedTuple):
-    """A fixed window's count that reached NEAR_SHARE of its limit (sync.lua):
-    `<digest>|<window>|<total>`, further fields ignored."""
+    """A fixed window's count reached NEAR_SHARE of MAX: `<digest>|<window>|<total>[|...]`."""
 
     digest: str
     window: int
@@ -135,7 +114,6 @@ class NearNotice(NamedTuple):
 
 
 def parse_near(data: bytes) -> NearNotice | None:
-    """The near notice in `data`, or None if it is not one."""
     fields = data.split(b"|")
     if len(data) > MAX_MESSAGE or len(fields) < 3 or not _DIGEST.fullmatch(fields[0]):
         return None

@@ -5,27 +5,23 @@ A sync is one non-transactional pipeline, in this order:
     EVALSHA <script>  per chunk of up to CHUNK_KEYS pushes of one algorithm (and one hash
                       slot on Cluster): sync.lua, sync_sliding.lua or sync_bucket.lua
     GET               per TotalRead
-    EVAL <heartbeat>  when the batch carries the heartbeat (one per heartbeat period): the
-                      node's entry in the live node set, the live count and the store's clock
+    EVAL <heartbeat>  when the batch carries it: the node's entry in the live node set, the
+                      live count and the store's clock
 
-Script arguments and answers are packed strings because redis-py encodes and parses in Python:
-one value per call instead of six per key keeps a 100k-key sync well inside a span. `Layout`
-records what was sent, so the replies are read back by name, never by offsets computed twice.
-A push no script can apply (a sliding log: the config refuses it) is not sent and is answered
-with a per-key error.
+Script arguments and answers are packed strings (redis-py encodes and parses in Python: one
+value per call, not six per key, keeps a 100k-key sync well inside a span). A push no script
+applies (a sliding log: the config refuses it) is answered with a per-key error, unsent.
 
-Error replies are per command, never per sync: a script call answered with an error (READONLY,
-OOM, MOVED, BUSY...) did not run, so each of its keys is answered "not applied"; a key the
-script itself could not count (a value of the wrong type) is answered so alone; a failed GET,
-TIME or heartbeat command leaves that value unknown (0). Only a failure of the connection fails
-the whole sync (redis_store.py).
+Error replies are per command: a script call answered with an error (READONLY, OOM, MOVED...)
+did not run, so each of its keys is "not applied"; a key the script could not count (wrong type)
+is answered so alone; a failed GET or heartbeat leaves that value unknown (0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a key to
 
@@ -83,24 +79,15 @@ class Layout:
         return self.script_calls + self.total_reads + self.heartbeat
 
 
-class Replies(NamedTuple):
-    """A pipeline's replies, split by what they answer."""
-
-    scripts: Sequence[Any]
-    totals: Sequence[Any]
-    heartbeat: Any  # [live nodes, seconds, microseconds]; None without a heartbeat
-
-
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """A sync ready to send: script calls first, then the other commands."""
+    """Script calls first, then the other commands."""
 
     layout: Layout
     script_args: tuple[Command, ...]  # numkeys, KEYS and ARGV of the sync script, per call
-    commands: tuple[Command, ...]  # the reads, TIME and the heartbeat
+    commands: tuple[Command, ...]  # the reads and the heartbeat
 
     def routing_keys(self) -> set[str]:
-        """The keys the pipeline is routed by: one per script call and keyed command."""
         keys = {str(args[1]) for args in self.script_args}
         for command in self.commands:
             if command[0] == "EVAL":
@@ -111,8 +98,6 @@ class Encoded:
 
 
 class SyncCodec:
-    """Packs batches into commands and parses replies, for one key prefix and topology."""
-
     def __init__(
         self, keys: KeySchema, *, cluster: bool, node_id: str = "", node_ttl_ms: int = 0
     ) -> None:
@@ -143,18 +128,19 @@ class SyncCodec:
         return Encoded(layout, args, tuple(self.commands(batch)))
 
     def decode(self, layout: Layout, replies: Sequence[Any]) -> SyncResult:
-        """The batch's answer. An error reply fails only what its command answers (the keys of
-        a script call, a total, the clock, the live nodes); StoreUnreadable if the replies do
-        not fit `layout`, because then the scripts ran but what they did cannot be told."""
-        parts = split(layout, replies)
+        """StoreUnreadable if the replies do not fit `layout`: what the scripts did is unknown."""
+        if len(replies) != layout.replies:
+            raise StoreUnreadable(f"{len(replies)} replies for {layout.replies} commands")
+        calls, totals_end = layout.script_calls, layout.script_calls + layout.total_reads
         try:
-            pushes = push_results(layout, parts.scripts)
+            pushes = push_results(layout, replies[:calls])
         except (TypeError, ValueError) as exc:
             raise StoreUnreadable(f"unreadable sync reply: {exc}") from exc
-        live, store_time, failed = heartbeat_answer(parts.heartbeat, layout.heartbeat)
+        beat = replies[totals_end] if layout.heartbeat else None
+        live, store_time, failed = heartbeat_answer(beat, layout.heartbeat)
         return SyncResult(
             pushes=pushes,
-            totals=tuple(number(r) for r in parts.totals),
+            totals=tuple(number(r) for r in replies[calls:totals_end]),
             live_nodes=live,
             store_time_ms=store_time,
             heartbeat_error=failed,
@@ -162,8 +148,7 @@ class SyncCodec:
 
     @staticmethod
     def groups(pushes: Sequence[Push]) -> tuple[dict[AlgorithmName, list[int]], list[int]]:
-        """The indexes of the pushes each sync script applies, in batch order, and of those
-        no script applies."""
+        """Push indexes per sync script, in batch order, and those no script applies."""
         groups: dict[AlgorithmName, list[int]] = {}
         unsent: list[int] = []
         for index, push in enumerate(pushes):
@@ -173,8 +158,7 @@ class SyncCodec:
         return groups, unsent
 
     def chunks(self, pushes: Sequence[Push], group: list[int]) -> tuple[tuple[int, ...], ...]:
-        """One script's push indexes cut into calls; on Cluster a call may only touch one
-        slot."""
+        """Cut into calls; on Cluster a call may only touch one slot."""
         slots = [group]
         if self.cluster:
             by_slot: dict[int, list[int]] = {}
@@ -189,7 +173,6 @@ class SyncCodec:
         )
 
     def script_args(self, pushes: Sequence[Push], chunk: Sequence[int]) -> Command:
-        """numkeys, KEYS and ARGV of the sync script for the pushes at `chunk` (one algorithm)."""
         first = pushes[chunk[0]]
         entry = SCRIPT_ENTRIES[first.limit.algorithm]
         entries = [entry(pushes[index]) for index in chunk]
@@ -198,7 +181,6 @@ class SyncCodec:
         return (1, route, self.keys.prefix, ";".join(entries), *channels)
 
     def commands(self, batch: SyncBatch) -> list[Command]:
-        """The reads and the heartbeat, in the order of `Replies`."""
         keys = self.keys
         commands: list[Command] = [
             ("GET", keys.counter(r.key, r.window)) for r in batch.total_reads
@@ -241,8 +223,7 @@ def _entry(push: Push, *fields: object) -> str:
 
 
 def penalty_spec(limit: RateLimit, wanted: int, blocking: int = -1) -> str:
-    """A penalised limit's "factor/max_ms/forgive_after_ms/wanted/blocking" (penalty.lua), else
-    ""."""
+    """ "factor/max_ms/forgive_after_ms/wanted/blocking" (penalty.lua), "" without a penalty."""
     penalty = limit.penalty
     if penalty is None:
         return ""
@@ -256,24 +237,8 @@ SCRIPT_ENTRIES: dict[AlgorithmName, Callable[[Push], str]] = {
 }
 
 
-def split(layout: Layout, replies: Sequence[Any]) -> Replies:
-    """`replies` cut along `layout`; StoreUnreadable if there are not exactly as many as sent."""
-    if len(replies) != layout.replies:
-        raise StoreUnreadable(
-            f"redis answered {len(replies)} replies for {layout.replies} commands"
-        )
-    totals_end = layout.script_calls + layout.total_reads
-    return Replies(
-        scripts=replies[: layout.script_calls],
-        totals=replies[layout.script_calls : totals_end],
-        heartbeat=replies[totals_end] if layout.heartbeat else None,  # None: a failed one too
-    )
-
-
 def push_results(layout: Layout, replies: Sequence[Any]) -> tuple[PushResult, ...]:
-    """Unpack each call's answers back into batch order; a call answered with an error did not
-    run, so each of its keys is answered "not applied" with that error, as is each push that
-    was not sent."""
+    """Each call's answers in batch order; an error reply answers each of its keys."""
     results: list[PushResult | None] = [None] * layout.pushes
     for index in layout.unsent:
         results[index] = PushResult(0, 0, error=UNSYNCABLE)
@@ -292,7 +257,6 @@ def push_results(layout: Layout, replies: Sequence[Any]) -> tuple[PushResult, ..
 
 
 def script_answers(reply: Any, keys: int) -> list[str]:
-    """One sync.lua reply split per key; ValueError if it does not answer `keys` keys."""
     if not isinstance(reply, bytes | str):
         raise TypeError(f"sync script answered {type(reply).__name__}, not text")
     text = reply.decode() if isinstance(reply, bytes) else reply
@@ -303,9 +267,8 @@ def script_answers(reply: Any, keys: int) -> list[str]:
 
 
 def push_result(answer: str, with_spans: bool = False) -> PushResult:
-    """One key's "total,left" ("total,left,t1 t2 ... tN" for a sliding window: its span
-    totals, oldest first), then "|level|block_level" for a penalised key, or "E:<reason>"
-    when nothing was applied for it."""
+    """ "total,left" ("total,left,t1 t2 ... tN" for a sliding window: span totals, oldest
+    first), then "|level|block_level" if penalised; or "E:<reason>": nothing applied."""
     if answer.startswith(KEY_ERROR):
         return PushResult(0, 0, error=answer[len(KEY_ERROR) :] or "error")
     level = block_level = -1
@@ -323,7 +286,7 @@ def push_result(answer: str, with_spans: bool = False) -> PushResult:
 
 
 def number(reply: Any) -> int:
-    """An integer reply; 0 (unknown) for an error reply, a missing key or anything else."""
+    """0 (unknown) for an error reply, a missing key or anything else."""
     try:
         return int(reply) if isinstance(reply, int | bytes | str) else 0
     except ValueError:
@@ -331,8 +294,7 @@ def number(reply: Any) -> int:
 
 
 def heartbeat_answer(reply: Any, sent: bool) -> tuple[int, int, str]:
-    """The heartbeat's (live nodes, the store's clock in ms, "") or (0, 0, the reason it
-    failed, e.g. a wrong-typed node set); (0, 0, "") when none was `sent`."""
+    """(live nodes, the store's clock in ms, "") or (0, 0, why it failed); zeros if not `sent`."""
     if not sent:
         return 0, 0, ""
     try:
@@ -343,5 +305,4 @@ def heartbeat_answer(reply: Any, sent: bool) -> tuple[int, int, str]:
 
 
 def short(message: str) -> str:
-    """An error reply as a key's reason: one line, bounded."""
     return " ".join(message.split())[:MAX_REASON] or "error"

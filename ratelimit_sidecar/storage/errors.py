@@ -1,8 +1,5 @@
-"""Why a sync failed, in the terms the caller acts on: may the store have applied the batch?
-
-Raised only when the sync as a whole has no answer (one command's error is answered in place:
-storage/codec.py). A failed batch's counts are resent with the next push unless
-`may_have_applied`: counting a span twice is worse than losing it.
+"""Why a sync failed as a whole, in the terms the caller acts on: a failed batch's counts are
+resent unless `may_have_applied` (counting a span twice is worse than losing it).
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ class StoreTimeout(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """No usable connection before sending (refused, unreachable, unauthenticated, no Cluster
-    slot route)."""
+    """No usable connection before sending (refused, unreachable, unauthenticated, no route)."""
 
     kind = "connection"
 

@@ -2,40 +2,29 @@
 
 Schema (with the default prefix `rls:`)::
 
-    rls:{<digest>}:<domain>:<keys>:<window>   counter of one window (INCRBY, TTL 2 windows):
-                                              a fixed window's own; for the other algorithms
-                                              every push counts there too (nodes estimate)
-    rls:{<digest>}:<domain>:<keys>:s<span>    sliding window: counter of one span, numbered from
-                                              the epoch (INCRBY, TTL one window + 2 spans)
-    rls:{<digest>}:<domain>:<keys>:tb         token bucket: its theoretical arrival time, epoch
-                                              ms as a decimal with 3 places, on the Redis
-                                              server's TIME (TTL until the bucket is full)
-    rls:{<digest>}:<domain>:<keys>:log        sliding log (strict only): sorted set of admitted
-                                              requests scored by epoch ms (TTL one window)
+    rls:{<digest>}:<domain>:<keys>:<window>   a window's counter (INCRBY, TTL 2 windows); every
+                                              algorithm's pushes count there (nodes estimate)
+    rls:{<digest>}:<domain>:<keys>:s<span>    sliding window: a span's counter, numbered from the
+                                              epoch (INCRBY, TTL one window + 2 spans)
+    rls:{<digest>}:<domain>:<keys>:tb         token bucket: its TAT, epoch ms with 3 decimals on
+                                              Redis TIME (TTL until the bucket is full)
+    rls:{<digest>}:<domain>:<keys>:log        sliding log (strict only): admitted requests by
+                                              epoch ms (sorted set, TTL one window)
     rls:{<digest>}:block                      shared block flag (SET NX PX cooldown)
     rls:nodes                                 heartbeat sorted set: node id -> last sync ms
-    rls:{overrides}:set|version|history       runtime overrides (one hash slot: each write is
-                                              one script call; storage/overrides_redis.py)
+    rls:{overrides}:set|version|history       runtime overrides (storage/overrides_redis.py)
 
-`<digest>` is 16 hex digits of BLAKE2b over an unambiguous encoding of the whole KeyId
-(domain, key1, value1, key2, value2, ...): every part is length-prefixed, so no choice of
-separators inside a value can make two tuples encode alike. The digest is the only thing that
-identifies a counter; it is also the Redis Cluster hash tag, so a key's window counters and its
-block flag always land in one slot (the push script touches both atomically).
+`<digest>` is 16 hex digits of BLAKE2b over the whole KeyId, every part length-prefixed (no
+separator inside a value can make two tuples encode alike). It alone identifies a counter, and is
+the Cluster hash tag: a key's counters and flag share a slot (the push script touches both).
 
-`<domain>` and `<keys>` (the descriptor key names joined with `.`) are there only for operators
-scanning Redis: they are cut short and every character outside `[A-Za-z0-9_./-]` becomes `_`, so
-they can never contain `:`, `{`, `}`, spaces or control characters. Descriptor *values* are never
-written in clear: they are often API keys, user ids or addresses.
+`<domain>` and `<keys>` (descriptor key names joined with `.`) are for operators scanning Redis:
+cut short, every character outside `[A-Za-z0-9_./-]` made `_`, so never `:`, `{`, `}`, spaces or
+control characters. Descriptor *values* are never written in clear (API keys, user ids...).
 
-Why this is collision-free in practice: the readable parts cannot break the layout (the tag is
-the first `{...}` of every key because the prefix may not contain braces, and the digest is hex);
-a counter always has three `:`-separated fields after the tag, the flag one. Two distinct KeyIds
-share a counter only if their 64-bit digests collide: about n^2 / 2^65 for n live keys (1e-6 for
-6 million keys). Hitting someone else's counter on purpose needs a second preimage (2^64 work);
-a birthday collision between two of an attacker's own keys only merges their own counters.
-
-Length is bounded: len(prefix) + at most 100 characters, whatever the descriptor sizes.
+Two KeyIds share a counter only if their 64-bit digests collide: about n^2 / 2^65 for n live
+keys (1e-6 for 6 million); on purpose, a second preimage (2^64 work), as a birthday collision of
+an attacker's own keys only merges their own counters. Length: len(prefix) + at most 100.
 """
 
 from __future__ import annotations
@@ -58,7 +47,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
 
 @lru_cache(maxsize=1 << 18)
 def digest(key: KeyId) -> str:
-    """16 hex digits identifying `key`; equal only for equal tuples (up to hash collisions)."""
     chunks = [_VERSION]
     for part in key:
         # surrogatepass: a lone surrogate must not make key naming fail on the sync path.
@@ -69,30 +57,26 @@ def digest(key: KeyId) -> str:
 
 
 def readable(text: str, limit: int) -> str:
-    """An operator-friendly, separator-free, bounded rendering of `text` (never empty)."""
     cleaned = _UNSAFE.sub("_", text[:limit])
     return cleaned or "_"
 
 
 def counter_suffix(key: KeyId, window: int | str) -> str:
-    """What follows the tag in a counter's name: `:<domain>:<keys>:<window>` (or, in place of
-    the window, another algorithm's part: see the schema above)."""
+    """`:<domain>:<keys>:<window>` (or another algorithm's part in place of the window)."""
     domain = readable(key[0], MAX_DOMAIN) if key else "_"
     return f":{domain}:{_names(key[1::2])}:{window}"
 
 
 def span_suffix(key: KeyId, span: int) -> str:
-    """A sliding window's counter of span number `span`."""
     return f"{span_stem(key)}{span}"
 
 
 def span_stem(key: KeyId) -> str:
-    """What every span counter's suffix starts with: the sync script appends span numbers."""
+    """The sync script appends span numbers."""
     return counter_suffix(key, "s")
 
 
 def bucket_suffix(key: KeyId) -> str:
-    """A token bucket's state."""
     return counter_suffix(key, "tb")
 
 
@@ -102,8 +86,6 @@ def _names(keys: tuple[str, ...]) -> str:
 
 
 class KeySchema:
-    """Builds every Redis key name the store uses; one instance per deployment prefix."""
-
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         if "{" in prefix or "}" in prefix:
             # A brace in the prefix would become the cluster hash tag instead of the digest.
@@ -116,26 +98,20 @@ class KeySchema:
         self.prefix = prefix
 
     def tag(self, key: KeyId) -> str:
-        """The part every key of `key` starts with, hash tag included."""
         return f"{self.prefix}{{{digest(key)}}}"
 
     def counter(self, key: KeyId, window: int) -> str:
-        """The counter of window ordinal `window` for `key`."""
         return f"{self.tag(key)}{counter_suffix(key, window)}"
 
     def flag(self, key: KeyId) -> str:
-        """The shared block flag of `key`."""
         return f"{self.tag(key)}:block"
 
     def nodes(self) -> str:
-        """The heartbeat sorted set (member: node id, score: its last sync time in ms)."""
         return f"{self.prefix}nodes"
 
     def overrides(self, part: str) -> str:
-        """The runtime overrides' key `part` ("set", "version", "history"): one hash slot for
-        all three (the tag `{overrides}` is never a digest, which is hex)."""
+        """`part`: "set", "version" or "history"; `{overrides}` is never a (hex) digest."""
         return f"{self.prefix}{{overrides}}:{part}"
 
     def channel(self, name: str) -> str:
-        """The pub/sub channel `name` of this deployment (channels have no hash slot)."""
         return f"{self.prefix}events:{name}"

@@ -1,10 +1,9 @@
 """Where runtime overrides are kept: the store protocol, its history rule, a memory store.
 
-Stores keep override *documents* (the admin API's JSON, with its `id`), so no store parses
-limits. Every write raises the version by one and records, per override it touched, the document
-before and after, so any version within the last `HISTORY` can be rebuilt (`documents_at`) and a
-rollback is one more change. `MemoryOverrideStore` is the reference every store is tested
-against.
+Stores keep override *documents* (the admin API's JSON, with its `id`): no store parses limits.
+Every write raises the version by one and records, per override touched, the document before and
+after, so any version within the last `HISTORY` can be rebuilt (`documents_at`) and a rollback is
+one more change. `MemoryOverrideStore` is the reference every store is tested against.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Overrides kept in one JSON file under `--state-dir`, for a node without Redis.
 
 Every change is written before it is answered: to a temporary file, fsynced and renamed over
-`overrides.json` (then the directory fsynced), so a crash leaves the old file or the new, never a
-torn one. A file changed by another process (another worker) is read again before the next read
-or write.
+`overrides.json` (then the directory fsynced): a crash leaves the old file or the new, never a
+torn one. A file another worker changed is read again before the next read or write.
 """
 
 from __future__ import annotations
@@ -62,8 +61,7 @@ class FileOverrideStore(MemoryOverrideStore):
         return await self._saved(partial(super().rollback, version, now_ms))
 
     async def _saved(self, write: Callable[[], Awaitable[_T]]) -> _T:
-        """Under the lock, on the file as it is: a write of the memory store, then persisted (or
-        undone on a write error)."""
+        """Under the lock, on the file as it is; undone if it cannot be written."""
         async with self._lock:
             self._load()
             before = self.version, dict(self.documents), list(self.changes)

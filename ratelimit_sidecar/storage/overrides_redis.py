@@ -1,11 +1,9 @@
 """The override store on Redis: the set every sidecar sharing the Redis (and the prefix) sees.
 
-Three keys in one hash slot (one Cluster node): the set, its version and the history. Every read
-and write is one `overrides.lua` call, atomic and one round trip; a write publishes
-"<version>|<Redis TIME ms>" on the overrides channel in the same call. A rollback computes the
-target from a read, then writes only if the version is still the one read (retried a few times).
-Failures raise `StoreError`: `StoreUnavailable` (nothing sent), `StoreTimeout`/`StoreLost` (may
-have applied), `StoreRefused`.
+Three keys in one hash slot: the set, its version and the history. Every read and write is one
+atomic `overrides.lua` call; a write publishes "<version>|<Redis TIME ms>" on the overrides
+channel. A rollback computes the target from a read, then writes only if the version is still
+the one read (retried a few times). Failures raise `StoreError`s.
 """
 
 from __future__ import annotations
@@ -121,9 +119,7 @@ class RedisOverrideStore:
             raise StoreError(f"unreadable overrides under {self._keys[0]!r}: {exc}") from exc
 
     async def _restore(self, last: OverrideSnapshot) -> tuple[int, dict[str, Document]]:
-        """Redis lost the set (restarted without persistence, flushed) but this node knew one:
-        put it back at its version unless another node or a write did first; answer what is
-        there."""
+        """Redis lost the set (flushed, no persistence): put back what this node knew, if first."""
         if await self._put_back(last):
             return last.version, dict(last.documents)
         version, documents, _ = await self._read("set")
@@ -147,8 +143,7 @@ class RedisOverrideStore:
     async def _write(
         self, action: str, touched: Sequence[Touched], now_ms: int, *, expected: int | None = None
     ) -> int | None:
-        """None if nothing was written (an absent override's delete, or `expected` no longer
-        current)."""
+        """None if nothing was written (deleting an absent override, or `expected` is stale)."""
         triples = [_triple(override_id, after) for override_id, _before, after in touched]
         head = (action, "" if expected is None else str(expected), str(int(now_ms)))
         reply = await self._call(*head, str(HISTORY), self.channel, *_flat(triples))
@@ -164,9 +159,7 @@ class RedisOverrideStore:
             raise _failure(exc) from exc
 
     async def _send(self, *command: Any) -> Any:
-        """On a pooled connection made ready first, so one the server closed meanwhile is made
-        again instead of failing a write that surely did not run. On Cluster, through the client
-        (slot map first: concurrent first calls need it)."""
+        """On a connection made ready first: a closed one must not fail a write that did not run."""
         client = self.client
         if isinstance(client, RedisCluster):
             await client.initialize()

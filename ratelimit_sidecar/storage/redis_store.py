@@ -1,20 +1,14 @@
 """The shared store on Redis (standalone, Sentinel or Cluster): one pipeline per span end.
 
-`RedisStorage.sync` sends the commands `codec.py` packs for a `SyncBatch` as one
-non-transactional pipeline and has the codec read the replies back. On Cluster, redis-py splits
-the pipeline by node and sends the parts concurrently: one round trip per Redis node. Semantics
-are those of the reference store (simulator/memory_store.py); key names are in `keys.py`;
-`redis_urls.py` opens the clients.
+`sync` sends what `codec.py` packs as one non-transactional pipeline (on Cluster one part per
+node, concurrently). Semantics are the reference store's (simulator/memory_store.py).
 
-Nothing here retries: a retried INCRBY could count a span twice, and a stalled sync is worse
-than a failed one because the caller times it out and falls back to local thresholds. Sockets
-therefore get short timeouts unless the URL says otherwise (`redis_urls.client_defaults`).
+Nothing here retries (a retried INCRBY could count a span twice) and sockets time out soon: a
+stalled sync is worse than a failed one, which falls back to local thresholds.
 
-A sync fails as a whole only when the connection does, and then says whether anything may have
-run: the connections are made before the pipeline is written, so a failure to connect surely
-applied nothing (`StoreUnavailable`, resent later), while a timeout or a broken connection after
-writing may have applied it all (`StoreTimeout`, `StoreLost`, never resent). Error replies to
-single commands are answered in place by the codec.
+A sync fails as a whole only with its connection, saying whether anything may have run:
+connections are made before writing, so a failure to connect applied nothing (resent), while a
+timeout or a broken connection after writing may have applied it all (never resent).
 """
 
 from __future__ import annotations
@@ -49,8 +43,6 @@ T = TypeVar("T")
 
 
 class RedisStorage:
-    """A `Storage` over a redis-py asyncio client (`Redis` or `RedisCluster`)."""
-
     def __init__(
         self,
         client: Redis | RedisCluster,
@@ -71,7 +63,7 @@ class RedisStorage:
             node_id=node_id,
             node_ttl_ms=node_ttl_ms,
         )
-        self.round_trips = 0  # pipelines sent; on Cluster each fans out to the nodes in parallel
+        self.round_trips = 0  # pipelines sent
         self._description = description
         self._on_close = tuple(on_close)
 
@@ -80,9 +72,9 @@ class RedisStorage:
         return self._description
 
     async def sync(self, batch: SyncBatch) -> SyncResult:
-        """Apply `batch`; raises only `StoreError`s (see `storage/errors.py`)."""
-        # Packing and parsing a large batch is pure string work: done in a worker thread, so
-        # the event loop keeps answering requests meanwhile (the GIL switches every 5 ms).
+        """Raises only `StoreError`s."""
+        # Packing and parsing a large batch is pure string work: in a worker thread the event
+        # loop keeps answering requests meanwhile (the GIL switches every 5 ms).
         big = len(batch.pushes) > THREAD_ABOVE
         encoded = await _maybe_thread(big, self.codec.encode, batch)
         replies = await self._send(encoded)
@@ -101,7 +93,6 @@ class RedisStorage:
             await closer()
 
     async def _send(self, encoded: Encoded) -> list[Any]:
-        """The pipeline's replies, error replies in place; a failure resets the Cluster map."""
         calls = list(zip(encoded.layout.scripts, encoded.script_args, strict=True))
         sent = [SCRIPTS[algorithm].evalsha(*args) for algorithm, args in calls]
         replies = await self._run([*sent, *encoded.commands], encoded.routing_keys())
@@ -109,7 +100,7 @@ class RedisStorage:
         return replies
 
     async def _run(self, commands: list[Command], keys: set[str]) -> list[Any]:
-        """One pipeline over connections made first; error replies come back in place."""
+        """Over connections made first; error replies come back in place."""
         try:
             connection = await self._connect(keys)
         except Exception as exc:
@@ -128,12 +119,7 @@ class RedisStorage:
             raise sent_error(exc) from exc
 
     async def _connect(self, keys: set[str]) -> Any:
-        """Connect to every node the pipeline goes to, before anything is written.
-
-        Standalone and Sentinel: the connection the pipeline will use. Cluster: None; the slot
-        map is loaded and each target node's pooled connection is made ready, so the pipeline
-        finds it connected.
-        """
+        """Before writing: the connection to use, or on Cluster (None) each node's pooled one."""
         client = self.client
         if not isinstance(client, RedisCluster):
             pool = client.connection_pool
@@ -157,9 +143,7 @@ class RedisStorage:
     async def _reload_script(
         self, calls: Sequence[tuple[AlgorithmName, Command]], replies: list[Any]
     ) -> None:
-        """Re-run with EVAL the script calls a server answered NOSCRIPT (storage/scripts.py),
-        as a second trip. If it cannot connect, its calls stay answered NOSCRIPT (not
-        applied); the first trip's answers stand either way."""
+        """EVAL the calls answered NOSCRIPT; if it cannot connect they stay so (not applied)."""
         missing = [i for i in range(len(calls)) if scripts.not_loaded(replies[i])]
         if not missing:
             return
@@ -174,13 +158,13 @@ class RedisStorage:
             replies[i] = reply
 
     async def _forget_topology(self) -> None:
-        """After a failure on Cluster, rediscover the slot map on the next sync (failover)."""
+        """On Cluster the next sync rediscovers the slot map (failover)."""
         if isinstance(self.client, RedisCluster):
             await self.client.aclose()
 
 
 def unsent_error(exc: BaseException) -> StoreError:
-    """The typed failure for an exception raised before anything was written: never applied."""
+    """Raised before anything was written: never applied."""
     if isinstance(exc, StoreError):
         return exc
     kind: type[StoreError] = StoreUnavailable  # refused, unreachable, timed out, no slot map
@@ -190,8 +174,7 @@ def unsent_error(exc: BaseException) -> StoreError:
 
 
 def sent_error(exc: BaseException) -> StoreError:
-    """The typed failure for an exception raised once the pipeline was being written: it may
-    have run, unless the Cluster client refused to route it (that happens before any write)."""
+    """Raised while writing: it may have run, unless Cluster refused to route it (before any)."""
     if isinstance(exc, StoreError):
         return exc
     kind: type[StoreError] = StoreLost  # a broken connection, or anything unforeseen
@@ -203,8 +186,7 @@ def sent_error(exc: BaseException) -> StoreError:
 
 
 def connection_failure(reply: Any) -> StoreError | None:
-    """A failure left in place that is the connection's, not its command's (Cluster reads each
-    node on its own connection): the pipeline may have run. LOADING is the command's own."""
+    """A reply that is the connection's failure, not its command's (LOADING is): it may have run."""
     if isinstance(reply, BusyLoadingError):
         return None
     if isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError):
@@ -213,12 +195,8 @@ def connection_failure(reply: Any) -> StoreError | None:
 
 
 async def ensure_ready(connection: Any) -> None:
-    """Connect `connection`, anew if the server closed it since its last use.
-
-    The pool hands out a connection as it left it, and with maintenance notifications on (the
-    default) it does not look for a close; found only after the pipeline is written, a closed
-    connection would make a sync that surely did not run look as if it might have.
-    """
+    """Connect, anew if the server closed it since: the pool does not look for a close, and
+    one found after writing would make a sync that surely did not run look as if it might."""
     if connection.is_connected:
         try:
             stale = await connection.can_read()  # data nobody asked for, or end of stream

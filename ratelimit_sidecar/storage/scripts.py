@@ -1,10 +1,8 @@
 """The Lua scripts the Redis stores run: loaded one way, called by SHA1, NOSCRIPT handled here.
 
 A script's line `-- include: a.lua b.lua` puts those sources in front of it; `{{NAME}}` is filled
-from `CONSTANTS`, so numbers the Python side owns have one home. Calls go by EVALSHA; a server
-that lost the script answers NOSCRIPT having run nothing, so the call is sent again as EVAL,
-which caches it. (redis-py's `Script` sends SCRIPT EXISTS before every pipeline: two round trips
-per sync.)
+from `CONSTANTS` (one home for numbers Python owns). EVALSHA, then after a NOSCRIPT (nothing ran)
+EVAL, which caches it: redis-py's `Script` costs a SCRIPT EXISTS round trip per pipeline.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""The store's side of the core/storage contract per algorithm: the arithmetic every store
-follows for a push (pure; the store's clock is a parameter).
+"""The arithmetic every store follows for a push, per algorithm (pure; the clock is a parameter).
 
-The simulator's `MemoryStorage` computes with these, the sync scripts do the same in the same
-order, and the contract tests check Redis against them: a rule changes here first. Every push
-INCRBYs its window's counter (the nodes estimate reads it); a sliding window's also its span's
-counter, answered with the window's span totals; a token bucket keeps its TAT (epoch ms),
-answered with its debt. A block flag records the requests per unit it was set for; a push of a
-raised limit finds it `lifted` and deletes it first.
+The simulator's `MemoryStorage` computes with these, the sync scripts the same in the same order,
+and the contract tests check Redis against them: a rule changes here first. Every push INCRBYs
+its window's counter (the nodes estimate reads it); a sliding window's also its span's, answered
+with the window's span totals; a token bucket keeps its TAT (epoch ms), answered with its debt.
+A block flag records the requests per unit it was set for: a raised limit's push deletes it.
 """
 
 from __future__ import annotations
@@ -43,8 +41,7 @@ def span_ttl_ms(limit: RateLimit) -> int:
 
 
 def next_tat(tat: float, now_ms: int, count: int, limit: RateLimit) -> float:
-    """After `count` hits (0: read only; negative: given back), never before now, rounded as
-    stored."""
+    """After `count` hits (0: read only; negative: given back), never before now, as stored."""
     moved = max(tat, now_ms) + count * limit.window_ms / limit.requests_per_unit
     return stored_tat(max(moved, now_ms))
 
@@ -78,6 +75,5 @@ def blocks(limit: RateLimit, total: int) -> bool:
 
 
 def lifted(set_for: int, limit: RateLimit) -> bool:
-    """The limit was raised since (`lifts_block`): deleted before the push, so a block at the new
-    limit may start."""
+    """Deleted before the push, so a block at the raised limit may start."""
     return lifts_block(set_for, limit)

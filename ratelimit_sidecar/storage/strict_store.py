@@ -1,10 +1,9 @@
 """Strict checks on Redis: a request's strict limits decided by one script call per hash slot.
 
-Groups run concurrently, each all-or-nothing. Slots cannot share a transaction: when one refuses,
-the groups that counted get the hits negated (`_give_back`), so a refused request ends up counted
-nowhere, though others may see its hits in between. It shares the eventual store's client and key
-schema (strict and eventual counts land in the same keys); the caller bounds the call and any
-failure raises `StoreError`.
+Groups run concurrently, each all-or-nothing. Slots share no transaction: when one refuses, the
+groups that counted get the hits negated (`_give_back`): counted nowhere in the end, though others
+may see them in between. Strict and eventual counts land in the same keys; the caller bounds the
+call, and any failure raises `StoreError`.
 """
 
 from __future__ import annotations
@@ -111,8 +110,7 @@ class StrictStore:
         return list(by_slot.values())
 
     async def prepare(self) -> bool:
-        """Slot map and script loaded before the first request, whose timeout would not cover it.
-        False if Redis is not there yet."""
+        """Slot map and script loaded before the first request's timeout; False: no Redis yet."""
         try:
             if self.cluster:
                 await self._initialize()

@@ -1,10 +1,9 @@
 """One Redis pub/sub connection per node: messages the fleet must see at once.
 
-Pub/sub is the fast path only. A message is delivered to the subscribers connected when it is
-published and to no one else, so whoever relies on one also reads the state it announces in
-full, periodically and on every (re)connect (`on_connect`): a message lost while the connection
-was down is repaired then. The connection is watched (a PING when it has been quiet) and made
-again with a growing pause whenever it fails; handlers run on the event loop and must not block.
+Pub/sub is the fast path only: a message reaches only the subscribers connected when it is
+published, so whoever relies on one also reads the state it announces in full, periodically and
+on every (re)connect (`on_connect`). The connection is watched (a PING when quiet) and made again
+with a growing pause; handlers run on the event loop and must not block.
 """
 
 from __future__ import annotations
@@ -33,18 +32,10 @@ class SubscriptionLost(RedisError):
 
 
 class Subscriber:
-    """Delivers each message of the subscribed channels to its handler, reconnecting forever.
-
-    `on(channel, handler)` before `run()`; `on_connect` runs after every successful
-    (re)subscription, before any message of the new connection is handled.
-    """
+    """`on(channel, handler)` before `run()`; `on_connect` runs before a connection's messages."""
 
     def __init__(
-        self,
-        client: Redis | RedisCluster,
-        *,
-        retry_s: float = RETRY_S,
-        quiet_s: float = QUIET_S,
+        self, client: Redis | RedisCluster, *, retry_s: float = RETRY_S, quiet_s: float = QUIET_S
     ) -> None:
         self._client = client
         self._handlers: dict[str, Handler] = {}
@@ -101,7 +92,7 @@ class Subscriber:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _confirmed(self, pubsub: PubSub) -> None:
-        """Wait until Redis confirms every channel: only then can nothing published be missed."""
+        """Only once every channel is confirmed can nothing published be missed."""
         pending = set(self._handlers)
         deadline = asyncio.get_running_loop().time() + self._quiet_s
         while pending:
