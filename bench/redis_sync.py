@@ -5,6 +5,8 @@ The real limiter and sync loop against a real Redis started here:
   100k keys synced in at most 25 % of a 10 s span, in one round trip);
 * Redis commands per second at R and 2R requests per second over the same keys (target: equal
   within ±5 %): the sync cost follows the number of active keys, not the traffic;
+* long tail and hot keys, three sidecars against envoyproxy/ratelimit's per-request commands
+  (sync_scenarios.py): Redis commands per request and Redis CPU;
 * memory per tracked key with tracemalloc, counter state plus the compiled request the handler
   keeps for it (target: at most 1 KiB).
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 import redis
 
+from bench import sync_scenarios
 from bench.report import Options, Outcome, table, write_results
 from bench.workload import fleet_limiter, handler, request
 from harness.answer import answer_now
@@ -175,9 +178,13 @@ def run(options: Options) -> Outcome:
             server = group.standalone()
             with server.client() as client:
                 data = asyncio.run(measure(server.url, client))
+            scenarios = [sync_scenarios.long_tail(), sync_scenarios.hot()]
+            data["scenarios"] = [sync_scenarios.measure(Path(tmp), server, s) for s in scenarios]
         finally:
             group.stop_all()
     data["bytes_per_key"] = memory_per_key()
     text, met = report(data)
+    lines, scenarios_met = sync_scenarios.report(data["scenarios"])
+    text, met = "\n".join([text, "", *lines]), met and scenarios_met
     print(f"\n{text}")
     return Outcome(met, write_results(options, NAME, {**data, "report": text, "met": met}))
