@@ -116,7 +116,7 @@ def idle_cpu_per_s(meter: Meter, seconds: float = BASELINE_S) -> float:
     a = meter.read()
     time.sleep(seconds)
     b = meter.read()
-    return (b["cpu_s"] - a["cpu_s"]) / (b["at"] - a["at"])
+    return float(b["cpu_s"] - a["cpu_s"]) / float(b["at"] - a["at"])
 
 
 def send(addresses: list[str], requests: list[Request]) -> int:
@@ -131,7 +131,7 @@ def send(addresses: list[str], requests: list[Request]) -> int:
                     reply = stub.ShouldRateLimit(request(DOMAIN, [(KEY, user)]), timeout=5)
                     ok[index] += reply.overall_code == 1
 
-    run_threads([lambda i=i: node_load(i) for i in range(len(addresses))])
+    run_threads([partial(node_load, i) for i in range(len(addresses))])
     return sum(ok)
 
 
@@ -144,9 +144,11 @@ def replay_reference(clients: list[redis.Redis], requests: list[Request], window
             if node == index:
                 key = f"{DOMAIN}_{KEY}_{user}_{window}"
                 pipe = clients[index].pipeline(transaction=False)
-                pipe.incrby(key, 1).expire(key, window_s).execute()
+                pipe.incrby(key, 1)
+                pipe.expire(key, window_s)
+                pipe.execute()
 
-    run_threads([lambda i=i: node_load(i) for i in range(len(clients))])
+    run_threads([partial(node_load, i) for i in range(len(clients))])
 
 
 def run_threads(targets: list[Callable[[], None]]) -> None:
