@@ -31,7 +31,8 @@ def test_long_tail_counts_both_sides(tmp_path: Path, own_redis_server: ServerPro
 
 def test_report_judges_each_scenario_against_its_target() -> None:
     def side(commands: int, cpu_ms: float) -> dict[str, float]:
-        return {"client_commands": commands, "all_commands": commands, "net_cpu_ms": cpu_ms}
+        counts = {"client_commands": commands, "all_commands": commands}
+        return {**counts, "net_cpu_ms": cpu_ms, "cpu_ms": cpu_ms + 50}
 
     def result(name: str, ours: dict[str, float]) -> dict[str, object]:
         return {

@@ -3,6 +3,7 @@ per-key simulation of the real core on its virtual clock."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -44,7 +45,7 @@ def test_population_makes_each_gateway_see_the_keys_asked_for() -> None:
 def test_class_rates_span_the_rates_of_the_bins() -> None:
     rates = class_rates(0.003, 40.0)
     assert rates[0] <= 0.003 and rates[-1] >= 40.0
-    assert all(b / a == pytest.approx(10**0.25) for a, b in zip(rates, rates[1:], strict=False))
+    assert all(b / a == pytest.approx(10**0.25) for a, b in itertools.pairwise(rates))
 
 
 def test_interpolation_is_linear_between_classes_and_proportional_below() -> None:
