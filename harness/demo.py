@@ -21,21 +21,28 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "envoy" / "rules"
 
 
+def start(workdir: Path, group: ServerGroup, started: list[SidecarProcess | EnvoyProcess]) -> str:
+    """The demo's Redis, sidecars and gateways (appended to `started` as they come up, for the
+    caller to stop); returns Redis's URL."""
+    redis = group.standalone()
+    # gw-a and gw-b ask ShouldRateLimit per request; gw-c enforces the token buckets its
+    # sidecar assigns over the Rate Limit Quota Service (RLQS).
+    for name, template in (("gw-a", TEMPLATE), ("gw-b", TEMPLATE), ("gw-c", RLQS)):
+        sidecar = SidecarProcess(RULES, "--redis-url", redis.url, "--node-id", name)
+        started.append(sidecar.wait_ready())
+        gateway = EnvoyProcess(workdir, sidecar.port, name, template=template)
+        started.append(gateway.wait_ready())
+    return redis.url
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rls-demo-") as tmp:
         workdir = Path(tmp)
         group = ServerGroup(workdir / "redis")
         started: list[SidecarProcess | EnvoyProcess] = []
         try:
-            redis = group.standalone()
-            # gw-a and gw-b ask ShouldRateLimit per request; gw-c enforces the token buckets
-            # its sidecar assigns over the Rate Limit Quota Service (RLQS).
-            for name, template in (("gw-a", TEMPLATE), ("gw-b", TEMPLATE), ("gw-c", RLQS)):
-                sidecar = SidecarProcess(RULES, "--redis-url", redis.url, "--node-id", name)
-                started.append(sidecar.wait_ready())
-                gateway = EnvoyProcess(workdir, sidecar.port, name, template=template)
-                started.append(gateway.wait_ready())
-            _explain(redis.url, [p for p in started if isinstance(p, EnvoyProcess)])
+            redis_url = start(workdir, group, started)
+            _explain(redis_url, [p for p in started if isinstance(p, EnvoyProcess)])
             _wait_for_signal()
         finally:
             for process in reversed(started):
@@ -53,7 +60,8 @@ ratelimit-sidecar demo is up. Redis: {redis_url}
   gateway A: {a}    gateway B: {b}    (ShouldRateLimit per request)
   gateway C: {c}    (RLQS: Envoy enforces a token bucket the sidecar assigns)
 
-One API key has 10 requests per 10 s across ALL gateways (5 spans of 2 s each):
+One API key has 10 requests per 10 s across ALL gateways (5 spans of 2 s each): A client
+on one gateway gets all 10; B hears A's count from Redis and admits what is left:
   {_burst(a)}
   sleep 2
   {_burst(b)}

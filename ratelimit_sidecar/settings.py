@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, get_args, get_type_hints
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS
 from ratelimit_sidecar.config.model import NEAR_LIMIT_RATIO, AlgorithmName, RuleDefaults
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
+from ratelimit_sidecar.core.quiet_keys import QUIET_SHARE
 from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS
 from ratelimit_sidecar.service.validation import DEFAULT_BOUNDS
 
@@ -148,6 +149,8 @@ class Settings:
         metadata=_help("bytes allowed per descriptor key or value"),
     )
     redis_prefix: str = field(default="rls:", metadata=_help("prefix of every Redis key"))
+    quiet_share: float = _opt(QUIET_SHARE, "hold a key's hits while hits x nodes < this x MAX")
+    new_keys_even_split: bool = _opt(False, "a new key assumes an even split, not one gateway")
     sync_timeout_ms: int = field(
         default=DEFAULT_TIMEOUT_MS,
         metadata=_help("Redis timeout per sync, more for a large sync (at most half a span)"),

@@ -169,6 +169,7 @@ class Engine:
                     self._at(t, REPORT, index, FIRST)
             else:
                 ok = node.limiter.hit(t + node.offset, node.hits).code is Code.OK
+                self._early_push(node, t + node.offset)
             if not node.tracking:
                 self._first_key(node)
         self.recorder.request(t, index, ok)
@@ -205,7 +206,7 @@ class Engine:
             node = SimNode(index, LocalLimiter(), None, offset, 0, hits, schedule)
             self.nodes[index] = node
             return
-        fleet = FleetLimiter(fixed_window=system.algorithm)
+        fleet = FleetLimiter(fixed_window=system.algorithm, new_keys_alone=system.new_keys_alone)
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
         if self.quota is not None and self.rlqs.uses_rlqs(index):
@@ -276,6 +277,12 @@ class Engine:
         node.tracking = span_end is not None
         wake = node.schedule.next_sync(span_end)
         self._wake(node, wake - node.offset + self.jitter.randrange(WAKE_JITTER_MS))
+
+    def _early_push(self, node: SimNode, now: int) -> None:
+        """A new key asked for its first push just now: the sync loop is woken for it."""
+        fleet = node.fleet
+        if fleet is not None and fleet.early.due_ms == now and node.batch is None:
+            self._plan_wake(node, now)
 
     def _first_key(self, node: SimNode) -> None:
         """The sync loop's poll notices a newly active rule; re-plan the wake-up."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from ratelimit_sidecar.core import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState
@@ -79,6 +80,7 @@ class System:
     central: bool = False  # True: the exact central counter, no limiter at all
     oracle_nodes: bool = False  # True: nodes set to the true inverse share (diagnostic)
     rlqs: float = 0.0  # share of the gateways on RLQS (simulate/rlqs.py); 0: all on RLS
+    new_keys_alone: bool = True  # False: a new key assumes an even split (the rule before)
 
 
 _HARD = FixedWindowVariant(lenient=False, estimate_blocks=True)
@@ -116,6 +118,11 @@ SYSTEMS: dict[str, System] = {
             raw_store_clock=True,
         ),
         System("oracle", "diagnostic: nodes = true global/local share", oracle_nodes=True),
+        System(
+            "even-split",
+            "a new key assumes an even split over the live nodes (before quiet keys)",
+            new_keys_alone=False,
+        ),
         System("rlqs", "every gateway on RLQS: Envoy token buckets, 5 s usage reports", rlqs=1.0),
         System("rlqs-half", "every other gateway on RLQS, the rest on ShouldRateLimit", rlqs=0.5),
     )
@@ -149,9 +156,11 @@ def system_for(name: str) -> System:
 
 def _combined(rules: Iterable[FixedWindowVariant]) -> FixedWindowVariant:
     """Every parameter that any of `rules` changes from the shipped default."""
-    changed: dict[str, bool] = {}
+    changed: dict[str, Any] = {}
     for rule in rules:
         for f in fields(FixedWindowVariant):
+            if f.name == "early":  # the fleet limiter's own, set when it is built
+                continue
             value = getattr(rule, f.name)
             if value != getattr(DEFAULT_RULE, f.name):
                 changed[f.name] = value

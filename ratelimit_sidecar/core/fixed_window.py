@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
+from ratelimit_sidecar.core.quiet_keys import NEVER, EarlySync
 from ratelimit_sidecar.core.spans import window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
@@ -58,6 +59,8 @@ NOISE_SIGMAS = 3.0
 @dataclass(frozen=True, slots=True)
 class FixedWindow:
     """The rule above."""
+
+    early: EarlySync | None = None  # where a new key asks for its first push (core/fleet.py)
 
     # -- a key and a request -----------------------------------------------------------------
 
@@ -73,10 +76,18 @@ class FixedWindow:
         # `_over` inlined, and `KeyState.counted` in `count`: 1.2 % fewer instructions per decision.
         counts = state.counts
         seen, unpushed = counts.seen, state.inflight + state.pending + hits
+        if unpushed > counts.early_at:  # a new key past an even share: its first push now
+            self._push_early(state, now_ms)
         estimate = seen + counts.resumed + unpushed * state.nodes.check
         if estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit:
             return self._estimate_over(state, hits, now_ms)
         return None
+
+    def _push_early(self, state: KeyState, now_ms: int) -> None:
+        state.counts.early_at = NEVER
+        state.next_sync = now_ms
+        if self.early is not None:
+            self.early.want(now_ms)
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Step 2: a known count over MAX blocks for the cooldown; an estimate refuses this
@@ -150,6 +161,8 @@ class FixedWindow:
         total = answer.total
         counts.seen = max(counts.seen, total)
         counts.resumed = 0  # the store's total holds what the key counted before its eviction
+        if self.early is not None and not state.nodes.ratio:
+            _early_share(state, total, self.early.live_nodes)
         if total <= limit.requests_per_unit:
             return False
         was_blocked = now_ms < state.blocked_until
@@ -176,6 +189,24 @@ class FixedWindow:
             slack += max(0.0, _noise(state, elapsed) - share)
         counts.ceiling = rpu + slack
         state.nodes.caution(counts.ceiling > rpu)
+
+
+def _early_share(state: KeyState, total: int, live_nodes: int) -> None:
+    """Before a finished window has taught the nodes estimate anything, a key that assumed it
+    was alone learns from each answer whether it is: the store's total over what this node
+    pushed of the window, up to an even split over the live nodes (a handful of own hits is
+    too few to say more). Only raised: a fall waits for whole windows."""
+    nodes = state.nodes
+    pushed = nodes.admitted - state.pending
+    if pushed > 0 and total > pushed * nodes.value:
+        share = min(total / pushed, live_nodes)
+        if share > nodes.value:
+            nodes.set(share)
+    # Pushed early again once past an even share of what is left: when every node sees a new
+    # key's burst at once, each learns the others' pushes within a round trip, not a span.
+    rpu, counts = state.limit.requests_per_unit, state.counts
+    if counts.alone and live_nodes > 1 and total < rpu:
+        counts.early_at = state.pending + (rpu - total) / live_nodes
 
 
 def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:

@@ -8,6 +8,7 @@ from ratelimit_sidecar.config.model import RateLimit, Rule
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.nodes_estimate import NO_WINDOW, NodesEstimate
 from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
+from ratelimit_sidecar.core.quiet_keys import NEVER
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
@@ -19,7 +20,7 @@ class WindowCounts:
     """A fixed window's own state (core/fixed_window.py): what it knows of the key's current
     window, which the key's window roll clears."""
 
-    __slots__ = ("ceiling", "resumed", "seen")
+    __slots__ = ("alone", "ceiling", "early_at", "near", "pushed", "resumed", "seen")
 
     def __init__(self, ceiling: float) -> None:
         self.seen = 0  # the store's total for the window, at the last sync
@@ -27,6 +28,14 @@ class WindowCounts:
         # The request check: an estimate over `ceiling` rejects. MAX itself at first, not a
         # float copy: one object every key of the limit shares.
         self.ceiling = ceiling
+        self.near = False  # the window came near MAX: synced every span (core/quiet_keys.py)
+        self.pushed = False  # this node pushed hits of the window: it pushes all of them
+        self.early_at = NEVER  # own unpushed hits past this ask for an early push
+        self.alone = False  # a new key that assumed it had its gateway alone (core/fleet.py)
+
+    def next_window(self) -> None:
+        self.seen = self.resumed = 0
+        self.near = self.pushed = False
 
 
 class Bucket:
@@ -105,7 +114,7 @@ class KeyState:
         dropped = self.stash(self.pending, self.window, w) if self.pending > 0 else 0
         self.nodes.roll(self.window, w == self.window + 1)
         if isinstance(self.counts, WindowCounts):  # only a fixed window's counts end with it
-            self.counts.seen = self.counts.resumed = 0
+            self.counts.next_window()
         self.pending = self.inflight = 0
         self.window = w
         return dropped

@@ -149,7 +149,7 @@ class Limiter(ABC):
             return deny_verdict(limit, hit.hits, rule.shadow_mode), None
         state = self.keys.get(key)
         if state is None or state.limit is not limit:  # new, or its rule was reloaded
-            state = self._state(hit, key, limit, now_ms)
+            state = self._state(hit, key, limit, now_ms, alone=True)
         algorithm = self.algorithms[limit.algorithm]
         if state is None:  # table full of blocked keys: decide on this request alone, as if
             self.untracked += 1  # on a key new to the node, whose counter is then dropped
@@ -179,8 +179,11 @@ class Limiter(ABC):
         answers = [self._answer([checked], now_ms) for checked in limits_checked]
         return min(answers, key=lambda verdict: verdict.remaining)
 
-    def _state(self, hit: Hit, key: KeyId, limit: RateLimit, now_ms: int) -> KeyState | None:
-        """The key's counter, made if new; None if the table has no room for it."""
+    def _state(
+        self, hit: Hit, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
+    ) -> KeyState | None:
+        """The key's counter, made if new; None if the table has no room for it. `alone`: made
+        for a request to decide (not a gateway's report of hits it admitted)."""
         rule = hit.rule
         assert rule is not None
         state = self.keys.get(key)
@@ -197,8 +200,8 @@ class Limiter(ABC):
             if isinstance(state.counts, WindowCounts):  # a lenient ceiling was the old MAX's
                 state.counts.ceiling = limit.requests_per_unit
             return state
-        # live_nodes as it is (an int): one object shared by every new key, not a float each
-        fresh = KeyState(key, rule, limit, now_ms, self.live_nodes, raised=self.penalties)
+        nodes = self._new_key_nodes(limit, alone)
+        fresh = KeyState(key, rule, limit, now_ms, nodes, raised=self.penalties)
         if state is not None:  # the rule changed under a reload: start over
             self._evicted(state)
             self.keys.remove(state)
@@ -208,6 +211,7 @@ class Limiter(ABC):
         # Read before the victims are recorded: their records may take the place of this one.
         resumed = self._evicted_counts.estimate(fresh.key, limit, fresh.window)
         self.algorithms[limit.algorithm].start(fresh, resumed)
+        self._started(fresh)
         for victim in evicted:
             self._remember(victim, now_ms)
             self._evicted(victim)
@@ -221,6 +225,14 @@ class Limiter(ABC):
             self._evicted_counts.record(victim.key, victim.limit, count, now_ms)
 
     # -- what subclasses decide ---------------------------------------------------------------
+
+    def _new_key_nodes(self, limit: RateLimit, alone: bool) -> float:  # noqa: ARG002
+        """A new key's nodes estimate: an even split over the live nodes. An int as it is:
+        one object every new key shares, not a float each."""
+        return self.live_nodes
+
+    def _started(self, state: KeyState) -> None:  # noqa: B027 - optional, empty by default
+        """A new key's counter has started (a subclass may know more of its window)."""
 
     @abstractmethod
     def _catch_up(self, state: KeyState, now_ms: int) -> None:

@@ -91,6 +91,7 @@ class SyncBatch:
     now_ms: int
     pushes: list[Push] = field(default_factory=list)
     total_reads: list[TotalRead] = field(default_factory=list)
+    heartbeat: bool = True  # register the node and count the live ones (once a period)
 
     def __bool__(self) -> bool:
         return bool(self.pushes or self.total_reads)
@@ -116,6 +117,7 @@ class SyncResult:
     totals: tuple[int, ...] = ()  # per TotalRead: the window's total, 0 if gone
     live_nodes: int = 0  # node-level estimate from heartbeats; 0 if unknown
     store_time_ms: int = 0  # the store's clock when it answered (Redis TIME); 0 if unknown
+    heartbeat_error: str = ""  # why the batch's heartbeat failed ("": it did, or there was none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +130,4 @@ class SyncStats:
     blocked_keys: int = 0
     failed: bool = False  # the whole sync failed
     failed_keys: int = 0  # keys with a push the store answered but did not apply
+    heartbeat_failed: bool = False  # the store answered, but not the node's heartbeat

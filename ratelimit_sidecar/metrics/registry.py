@@ -62,6 +62,11 @@ class Metrics:
             "Keys the store answered in a sync but did not apply (kept for the next sync)",
             registry=r,
         )
+        self.heartbeat_errors = Counter(
+            f"{NS}_heartbeat_errors",
+            "Heartbeats the store refused (live node count stale)",
+            registry=r,
+        )
         self.sync_round_trips = Counter(f"{NS}_sync_round_trips", "Store round trips", registry=r)
         self.keys_pushed = Counter(f"{NS}_sync_keys_pushed", "Counter deltas pushed", registry=r)
         self.dropped_hits = Counter(
@@ -189,6 +194,8 @@ class Metrics:
         self.keys_pushed.inc(stats.pushed_keys)
         self.dropped_hits.inc(stats.dropped_hits)
         self.sync_key_errors.inc(stats.failed_keys)
+        if stats.heartbeat_failed:
+            self.heartbeat_errors.inc()
         if stats.failed:
             self.sync_errors.labels(error_kind if error_kind in ERROR_KINDS else "other").inc()
 
@@ -234,6 +241,10 @@ class StateCollector(Collector):
             f"{NS}_untracked_decisions",
             "Decided without tracking (table full)",
             value=limiter.untracked,
+        )
+        quiet = getattr(limiter, "quiet_hits", 0)  # a fleet limiter's (core/quiet_keys.py)
+        yield GaugeMetricFamily(
+            f"{NS}_quiet_hits", "Hits of quiet windows never sent to the store", value=quiet
         )
         yield self._nodes()  # fmt: skip
 

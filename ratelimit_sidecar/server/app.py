@@ -38,6 +38,7 @@ from ratelimit_sidecar.service.strict import StrictDecider
 from ratelimit_sidecar.service.validation import Bounds
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.base import Storage
+from ratelimit_sidecar.storage.keys import digest
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.strict_store import StrictStore
 
@@ -81,7 +82,12 @@ class Sidecar:
             local = LocalLimiter(settings.max_keys)
             self.limiter, self.sync = local, SweepLoop(local, clock_ms)
         else:
-            fleet = FleetLimiter(settings.max_keys)
+            fleet = FleetLimiter(
+                settings.max_keys,
+                quiet_share=settings.quiet_share,
+                new_keys_alone=not settings.new_keys_even_split,
+                key_digest=digest,  # the store's near notices name keys so
+            )
             timeout = settings.sync_timeout_ms
             self.limiter, self.sync = (
                 fleet,

@@ -23,6 +23,7 @@ class StoreStatus(Protocol):
     store_up: bool
     last_error: str
     key_errors: int  # keys the store answered but did not apply in the last sync
+    heartbeat_error: str  # why the last heartbeat failed ("": it did not)
 
 
 def rule_view(rule: Rule) -> dict[str, object]:
@@ -123,6 +124,7 @@ class Endpoints:
                 "store_up": self._sync.store_up,
                 "store_error": self._sync.last_error,
                 "store_key_errors": self._sync.key_errors,
+                "heartbeat_error": self._sync.heartbeat_error,
             },
             200 if ready else 503,
         )

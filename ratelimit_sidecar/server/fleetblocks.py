@@ -24,7 +24,14 @@ from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.metrics.labels import NS
-from ratelimit_sidecar.storage.blocks import BLOCKS, BlockNotice, DigestIndex, parse_notice
+from ratelimit_sidecar.storage.blocks import (
+    BLOCKS,
+    NEAR,
+    BlockNotice,
+    DigestIndex,
+    parse_near,
+    parse_notice,
+)
 from ratelimit_sidecar.storage.keys import KeySchema
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.subscriber import Subscriber
@@ -43,6 +50,7 @@ class FleetBlocks:
         self.received = 0  # well-formed notices
         self.applied = 0  # ... that blocked a key of this node (or blocked it longer)
         self.malformed = 0
+        self.near_received = 0  # near notices (core/quiet_keys.py)
         self._rebuilding: asyncio.Task[None] | None = None
         self._waiting: list[tuple[BlockNotice, int]] = []  # notices for keys not indexed yet
 
@@ -58,6 +66,19 @@ class FleetBlocks:
         now = self._clock_ms()
         if not self._apply(notice, notice.left_ms, now) and self.index.rebuild_wanted:
             self._wait(notice, now)
+
+    def handle_near(self, data: bytes) -> None:
+        """One message of the near channel: a window another node's push took near its limit.
+        A tracked key is synced every span from now on; an untracked one's total waits for
+        its first request here (core/quiet_keys.py `HeardTotals`)."""
+        notice = parse_near(data)
+        if notice is None:
+            self.malformed += 1
+            return
+        self.near_received += 1
+        key = self.index.find(notice.digest)
+        if key is None or not self.limiter.apply_near(key, notice.window, notice.total):
+            self.limiter.heard.put(notice.digest, notice.window, notice.total)
 
     def _apply(self, notice: BlockNotice, left_ms: int, now_ms: int) -> bool:
         key = self.index.find(notice.digest)
@@ -110,6 +131,7 @@ def subscribe_blocks(
     """Handle the blocks channel of `keys`' deployment on `subscriber` (before it runs)."""
     blocks = FleetBlocks(limiter, clock_ms)
     subscriber.on(keys.channel(BLOCKS), blocks.handle)
+    subscriber.on(keys.channel(NEAR), blocks.handle_near)
     return blocks
 
 
@@ -130,6 +152,11 @@ class BlocksCollector(Collector):
             f"{NS}_fleet_blocks_applied",
             "Announced blocks that blocked a key of this node at once",
             value=blocks.applied,
+        )
+        yield CounterMetricFamily(
+            f"{NS}_fleet_near_received",
+            "Windows announced near their limit (core/quiet_keys.py)",
+            value=blocks.near_received,
         )
         yield GaugeMetricFamily(
             f"{NS}_subscription_up",

@@ -17,6 +17,7 @@ class SweepLoop:
     store_up = True
     last_error = ""
     key_errors = 0
+    heartbeat_error = ""
 
     def __init__(self, limiter: LocalLimiter, clock_ms: Callable[[], int]) -> None:
         self.limiter = limiter

@@ -50,9 +50,13 @@ class SyncLoop:
         self._schedule = SyncSchedule(self._clock_ms(), timeout_ms)
         self._on_sync = on_sync
         self._stop = asyncio.Event()
+        self._woken = asyncio.Event()  # a new key asked for an early push (core/quiet_keys.py)
+        limiter.early.wake = self._woken.set
         self.store_up = True  # the last sync was answered (even if some keys failed in it)
         self.last_error = ""  # the kind of the last failure ("timeout", "connection", ...)
         self.key_errors = 0  # keys the store answered but did not apply, in the last sync
+        self.heartbeat_errors = 0  # heartbeats the store answered with an error (cumulative)
+        self.heartbeat_error = ""  # why the last heartbeat failed ("": it did not), for /readyz
         self._key_errors_logged_ms: int | None = None
 
     def stop(self) -> None:
@@ -70,13 +74,14 @@ class SyncLoop:
                 schedule.synced(self._clock_ms())
 
     async def _sleep_until(self, wake_ms: int) -> bool:
-        """Sleep until the clock reaches `wake_ms`; True if asked to stop meanwhile."""
-        while (delay := wake_ms - self._clock_ms()) > 0:
-            try:
-                await asyncio.wait_for(self._stop.wait(), delay / 1000)
-                return True
-            except TimeoutError:
-                continue
+        """Sleep until the clock reaches `wake_ms` or an early push is asked for; True if
+        asked to stop meanwhile."""
+        while (delay := wake_ms - self._clock_ms()) > 0 and not self._woken.is_set():
+            waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._woken)]
+            await asyncio.wait(waits, timeout=delay / 1000, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+        self._woken.clear()
         return self._stop.is_set()
 
     async def sync_once(self, flush: bool = False) -> SyncStats:
@@ -84,10 +89,13 @@ class SyncLoop:
         for _ in self.limiter.end_span_steps(self._clock_ms(), flush=flush):
             await asyncio.sleep(0)  # let requests in between slices of a large span
         batch = self.limiter.batch_in_flight()
+        batch.heartbeat = self._schedule.heartbeat_due(self._clock_ms())
         result, resend = await self._call_store(batch)
         stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
         if result is not None:
             self._report_key_errors(batch, result, stats.failed_keys)
+            if batch.heartbeat:
+                self._report_heartbeat(result.heartbeat_error)
         else:
             self.key_errors = 0  # no key was answered: the failure is in `last_error`
         if self._on_sync is not None:
@@ -100,6 +108,8 @@ class SyncLoop:
         sent = clock.local_ms() if clock is not None else 0
         keys = len(batch.pushes) + len(batch.total_reads)
         timeout_ms = self._schedule.store_timeout_ms(self.limiter.shortest_span_ms(), keys)
+        if not batch and not batch.heartbeat:
+            return SyncResult(), True  # nothing to push, read or beat: no call at all
         try:
             result = await asyncio.wait_for(self.storage.sync(batch), timeout_ms / 1000)
         except TimeoutError as exc:  # our own deadline: the store may still apply it
@@ -124,6 +134,17 @@ class SyncLoop:
             )
         self.store_up, self.last_error = False, error.kind
         return None, not error.may_have_applied
+
+    def _report_heartbeat(self, error: str) -> None:
+        """A heartbeat the store refused (a wrong-typed node set...): counted, shown on /readyz
+        and logged when it starts and ends; the live node count keeps its last value."""
+        if error:
+            self.heartbeat_errors += 1
+            if not self.heartbeat_error:
+                log.warning("heartbeat failed: %s; the live node count is not updated", error)
+        elif self.heartbeat_error:
+            log.info("heartbeat answered again")
+        self.heartbeat_error = error
 
     def _report_key_errors(self, batch: SyncBatch, result: SyncResult, failed: int) -> None:
         """Record the keys the store did not apply; log them at most once per KEY_LOG_EVERY_MS

@@ -27,6 +27,7 @@ from ratelimit_sidecar.core.types import KeyId
 from ratelimit_sidecar.storage.keys import DIGEST_HEX, digest
 
 BLOCKS = "blocks"  # the channel name, under the deployment's prefix (KeySchema.channel)
+NEAR = "near"  # where sync.lua announces a window that came near its limit: parse_near
 MAX_MESSAGE = 256  # bytes: anything longer is not ours
 STALE_SLACK = 1024  # index entries allowed beyond twice the table before a rebuild
 MAX_CATCH_UP = 500  # new keys one lookup may hash (1-5 ms); beyond, a rebuild in slices
@@ -122,3 +123,24 @@ class DigestIndex:
             if index % keys_per_step == keys_per_step - 1:
                 yield index + 1
         self._keys, self._added_seen, self.rebuild_wanted = fresh, added, False
+
+
+class NearNotice(NamedTuple):
+    """A fixed window's count that reached NEAR_SHARE of its limit (sync.lua):
+    `<digest>|<window>|<total>`, further fields ignored."""
+
+    digest: str
+    window: int
+    total: int
+
+
+def parse_near(data: bytes) -> NearNotice | None:
+    """The near notice in `data`, or None if it is not one."""
+    fields = data.split(b"|")
+    if len(data) > MAX_MESSAGE or len(fields) < 3 or not _DIGEST.fullmatch(fields[0]):
+        return None
+    try:
+        window, total = int(fields[1]), int(fields[2])
+    except ValueError:
+        return None
+    return NearNotice(fields[0].decode("ascii"), window, total) if total > 0 else None

@@ -5,8 +5,8 @@ A sync is one non-transactional pipeline, in this order:
     EVALSHA <script>  per chunk of up to CHUNK_KEYS pushes of one algorithm (and one hash
                       slot on Cluster): sync.lua, sync_sliding.lua or sync_bucket.lua
     GET               per TotalRead
-    TIME              the store's clock (a one-line script on Cluster)
-    ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE   the node heartbeat, when it is on
+    EVAL <heartbeat>  when the batch carries the heartbeat (one per heartbeat period): the
+                      node's entry in the live node set, the live count and the store's clock
 
 Script arguments and answers are packed strings because redis-py encodes and parses in Python:
 one value per call instead of six per key keeps a 100k-key sync well inside a span. `Layout`
@@ -32,7 +32,7 @@ from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import shared_rules as rules
-from ratelimit_sidecar.storage.blocks import BLOCKS
+from ratelimit_sidecar.storage.blocks import BLOCKS, NEAR
 from ratelimit_sidecar.storage.errors import StoreUnreadable
 from ratelimit_sidecar.storage.keys import (
     KeySchema,
@@ -44,8 +44,15 @@ from ratelimit_sidecar.storage.keys import (
 from ratelimit_sidecar.storage.scripts import KEY_ERROR, MAX_REASON
 
 CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
-TIME_SCRIPT = "return redis.call('TIME')"
-HEARTBEAT_COMMANDS = 4  # ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE
+# One command per heartbeat: scores are the node's own clock (ARGV[2]), not Redis TIME, since
+# NTP-level skew is noise against a TTL of tens of seconds; TIME is the store's clock.
+HEARTBEAT_SCRIPT = """
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2] - ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local time = redis.call('TIME')
+return {redis.call('ZCARD', KEYS[1]), time[1], time[2]}
+"""
 # The sync script of each algorithm synced per span; a push of any other is never sent.
 SCRIPT_FILES = {
     AlgorithmName.FIXED_WINDOW: "sync.lua",
@@ -73,8 +80,7 @@ class Layout:
 
     @property
     def replies(self) -> int:
-        heartbeat = HEARTBEAT_COMMANDS if self.heartbeat else 0
-        return self.script_calls + self.total_reads + 1 + heartbeat
+        return self.script_calls + self.total_reads + self.heartbeat
 
 
 class Replies(NamedTuple):
@@ -82,8 +88,7 @@ class Replies(NamedTuple):
 
     scripts: Sequence[Any]
     totals: Sequence[Any]
-    time: Any
-    heartbeat: Sequence[Any]  # empty when the heartbeat is off
+    heartbeat: Any  # [live nodes, seconds, microseconds]; None without a heartbeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +118,7 @@ class SyncCodec:
     ) -> None:
         self.keys = keys
         self.blocks_channel = keys.channel(BLOCKS)  # where the scripts announce a new block
+        self.near_channel = keys.channel(NEAR)  # ... and a window that came near its limit
         self.cluster = cluster
         self.node_id = node_id
         self.node_ttl_ms = node_ttl_ms
@@ -129,7 +135,7 @@ class SyncCodec:
             pushes=len(pushes),
             chunks=tuple(chunk for _, chunk in calls),
             total_reads=len(batch.total_reads),
-            heartbeat=self.heartbeat_on,
+            heartbeat=self.heartbeat_on and batch.heartbeat,
             scripts=tuple(algorithm for algorithm, _ in calls),
             unsent=tuple(unsent),
         )
@@ -145,11 +151,13 @@ class SyncCodec:
             pushes = push_results(layout, parts.scripts)
         except (TypeError, ValueError) as exc:
             raise StoreUnreadable(f"unreadable sync reply: {exc}") from exc
+        live, store_time, failed = heartbeat_answer(parts.heartbeat, layout.heartbeat)
         return SyncResult(
             pushes=pushes,
             totals=tuple(number(r) for r in parts.totals),
-            live_nodes=number(parts.heartbeat[2]) if parts.heartbeat else 0,
-            store_time_ms=time_ms(parts.time),
+            live_nodes=live,
+            store_time_ms=store_time,
+            heartbeat_error=failed,
         )
 
     @staticmethod
@@ -186,28 +194,18 @@ class SyncCodec:
         entry = SCRIPT_ENTRIES[first.limit.algorithm]
         entries = [entry(pushes[index]) for index in chunk]
         route = self.keys.counter(first.key, first.window)
-        return (1, route, self.keys.prefix, ";".join(entries), self.blocks_channel)
+        channels = (self.blocks_channel, self.near_channel)
+        return (1, route, self.keys.prefix, ";".join(entries), *channels)
 
     def commands(self, batch: SyncBatch) -> list[Command]:
-        """The reads, the store's clock and the heartbeat, in the order of `Replies`."""
+        """The reads and the heartbeat, in the order of `Replies`."""
         keys = self.keys
         commands: list[Command] = [
             ("GET", keys.counter(r.key, r.window)) for r in batch.total_reads
         ]
-        # A Cluster pipeline refuses keyless TIME, so there it runs in a one-line script routed
-        # by the heartbeat key's slot; any primary's clock will do.
-        commands.append(("EVAL", TIME_SCRIPT, 1, keys.nodes()) if self.cluster else ("TIME",))
-        if self.heartbeat_on:
-            # Scores are the node's own clock (batch.now_ms), not Redis TIME: that would cost a
-            # round trip, and NTP-level skew (ms) is noise against a TTL of tens of seconds.
-            # Only a clock off by more than the TTL miscounts, and only this fallback estimate.
-            nodes, now = keys.nodes(), batch.now_ms
-            commands += [
-                ("ZADD", nodes, now, self.node_id),
-                ("ZREMRANGEBYSCORE", nodes, "-inf", now - self.node_ttl_ms),
-                ("ZCARD", nodes),
-                ("PEXPIRE", nodes, self.node_ttl_ms),
-            ]
+        if self.heartbeat_on and batch.heartbeat:
+            beat = (self.node_id, batch.now_ms, self.node_ttl_ms)
+            commands.append(("EVAL", HEARTBEAT_SCRIPT, 1, keys.nodes(), *beat))
         return commands
 
 
@@ -268,8 +266,7 @@ def split(layout: Layout, replies: Sequence[Any]) -> Replies:
     return Replies(
         scripts=replies[: layout.script_calls],
         totals=replies[layout.script_calls : totals_end],
-        time=replies[totals_end],
-        heartbeat=replies[totals_end + 1 :],
+        heartbeat=replies[totals_end] if layout.heartbeat else None,  # None: a failed one too
     )
 
 
@@ -333,13 +330,16 @@ def number(reply: Any) -> int:
         return 0
 
 
-def time_ms(reply: Any) -> int:
-    """Redis TIME's (seconds, microseconds) in milliseconds; 0 (unknown) if not that."""
+def heartbeat_answer(reply: Any, sent: bool) -> tuple[int, int, str]:
+    """The heartbeat's (live nodes, the store's clock in ms, "") or (0, 0, the reason it
+    failed, e.g. a wrong-typed node set); (0, 0, "") when none was `sent`."""
+    if not sent:
+        return 0, 0, ""
     try:
-        seconds, micros = reply
-        return int(seconds) * 1000 + int(micros) // 1000
+        live, seconds, micros = reply
+        return int(live), int(seconds) * 1000 + int(micros) // 1000, ""
     except (TypeError, ValueError):
-        return 0
+        return 0, 0, short(str(reply))
 
 
 def short(message: str) -> str:

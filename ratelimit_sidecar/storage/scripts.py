@@ -23,6 +23,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from ratelimit_sidecar.core.penalty import MAX_GRACE_MS, MAX_LEVELS
+from ratelimit_sidecar.core.quiet_keys import NEAR_SHARE
 
 KEY_ERROR = "E:"  # a sync script's answer for a key it applied nothing for, before the reason
 MAX_REASON = 80  # characters of an error reply kept as a key's reason
@@ -31,6 +32,7 @@ CONSTANTS: dict[str, object] = {
     "MAX_REASON": MAX_REASON,
     "MAX_GRACE_MS": MAX_GRACE_MS,
     "MAX_LEVELS": MAX_LEVELS,
+    "NEAR_SHARE": NEAR_SHARE,
 }
 _INCLUDE = re.compile(r"^-- include: ((?:[\w.]+\.lua ?)+)$", re.MULTILINE)
 _CONSTANT = re.compile(r"\{\{(\w+)\}\}")

@@ -11,6 +11,9 @@
 --          "factor/max_ms/forgive_ms/wanted/blocking" (penalty.lua): the answer then ends with
 --          "|level|block_level")
 -- ARGV[3]  the blocks channel (sync_common.lua)
+-- ARGV[4]  the near channel: a push that takes a window's counter to NEAR_SHARE of max or
+--          past it announces "digest|window|total" there (storage/blocks.py `parse_near`), so
+--          that every node syncs the key from then on (core/quiet_keys.py); '' or absent: none
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left" (the counter after its
 -- INCRBY, and the remaining ms of its block flag, 0 if none), or "E:<reason>" when nothing was
@@ -24,6 +27,7 @@
 -- keys answered "E:", because those were surely not counted.
 
 local prefix = ARGV[1]
+local near_channel = ARGV[4] or ''
 local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([^|]*)$'
 
 local function push(text)
@@ -33,17 +37,25 @@ local function push(text)
   end
   local tag = prefix .. '{' .. digest .. '}'
   local counter, flag = tag .. suffix, tag .. ':block'
-  -- INCRBY and PEXPIRE even for a count of 0: the work per key is the same whatever the
-  -- traffic, and a counter can never be left without a TTL.
+  -- INCRBY even for a count of 0: the answer carries the window's total.
   local total = redis.pcall('INCRBY', counter, count)
   if failed(total) then
     return reason(total)
   end
   -- From here on the count is applied: a later failure only costs this key its block flag.
-  redis.pcall('PEXPIRE', counter, ttl)
+  -- The TTL is set by the push that made the counter (its total is its own count; a counter
+  -- that was at 0 gets it again, harmlessly): one command less for every later push.
+  if total == tonumber(count) then
+    redis.pcall('PEXPIRE', counter, ttl)
+  end
   cooldown = tonumber(cooldown)
   local p = penalty_of(penalty)
   max = tonumber(max)
+  local near = {{NEAR_SHARE}} * max
+  if near_channel ~= '' and total >= near and total - tonumber(count) < near then
+    local window = string.match(suffix, '(%d+)$')
+    redis.pcall('PUBLISH', near_channel, digest .. '|' .. window .. '|' .. total)
+  end
   if p then -- "total,left|level|block_level" (sync_common.lua)
     local left, levels = penalised(digest, tag, cooldown, total > max, p, max)
     return total .. ',' .. left .. levels

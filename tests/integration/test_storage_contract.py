@@ -321,12 +321,15 @@ async def test_one_round_trip_per_sync_on_standalone(redis_server: Any) -> None:
     assert store.round_trips - trips == 4
     # The server read 4 requests (plus the INFO asking): one packet of commands per sync...
     assert delta["total_reads_processed"] == 4 + 1
-    # ...holding exactly the commands of the batch: one script call carries all 5 pushes; no
-    # SCRIPT EXISTS/LOAD, no EVAL, no PING.
+    # ...holding exactly the commands of the batch: one script call carries all 5 pushes, the
+    # heartbeat is one EVAL of its own; no SCRIPT EXISTS/LOAD, no PING, no TIME of its own.
     assert delta["cmdstat_evalsha"] == 4 and delta["cmdstat_get"] == 4
     assert delta["cmdstat_incrby"] == 4 * 5
-    assert delta["cmdstat_zadd"] == delta["cmdstat_zcard"] == 4
-    assert not any(delta.get(f"cmdstat_{c}") for c in ("script|exists", "script|load", "eval"))
+    assert delta["cmdstat_eval"] == delta["cmdstat_zadd"] == delta["cmdstat_zcard"] == 4
+    assert delta["cmdstat_time"] == 4  # inside the heartbeat
+    assert not any(delta.get(f"cmdstat_{c}") for c in ("script|exists", "script|load", "ping"))
+    assert "cmdstat_pexpire" not in delta or delta["cmdstat_pexpire"] == 4  # the node set's
+    # (the counters already had their TTL from the first sync: it is set when one is made)
 
 
 # --- faults -------------------------------------------------------------------------------------

@@ -53,7 +53,8 @@ class Node:
     key_errors: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.limiter = FleetLimiter()
+        # Every key synced, however quiet (core/quiet_keys.py): these tests count pushes.
+        self.limiter = FleetLimiter(quiet_share=0.0)
         # The loop's own deadline is real time (at most half a span): far above a sync here.
         self.loop = SyncLoop(self.limiter, self.store, lambda: self.now, timeout_ms=1_000)
 
@@ -176,6 +177,8 @@ async def test_a_wrong_typed_heartbeat_key_costs_only_the_live_node_count(
         report("wrong-typed rls:nodes", node, admin)
         assert_exact(node, admin)
         assert admin.zcard(nodes_key) == 1  # the heartbeat is back
+    # One heartbeat per 10 s of the node's clock: the one at 10 s failed, counted; 20 s did not.
+    assert node.loop.heartbeat_errors == 1 and node.loop.heartbeat_error == ""
     assert all(node.store_up) and not any(node.key_errors)
     assert not node.refused
 

@@ -15,7 +15,7 @@ RULE = rule(rpu=120, spans=4)
 
 def synced(total: int, nodes: int = 4, own: int = 1) -> tuple[FleetLimiter, KeyState]:
     """A key with `own` hits in its first span, then a sync at its end answering `total`."""
-    limiter = FleetLimiter()
+    limiter = FleetLimiter(new_keys_alone=False)  # the estimate from the first hit
     limiter.live_nodes = nodes
     for _ in range(own):
         limiter.hit(T0, [hit(RULE)])

@@ -294,7 +294,7 @@ def test_local_only_keeps_a_blocked_key_past_its_idle_time() -> None:
 
 
 def test_an_estimate_over_max_rejects_the_request_but_starts_no_cooldown() -> None:
-    limiter, r = FleetLimiter(), rule(rpu=100, spans=2, cooldown_ms=5000)
+    limiter, r = FleetLimiter(new_keys_alone=False), rule(rpu=100, spans=2, cooldown_ms=5000)
     limiter.live_nodes = 10  # a new key assumes 10 nodes: each hit stands for 10
     assert [limiter.hit(T0 + i, [hit(r)]).code for i in range(10)] == [Code.OK] * 10
     rejected = limiter.hit(T0 + 100, [hit(r)])
@@ -328,7 +328,7 @@ def test_a_known_count_over_max_starts_the_cooldown() -> None:
 def test_nodes_falls_towards_the_offered_ratio_only_as_far_as_admitted_counts_support() -> None:
     # bug 2: from admitted counts alone, a node that rejected part of its traffic looks like a
     # smaller share of the fleet than it is, and over-estimates nodes, and rejects more.
-    limiter, r = FleetLimiter(), rule(rpu=1000, spans=2)
+    limiter, r = FleetLimiter(new_keys_alone=False), rule(rpu=1000, spans=2)
     limiter.live_nodes = 100
     codes = [limiter.hit(T0 + i, [hit(r)]).code for i in range(15)]
     assert codes == [Code.OK] * 10 + [Code.OVER_LIMIT] * 5  # 10 x 100 = 1000, then estimates

@@ -82,7 +82,7 @@ class Node:
 def fleet_node(live_nodes: int = 1) -> Node:
     clock = [T0]
     store = MemoryStorage(clock=lambda: clock[0])
-    limiter = FleetLimiter()
+    limiter = FleetLimiter(new_keys_alone=False)  # a new key guesses an even split
     limiter.live_nodes = live_nodes
     return Node(limiter, store)
 

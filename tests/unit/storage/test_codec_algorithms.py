@@ -18,7 +18,6 @@ BUCKET = RateLimit(7, Unit.MINUTE, burst=20, algorithm=AlgorithmName.TOKEN_BUCKE
 LOG = RateLimit(10, Unit.MINUTE, algorithm=AlgorithmName.SLIDING_LOG)
 W = 29_000_000
 NOW = 1_700_000_000_000
-TIME_REPLY = (1_700_000_000, 123_456)
 KEYS = KeySchema("t:")
 FIXED_, SLIDING_, BUCKET_ = (
     AlgorithmName.FIXED_WINDOW,
@@ -47,7 +46,7 @@ def test_a_sliding_entry_names_its_span_and_the_span_ttl() -> None:
     key: KeyId = ("gw", "ip", "1.2.3.4")
     pushes = [Push(key, W, 3, SLIDING, W * 4 + 2), Push(key, W, -1, SLIDING)]
     encoded = codec().encode(SyncBatch(NOW, pushes))
-    numkeys, route, prefix, packed, _channel = encoded.script_args[0]
+    numkeys, route, prefix, packed, *_channels = encoded.script_args[0]
     assert (numkeys, route, prefix) == (1, KEYS.counter(key, W), "t:")
     first, last_span = packed.split(";")
     assert first == f"{digest(key)}|:gw:ip:{W}|:gw:ip:s|{W * 4 + 2}|3|120000|90000|4|10|0|"
@@ -96,7 +95,7 @@ def test_replies_are_read_per_algorithm_and_unsent_pushes_answer_an_error() -> N
         scripts=(SLIDING_, BUCKET_, FIXED_),
         unsent=(4,),
     )
-    replies = [b"7,0,1 2 0 4;12,3000,0 0 0 12", b"18000,0", b"3,0", TIME_REPLY]
+    replies = [b"7,0,1 2 0 4;12,3000,0 0 0 12", b"18000,0", b"3,0"]
     result = codec().decode(layout, replies)
     assert result.pushes == (
         PushResult(7, 0, spans=(1, 2, 0, 4)),
@@ -109,7 +108,7 @@ def test_replies_are_read_per_algorithm_and_unsent_pushes_answer_an_error() -> N
 
 def test_a_sliding_key_error_fails_alone() -> None:
     layout = Layout(1 + 1, ((0, 1),), 0, False, (SLIDING_,))
-    result = codec().decode(layout, [b"E:WRONGTYPE x;5,0,0 5", TIME_REPLY])
+    result = codec().decode(layout, [b"E:WRONGTYPE x;5,0,0 5"])
     assert [(p.total, p.error, p.spans) for p in result.pushes] == [
         (0, "WRONGTYPE x", ()),
         (5, "", (0, 5)),
@@ -132,7 +131,7 @@ def test_a_malformed_answer_of_a_new_script_is_unreadable(
 ) -> None:
     layout = Layout(1, ((0,),), 0, False, (algorithm,))
     with pytest.raises(StoreUnreadable) as raised:
-        codec().decode(layout, [reply, TIME_REPLY])
+        codec().decode(layout, [reply])
     assert raised.value.may_have_applied
 
 
@@ -140,5 +139,5 @@ def test_a_batch_of_sliding_logs_only_sends_no_script() -> None:
     pushes = [Push(("d", "u", str(i)), W, 1, LOG) for i in range(3)]
     encoded = codec().encode(SyncBatch(NOW, pushes))
     assert encoded.script_args == () and encoded.layout.unsent == (0, 1, 2)
-    result = codec().decode(encoded.layout, [TIME_REPLY])
+    result = codec().decode(encoded.layout, [])
     assert {p.error for p in result.pushes} == {UNSYNCABLE}

@@ -105,8 +105,8 @@ def store(answer: Answer) -> tuple[RedisStorage, ScriptedClient]:
 
 
 def good(commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Answers a one-push batch without heartbeat: the script, then TIME."""
-    return [b"2,0" if c[0] in ("EVALSHA", "EVAL") else (1, 500) for c in commands]
+    """Answers a one-push batch without heartbeat: the script alone."""
+    return [b"2,0" for _ in commands]
 
 
 def raising(exc: BaseException) -> Answer:
@@ -116,13 +116,12 @@ def raising(exc: BaseException) -> Answer:
     return answer
 
 
-async def test_a_sync_is_one_pipeline_of_evalsha_then_time() -> None:
+async def test_a_sync_is_one_pipeline_of_its_script_calls() -> None:
     storage, client = store(good)
     result = await storage.sync(BATCH)
     assert [(p.total, p.block_ms) for p in result.pushes] == [(2, 0)]
     assert [c[:2] for c in client.sent[0]] == [
         ("EVALSHA", SCRIPTS[AlgorithmName.FIXED_WINDOW].sha),
-        ("TIME",),
     ]
     assert storage.round_trips == 1
 
@@ -130,7 +129,7 @@ async def test_a_sync_is_one_pipeline_of_evalsha_then_time() -> None:
 async def test_noscript_is_repaired_with_eval_in_one_more_trip() -> None:
     def answer(commands: list[tuple[Any, ...]]) -> list[Any]:
         if commands[0][0] == "EVALSHA":
-            return [rex.NoScriptError("NOSCRIPT No matching script."), (1, 500)]
+            return [rex.NoScriptError("NOSCRIPT No matching script.")]
         return [b"2,0"]
 
     storage, client = store(answer)
@@ -155,7 +154,7 @@ async def test_each_algorithm_calls_its_own_script_and_reloads_it_by_name() -> N
             ]
             return [answers["sliding"]]
         noscript = rex.NoScriptError("NOSCRIPT No matching script.")
-        return [answers.get(c[1], noscript) for c in commands[:2]] + [(1, 500)]
+        return [answers.get(c[1], noscript) for c in commands[:2]]
 
     storage, client = store(answer)
     result = await storage.sync(SyncBatch(1_000, pushes))
@@ -177,12 +176,11 @@ async def test_a_connection_the_server_closed_is_made_anew_before_sending() -> N
 async def test_a_second_trip_that_cannot_connect_leaves_those_keys_not_applied() -> None:
     def answer(commands: list[tuple[Any, ...]]) -> list[Any]:
         client.connection_pool.refusal = rex.ConnectionError("Error 111 connecting")
-        return [rex.NoScriptError("NOSCRIPT No matching script."), (1, 500)]
+        return [rex.NoScriptError("NOSCRIPT No matching script.")]
 
     storage, client = store(answer)
     result = await storage.sync(BATCH)
     assert result.pushes[0].error.startswith("NOSCRIPT")
-    assert result.store_time_ms == 1_000
 
 
 @pytest.mark.parametrize(
@@ -262,14 +260,13 @@ async def test_a_connection_failure_in_place_fails_the_sync_as_maybe_applied(
     ],
 )
 async def test_an_error_reply_to_the_script_fails_only_its_keys(reply: Exception) -> None:
-    storage, _ = store(lambda commands: [reply, (1, 500)])
+    storage, _ = store(lambda commands: [reply])
     result = await storage.sync(BATCH)
     assert result.pushes[0].error and (result.pushes[0].total, result.pushes[0].block_ms) == (0, 0)
-    assert result.store_time_ms == 1_000  # the rest of the pipeline still answers
 
 
 async def test_an_unparsable_answer_may_have_been_applied() -> None:
-    storage, _ = store(lambda commands: [b"2", (1, 500)])
+    storage, _ = store(lambda commands: [b"2"])
     with pytest.raises(StoreUnreadable) as raised:
         await storage.sync(BATCH)
     assert raised.value.may_have_applied

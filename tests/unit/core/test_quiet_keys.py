@@ -1,0 +1,124 @@
+"""Quiet keys cost the store nothing; a new key of one gateway gets its whole limit
+(core/quiet_keys.py, core/fleet.py). MAX 100 per second in 2 spans of 500 ms."""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.core import Code, FleetLimiter, PushResult, SyncResult
+from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.schedule import BEAT_MS, SyncSchedule
+from tests.unit.core.rules import hit, rule
+
+T0 = 1_700_000_040_000  # a window boundary
+RULE = rule(rpu=100, spans=2)
+
+
+def fleet(live_nodes: int = 4, **options: object) -> FleetLimiter:
+    """A fleet limiter whose first sync (an empty batch) has told it the live node count."""
+    limiter = FleetLimiter(key_digest="|".join, **options)  # type: ignore[arg-type]
+    limiter.apply_sync(T0, limiter.end_span(T0), SyncResult(live_nodes=live_nodes))
+    return limiter
+
+
+def state_of(limiter: FleetLimiter, value: str = "v") -> KeyState:
+    state = limiter.keys.get(hit(RULE, value).key)
+    assert state is not None
+    return state
+
+
+def sync(limiter: FleetLimiter, now: int, *totals: int) -> int:
+    """One span end answered with `totals` (one per push); returns the pushes it sent."""
+    batch = limiter.end_span(now)
+    answers = tuple(PushResult(total, 0) for total in totals)
+    answers += (PushResult(0, 0),) * (len(batch.pushes) - len(answers))
+    limiter.apply_sync(now, batch, SyncResult(answers, (0,) * len(batch.total_reads)))
+    return len(batch.pushes) + len(batch.total_reads)
+
+
+def test_a_quiet_key_sends_nothing_and_its_window_ends_with_its_hits_here() -> None:
+    limiter = fleet()
+    limiter.hit(T0 + 1, [hit(RULE)])  # 1 x 4 live nodes < 10 % of 100
+    limiter.hit(T0 + 2, [hit(RULE)])  # 2 x 4 = 8: still quiet
+    assert sync(limiter, T0 + 500) == 0
+    assert sync(limiter, T0 + 1000) == 0  # the window ended: no push, no read
+    assert sync(limiter, T0 + 1500) == 0
+    assert limiter.quiet_hits == 2 and limiter.dropped_hits == 0
+
+
+def test_a_key_over_the_quiet_bound_is_synced_every_span() -> None:
+    limiter, four_spans = fleet(), rule(rpu=100, spans=4)
+    for i in range(3):  # 3 x 4 = 12 >= 10
+        limiter.hit(T0 + i, [hit(four_spans)])
+    batch = limiter.end_span(T0 + 250)
+    assert [push.hits for push in batch.pushes] == [3]
+    limiter.apply_sync(T0 + 250, batch, SyncResult((PushResult(3, 0),)))
+    assert sync(limiter, T0 + 500) == 1  # an empty span still syncs (total and flag)
+
+
+def test_a_shutdown_pushes_the_quiet_hits_too() -> None:
+    limiter = fleet()
+    limiter.hit(T0 + 1, [hit(RULE)])
+    assert limiter.pending_hits() == 1
+    batch = limiter.end_span(T0 + 200, flush=True)
+    assert [push.hits for push in batch.pushes] == [1]
+
+
+def test_without_a_known_node_count_nothing_is_held() -> None:
+    limiter = FleetLimiter()
+    limiter.hit(T0 + 1, [hit(RULE)])
+    assert [push.hits for push in limiter.end_span(T0 + 500).pushes] == [1]
+
+
+def test_quiet_share_zero_syncs_every_key() -> None:
+    limiter = fleet(quiet_share=0.0)
+    limiter.hit(T0 + 1, [hit(RULE)])
+    assert sync(limiter, T0 + 500) == 1
+
+
+def test_a_near_notice_syncs_a_tracked_quiet_key_and_gives_it_the_total() -> None:
+    limiter = fleet()
+    limiter.hit(T0 + 1, [hit(RULE)])
+    assert limiter.apply_near(hit(RULE).key, T0 // 1000, 60)
+    assert state_of(limiter).counts.seen == 60
+    assert sync(limiter, T0 + 500) == 1
+
+
+def test_a_key_heard_near_starts_from_the_announced_total() -> None:
+    limiter = fleet()
+    key = hit(RULE).key
+    limiter.heard.put("|".join(key), T0 // 1000, 92)
+    codes = [limiter.hit(T0 + 10 + i, [hit(RULE)]).code for i in range(10)]
+    assert codes == [Code.OK] * 8 + [Code.OVER_LIMIT] * 2  # 92 + 8 = 100
+
+
+def test_a_new_key_of_one_gateway_gets_its_whole_limit() -> None:
+    """The demo's case: 3 gateways, 10 per window; one client on gateway A alone."""
+    limiter, ten = fleet(live_nodes=3), rule(rpu=10, spans=2)
+    codes = [limiter.hit(T0 + 10 + i, [hit(ten)]).code for i in range(12)]
+    assert codes == [Code.OK] * 10 + [Code.OVER_LIMIT] * 2
+    assert limiter.early.due_ms == T0 + 10 + 3  # the 4th hit passed 10 / 3: push now
+
+
+def test_a_new_key_assumes_an_even_split_when_asked() -> None:
+    limiter, ten = fleet(live_nodes=3, new_keys_alone=False), rule(rpu=10, spans=2)
+    codes = [limiter.hit(T0 + 10 + i, [hit(ten)]).code for i in range(5)]
+    assert codes == [Code.OK] * 3 + [Code.OVER_LIMIT] * 2  # each hit stands for 3
+
+
+def test_the_early_push_leaves_before_the_span_end_and_teaches_the_share() -> None:
+    limiter, ten = fleet(live_nodes=3), rule(rpu=10, spans=2)
+    for i in range(4):
+        limiter.hit(T0 + 10 + i, [hit(ten)])
+    assert limiter.next_span_end(T0 + 20) == T0 + 13
+    batch = limiter.end_span(T0 + 20)
+    assert [push.hits for push in batch.pushes] == [4]
+    # The store has 12: the other gateways sent 8 meanwhile; the share is capped at 3 nodes.
+    limiter.apply_sync(T0 + 21, batch, SyncResult((PushResult(12, 0),)))
+    state = limiter.keys.get(hit(ten).key)
+    assert state is not None and state.nodes.value == 3
+    assert limiter.early.due_ms is None and limiter.next_span_end(T0 + 30) == T0 + 500
+
+
+def test_the_heartbeat_goes_with_the_first_sync_then_once_a_period() -> None:
+    schedule = SyncSchedule(T0)
+    due = [schedule.heartbeat_due(T0 + t) for t in (0, 500, BEAT_MS - 1, BEAT_MS, BEAT_MS + 1)]
+    assert due == [True, False, False, True, False]
