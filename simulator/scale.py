@@ -7,7 +7,7 @@ distinct keys per window. Ranks are grouped in bins of keys with about the same 
 key costs is not derived here: `scale_keys.py` runs the real core for key classes on a grid of
 rates per gateway, and each bin takes the cost of its rate from that grid (linear between two
 classes, proportional below the quietest). What a gateway costs whatever its keys (syncs,
-heartbeats, script calls) comes from one simulated gateway on the real schedule and codec.
+heartbeats) comes from the real schedule.
 Per-command Redis CPU and bytes come from a calibration against a real Redis
 (`scale_calibrate.py`).
 """
@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
-from random import Random
+from dataclasses import dataclass
 
-from ratelimit_sidecar.core import FleetLimiter, Hit, SyncSchedule
-from ratelimit_sidecar.storage.codec import CHUNK_KEYS, SyncCodec
-from ratelimit_sidecar.storage.keys import KeySchema
-from ratelimit_sidecar.storage.redis_store import DEFAULT_NODE_TTL_MS
-from simulator.memory_store import MemoryStorage
-from simulator.scale_keys import KEY, KeyCost, KeyLoad, key_cost
+from ratelimit_sidecar.core import SyncSchedule
+from ratelimit_sidecar.storage.codec import CHUNK_KEYS
+from simulator.scale_keys import KeyCost, KeyLoad, key_cost
 
 SINGLE_RANKS = 100  # ranks binned one by one; geometric bins after
 BIN_RATIO = 1.05
@@ -122,35 +118,16 @@ def sum_costs(parts: list[tuple[KeyCost, float]]) -> KeyCost:
     return total
 
 
-@dataclass(frozen=True, slots=True)
-class GatewayFixed:
-    """What one busy gateway sends whatever its keys: syncs per second, and per sync the
-    commands that are about no key (the store's clock, the heartbeat)."""
-
-    syncs_per_s: float
-    commands_per_sync: float
-
-
-def gateway_fixed(case: Case, windows: int = 3) -> GatewayFixed:
-    """One gateway with a key that stays active, on the real schedule and codec."""
-    load = KeyLoad(case.gateways, 1.0, case.limit, case.window_ms, case.spans)
-    limiter, hits, rng = FleetLimiter(16), [Hit(load.rule(), KEY, 1)], Random(3)
-    ttl = DEFAULT_NODE_TTL_MS
-    codec = SyncCodec(KeySchema("rls:"), cluster=False, node_id="g", node_ttl_ms=ttl)
-    now, end = 0, windows * case.window_ms
-    store, schedule = MemoryStorage(lambda: now, ttl), SyncSchedule(0)
-    syncs = fixed = 0
+def heartbeats_per_s(case: Case, seconds: int = 600) -> float:
+    """How often one busy gateway's syncs carry the heartbeat: its loop wakes at every span end
+    and at least every HEARTBEAT_MS, and the real schedule says which wake-ups beat."""
+    schedule, now, end, beats = SyncSchedule(0), 0, seconds * 1000, 0
+    span_ms = case.window_ms // case.spans
     while now < end:
-        limiter.hit(now, hits)
-        now = schedule.next_sync(limiter.next_span_end(now)) + rng.randrange(3)  # timers are late
-        batch = limiter.end_span(now)
-        layout = codec.encode(batch).layout
-        syncs += 1
-        fixed += layout.replies - layout.script_calls - layout.total_reads
-        answer = replace(store.execute(batch, "g"), live_nodes=case.gateways)
-        limiter.apply_sync(now, batch, answer)
+        beats += schedule.heartbeat_due(now)
         schedule.synced(now)
-    return GatewayFixed(syncs * 1000 / end, fixed / syncs)
+        now = schedule.next_sync((now // span_ms + 1) * span_ms)
+    return beats * 1000 / end
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +159,7 @@ def sidecar_load(case: Case, seed: int = 1) -> Load:
     units = {f"entry_{kind}": n * per_s for kind, n in per_window.entries.items()}
     units["get"] = per_window.gets * per_s
     units["script_call"] = script_calls(case, sum(per_window.entries.values()) * per_s)
-    units["sync"] = case.gateways * gateway_fixed(case).syncs_per_s
+    units["heartbeat"] = case.gateways * heartbeats_per_s(case)
     return Load(
         units,
         per_window.offered * per_s,
@@ -193,8 +170,9 @@ def sidecar_load(case: Case, seed: int = 1) -> Load:
 
 
 def script_calls(case: Case, entries_per_s: float) -> float:
-    """Sync-script calls per second: per gateway and span end, one per CHUNK_KEYS entries
-    (at least one when the span has any); quieter gateways make one per entry."""
+    """Sync-script calls (each a round trip of its sync) per second: per gateway and span end,
+    one per CHUNK_KEYS entries (at least one when the span has any); quieter gateways make one
+    per entry."""
     spans_per_s = case.spans * 1000 / case.window_ms
     per_span = entries_per_s / case.gateways / spans_per_s
     if per_span < 1:

@@ -14,8 +14,9 @@ Kinds (per unit):
   entry_over   one entry with hits for a key over its limit (blocked)
   entry_read   one entry without hits (only read)
   get          one GET of a finished window's total, in a sync
-  sync         one sync with nothing to push: round trip, store clock, heartbeat
-  script_call  one script call's own overhead (a call with one entry, less the entry)
+  script_call  one sync's round trip and script call, without its entries (solved from syncs
+               of 1 and of 1,000 entries)
+  heartbeat    one sync carrying only the heartbeat
 """
 
 from __future__ import annotations
@@ -97,36 +98,34 @@ async def measure_sidecar(meter: Meter, store: RedisStorage) -> Costs:
     window = now // LIMIT.window_ms
 
     def batch(**parts: Any) -> Callable[[], SyncBatch]:
-        return lambda: SyncBatch(now, **parts)
+        return lambda: SyncBatch(now, heartbeat=False, **parts)
+
+    async def per_unit(units: int, make: Callable[[], SyncBatch], count: int) -> dict[str, float]:
+        return await meter.per_unit(units, sent(store, make()), partial(syncs, store, make, count))
 
     costs: Costs = {}
-    empty = batch()
-    costs["sync"] = await meter.per_unit(
-        ROUND_TRIPS, sent(store, empty()), lambda: syncs(store, empty, ROUND_TRIPS)
-    )
+    beat = partial(SyncBatch, now, heartbeat=True)
+    costs["heartbeat"] = await per_unit(ROUND_TRIPS, beat, ROUND_TRIPS)
     await store.sync(SyncBatch(now, pushes("o", LIMIT.requests_per_unit + 1, window)))
+    one = await per_unit(ROUND_TRIPS, batch(pushes=pushes("u", 1, window)[:1]), ROUND_TRIPS)
+    full = await per_unit(ROUNDS, batch(pushes=pushes("u", 1, window)), ROUNDS)
+    costs["entry_under"] = mix(full, one, 1 / (KEYS - 1), -1 / (KEYS - 1))
+    costs["script_call"] = mix(one, costs["entry_under"], 1, -1)
     kinds = {
-        "entry_under": batch(pushes=pushes("u", 1, window)),
         "entry_over": batch(pushes=pushes("o", 1, window)),
         "entry_read": batch(pushes=pushes("u", 0, window)),
-        "get": batch(total_reads=[TotalRead(key, window) for key in keys("u")]),
     }
     for kind, make in kinds.items():
-        per_round = await meter.per_unit(
-            ROUNDS, sent(store, make()), partial(syncs, store, make, ROUNDS)
-        )
-        costs[kind] = less(per_round, costs["sync"], KEYS)
-    single = batch(pushes=pushes("u", 1, window)[:1])
-    call = await meter.per_unit(
-        ROUND_TRIPS, sent(store, single()), lambda: syncs(store, single, ROUND_TRIPS)
-    )
-    costs["script_call"] = less(less(call, costs["sync"], 1), costs["entry_under"], 1)
+        measured = await per_unit(ROUNDS, make, ROUNDS)
+        costs[kind] = mix(measured, costs["script_call"], 1 / KEYS, -1 / KEYS)
+    reads = batch(total_reads=[TotalRead(key, window) for key in keys("u")])
+    costs["get"] = mix(await per_unit(ROUNDS, reads, ROUNDS), {}, 1 / KEYS, 0)
     return costs
 
 
-def less(total: dict[str, float], part: dict[str, float], units: int) -> dict[str, float]:
-    """Per unit of `units` in `total`, without `part` (which `total` holds once)."""
-    return {name: (total[name] - part[name]) / units for name in total}
+def mix(a: dict[str, float], b: dict[str, float], wa: float, wb: float) -> dict[str, float]:
+    """wa * a + wb * b, figure by figure."""
+    return {name: wa * a[name] + wb * b.get(name, 0.0) for name in a}
 
 
 async def measure_per_request(meter: Meter, url: str) -> Costs:

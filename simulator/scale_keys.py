@@ -4,7 +4,9 @@ A key with a given request rate per gateway is offered to a sample of gateways, 
 `FleetLimiter` on the real `SyncSchedule`; every sync is packed by the real `SyncCodec` and
 applied by the in-process store. The sample stands for the whole fleet: each sampled push
 counts as `gateways / sample` pushes at the store, and the heartbeat answers the fleet's node
-count, so the core sees the totals and the node count a full fleet would give it. What the
+count, so the core sees the totals and the node count a full fleet would give it; a push that
+takes the key near its limit is announced to every sampled gateway, as the store's near notice
+is. A new key's early push wakes its gateway at once, as it wakes the sync loop. What the
 codec would send is counted per sync: script entries by kind (with hits under the limit, with
 hits over it, without hits), GETs, and per sync the commands that are not about any key.
 """
@@ -17,9 +19,18 @@ from dataclasses import dataclass, field, replace
 from random import Random
 
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
-from ratelimit_sidecar.core import Code, FleetLimiter, Hit, SyncBatch, SyncResult, SyncSchedule
+from ratelimit_sidecar.core import (
+    Code,
+    FleetLimiter,
+    Hit,
+    PushResult,
+    SyncBatch,
+    SyncResult,
+    SyncSchedule,
+)
+from ratelimit_sidecar.core.quiet_keys import near_at
 from ratelimit_sidecar.storage.codec import SyncCodec
-from ratelimit_sidecar.storage.keys import KeySchema
+from ratelimit_sidecar.storage.keys import KeySchema, digest
 from simulator.memory_store import MemoryStorage
 
 MAX_SAMPLE = 10  # gateways simulated per key; more stand in through the store's scaling
@@ -94,7 +105,9 @@ class KeySim:
         self.now = 0
         self.store = MemoryStorage(lambda: self.now, NODE_TTL_MS)
         self.codec = SyncCodec(KeySchema("rls:"), cluster=False, node_id="g", node_ttl_ms=1)
-        self.limiters = [FleetLimiter(16) for _ in range(self.sample)]
+        self.limiters = [FleetLimiter(16, key_digest=digest) for _ in range(self.sample)]
+        for limiter in self.limiters:  # running gateways: each knows the live node count
+            limiter.apply_sync(0, limiter.end_span(0), SyncResult(live_nodes=load.gateways))
         self.schedules = [SyncSchedule(0) for _ in range(self.sample)]
         self.waking: list[int | None] = [None] * self.sample
         self.hits = [Hit(load.rule(), KEY, 1)]
@@ -136,7 +149,8 @@ class KeySim:
         index = self.now // self.load.window_ms
         self.offered_in[index] = self.offered_in.get(index, 0) + 1
         self.admitted_in[index] = self.admitted_in.get(index, 0) + admitted
-        if self.waking[gateway] is None:
+        early = self.limiters[gateway].early.due_ms == self.now  # a new key's early push
+        if self.waking[gateway] is None or early:
             self._plan(gateway)
 
     def _plan(self, gateway: int) -> None:
@@ -165,21 +179,33 @@ class KeySim:
             result = replace(result, live_nodes=self.load.gateways)
             if self._counting():
                 self._count(batch, result.pushes)
+            self._announce_near(batch, result.pushes)
         limiter.apply_sync(self.now, batch, result)
         self.schedules[gateway].synced(self.now)
         self._plan(gateway)
+
+    def _announce_near(self, batch: SyncBatch, answers: tuple[PushResult, ...]) -> None:
+        """The store's near notices (sync.lua, over pub/sub): a push that takes a window to
+        near its limit tells every node, handled as the server's fleetblocks.py does."""
+        near = near_at(self.load.limit)
+        for push, answer in zip(batch.pushes, answers, strict=True):
+            if not answer.total >= near > answer.total - push.hits * self.scale:
+                continue
+            for limiter in self.limiters:
+                if not limiter.apply_near(push.key, push.window, answer.total):
+                    limiter.heard.put(digest(push.key), push.window, answer.total)
 
     def _scaled(self, batch: SyncBatch) -> SyncBatch:
         """The batch as the whole fleet's share of it reaches the store."""
         pushes = [push._replace(hits=push.hits * self.scale) for push in batch.pushes]
         return replace(batch, pushes=pushes)
 
-    def _count(self, batch: SyncBatch, answers: tuple[object, ...]) -> None:
+    def _count(self, batch: SyncBatch, answers: tuple[PushResult, ...]) -> None:
         layout = self.codec.encode(batch).layout
         entries = self.cost.entries
         for push, answer in zip(batch.pushes, answers, strict=True):
-            total = getattr(answer, "total", 0)
-            kind = "read" if push.hits == 0 else "over" if total > self.load.limit else "under"
+            over = answer.total > self.load.limit
+            kind = "read" if push.hits == 0 else "over" if over else "under"
             entries[kind] += 1
         self.cost.gets += layout.total_reads
         self.cost.syncs_with_work += bool(layout.pushes or layout.total_reads)

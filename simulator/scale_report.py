@@ -21,7 +21,7 @@ from simulator.scale import SHARD_BUDGET, Case, per_request_load, sidecar_load, 
 DESIGNS = ("sidecar", "per-request")
 CALIBRATED = (
     *("request", "incrby", "expire"),
-    *("entry_under", "entry_over", "entry_read", "get", "script_call", "sync"),
+    *("entry_under", "entry_over", "entry_read", "get", "script_call", "heartbeat"),
 )
 
 

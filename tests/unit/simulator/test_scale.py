@@ -13,7 +13,7 @@ from simulator.scale import (
     Case,
     active_keys,
     class_rates,
-    gateway_fixed,
+    heartbeats_per_s,
     interpolated,
     per_request_load,
     population,
@@ -113,7 +113,6 @@ def test_a_sample_scales_up_to_the_fleet() -> None:
     assert cost.offered == pytest.approx(1000 * 0.0002 * 60, rel=0.3)
 
 
-def test_a_busy_gateway_syncs_at_least_every_span_and_sends_the_clock() -> None:
-    fixed = gateway_fixed(Case(10))
-    assert fixed.syncs_per_s >= 6 / 60
-    assert fixed.commands_per_sync >= 1
+def test_a_gateway_beats_once_per_heartbeat_period_whatever_its_spans() -> None:
+    assert heartbeats_per_s(Case(10, spans=6)) == pytest.approx(0.1, rel=0.05)
+    assert heartbeats_per_s(Case(10, window_ms=1000, spans=4)) == pytest.approx(0.1, rel=0.05)
