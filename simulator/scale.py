@@ -32,9 +32,9 @@ ENTRY_KINDS = ("under", "over", "read")
 @dataclass(frozen=True, slots=True)
 class Case:
     gateways: int
-    keys_per_gateway: int = 10_000
+    keys_per_gateway: int = 40_000
     rate_per_gateway: float = 1_000.0  # requests/s
-    zipf: float = 1.0
+    zipf: float = 0.9
     limit: int = 100
     window_ms: int = 60_000
     spans: int = 6
