@@ -4,10 +4,13 @@ per-key simulation of the real core on its virtual clock."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import pytest
 
+from simulator.cli import main
 from simulator.scale import (
     SHARD_BUDGET,
     Case,
@@ -116,3 +119,26 @@ def test_a_sample_scales_up_to_the_fleet() -> None:
 def test_a_gateway_beats_once_per_heartbeat_period_whatever_its_spans() -> None:
     assert heartbeats_per_s(Case(10, spans=6)) == pytest.approx(0.1, rel=0.05)
     assert heartbeats_per_s(Case(10, window_ms=1000, spans=4)) == pytest.approx(0.1, rel=0.05)
+
+
+def test_the_scale_command_prints_both_designs_and_saves_its_calibration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kinds = ("request", "incrby", "expire", "entry_under", "entry_over", "entry_read", "get")
+    figures = {"cpu_us": 5.0, "commands": 2.0, "client_commands": 1.0}
+    figures |= {"bytes_in": 50.0, "bytes_out": 5.0}
+    costs = dict.fromkeys((*kinds, "script_call", "heartbeat"), figures)
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps({"calibration": {**costs, "redis": {"version": "test"}}}))
+    results = tmp_path / "scale.json"
+    argv = ["scale", "--gateways", "2,4", "--keys", "20", "--rate", "5", "--window-s", "10"]
+    argv += ["--spans", "2", "--calibration", str(calibration), "--results", str(results)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "per-request" in out and "sidecar" in out and "entry_read" in out
+    saved = json.loads(results.read_text())
+    assert saved["calibration"]["request"] == figures
+    assert [r["case"]["gateways"] for r in saved["results"]] == [2, 4]
+    # The per-request design: two commands (as priced here) for every request of the fleet.
+    per_request = saved["results"][1]["per-request"]
+    assert per_request["commands_per_s"] == pytest.approx(2 * 4 * 5.0)
