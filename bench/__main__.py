@@ -31,48 +31,24 @@ from bench import (
 from bench.report import Options, Outcome
 
 SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
-    overhead.NAME: (
-        "sidecar vs empty handlers (fast transport, grpcio) under load: hot-10, distinct-100k",
-        overhead.run,
-    ),
-    algorithms.NAME: (
-        "eventual rules of each algorithm vs the empty handler: hot-10, distinct-100k",
-        algorithms.run,
-    ),
-    redis_sync.NAME: (
-        "Redis round trips, commands and sync time per span; memory per key",
-        redis_sync.run,
-    ),
-    per_request_redis.NAME: (
-        "sidecar vs a service calling Redis per request (`limits`); Redis hung and down",
-        per_request_redis.run,
-    ),
-    strict.NAME: (
-        "strict rules of each algorithm vs the per-request-Redis `limits` service: hot-10",
-        strict.run,
-    ),
-    envoy.NAME: (
-        "end to end: wrk -> Envoy -> sidecar vs empty service and plain Envoy; CPU per request",
-        envoy.run,
-    ),
-    latency.NAME: ("p99 of a decision at half the saturation rate, per transport", latency.run),
-    abuse.NAME: ("honest p99 on the fast transport while one connection abuses it", abuse.run),
-    memory.NAME: ("resident memory idle and with 100,000 keys, per transport", memory.run),
-    rlqs.NAME: (
-        "wrk -> Envoy: no filter, RLQS (ALLOW_ALL server; sidecar), ShouldRateLimit, at once",
-        rlqs.run,
-    ),
-    workers.NAME: ("sidecar --workers 1 vs 2 under load; metrics cost per request", workers.run),
-    flood.NAME: ("a flood of fresh values cannot reset heavy clients' counters", flood.run),
-    overrides.NAME: (
-        "overrides: propagation p50/p99 across 3 nodes; request path with 10,000 loaded vs none",
-        overrides.run,
-    ),
-    xds.NAME: (
-        "xDS rules: push -> every node of 3, p50/p99; reconnect attempts per minute while down",
-        xds.run,
-    ),
-    tracing.NAME: ("the request path's cost without tracing and traced at 0.01 and 1", tracing.run),
+    module.NAME: (about, module.run)
+    for module, about in (
+        (overhead, "sidecar vs empty handlers (fast, grpcio) under load: hot-10, distinct-100k"),
+        (algorithms, "each algorithm's eventual rules vs the empty handler: hot-10, distinct-100k"),
+        (redis_sync, "Redis round trips, commands and sync time per span; memory per key"),
+        (per_request_redis, "sidecar vs a service calling Redis per request; Redis hung and down"),
+        (strict, "strict rules of each algorithm vs the per-request-Redis `limits` service"),
+        (envoy, "wrk -> Envoy -> sidecar vs empty service and plain Envoy; CPU per request"),
+        (latency, "p99 of a decision at half the saturation rate, per transport"),
+        (abuse, "honest p99 on the fast transport while one connection abuses it"),
+        (memory, "resident memory idle and with 100,000 keys, per transport"),
+        (rlqs, "wrk -> Envoy: no filter, RLQS (ALLOW_ALL; sidecar), ShouldRateLimit, at once"),
+        (workers, "sidecar --workers 1 vs 2 under load; metrics cost per request"),
+        (flood, "a flood of fresh values cannot reset heavy clients' counters"),
+        (overrides, "overrides: propagation p50/p99 over 3 nodes; 10,000 loaded vs none"),
+        (xds, "xDS rules: push -> 3 nodes, p50/p99; reconnect attempts while down"),
+        (tracing, "the request path's cost untraced and traced at 0.01 and 1"),
+    )
 }
 
 

@@ -1,11 +1,9 @@
 """p99 of honest calls while another connection abuses the fast transport.
 
-The sidecar (fast transport, one pinned core) serves h2load paced at PACED_RPS (8 connections
-× 16 streams, one hot key); meanwhile one abuser from tests/integration/test_transport_abuse.py
-runs in a loop on the load generators' core, each attempt on a fresh connection until the
-server ends it: a PING flood, rapid reset, a CONTINUATION flood, a slow reader (20,000 calls
-sent, none read, held open). Each row is the honest client's latency with one abuser, beside a
-run without. No target: it shows what an abuser costs the others.
+h2load paced at PACED_RPS against the pinned sidecar, while one abuser (from
+test_transport_abuse.py) loops on the load generators' core, a fresh connection each time: a PING
+flood, rapid reset, a CONTINUATION flood, a slow reader. Each row beside a run without. No
+target.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from bench.load.clients import percentile
 from bench.load.cpu import choose_pinning
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude
-from bench.workload import hot_10, request, rules_dir
+from bench.workload import request, rules_dir
 from harness.h2raw import RawH2
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.frames import ErrorCode
@@ -91,8 +89,6 @@ def run(options: Options) -> Outcome:
     rows = []
     with tempfile.TemporaryDirectory(prefix="rls-bench-abuse-") as tmp:
         workdir = Path(tmp)
-        body, log = workdir / "body.bin", workdir / "h2load.log"
-        body.write_bytes(hot_10().frames[0])
         sidecar = start_sidecar(workdir, pinning, rules_dir(workdir), "--transport", "fast")
         port = int(sidecar.address.rsplit(":", 1)[1])
         try:
@@ -105,7 +101,7 @@ def run(options: Options) -> Outcome:
                     time.sleep(0.5)
                 try:
                     rate, lat = h2load(
-                        sidecar.address, body, log, pinning, seconds=RUN_S, rps=PACED_RPS
+                        sidecar.address, workdir, pinning, seconds=RUN_S, rps=PACED_RPS
                     )
                 finally:
                     stop.set()

@@ -1,15 +1,11 @@
-"""`bench overhead` for each algorithm: eventual (local-only) rules of fixed_window,
-sliding_window, token_bucket and sliding_log against the empty grpc.aio handler.
+"""`bench overhead` for each algorithm: eventual (local-only) rules against the empty grpc.aio
+handler.
 
-Per workload (hot-10 with h2load, distinct-100k with the Node client) one empty handler and one
-sidecar per algorithm run side by side, each on the pinned server core, each warmed up as in
-`bench overhead`, then measured in alternating rounds (A B C D E, then E D C B A, ...). Each
-sidecar runs `--default-algorithm X` with the bench rule, its limit unreachable in a run:
-1,000,000,000 a second, but 100,000 a second for sliding_log (its most).
-
-Target: each algorithm at least 90 % of the empty handler in both workloads, as the median over
-rounds of the ratio within a round (RPS, or RPS per server CPU-second when a server was not
-CPU-bound). In-process, `bench/instructions.py` counts each algorithm's request path.
+Per workload (hot-10 with h2load, distinct-100k with Node) the empty handler and one sidecar per
+algorithm (`--default-algorithm X`, the bench rule's limit unreachable: 100,000/s for
+sliding_log, its most) run side by side on the pinned server core, warmed up as in `overhead`, in
+alternating rounds. Target: each at least 90 % of the empty handler (median over rounds; RPS per
+server CPU-second when a server was not CPU-bound).
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from bench import compare
@@ -70,17 +67,10 @@ def measure_plan(
     bench: Bench, plan: Plan, chosen: Sequence[AlgorithmName], rounds: int
 ) -> list[Run]:
     """The empty handler and one sidecar per algorithm, each warmed up, in alternating rounds."""
-    servers = [start_service(bench.workdir, bench.pinning, EMPTY)]
-    try:
-        for algorithm in chosen:
-            servers.append(start_algorithm(bench, algorithm))
-        for server in servers:
-            warm_up(bench, server, plan.clients[0], plan)
-            server.pause()
-        return runs.alternate(bench, servers, plan.clients, plan.workload, rounds)
-    finally:
-        for server in servers:
-            server.stop()
+    starters = [partial(start_service, bench.workdir, bench.pinning, EMPTY)]
+    starters += [partial(start_algorithm, bench, algorithm) for algorithm in chosen]
+    warm = partial(warm_up, bench, client=plan.clients[0], plan=plan)
+    return runs.side_by_side(bench, starters, plan.clients, plan.workload, rounds, warm=warm)
 
 
 def comparisons(
@@ -106,10 +96,9 @@ def run(options: Options) -> Outcome:
             if runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
                 measured += measure_plan(bench, plan, chosen, rounds)
     found = comparisons(measured, all_plans, chosen)
-    lines = runs.render(bench, measured, rounds)
+    lines = runs.render(bench, measured, rounds, skipped=skipped)
     lines += ["", compare.comparison_table(found, TARGET_RATIO), LEGEND]
-    lines += [f"  not measured: {s}" for s in skipped]
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document = runs.document(bench, measured, rounds, skipped)
     document["comparisons"] = [compare.as_json(c) for c in found]
     verdicts = [c.passed(TARGET_RATIO) for c in found]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

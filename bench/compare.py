@@ -1,9 +1,6 @@
-"""Servers against a baseline measured in the same rounds: the ratio that decides, how much it
-moved from round to round, and a table of such comparisons. Pure: it reads measured runs only.
-
-A comparison is the median over rounds of server / baseline within a round (RPS, and p99). When
-`by_cpu` is set and either server was not CPU-bound, RPS per second of server CPU decides
-instead, as in `bench overhead`: an idle core understates what a server can do.
+"""Servers against a baseline measured in the same rounds (pure): the median over rounds of
+server / baseline within a round (RPS and p99); with `by_cpu`, RPS per server CPU-second decides
+when a server was not CPU-bound.
 """
 
 from __future__ import annotations

@@ -1,29 +1,27 @@
 """End to end through Envoy: wrk → Envoy → sidecar against wrk → Envoy → empty service.
 
-Identical stacks, each an Envoy (the project's bootstrap template, `--concurrency 1`) calling
-its own rate limit service, both on the server CPU, as a sidecar shares its node with the
-gateway; wrk (HTTP/1.1, `x-api-key: bench`) and this driver run on the other CPU:
-* empty: `bench.services empty`, one status whatever the request: the target's baseline;
-* empty-4: one status per descriptor, like the sidecar's answer to the template's four
-  descriptors (Envoy turns every status into x-ratelimit headers): a like-for-like cross-check;
-* sidecar: local-only, a never-reached limit on the API key, on its fast transport (default);
-* sidecar-grpcio: the same on `--transport grpcio`;
-* plain: the same Envoy without the rate limit filter, no service: the gateway's own cost.
-One Envoy per service, the idle stacks stopped (SIGSTOP): switching one Envoy between services
-would mean a cold restart every round, or an xDS server.
+Identical stacks, each an Envoy (the project's bootstrap template, `--concurrency 1`) and its own
+rate limit service on the server CPU (a sidecar shares its node with the gateway); wrk (HTTP/1.1,
+`x-api-key: bench`) and this driver on the other CPU:
+- empty: `bench.services empty`, one status whatever the request: the target's baseline;
+- empty-4: one status per descriptor, like the sidecar's answer to the template's four descriptors:
+  a like-for-like cross-check;
+- sidecar: local-only, a never-reached limit on the API key, fast transport; sidecar-grpcio: the
+  same on grpcio;
+- plain: the same Envoy without the rate limit filter: the gateway's own cost.
+One Envoy per service, the idle stacks stopped (switching services would mean a cold restart per
+round). Envoy fails open, so each run also reads Envoy's ratelimit counters: rate limit errors,
+fail-open decisions, non-2xx or socket errors make it invalid.
 
-Envoy fails open (50 ms timeout), so a 200 alone does not prove the service answered: each run
-also reads Envoy's ratelimit counters, and a run with rate limit errors, fail-open decisions,
-non-2xx responses or socket errors is invalid.
-
-Targets: the sidecar stack reaches at least 90 % of the empty stack's RPS, and spends at most
-2.5 times plain Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
+Targets: the sidecar stack reaches 90 % of the empty stack's RPS, and at most 2.5 times plain
+Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 from bench.load import runs
@@ -157,20 +155,16 @@ def problems(run: Run) -> list[str]:
     return found
 
 
-def measure(bench: Bench, wrk: Wrk, rounds: int) -> list[Run]:
-    stacks: list[Stack] = []
+def measure(bench: Bench, wrk: GatewayWrk, rounds: int) -> list[Run]:
     work = Workload("api-key", [])  # wrk sends one request: GET / with the API key
-    try:
-        for kind in SERVICES:
-            stacks.append(start_stack(kind, bench))
-            if kind == "plain" and isinstance(wrk, GatewayWrk):
-                wrk.plain.add(stacks[-1].address)
-            runs.warm_up(bench, stacks[-1], wrk, work, WARM_UP_S)
-            stacks[-1].pause()
-        return runs.alternate(bench, stacks, [wrk], work, rounds)
-    finally:
-        for stack in stacks:
-            stack.stop()
+
+    def warm(stack: Stack) -> None:
+        if stack.name == "plain":
+            wrk.plain.add(stack.address)
+        runs.warm_up(bench, stack, wrk, work, WARM_UP_S)
+
+    starters = [partial(start_stack, kind, bench) for kind in SERVICES]
+    return runs.side_by_side(bench, starters, [wrk], work, rounds, warm=warm)
 
 
 def judge(
@@ -239,10 +233,10 @@ def run(options: Options) -> Outcome:
 
     columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
     columns += [vs("empty"), vs("empty-4")]
-    lines = runs.render(bench, measured, rounds, columns, LEGEND)
+    lines = runs.render(bench, measured, rounds, columns, LEGEND, skipped=skipped)
     lines += [f"  note: {row.server}: {p}" for row in runs.rows(measured) for p in problems(row)]
-    lines += [f"  not measured: {s}" for s in skipped] + [t for _, _, t in verdicts.values()]
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    lines += [t for _, _, t in verdicts.values()]
+    document = runs.document(bench, measured, rounds, skipped)
     document |= {"envoy": version([str(envoy_binary()), "--version"]) if found else None}
     document["sidecar_rules"] = RULES_YAML
     gateway = cpu_verdict(cpu)

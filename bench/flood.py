@@ -1,12 +1,9 @@
 """A flood of fresh descriptor values against a few heavy clients: are they held to their limit?
 
-The scenario a tester used to reset heavy clients' counters: `--max-keys 50000`, 300,000
-requests with random `api_key` values at about 2,700 a second, and five heavy clients sending 2
-requests a second against 60 a minute. Target: every heavy client admitted at most 63 (the
-limit x 1.05) in every whole minute, in local-only mode and with Redis, with the key table
-bounded. Local-only runs in-process on a fake clock (the decision does not depend on real time);
-with Redis the sidecar runs in-process on the real clock beside a real Redis, so it takes about
-two minutes.
+A tester's reset attempt: `--max-keys 50000`, 300,000 random `api_key` values at about 2,700/s,
+and five heavy clients at 2/s against 60 a minute. Target: every heavy client admitted at most 63
+(x 1.05) in every whole minute, local-only and with Redis, the key table bounded. Local-only runs
+in-process on a fake clock; with Redis on the real clock (about two minutes).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Resident memory of one sidecar process per transport: idle after start, and after 100,000
-distinct keys were each decided once (the rule of `overhead`, one counter per key).
-
-The keys are sent over one connection by the raw HTTP/2 client of the transport tests
-(harness/h2raw.py), 200 calls in flight, each answer checked; RSS is read from
-/proc/<pid>/status (VmRSS) after a short settle. No target: it shows what each transport adds.
+"""Resident memory per transport: idle, and after 100,000 distinct keys decided once each
+(harness/h2raw.py, 200 calls in flight, answers checked; VmRSS after a settle). No target.
 """
 
 from __future__ import annotations

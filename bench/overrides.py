@@ -1,35 +1,33 @@
 """Runtime overrides (issue #15): how fast a change reaches every node, and what a large set
 costs the request path.
 
-* propagation: three sidecars on one Redis; `CHANGES` PUTs, each on the next node in turn.
-  For each, the time from sending the PUT until each of the two other nodes shows the new
-  version in /debug/rules (polled every few ms, so an upper bound that includes the PUT's own
-  round trip); besides, each node's `overrides_propagation_seconds` histogram (from the write's
-  Redis TIME to its set applied, on the node's store clock). Target: p99 under 1 s.
-* overhead: `bench overhead`'s load (hot-10 with h2load, distinct-100k with the Node client)
-  against a sidecar without overrides and one with `LOADED` overrides (in a `--state-dir`
-  file, so no Redis in either), alternating rounds. The overrides include every hot-10 value
-  and the first `LOADED` distinct-100k values, with the bench rule's own limit, so requests
-  both meet overrides and miss them. Target: the ratio within noise (at least `TARGET_RATIO`).
-  In-process, `bench/instructions.py`'s `-10k` cases count the same requests' instructions.
+- propagation: three sidecars on one Redis; `CHANGES` PUTs, each on the next node in turn, timed
+  until each other node shows the new version in /debug/rules (polled: an upper bound including the
+  PUT's round trip); beside it each node's `overrides_propagation_seconds` histogram. Target: p99
+  under 1 s.
+- overhead: `bench overhead`'s load against a sidecar without overrides and one with `LOADED` (from
+  a `--state-dir` file: no Redis), alternating rounds. The overrides cover every hot-10 value and
+  the first distinct-100k values with the bench rule's limit, so requests both meet and miss them.
+  Target: ratio at least `TARGET_RATIO` (bench.compare).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
-from bench import overhead
+from bench import compare, overhead
 from bench.load import runs
 from bench.load.clients import Client, H2load, Node
-from bench.load.runs import SATURATED_PCT, Bench, Run
+from bench.load.clients import percentile as nearest_rank
+from bench.load.runs import Bench, Run
 from bench.load.servers import start_sidecar
-from bench.report import Options, Outcome, conclude, fmt, pct, table
+from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import (
     DOMAIN,
     KEY,
@@ -67,13 +65,14 @@ class Propagation:
     put_s: Sequence[float]  # the PUTs' own round trips
     histogram: Mapping[str, tuple[float, float]]  # node -> (count, sum) of its lag histogram
 
+    @property
+    def p99_s(self) -> float | None:
+        return percentile([lag for lags in self.lags_s.values() for lag in lags], 0.99)
+
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The `q` quantile (0..1) by the nearest-rank method; None without values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    """The `q` quantile (0..1), nearest rank; None without values."""
+    return nearest_rank(sorted(values), q * 100) if values else None
 
 
 def propagation_rows(result: Propagation) -> list[list[str]]:
@@ -90,19 +89,17 @@ def propagation_rows(result: Propagation) -> list[list[str]]:
 
 def propagation_table(result: Propagation) -> list[str]:
     header = ["node", "changes", "p50 ms", "p99 ms", "max ms", "histogram mean ms"]
-    p99 = percentile([lag for lags in result.lags_s.values() for lag in lags], 0.99)
     return [
         table(header, propagation_rows(result), left=1),
         f"PUT round trip p50 {fmt(_ms(percentile(result.put_s, 0.5)), 1)} ms; "
         f"missed (not applied within {WAIT_S:.0f} s): {result.missed}; "
-        f"p99 {fmt(_ms(p99), 1)} ms, target < {TARGET_P99_S * 1000:.0f} ms: "
+        f"p99 {fmt(_ms(result.p99_s), 1)} ms, target < {TARGET_P99_S * 1000:.0f} ms: "
         f"{'PASS' if propagation_met(result) else 'FAIL'}",
     ]
 
 
 def propagation_met(result: Propagation) -> bool:
-    every = [lag for lags in result.lags_s.values() for lag in lags]
-    p99 = percentile(every, 0.99)
+    p99 = result.p99_s
     return result.missed == 0 and p99 is not None and p99 < TARGET_P99_S
 
 
@@ -197,54 +194,13 @@ def loaded_values() -> list[str]:
 
 def measure_overhead(bench: Bench, workload: Workload, client: Client) -> list[Run]:
     """The sidecar without and with `LOADED` overrides, warmed up, alternating rounds."""
-    rules = rules_dir(bench.workdir)
     state = write_state(bench.workdir / "state", loaded_values())
-    max_keys = ("--max-keys", str(overhead.MAX_KEYS))
-    servers = []
-    try:
-        servers.append(start_sidecar(bench.workdir, bench.pinning, rules, *max_keys))
-        servers.append(
-            start_sidecar(
-                bench.workdir, bench.pinning, rules, *max_keys, "--state-dir", str(state),
-                name="with-10k",
-            )
-        )  # fmt: skip
-        plan = overhead.Plan(workload, (client,), judged=True)
-        for server in servers:
-            overhead.warm_up(bench, server, plan.clients[0], plan)
-            server.pause()
-        return runs.alternate(bench, servers, plan.clients, workload, ROUNDS)
-    finally:
-        for server in servers:
-            server.stop()
-
-
-def overhead_verdict(
-    measured: Sequence[Run], workload: str, client: str
-) -> tuple[str, bool | None]:
-    """The median over rounds of with-10k / none: RPS when both servers were CPU-bound, else RPS
-    per server CPU-second (as `bench overhead` judges); None (not judged) when other load
-    shared the server's core."""
-    mine = [r for r in measured if r.workload == workload and r.client == client]
-    pooled = {r.server: r for r in runs.rows(mine)}
-    if set(pooled) != {"sidecar", "with-10k"}:
-        return f"{workload} [{client}]: NOT MEASURED", None
-    saturated = min(r.cpu.server_pct for r in pooled.values()) >= SATURATED_PCT
-    value = (lambda r: r.rps) if saturated else (lambda r: r.per_cpu_second)
-    ratios = runs.ratios(mine, "with-10k", "sidecar", client, value)
-    ratio = runs.median(ratios)
-    passed = ratio is not None and ratio >= TARGET_RATIO
-    word = "PASS" if passed else "FAIL"
-    if any(r.cpu.noisy for r in pooled.values()):
-        word = f"INCONCLUSIVE (other load on the server CPU; would be {word})"
-    basis = "RPS" if saturated else "RPS per server CPU-second: not CPU-bound"
-    spread = f"; per round {min(ratios):.1%} .. {max(ratios):.1%}" if ratios else ""
-    text = f"{workload} [{client}]: with {LOADED:,} overrides / none = {pct(ratio)} ({basis}"
-    verdict = passed if word in ("PASS", "FAIL") else None
-    return (
-        f"{text}; median of {len(ratios)} rounds{spread}; target >= {TARGET_RATIO:.0%}: {word})",
-        verdict,
-    )
+    flags = ("--max-keys", str(overhead.MAX_KEYS))
+    start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir), *flags)
+    starters = [start, partial(start, "--state-dir", str(state), name="with-10k")]
+    plan = overhead.Plan(workload, (client,), judged=True)
+    warm = partial(overhead.warm_up, bench, client=client, plan=plan)
+    return runs.side_by_side(bench, starters, plan.clients, workload, ROUNDS, warm=warm)
 
 
 def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrides:
@@ -270,12 +226,15 @@ def run(options: Options) -> Outcome:
         for workload, client in plans:
             if client.unavailable() is None:
                 measured += measure_overhead(bench, workload, client)
+        found = [
+            compare.compare(measured, "with-10k", "sidecar", w.name, c.name, by_cpu=True)
+            for w, c in plans
+            if c.unavailable() is None
+        ]
         lines += runs.render(bench, measured, ROUNDS)
-        for workload, client in plans:
-            if client.unavailable() is None:
-                text, passed = overhead_verdict(measured, workload.name, client.name)
-                lines.append(text)
-                verdicts.append(passed)
-        document = dict(runs.document(bench, measured, ROUNDS))
+        lines += ["", compare.comparison_table(found, TARGET_RATIO)]
+        verdicts += [c.passed(TARGET_RATIO) for c in found]
+        document = runs.document(bench, measured, ROUNDS)
+    document["comparisons"] = [compare.as_json(c) for c in found]
     document["propagation"] = asdict(propagation)
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

@@ -1,5 +1,6 @@
-"""What every section shares to report: its options and outcome, plain-text tables, and one JSON
-document per section under bench/results/, with a description of the machine it ran on."""
+"""What every section shares to report: options, outcome, tables, and
+bench/results/<section>.json with the machine it ran on.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,14 @@
 """End to end, Envoy's Rate Limit Quota Service against the other ways through Envoy (issue #17).
 
-Four stacks, each an Envoy (`--concurrency 1`) and, but for (a), its own rate limit service:
-(a) plain: no rate limit filter; (b) rlqs-allow-all: the `rate_limit_quota` filter and
-`bench.services rlqs-allow`, a server answering ALLOW_ALL, the ceiling of the filter;
-(c) rlqs-sidecar: the same filter against the sidecar, with real assignments of a rule no run
-can reach; (d) rls-sidecar: the `ratelimit` filter calling the sidecar's ShouldRateLimit on
-every request. wrk (HTTP/1.1, one wrk per stack, `x-api-key: bench`) loads all four AT ONCE,
-every Envoy and service pinned to one core and the wrks to the other: on this shared, noisy
-machine that gives steadier ratios than alternating runs, since a slowdown hits every stack of
-a round alike. A stack's capacity is what it serves per second of its own CPU (bench/
-rlqs_table.py); the sidecar's CPU per 1,000 requests is reported for (c) and (d).
+Four stacks (rlqs_table.ABOUT), each an Envoy (`--concurrency 1`) and but for the plain one its
+own service. One wrk per stack loads all four AT ONCE, every Envoy and service pinned to one core
+and the wrks to the other: on a noisy machine that gives steadier ratios than alternating runs,
+since a slowdown hits every stack of a round alike. A stack's capacity is what it serves per
+second of its own CPU (rlqs_table.py).
 
-A run is valid when wrk saw only 2xx and no socket errors, (d)'s Envoy counted no failed or
-fail-open rate limit calls, and (b) and (c) hold their RLQS stream open.
-Target: (c) serves at least 95 % of (b) per core.
+A run is valid when wrk saw only 2xx and no socket errors, the RLS stack's Envoy counted no
+failed or fail-open calls, and the RLQS stacks hold their stream open. Target: rlqs-sidecar
+serves at least 95 % of rlqs-allow-all per core.
 """
 
 from __future__ import annotations
@@ -169,19 +164,9 @@ def measure_round(bench: Bench, stacks: Sequence[Stack], wrk: Wrk, round_no: int
     other = max(0.0, (busy1 - busy0) / cpu.CLOCK_TICKS - sum(e + s for e, s in used)) / wall
     samples = []
     for stack, raw, (envoy_s, service_s) in zip(stacks, raws, used, strict=True):
-        samples.append(
-            Sample(
-                stack=stack.name,
-                round_no=round_no,
-                requests=raw.requests,
-                seconds=raw.duration_s or seconds,
-                envoy_cpu=envoy_s / wall,
-                service_cpu=service_s / wall,
-                errors=raw.errors,
-                first_error=raw.first_error,
-                other_cpu=other,
-            )
-        )
+        cpu_shares = (envoy_s / wall, service_s / wall)
+        measured = (raw.requests, raw.duration_s or seconds, *cpu_shares)
+        samples.append(Sample(stack.name, round_no, *measured, raw.errors, raw.first_error, other))
     return samples
 
 

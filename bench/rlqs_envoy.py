@@ -1,11 +1,9 @@
-"""The Envoy bootstraps of `bench rlqs`: one route to a stand-in backend, with no rate limit
-filter, with the `rate_limit_quota` filter (RLQS), or with the `ratelimit` filter (RLS).
+"""The Envoy bootstraps of `bench rlqs`: one route to a stand-in backend, without a rate limit
+filter, with `rate_limit_quota` (RLQS), or with `ratelimit` (RLS).
 
-Every stack serves the same request the same way (the front listener forwards to a second
-listener of the same Envoy that answers 200, as envoy/envoy.yaml.tmpl does), so the filter is
-the only difference. Written as JSON, which Envoy reads as YAML. The RLQS filter follows the
-bootstrap Envoy 1.40 accepts (../shared/envoy/rlqs-filter-example.yaml): one bucket per API
-key, `{api_key: <x-api-key>}`, the id the sidecar matches as the descriptor entry `api_key`.
+The backend is a second listener of the same Envoy answering 200, so the filter is the only
+difference. The RLQS filter follows what Envoy 1.40 accepts: one bucket per API key, `{api_key:
+<x-api-key>}`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""`bench rlqs`'s numbers: per stack and round, pooled rows, ratios between stacks, the table.
+"""`bench rlqs`'s numbers (pure: samples in, rows and text out).
 
-Pure: samples in, rows and text out (tests/unit/bench/test_rlqs_table.py).
-
-Every stack is loaded at the same time on one pinned core, so a stack's RPS is its share of
-that core, not its capacity; what a stack serves per second of its own CPU (`per_core`: RPS
-divided by the core share its Envoy and service used) is its capacity on a core of its own,
-and drift in the machine's speed hits every stack of a round alike. Ratios are per round,
-then the median over rounds, with the range beside it.
+All stacks share one pinned core, so a stack's RPS is its share of it; `per_core` (RPS over the
+core share its Envoy and service used) is its capacity on a core of its own. Ratios are per
+round, then the median with the range.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Strict rules against the per-request-Redis baseline, on the same stack and the same Redis.
 
-The baseline is `bench per-request-redis`'s `limits` service: per descriptor one `limits`
-async-Redis call (the fixed window's INCRBY + EXPIRE). Each sidecar runs the bench rule with
-`consistency: strict` (and `on_store_failure: deny`, so that a failed check cannot pass for a
-decision) for one algorithm, with `--redis-url`: every request waits for one `strict.lua` call.
-Servers run on the server core, one at a time, in alternating rounds of hot-10 with h2load;
-Redis runs on the load generators' core, as in `per-request-redis`. Each sidecar's strict check
-results are read from its /metrics around every run: a failed or breaker-refused check is
-counted as a failed request.
+The baseline is `bench per-request-redis`'s `limits` service (per descriptor one INCRBY + EXPIRE
+call). Each sidecar runs the bench rule strict (`on_store_failure: deny`, so a failed check
+cannot pass for a decision) for one algorithm: every request waits for one `strict.lua` call.
+Hot-10 with h2load in alternating rounds; Redis on the load generators' core. A failed or
+breaker-refused strict check (from /metrics) counts as a failed request.
 
-Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medians over
-rounds of the ratios within a round).
+Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medians over rounds).
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import redis
@@ -31,7 +28,7 @@ from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, local_address, sidecar_args
 from bench.per_request_redis import pin
 from bench.report import Options, Outcome, conclude, fmt
-from bench.workload import Workload, hot_10, rules_dir, rules_yaml
+from bench.workload import hot_10, rules_dir, rules_yaml
 from harness.redis_servers import ServerGroup
 from ratelimit_sidecar.config.model import AlgorithmName
 
@@ -129,21 +126,20 @@ def undecided(row: Run) -> int:
 def measure(
     bench: Bench, redis_url: str, chosen: Sequence[AlgorithmName], rounds: int
 ) -> list[Run]:
-    work: Workload = hot_10()
-    h2load = H2load()
+    work, h2load = hot_10(), H2load()
     client = redis.Redis.from_url(redis_url)
-    servers = [start_baseline(bench, redis_url, client)]
+
+    def sidecar(algorithm: AlgorithmName) -> RedisClientServer:
+        server = StrictSidecar(bench, algorithm, redis_url, client)
+        server.wait_ready()
+        return server
+
+    starters = [partial(start_baseline, bench, redis_url, client)]
+    starters += [partial(sidecar, algorithm) for algorithm in chosen]
+    warm = partial(runs.warm_up, bench, client=h2load, workload=work, seconds=WARM_UP_S)
     try:
-        for algorithm in chosen:
-            servers.append(StrictSidecar(bench, algorithm, redis_url, client))
-            servers[-1].wait_ready()
-        for server in servers:
-            runs.warm_up(bench, server, h2load, work, WARM_UP_S)
-            server.pause()
-        return runs.alternate(bench, servers, [h2load], work, rounds)
+        return runs.side_by_side(bench, starters, [h2load], work, rounds, warm=warm)
     finally:
-        for server in servers:
-            server.stop()
         client.close()
 
 
@@ -185,7 +181,7 @@ def run(options: Options) -> Outcome:
     )
     lines += ["", compare.comparison_table(found, TARGET_RATIO, p99_no_worse=True), LEGEND]
     lines += [f"  not measured: {s}" for s in skipped]
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    document = runs.document(bench, measured, rounds, skipped)
     document["comparisons"] = [compare.as_json(c) for c in found]
     verdicts = [c.passed(TARGET_RATIO, p99_no_worse=True) for c in found]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

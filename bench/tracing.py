@@ -1,16 +1,14 @@
-"""What tracing costs on the request path: the sidecar without tracing, and with `--tracing`
-at sampling ratios 0.01 and 1, each on one pinned core, side by side in the same rounds (hot-10,
-h2load), exporting to an OTLP receiver in this process. Without tracing the request path is the
-untraced one (the traced method exists only with `--tracing`); the figures show the rest.
+"""What tracing costs the request path: the sidecar untraced, and with `--tracing` at ratios 0.01
+and 1, side by side (hot-10, h2load), exporting to an in-process OTLP receiver.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from bench.load import runs
 from bench.load.clients import H2load, LoadShape
-from bench.load.runs import Run
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude
 from bench.workload import hot_10, rules_dir
@@ -26,25 +24,15 @@ def run(options: Options) -> Outcome:
     started = time.monotonic()
     rounds = options.rounds or ROUNDS
     print(f"[{NAME}] the sidecar without tracing, and traced at ratios {', '.join(RATIOS)}")
-    measured: list[Run] = []
     with OtlpReceiver() as receiver, runs.session(SHAPE, 60.0) as bench:
-        rules, servers = rules_dir(bench.workdir), []
-        try:
-            servers.append(start_sidecar(bench.workdir, bench.pinning, rules))
-            for ratio in RATIOS:
-                flags = ("--tracing", "--tracing-endpoint", receiver.grpc_endpoint,
-                         "--tracing-sampling-ratio", ratio)  # fmt: skip
-                name = f"traced-{ratio}"
-                servers.append(
-                    start_sidecar(bench.workdir, bench.pinning, rules, *flags, name=name)
-                )
-            for server in servers:
-                runs.warm_up(bench, server, H2load(), hot_10(), 2.0)
-                server.pause()
-            measured = runs.alternate(bench, servers, (H2load(),), hot_10(), rounds)
-        finally:
-            for server in servers:
-                server.stop()
+        start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
+        starters = [start] + [
+            partial(start, "--tracing", "--tracing-endpoint", receiver.grpc_endpoint,
+                    "--tracing-sampling-ratio", ratio, name=f"traced-{ratio}")
+            for ratio in RATIOS
+        ]  # fmt: skip
+        warm = partial(runs.warm_up, bench, client=H2load(), workload=hot_10(), seconds=2.0)
+        measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), rounds, warm=warm)
         spans = len(receiver.spans)
     lines = runs.render(bench, measured, rounds, [], LEGEND)
     lines.append(f"spans received by the OTLP receiver: {spans:,}")

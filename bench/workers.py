@@ -1,16 +1,10 @@
 """What `--workers 2` gives over `--workers 1` on this machine, and what the metrics cost.
 
-The real CLI (`python -m ratelimit_sidecar serve --workers N`, local-only, the bench rule) under
-h2load's hot-10 load over 20 connections: the kernel's SO_REUSEPORT hashing spreads connections,
-not requests, so each worker's own /metrics tells the split it actually served.
-
-Nothing is pinned: 2 workers need both cores, so the 1-worker sidecar gets both too, and the
-load generator shares them with the workers: on 2 cores that sharing caps the speed-up, and the
-report says how much CPU h2load took. Both fleets run side by side, the idle one stopped.
-
-The metrics' cost per request is timed in-process (`metrics_added_us`: what the servicer's
-timing and the decision counters add, against a plain no-op call) and set against the CPU time
-per request of 1 worker under load. No target: reported only.
+The real CLI (local-only, the bench rule) under h2load's hot-10 over 20 connections: SO_REUSEPORT
+spreads connections, not requests, so each worker's /metrics tells the split it served. Unpinned:
+2 workers need both cores, so the load generator shares them (the report says how much it took).
+The metrics' cost per request is timed in-process against 1 worker's CPU time per request. No
+target.
 """
 
 from __future__ import annotations
@@ -115,18 +109,16 @@ def split(row: Run) -> str:
 
 
 def measure(bench: Bench, clients: list[Client], rounds: int) -> list[Run]:
-    fleets: list[Fleet] = []
     rules, work = rules_dir(bench.workdir), hot_10()
-    try:
-        for count in WORKER_COUNTS:
-            fleets.append(Fleet(count, rules, bench.workdir, bench.pinning))
-            fleets[-1].wait_ready()
-            runs.warm_up(bench, fleets[-1], clients[0], work, WARM_UP_S)
-            fleets[-1].pause()
-        return runs.alternate(bench, fleets, clients, work, rounds)
-    finally:
-        for fleet in fleets:
-            fleet.stop()
+
+    def start(count: int) -> Fleet:
+        fleet = Fleet(count, rules, bench.workdir, bench.pinning)
+        fleet.wait_ready()
+        return fleet
+
+    starters = [partial(start, count) for count in WORKER_COUNTS]
+    warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
+    return runs.side_by_side(bench, starters, clients, work, rounds, warm=warm)
 
 
 def metrics_added_us() -> float:
@@ -180,8 +172,8 @@ def run(options: Options) -> Outcome:
     shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
     with runs.session(shape, RETRY_BUDGET_S, pin=False) as bench:
         measured = measure(bench, clients, rounds) if clients else []
-    lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND)
-    lines += [f"  not measured: {s}" for s in skipped] + summary(measured, added)
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
+    lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND, skipped=skipped)
+    lines += summary(measured, added)
+    document = runs.document(bench, measured, rounds, skipped)
     document["metrics_added_us"] = added
     return conclude(options, NAME, started, lines, document)

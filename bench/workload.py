@@ -1,5 +1,6 @@
-"""What the benchmarks send: the bench rule, ShouldRateLimit request bodies, and the limiter and
-handler that the in-process measurements decide with."""
+"""What the benchmarks send (the bench rule, ShouldRateLimit bodies), and the limiter and handler
+in-process measurements decide with.
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,12 @@
 """Rules from xDS (issue #27): how fast a push reaches a fleet, and how often a sidecar knocks
 while its control plane is down.
 
-* propagation: three sidecar processes on one ADS server (harness/xds_server.py); `PUSHES`
-  pushes, each a new limit. For each, the time from `push` until every node answers the new
-  limit (polled with ShouldRateLimit, so an upper bound including that round trip). Target:
-  p99 under 1 s.
-* reconnects: one sidecar with the default backoff (`--config-xds-retry-s` 3 s doubling to
-  `--config-xds-retry-max-s` 60 s, each delay jittered in its upper half); the control plane is
-  stopped and the sidecar's `xds_connect_attempts_total` read every minute for `DOWN_S`
-  seconds (`--duration` overrides). Target: no busy loop, at most `MAX_FIRST_MINUTE` attempts
-  in the first minute and `MAX_LATER_MINUTE` in each one after; and the sidecar answered from
-  its last rules all along.
+- propagation: three sidecars on one ADS server; `PUSHES` pushes, each timed until every node
+  answers the new limit (polled: an upper bound). Target: p99 under 1 s.
+- reconnects: one sidecar with the default backoff (3 s doubling to 60 s, jittered in its upper
+  half); the control plane stopped, `xds_connect_attempts_total` read every minute for `DOWN_S`
+  (`--duration`). Target: at most `MAX_FIRST_MINUTE` attempts in the first minute and
+  `MAX_LATER_MINUTE` after, answering from its last rules all along.
 """
 
 from __future__ import annotations

@@ -67,9 +67,9 @@ on one gateway gets all 10; B hears A's count from Redis and admits what is left
   {_burst(b)}
 
 Gateway C counts against the same limit without a call per request: its first request
-reports at once, the answer is its share of what is left (Envoy reports usage every 5 s):
+reports at once, the answer is its share of what is left; Envoy reports the rest every 5 s:
   {_burst(c, key="k5", count=12)}
-  sleep 2
+  sleep 6
   {_burst(a, key="k5")}
 
 See the 429 with Retry-After, x-ratelimit-* headers and the JSON body:

@@ -1,6 +1,7 @@
-"""The load generators: h2load and bench/grpc_load.js (Node http2) send gRPC ShouldRateLimit,
-wrk sends HTTP/1.1 through Envoy. Each runs as its own processes; a run reports the requests
-answered inside its measured window, their latencies, and the failures."""
+"""The load generators, each as its own processes: h2load and bench/grpc_load.js (Node http2)
+send gRPC ShouldRateLimit, wrk HTTP/1.1 through Envoy. A run reports the requests answered in its
+window, their latencies and the failures.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class LoadShape:
     streams: int
     settle_s: float
     duration_s: float
+    rps: int = 0  # paced at this many requests per second in all (h2load only); 0: closed loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,8 @@ class H2load(Client):
             log.unlink(missing_ok=True)
             argv = [*prefix, "h2load", "-t", "1", "-c", str(per_body), "-m", str(shape.streams)]
             argv += ["-D", f"{round(shape.duration_s * 1000)}ms"]
+            if shape.rps:
+                argv += ["--rps", str(max(1, shape.rps // shape.connections))]
             if shape.settle_s > 0:
                 argv += ["--warm-up-time", f"{round(shape.settle_s * 1000)}ms"]
             argv += ["-d", str(body), "--log-file", str(log)]

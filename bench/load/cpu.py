@@ -1,10 +1,8 @@
 """CPU pinning, and who used which CPU during a load run (from /proc).
 
-With two or more CPUs the servers get one and the load generators (and this process) another, so
-a server's CPU time is its own. A snapshot at each end of the measured window gives each
-process's CPU time and each CPU's busy time; busy time beyond our own processes is interference
-(other work on a shared machine, or the hypervisor's steal). A run with more than
-NOISE_LIMIT_PCT of it on the server CPU is "noisy". Unpinned, every process shares every CPU.
+Servers get one CPU, the load generators and this process another. Busy time beyond our own
+processes is interference; over NOISE_LIMIT_PCT on the server CPU a run is "noisy". Unpinned,
+every process shares every CPU.
 """
 
 from __future__ import annotations

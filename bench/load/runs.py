@@ -1,11 +1,9 @@
 """Measuring servers under load, the one way every load section does it.
 
-A timed run: the load generator's correctness check, then load, with CPU use sampled inside the
-measured window (clear of its start and end). A run with other work on the server CPU is
-repeated once while the section's retry time lasts, and the least disturbed attempt is kept.
-Servers run side by side, the ones not measured stopped (SIGSTOP), in rounds whose order
-alternates (A B, then B A, ...), so drift in the machine's speed hits all of them alike; a
-comparison is the median over rounds of the ratio of two servers measured in the same round.
+A run: the load generator's correctness check, then load, CPU sampled inside the measured window.
+A run with other work on the server CPU is repeated once while retry time lasts (the least
+disturbed kept). Servers run side by side, the others stopped, in rounds of alternating order so
+machine drift hits all alike; a comparison is the median over rounds of the ratio within a round.
 """
 
 from __future__ import annotations
@@ -14,11 +12,11 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from bench.load import cpu
 from bench.load.clients import Client, Latency, LoadShape, summarize
@@ -47,6 +45,11 @@ class Server(Protocol):
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Server)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +215,28 @@ def alternate(
     return runs
 
 
+def side_by_side(
+    bench: Bench,
+    starters: Sequence[Callable[[], S]],
+    clients: Sequence[Client],
+    workload: Workload,
+    rounds: int,
+    *,
+    warm: Callable[[S], object],
+) -> list[Run]:
+    """Each server started, warmed up (`warm`) and paused, then `alternate`; all stopped after."""
+    servers: list[S] = []
+    try:
+        for start in starters:
+            servers.append(start())
+            warm(servers[-1])
+            servers[-1].pause()
+        return alternate(bench, servers, clients, workload, rounds)
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def pool(runs: Sequence[Run]) -> Run:
     """Requests and CPU over every run; latency percentiles over every request, or (a client
     that reports percentiles only) the median of the runs' percentiles."""
@@ -322,6 +347,8 @@ def render(
     rounds: int,
     extra: Sequence[Column] = (),
     legend: str = "",
+    *,
+    skipped: Sequence[str] = (),
 ) -> list[str]:
     """The load, then the pooled rows as a table with the section's extra columns, the legend,
     and the notes."""
@@ -335,7 +362,8 @@ def render(
         table(header, body),
         LEGEND + (f"\n{legend}" if legend else ""),
     ]
-    return lines + [f"  note: {n}" for row in pooled for n in notes(bench, row)]
+    lines += [f"  note: {n}" for row in pooled for n in notes(bench, row)]
+    return lines + [f"  not measured: {s}" for s in skipped]
 
 
 def run_json(run: Run) -> dict[str, Any]:
@@ -343,9 +371,12 @@ def run_json(run: Run) -> dict[str, Any]:
     return {**fields, "rps": run.rps, "cpu_us_per_request": run.cpu_us(), "noisy": run.cpu.noisy}
 
 
-def document(bench: Bench, runs: Sequence[Run], rounds: int) -> Mapping[str, Any]:
+def document(
+    bench: Bench, runs: Sequence[Run], rounds: int, skipped: Sequence[str] = ()
+) -> dict[str, Any]:
     """The load part of a section's results: the setup, the pooled rows and every run."""
     return {
+        "skipped": list(skipped),
         "pinning": bench.pinning.describe(),
         "shape": asdict(bench.shape),
         "rounds": rounds,

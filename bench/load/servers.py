@@ -1,5 +1,6 @@
-"""The servers under load: the sidecar CLI and the comparison services of bench/services.py, each
-a subprocess on the server CPUs, stopped (SIGSTOP) while another server is measured."""
+"""The servers under load: the sidecar CLI and bench/services.py's services, each a subprocess on
+the server CPUs, stopped while another is measured.
+"""
 
 from __future__ import annotations
 

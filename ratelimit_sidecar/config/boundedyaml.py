@@ -1,13 +1,9 @@
 """Composing a YAML node tree while counting what walking it will cost.
 
-An alias makes the composed graph share a node, but everything that reads the tree afterwards
-(the rule loader, merge keys) walks it as if the node were written out again at the alias. So
-each node composed counts 1, and each alias counts the whole node it repeats, expanded: the
-running count is then exactly the number of nodes a full walk visits. Ten levels of ten aliases
-each (a "billion laughs" of under a kilobyte) pass any limit within a few hundred nodes composed,
-and the refusal names the alias where the count passed it. An alias inside the node it refers
-to (a cycle, which would make the walk endless) and nesting deeper than `MAX_YAML_DEPTH` are
-refused the same way.
+Readers walk an alias as if its node were written out again, so each alias counts the whole node
+it repeats: the count is what a full walk visits, and a "billion laughs" passes any limit within
+a few hundred nodes, refused at the alias. A cycle (an alias inside its own node) and nesting
+deeper than `MAX_YAML_DEPTH` are refused too.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ from .limits import MAX_YAML_DEPTH, LimitExceeded, Pacer, option
 
 
 class LineMark(Mark):
-    """Where a node starts, in a third of the memory of the `Mark` it replaces: a composed tree
-    keeps one per node, and nothing reads its end or quotes the source around it."""
+    """A third of the memory of a `Mark`: a tree keeps one per node, and only the start is read."""
 
     __slots__ = ("column", "line", "name")
 
@@ -35,8 +30,6 @@ class LineMark(Mark):
 
 
 class BoundedLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` whose composition stops at `max_nodes` expanded nodes."""
-
     def __init__(self, data: bytes, file: str, max_nodes: int, pacer: Pacer) -> None:
         super().__init__(data)
         self._file, self._max_nodes, self._pacer = file, max_nodes, pacer
@@ -91,7 +84,7 @@ class BoundedLoader(yaml.SafeLoader):
 
 
 def compose(data: bytes, file: str, max_nodes: int, pacer: Pacer) -> Node | None:
-    """The node tree of one YAML document; `LimitExceeded` past a bound, YAMLError if invalid."""
+    """`LimitExceeded` past a bound, YAMLError if invalid."""
     loader = BoundedLoader(data, file, max_nodes, pacer)
     try:
         return loader.get_single_node()

@@ -1,14 +1,9 @@
-"""An RLQS bucket id (a map of key to value) matched against a domain's rule tree.
+"""An RLQS bucket id (a map, without order) matched against a domain's rule tree.
 
-A ShouldRateLimit descriptor is a list: its entries are walked one tree level each, in order.
-A bucket id is a map, without an order, so the tree gives it one: at each level the entry whose
-key (and value) leads to a child of the node reached so far is taken next, until every entry is
-used. The entries then stand in the order a descriptor matching the same rule has, which makes
-the counter's key (domain, key1, value1, ...) the one a ShouldRateLimit gateway sending the same
-entries counts under. An id whose entries cannot all be used that way matches no rule.
-
-Where several entries lead somewhere at one level (a tree whose levels share keys), they are
-tried in key order and the first that uses every entry wins; the work is bounded.
+At each level the entry leading to a child is taken next, until every entry is used: they then
+stand in the order a matching descriptor has, so the counter key is the one a ShouldRateLimit
+gateway sending the same entries counts under. Where several entries lead somewhere (levels
+sharing keys), they are tried in key order, the work bounded.
 """
 
 from __future__ import annotations
@@ -22,8 +17,7 @@ MAX_STEPS = 10_000  # tree nodes visited for one id: a tree sharing keys across 
 
 
 def match_bucket(domain: Domain, bucket: Mapping[str, str]) -> tuple[Rule | None, Entries]:
-    """The rule a bucket id ends on, and its entries in the tree's order; for an id that
-    matches no rule, None and the entries in key order."""
+    """The rule and the entries in the tree's order; no match: None and key order."""
     steps = [0]
     found = _walk(domain.root, dict(bucket), steps)
     if found is None:
@@ -35,7 +29,6 @@ def match_bucket(domain: Domain, bucket: Mapping[str, str]) -> tuple[Rule | None
 def _walk(
     node: DescriptorNode, left: dict[str, str], steps: list[int]
 ) -> tuple[DescriptorNode, Entries] | None:
-    """The node reached by using every entry of `left` below `node`, and the order used."""
     if not left:
         return node, []
     for key in sorted(left):

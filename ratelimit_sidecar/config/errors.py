@@ -1,8 +1,4 @@
-"""Configuration errors that say exactly where the operator has to look.
-
-A `Problem` renders as `file:line: key: message` so editors and CI logs can jump to it; the key
-convention is described in `ratelimit_sidecar.config.loader`.
-"""
+"""Configuration errors that say exactly where to look: `file:line: key: message`."""
 
 from __future__ import annotations
 
@@ -12,8 +8,6 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One thing wrong with one place of one rule file."""
-
     file: str
     line: int  # 1-based; 0 when the file itself could not be read
     key: str
@@ -24,7 +18,7 @@ class Problem:
 
 
 class ConfigError(Exception):
-    """Every problem found while loading a rule set; the config is rejected as a whole."""
+    """Every problem found; the config is rejected as a whole."""
 
     def __init__(self, problems: Iterable[Problem]) -> None:
         self.problems: list[Problem] = list(problems)

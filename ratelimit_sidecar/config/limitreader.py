@@ -1,14 +1,11 @@
 """Read one descriptor's `rate_limit` (or `rate_limits`) mapping into `RateLimit`s.
 
-Keys of a `rate_limit` (the reference's, plus this product's extensions marked *):
-    unit, requests_per_unit, unlimited, name, replaces,
-    unit_multiplier*, spans*, cooldown*, algorithm*, burst*, consistency*, on_store_failure*,
-    penalty* (penaltyreader.py)
-(`cooldown` is a duration, or `window_end`: a fixed window's block ends with its window.)
-A descriptor may carry `rate_limits*` instead: a list of such mappings, every one of which must
-admit a request. Combinations that cannot work are reported where they are written: `burst`
-on anything but a token bucket, `on_store_failure` on an eventual rule, an eventual
-`sliding_log` when counts are shared through a store (a log cannot be merged from span totals).
+Keys (the reference's, plus extensions marked *): unit, requests_per_unit, unlimited, name,
+replaces, unit_multiplier*, spans*, cooldown* (a duration or `window_end`), algorithm*, burst*,
+consistency*, on_store_failure*, penalty* (penaltyreader.py). `rate_limits*` is a list of such
+mappings, every one of which must admit. Combinations that cannot work are reported where
+written: `burst` off a token bucket, `on_store_failure` on an eventual rule, an eventual
+`sliding_log` with a shared store (a log is not a sum of span totals).
 """
 
 from __future__ import annotations
@@ -17,14 +14,7 @@ from typing import NamedTuple
 
 from yaml.nodes import Node, ScalarNode, SequenceNode
 
-from .model import (
-    MIN_SPAN_MS,
-    AlgorithmName,
-    RateLimit,
-    RuleDefaults,
-    StoreFailure,
-    Unit,
-)
+from .model import MIN_SPAN_MS, AlgorithmName, RateLimit, RuleDefaults, StoreFailure, Unit
 from .penaltyreader import DURATION_FORMS, PenaltyReader, duration_ms
 from .yamlnodes import is_null, join_path, shown
 
@@ -46,9 +36,7 @@ RATE_LIMIT_KEYS = (
 REPLACES_KEYS = ("name",)
 MAX_REQUESTS_PER_UNIT = 2**32 - 1  # the reference reads it into a uint32
 MAX_LOG_REQUESTS = 100_000  # a sliding log keeps one time per admitted request and key
-# Every key holds `spans` + 1 counts on every node and a push reads `spans` span counters, so
-# both bounds keep one rule from costing memory and Redis time without end: an hour in seconds,
-# a year with a leap day.
+# Bound each key's spans + 1 counts and a push's span reads: an hour in seconds; a leap year.
 MAX_SPANS = 3600
 MAX_WINDOW_DAYS = 366
 MAX_WINDOW_MS = MAX_WINDOW_DAYS * 86_400_000
@@ -62,8 +50,6 @@ _COUNTING_EXTRA = ("burst", "consistency", "on_store_failure", "penalty")
 
 
 class ParsedLimits(NamedTuple):
-    """A descriptor's limits: none, one (`rate_limit`) or several (`rate_limits`)."""
-
     limits: tuple[RateLimit, ...]
     unlimited: bool
     replaces: tuple[str, ...]
@@ -73,8 +59,6 @@ NO_LIMITS = ParsedLimits((), False, ())
 
 
 class _Counting(NamedTuple):
-    """The extension keys of one `rate_limit`, checked against each other."""
-
     algorithm: AlgorithmName
     burst: int
     strict: bool
@@ -82,12 +66,10 @@ class _Counting(NamedTuple):
 
 
 class LimitReader(PenaltyReader):
-    """The `rate_limit` part of a rule file reader."""
-
     defaults: RuleDefaults
 
     def limits(self, fields: dict[str, Node], path: str) -> ParsedLimits:
-        """`rate_limit` or `rate_limits` of one descriptor's `fields` (never both)."""
+        """`rate_limit` or `rate_limits` (never both)."""
         one, several = fields.get("rate_limit"), fields.get("rate_limits")
         if several is None or is_null(several):
             return self.rate_limit(one, join_path(path, "rate_limit"))
@@ -154,8 +136,7 @@ class LimitReader(PenaltyReader):
         return ParsedLimits((limit,), False, replaces)
 
     def check_limit(self, limit: RateLimit, fields: dict[str, Node], node: Node, path: str) -> None:
-        """What only the whole limit can tell: a window too long, spans too short, a log too
-        long."""
+        """What only the whole limit can tell: window too long, spans too short, log too long."""
         if limit.window_ms > MAX_WINDOW_MS:
             message = (
                 f"window of {limit.window_ms // 86_400_000} days (unit x unit_multiplier) is"
@@ -206,7 +187,6 @@ class LimitReader(PenaltyReader):
         return found
 
     def consistency(self, node: Node | None, key: str) -> bool:
-        """True for `strict`."""
         if node is None:
             return False
         text = self.text(node, key).strip().lower()
@@ -240,7 +220,6 @@ class LimitReader(PenaltyReader):
         return unit
 
     def window_end(self, node: Node | None, key: str, algorithm: AlgorithmName) -> bool:
-        """`cooldown: window_end`: blocked until the window ends, as in the reference."""
         if not (isinstance(node, ScalarNode) and node.value == WINDOW_END):
             return False
         if algorithm is not AlgorithmName.FIXED_WINDOW:

@@ -1,13 +1,9 @@
-"""Bounds on what loading a rule set may cost, so a hostile or huge file is refused, not chewed on.
+"""Bounds on what loading a rule set may cost, so a hostile or huge file is refused, not chewed
+on.
 
-Each bound is checked as early as it can be: sizes with `stat` before a file is read (and again
-while reading, in case the file grew), YAML nodes while the file is composed (an alias counts as
-the whole node it repeats, so a "billion laughs" file is refused after a few hundred nodes), and
-descriptors while the tree is built. A refusal is one `Problem` naming the file, the line where
-the count passed the bound, the bound and the option that raises it.
-
-The field names are those of the `Settings` options (`--max-rule-file-bytes`, ...), which take
-their defaults from `DEFAULT_LIMITS`.
+Each is checked as early as it can be: sizes by `stat` before reading (and while reading: the
+file may grow), YAML nodes while composing (an alias counts its whole node), descriptors while
+building. The field names are the `Settings` options' (`--max-rule-file-bytes`, ...).
 """
 
 from __future__ import annotations
@@ -23,18 +19,14 @@ from pathlib import Path
 from .errors import Problem
 
 MIB = 1024 * 1024
-# Deeper YAML than this is refused: the composer and the tree builder recurse once per level,
-# and real rule files nest a handful of descriptor levels (two YAML levels each).
+# The composer and tree builder recurse per level; real files nest a handful of levels.
 MAX_YAML_DEPTH = 100
-# A long load runs beside the request path in one interpreter: it pauses this often so the
-# threads answering requests never wait for it longer than the interpreter's switch interval.
+# A load beside the request path pauses this often (see `Pacer`).
 PAUSE_EVERY_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigLimits:
-    """The bounds one load of a rule file or directory must stay within."""
-
     max_rule_file_bytes: int = 4 * MIB
     max_rule_dir_bytes: int = 16 * MIB
     max_rule_descriptors: int = 100_000
@@ -42,7 +34,7 @@ class ConfigLimits:
 
     @classmethod
     def of(cls, source: object) -> ConfigLimits:
-        """The limits read from `source`'s attributes of the same names (e.g. `Settings`)."""
+        """From `source`'s attributes of the same names (e.g. `Settings`)."""
         return cls(**{spec.name: getattr(source, spec.name) for spec in fields(cls)})
 
 
@@ -51,13 +43,10 @@ LIMIT_NAMES = tuple(spec.name for spec in fields(ConfigLimits))
 
 
 def option(name: str) -> str:
-    """How an operator raises the limit `name`: its command line flag and environment variable."""
     return f"--{name.replace('_', '-')} / RLS_{name.upper()}"
 
 
 class LimitExceeded(Exception):
-    """A bound was passed: loading stops at once, reporting `problem`."""
-
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         super().__init__(str(problem))
@@ -72,8 +61,8 @@ def too_big(file: Path, size: int, limit: int) -> Problem:
 
 
 def read_bounded(file: Path, limit: int) -> bytes:
-    """The file's bytes; `LimitExceeded` as soon as it holds more than `limit` (stat first, then
-    a read of at most `limit + 1` bytes, so a file that grows or never ends is refused too)."""
+    """`LimitExceeded` past `limit` (stat, then a read of at most `limit + 1`: a growing file
+    too)."""
     size = file.stat().st_size
     if size > limit:
         raise LimitExceeded(too_big(file, size, limit))
@@ -85,7 +74,6 @@ def read_bounded(file: Path, limit: int) -> bytes:
 
 
 def check_total_size(directory: Path, files: list[Path], limit: int) -> None:
-    """`LimitExceeded` when the rule files of `directory` add up to more than `limit` bytes."""
     total = 0
     for file in files:
         try:
@@ -101,7 +89,7 @@ def check_total_size(directory: Path, files: list[Path], limit: int) -> None:
 
 
 class LoadStopped(Exception):
-    """The load was given up on (`stopped` said so at a pause); nothing was loaded."""
+    """The load was given up on; nothing was loaded."""
 
 
 def never_stopped() -> bool:
@@ -109,13 +97,9 @@ def never_stopped() -> bool:
 
 
 class Pacer:
-    """Pauses the loading thread about every `PAUSE_EVERY_S` of work, and ends the load there
-    (`LoadStopped`) once `stopped()` is true.
-
-    CPython lets one thread run Python at a time and takes it from a busy thread only after its
-    switch interval (5 ms): without pauses, each step of a request waiting behind a long load
-    could wait that long. A pause hands the interpreter over at once.
-    """
+    """Pauses about every `PAUSE_EVERY_S`, and ends the load there once `stopped()`. CPython
+    takes the interpreter from a busy thread only after its switch interval (5 ms): without
+    pauses each step of a request behind a long load could wait that long."""
 
     __slots__ = ("_next", "_stopped")
 
@@ -132,15 +116,10 @@ class Pacer:
 
 
 class _CollectorPause:
-    """Keeps Python's cyclic garbage collector off while any load runs.
-
-    A load creates up to a million container objects that live until it ends; each full
-    collection meanwhile walks all of them with every other thread stopped (0.9 s for a 4 MiB
-    file). A load frees its own garbage by reference counting (the YAML loader is disposed of,
-    and a refused file's tree is dropped before the load ends), and collection resumes, with
-    whatever requests left meanwhile, when the last load ends: its first pass then walks only
-    what survived, the new rule set.
-    """
+    """The cyclic collector stays off while any load runs: a load makes up to a million
+    containers, and each full collection walks them all with every thread stopped (0.9 s for a 4
+    MiB file). A load frees its own garbage by reference counting; after the last one, collection
+    walks only the new rule set."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -167,7 +146,7 @@ collector_paused = _CollectorPause().during_load
 
 
 class DescriptorBudget:
-    """Counts descriptors across every file of one load; `LimitExceeded` past the limit."""
+    """Descriptors across every file of one load."""
 
     __slots__ = ("_left", "_limit", "pacer")
 

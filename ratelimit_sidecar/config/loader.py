@@ -1,19 +1,12 @@
-"""Load rule YAML in the format of `envoyproxy/ratelimit` into the frozen model of `model.py`.
+"""Load rule YAML in the format of `envoyproxy/ratelimit` into the frozen model.
 
-`load_rules(path)` takes one YAML file or a directory of `*.yaml` / `*.yml` files (not recursive;
-hidden files such as Kubernetes' `..data` links are skipped), one domain per file, and returns a
-`RuleSet` or raises one `ConfigError` listing every problem found. Loading stays within
-`ConfigLimits` (`limits.py`): past a bound it stops at once and reports that one problem with
-those found before it.
+`load_rules(path)` takes a YAML file or a directory of `*.yaml` / `*.yml` (not recursive; hidden
+files such as Kubernetes' `..data` skipped), one domain per file, and returns a `RuleSet` or
+raises one `ConfigError` listing every problem. Past a `ConfigLimits` bound it stops at once.
 
-Error convention: every problem prints as `FILE:LINE: KEY: MESSAGE` where
-    FILE is the path as given (or the directory joined with the file name),
-    LINE is 1-based, pointing at the offending key or value (0 = the file could not be read),
-    KEY  is the dotted YAML path from the top of the file, with list indexes in brackets:
-         `descriptors[0].descriptors[1].rate_limit.unit`. A missing key is reported under the path
-         it should have had, at the line of the mapping that lacks it. Problems that are not about
-         one key use `file` (unreadable, too big), `yaml` (syntax, too many nodes) or `(root)`
-         (the document itself).
+Every problem prints as `FILE:LINE: KEY: MESSAGE`: LINE is 1-based at the offending key (0:
+unreadable file); KEY is the dotted path with list indexes, `descriptors[0].rate_limit.unit` (a
+missing key: the path it should have, at its mapping's line), or `file`, `yaml`, `(root)`.
 """
 
 from __future__ import annotations
@@ -46,39 +39,23 @@ def load_rules(
     stopped: Callable[[], bool] = never_stopped,
     defaults: RuleDefaults = DEFAULT_RULES,
 ) -> RuleSet:
-    """Parse and validate every rule file under `path`; raise `ConfigError` on any problem.
-
-    `stopped` is asked about once a millisecond; once it says true the load ends with
-    `LoadStopped` (for a load in a thread that nobody waits for any more).
-    """
+    """`stopped` is asked about once a millisecond; true ends the load with `LoadStopped` (a load
+    nobody waits for any more)."""
     problems: list[Problem] = []
-    with collector_paused():
-        loaded = _load_within_limits(Path(path), limits, Pacer(stopped), problems, defaults)
+    loaded: tuple[dict[str, Domain], str] | None = ({}, "")
+    with collector_paused():  # caught inside, tracebacks and half-built trees are freed by
+        try:  # reference counting instead of being scanned by the collector
+            loaded = _load(Path(path), limits, Pacer(stopped), problems, defaults)
+        except LimitExceeded as exc:
+            problems.append(exc.problem)
+        except LoadStopped:
+            loaded = None
     if loaded is None:
         raise LoadStopped
     if problems:
         raise ConfigError(problems)
     domains, version = loaded
     return RuleSet(MappingProxyType(domains), version=version)
-
-
-def _load_within_limits(
-    path: Path,
-    limits: ConfigLimits,
-    pacer: Pacer,
-    problems: list[Problem],
-    defaults: RuleDefaults,
-) -> tuple[dict[str, Domain], str] | None:
-    """`_load`, or None if stopped. A passed limit ends in `problems` instead of an exception:
-    caught here, its traceback and the half-built trees it holds are freed by reference counting
-    before the collector runs again, instead of being scanned by it."""
-    try:
-        return _load(path, limits, pacer, problems, defaults)
-    except LimitExceeded as exc:
-        problems.append(exc.problem)
-        return {}, ""
-    except LoadStopped:
-        return None
 
 
 def _load(

@@ -1,8 +1,5 @@
-"""Request-path lookups: which rule a descriptor ends on, and which rules `replaces` drops.
-
-Both follow `envoyproxy/ratelimit`: `GetLimit` in `src/config/config_impl.go` and
-`constructLimitsToCheck` in `src/service/ratelimit.go`. They allocate almost nothing because they
-run for every descriptor of every request.
+"""Request-path lookups following the reference (`GetLimit`, `constructLimitsToCheck`); they run
+for every descriptor, so they allocate almost nothing.
 """
 
 from __future__ import annotations
@@ -13,14 +10,9 @@ from .model import Domain, Rule
 
 
 def match(domain: Domain, entries: Sequence[tuple[str, str]]) -> Rule | None:
-    """The rule of the node reached by walking one tree level per entry, or None.
-
-    Each level prefers an exact `key+value`, then wildcard values in file order, then the
-    value-less `key` (`DescriptorNode.child`). The request must reach a node with its last entry:
-    an entry that matches nothing, or entries left over below a leaf, mean no rule applies, even
-    if a node on the way had a limit (the reference only takes the limit of the last level).
-    The returned rule may have `limit` None (no `rate_limit`, or `unlimited`): the caller decides.
-    """
+    """The request must reach a node with its last entry: a miss, or entries left below a leaf,
+    mean no rule, even past a node with a limit (the reference takes the last level's). The rule
+    may have `limit` None."""
     if not entries:
         return None
     node = domain.root
@@ -33,13 +25,8 @@ def match(domain: Domain, entries: Sequence[tuple[str, str]]) -> Rule | None:
 
 
 def apply_replaces(rules: Sequence[Rule | None]) -> list[Rule | None]:
-    """Drop (set to None) every matched limit whose name another matched rule `replaces`.
-
-    `rules` are the matches of one request's descriptors, in request order; the result keeps
-    that order and length so statuses still line up with descriptors. Unlimited rules may
-    replace others but are never replaced themselves, and unnamed limits are never replaced,
-    exactly as in the reference.
-    """
+    """Drop matched limits another matched rule `replaces`, keeping order and length so statuses
+    line up. As in the reference, unlimited rules and unnamed limits are never replaced."""
     replaced: set[str] | None = None
     for rule in rules:
         if rule is not None and rule.replaces:

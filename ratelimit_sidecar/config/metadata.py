@@ -1,8 +1,7 @@
-"""A descriptor's `metadata`: any YAML mapping, kept as the JSON-like values of a protobuf Struct.
+"""A descriptor's `metadata`: a YAML mapping kept as a protobuf Struct's JSON-like values.
 
-The reference service turns the mapping into a `google.protobuf.Struct` when it loads the file
-and refuses values a Struct cannot hold; this does the same, so a file it loads loads here too.
-Mapping keys become strings (`1: x` is "1"), numbers stay numbers (a Struct holds doubles).
+The reference refuses values a Struct cannot hold when it loads the file; so does this. Keys
+become strings (`1: x` is "1"); numbers stay numbers.
 """
 
 from __future__ import annotations
@@ -16,11 +15,10 @@ from yaml.nodes import MappingNode, Node
 
 
 class MetadataError(ValueError):
-    """The node is not a mapping of values a protobuf Struct can hold."""
+    """Not a mapping of values a protobuf Struct can hold."""
 
 
 def metadata_of(node: Node) -> Mapping[str, object]:
-    """The mapping under `metadata`, read only at the top; raises MetadataError."""
     if not isinstance(node, MappingNode):
         raise MetadataError("must be a mapping")
     try:

@@ -1,7 +1,5 @@
-"""Parsed rule configuration: frozen objects built once by the loader, read on every request.
-
-The shape follows the YAML of `envoyproxy/ratelimit`: a domain holds a tree of descriptor nodes,
-each node matches one request entry (`key` and optionally `value`) and may carry a rate limit.
+"""Parsed rule configuration: frozen objects built once by the loader, read on every request. The
+shape follows `envoyproxy/ratelimit`'s YAML: a domain holds a tree of descriptor nodes.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from types import MappingProxyType
 
 
 class Unit(enum.IntEnum):
-    """Time units; the numbers are those of Envoy's `RateLimitResponse.RateLimit.Unit`."""
+    """The numbers are Envoy's `RateLimitResponse.RateLimit.Unit`."""
 
     UNKNOWN = 0
     SECOND = 1
@@ -30,22 +28,12 @@ class Unit(enum.IntEnum):
         return _UNIT_SECONDS[self]
 
 
-# Month and year have fixed lengths, as in the reference service, so windows align on epoch
-# multiples.
-_UNIT_SECONDS = {
-    Unit.UNKNOWN: 0,
-    Unit.SECOND: 1,
-    Unit.MINUTE: 60,
-    Unit.HOUR: 3600,
-    Unit.DAY: 86400,
-    Unit.WEEK: 7 * 86400,
-    Unit.MONTH: 30 * 86400,
-    Unit.YEAR: 365 * 86400,
-}
+# By number; fixed month and year lengths, as in the reference: windows align on epoch multiples.
+_UNIT_SECONDS = (0, 1, 60, 3600, 86400, 30 * 86400, 365 * 86400, 7 * 86400)
 
 
 class AlgorithmName(enum.IntEnum):
-    """How a limit counts. An int enum: the limiter indexes its algorithms by it per request."""
+    """An int enum: the limiter indexes its algorithms by it per request."""
 
     FIXED_WINDOW = 0
     SLIDING_WINDOW = 1
@@ -54,7 +42,6 @@ class AlgorithmName(enum.IntEnum):
 
     @property
     def text(self) -> str:
-        """The name rule files and flags use: `fixed_window`, `token_bucket`, ..."""
         return self.name.lower()
 
     @classmethod
@@ -63,7 +50,7 @@ class AlgorithmName(enum.IntEnum):
 
 
 class StoreFailure(enum.Enum):
-    """What a strict rule does when the shared store cannot answer its check."""
+    """What a strict rule does when the store cannot answer."""
 
     LOCAL = "local"  # decide from this node's memory, as an eventual rule would
     ALLOW = "allow"
@@ -82,8 +69,7 @@ class RuleDefaults:
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
     spans: int = DEFAULT_SPANS
     near_limit_ratio: float = NEAR_LIMIT_RATIO
-    # Counts are shared through a store (a Redis URL is set): rules that can only be exact on
-    # one node (an eventual sliding log) are refused.
+    # With a store, rules exact only on one node (an eventual sliding log) are refused.
     shared_store: bool = False
 
 
@@ -92,8 +78,6 @@ DEFAULT_RULES = RuleDefaults()
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where a piece of configuration came from, for error messages and /debug/rules."""
-
     file: str
     line: int
 
@@ -103,10 +87,7 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class Penalty:
-    """`penalty:` of a limit with a block: a client that sends again while its key is blocked,
-    before the Retry-After it was told, makes the key's next block `factor` times longer, up to
-    `max_ms`; the level goes back to 0 after `forgive_after_ms` without offence. The rule:
-    core/penalty.py."""
+    """`penalty:` of a limit with a block (core/penalty.py)."""
 
     factor: float
     max_ms: int
@@ -115,12 +96,8 @@ class Penalty:
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """A counted limit: `requests_per_unit` per window of `unit * unit_multiplier`.
-
-    `algorithm` says how the window is counted; `burst` is a token bucket's capacity (0: one
-    window's worth). A `strict` limit is checked against the shared store on every request;
-    `on_store_failure` says what it does when the store cannot answer.
-    """
+    """`requests_per_unit` per window of `unit * unit_multiplier`; `burst` is a token bucket's
+    capacity (0: one window's worth); a `strict` limit is checked on the store per request."""
 
     requests_per_unit: int
     unit: Unit
@@ -128,8 +105,7 @@ class RateLimit:
     name: str = ""
     spans: int = DEFAULT_SPANS
     cooldown_ms: int = 0  # 0: the algorithm's default (one window for a fixed window)
-    # `cooldown: window_end` (fixed window only): a block ends where its window ends, as in the
-    # reference service, instead of lasting a cooldown into the next window.
+    # `cooldown: window_end`: a block ends with its window, as in the reference.
     cooldown_window_end: bool = False
     replaces: tuple[str, ...] = ()
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
@@ -137,14 +113,13 @@ class RateLimit:
     strict: bool = False
     on_store_failure: StoreFailure = StoreFailure.LOCAL
     penalty: Penalty | None = None  # longer blocks for clients ignoring Retry-After
-    # An admitted answer says `near_limit` (a metric) from this share of the limit used on.
+    # Share of the limit from which an admitted answer says `near_limit` (a metric).
     near_limit_ratio: float = field(default=NEAR_LIMIT_RATIO, compare=False)
     # Derived once: the request path reads these for every hit.
     window_ms: int = field(init=False, compare=False, repr=False)
-    # ms a key crossing the limit stays blocked. A fixed window blocks for one window unless
-    # told otherwise; the other algorithms block only when `cooldown` is set (0), otherwise a
-    # refusal lasts until the request fits again. 0 with `cooldown_window_end`: the block's
-    # length depends on when it starts, and no shared block flag may outlive the window.
+    # ms a key crossing the limit stays blocked: a fixed window's default is one window; 0 (the
+    # others' default) refuses until the request fits. 0 with `cooldown_window_end` too: the
+    # length depends on the start, and no shared flag may outlive the window.
     cooldown: int = field(init=False, compare=False, repr=False)
     capacity: int = field(init=False, compare=False, repr=False)  # burst or requests_per_unit
 
@@ -163,14 +138,9 @@ class RateLimit:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Rule:
-    """One descriptor node of the config tree and what a request that ends on it gets.
-
-    `limit` is None when the node has no `rate_limit`, or when it is `unlimited`. `limits` holds
-    every limit of the node: `(limit,)` for `rate_limit`, several for `rate_limits` (then `limit`
-    is the first of them), () when `limit` is None.
-    Rules compare by identity: two reloads of the same YAML give equal `id`s, which is what
-    lets counters survive a reload.
-    """
+    """One descriptor node and what a request ending on it gets. `limits` holds every limit
+    (`limit` is the first; None without one, or `unlimited`). Rules compare by identity; reloads
+    of the same YAML give equal `id`s, which keeps counters across a reload."""
 
     domain: str
     path: tuple[tuple[str, str], ...]  # (key, value) from the root; value "" for a value-less key
@@ -179,25 +149,19 @@ class Rule:
     shadow_mode: bool = False
     detailed_metric: bool = False
     source: Source | None = None
-    # Names this node's `rate_limit` replaces. Kept here (not only in `limit.replaces`) because
-    # the reference lets an `unlimited` rule, whose `limit` is None, replace other limits too.
+    # Here too, not only in `limit.replaces`: an `unlimited` rule (no `limit`) may replace.
     replaces: tuple[str, ...] = ()
     value_to_metric: bool = False  # this node's own `value_to_metric` flag
     limits: tuple[RateLimit, ...] = ()
-    # `quota_mode`: over its limit, this descriptor refuses the request only if every quota
-    # descriptor of the request is over too (the reference's quota mode, service/overall.py).
+    # Refuses only if every quota descriptor of the request is over too (service/overall.py).
     quota_mode: bool = False
-    # `metadata`: returned in the response's dynamic metadata when the descriptor passes
-    # (with --response-dynamic-metadata); JSON-like values, read only.
+    # Returned in the dynamic metadata when the descriptor passes (--response-dynamic-metadata).
     metadata: Mapping[str, object] | None = None
-    # Indexes into `path` of wildcard levels marked `share_threshold` in the reference: every value
-    # matching that wildcard shares one counter, named by the pattern instead of the request value.
+    # Levels of `path` marked `share_threshold`: all values share one counter, named by the pattern.
     shared_levels: tuple[int, ...] = ()
-    # Indexes into `path` of the levels (this node's or its ancestors') marked `value_to_metric`
-    # and not `share_threshold`: the metric label shows the request's value there.
+    # Levels marked `value_to_metric` (not `share_threshold`): labels show the request's value.
     valued_levels: tuple[int, ...] = ()
-    # Stable name for metrics and debug output, `domain.key_value.key2`; derived once because
-    # metrics label every decision with it.
+    # `domain.key_value.key2`, derived once: metrics label every decision with it.
     id: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -220,8 +184,6 @@ class WildcardChild:
 
 @dataclass(frozen=True, slots=True)
 class DescriptorNode:
-    """A level of the tree: the rule reached here and the children for the next request entry."""
-
     rule: Rule
     exact: Mapping[tuple[str, str], DescriptorNode] = field(
         default_factory=lambda: MappingProxyType({})
@@ -230,7 +192,7 @@ class DescriptorNode:
     keyed: Mapping[str, DescriptorNode] = field(default_factory=lambda: MappingProxyType({}))
 
     def child(self, key: str, value: str) -> DescriptorNode | None:
-        """The node one request entry leads to: exact, then wildcard, then value-less key."""
+        """Exact, then wildcard, then value-less key."""
         node = self.exact.get((key, value))
         if node is not None:
             return node
@@ -247,7 +209,7 @@ class Domain:
     source: Source
 
     def rules(self) -> list[Rule]:
-        """Every rule of the tree, depth first in file order."""
+        """Depth first in file order."""
         found: list[Rule] = []
         _collect(self.root, found)
         return found
@@ -262,12 +224,9 @@ def _collect(node: DescriptorNode, out: list[Rule]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RuleSet:
-    """All loaded domains; `version` changes whenever the content does."""
-
     domains: Mapping[str, Domain]
     version: str = ""
-    # Some rule has `quota_mode`: a refused request may still be answered OK. Derived once,
-    # where the rules are loaded, so that swapping them in costs no walk of the tree.
+    # Some rule has `quota_mode`; derived at load, so swapping rules in walks no tree.
     has_quota_mode: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -279,5 +238,4 @@ class RuleSet:
 
 
 def wildcard_pattern(value: str) -> re.Pattern[str]:
-    """Compile a config value where `*` stands for any run of characters."""
     return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)

@@ -1,18 +1,12 @@
-"""A runtime override as the admin API takes it: parse, validate, and build its rule.
+"""A runtime override as the admin API takes it: parse, validate, and build its rule (pure).
 
-Pure: JSON values in, an `Override` (or an `OverrideError` with the reason) out. The body:
-
-    {"domain": "gateway",
-     "descriptor": [{"key": "api_key", "value": "tk_bot_9382"}],
+    {"domain": "gateway", "descriptor": [{"key": "api_key", "value": "tk_bot_9382"}],
      "rate_limit": {"unit": "minute", "requests_per_unit": 500},
-     "expires_at": "2026-12-01T00:00:00Z",
-     "note": "upgraded to pro"}
+     "expires_at": "2026-12-01T00:00:00Z", "note": "upgraded to pro"}
 
-`rate_limit` (or `rate_limits`, a list) is checked by the rule files' own reader
-(`limitreader.py`): the JSON value is turned into the YAML nodes that reader walks, so the keys,
-bounds and messages are the rule files'. The id depends on domain and descriptor alone, so a PUT
-for the same pair replaces the override. The document (what stores keep and the API shows) is
-the body as accepted, normalised, with its "id".
+`rate_limit(s)` goes through the rule files' reader (as YAML nodes), so keys, bounds and messages
+are the rule files'. The id depends on domain and descriptor alone: a PUT for the same pair
+replaces. The document stores keep is the body as accepted, normalised, with its "id".
 """
 
 from __future__ import annotations
@@ -23,19 +17,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from yaml import Mark
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+import yaml
+from yaml.nodes import Node
 
-from .limitreader import LimitReader
-from .model import DEFAULT_RULES, RateLimit, Rule, RuleDefaults, Source
-from .yamlnodes import TAG
+from .limitreader import LimitReader, ParsedLimits
+from .model import DEFAULT_RULES, Rule, RuleDefaults, Source
 
 BODY_KEYS = ("domain", "descriptor", "rate_limit", "rate_limits", "expires_at", "note")
 ENTRY_KEYS = ("key", "value")
 MAX_NOTE_CHARS = 1024
 MAX_DOMAIN_BYTES = 1024
 SOURCE_FILE = "override"  # Problem.file of a rate_limit problem: dropped from the message
-_MARK = Mark(SOURCE_FILE, 0, 0, 0, None, 0)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -43,13 +35,12 @@ Entries = tuple[tuple[str, str], ...]
 
 
 class OverrideError(ValueError):
-    """A body the API refuses (400); the message says which key and why."""
+    """Refused with 400; the message names the key."""
 
 
 @dataclass(frozen=True, slots=True)
 class OverrideBounds:
-    """The request bounds a descriptor must fit (`--max-entries`, `--max-value-bytes`), and what
-    the rule files leave unsaid."""
+    """The request bounds a descriptor must fit, and what rule files leave unsaid."""
 
     max_entries: int = 16
     max_value_bytes: int = 1024
@@ -58,8 +49,6 @@ class OverrideBounds:
 
 @dataclass(frozen=True, slots=True)
 class Override:
-    """One accepted override: what it matches, the rule it puts there, until when."""
-
     id: str
     domain: str
     entries: Entries
@@ -78,7 +67,7 @@ def override_id(domain: str, entries: Entries) -> str:
 
 
 def parse_override(body: object, bounds: OverrideBounds) -> Override:
-    """The override a body (a parsed JSON value) describes; raises OverrideError."""
+    """Raises OverrideError."""
     if not isinstance(body, dict):
         raise OverrideError("the body must be a JSON object")
     unknown = [str(key) for key in body if key not in BODY_KEYS]
@@ -145,10 +134,7 @@ def _entry(item: object, where: str, bounds: OverrideBounds) -> tuple[str, str]:
     return key, value
 
 
-def _limits(
-    body: Mapping[str, object], defaults: RuleDefaults
-) -> tuple[bool, tuple[RateLimit, ...], tuple[str, ...]]:
-    """(unlimited, limits, replaces), read by the rule files' own reader."""
+def _limits(body: Mapping[str, object], defaults: RuleDefaults) -> ParsedLimits:
     present = {key: json_node(body[key]) for key in ("rate_limit", "rate_limits") if key in body}
     if not present:
         raise OverrideError("rate_limit: required (the same keys as in a rule file)")
@@ -160,11 +146,11 @@ def _limits(
         raise OverrideError(f"{problem.key}: {problem.message}")
     if not parsed.unlimited and not parsed.limits:
         raise OverrideError("rate_limit: must not be empty")
-    return parsed.unlimited, parsed.limits, parsed.replaces
+    return parsed
 
 
 def _expiry(value: object) -> tuple[int | None, str]:
-    """`expires_at`: RFC 3339 in UTC (`Z` or `+00:00`), as epoch ms and normalised text."""
+    """RFC 3339 in UTC, as epoch ms and normalised text."""
     if value is None:
         return None, ""
     if not isinstance(value, str) or "T" not in value.upper():
@@ -191,45 +177,23 @@ def _note(value: object) -> str:
     return value
 
 
-def _rule(
-    ident: str,
-    domain: str,
-    entries: Entries,
-    limits: tuple[bool, tuple[RateLimit, ...], tuple[str, ...]],
-) -> Rule:
-    """The rule an override puts on its descriptor. Its path names the keys alone and its id
-    the override (metric labels never carry the values, often API keys)."""
-    unlimited, counted, replaces = limits
-    path = tuple((key, "") for key, _ in entries)
+def _rule(ident: str, domain: str, entries: Entries, parsed: ParsedLimits) -> Rule:
+    """The path names keys only and the id the override: metric labels never carry values (often
+    API keys)."""
     rule = Rule(
         domain=domain,
-        path=path,
-        limits=counted,
-        unlimited=unlimited,
+        path=tuple((key, "") for key, _ in entries),
+        limits=parsed.limits,
+        unlimited=parsed.unlimited,
         source=Source(f"override {ident}", 0),
-        replaces=replaces,
+        replaces=parsed.replaces,
     )
     object.__setattr__(rule, "id", f"{domain}.override_{ident}")
     return rule
 
 
 def json_node(value: object) -> Node:
-    """A JSON value as the YAML node tree the rule file readers walk."""
-    if isinstance(value, dict):
-        pairs = [(_scalar("str", str(key)), json_node(item)) for key, item in value.items()]
-        return MappingNode(TAG + "map", pairs, _MARK, _MARK)
-    if isinstance(value, list):
-        return SequenceNode(TAG + "seq", [json_node(item) for item in value], _MARK, _MARK)
-    if value is None:
-        return _scalar("null", "null")
-    if isinstance(value, bool):
-        return _scalar("bool", "true" if value else "false")
-    if isinstance(value, int):
-        return _scalar("int", str(value))
-    if isinstance(value, float):
-        return _scalar("float", repr(value))
-    return _scalar("str", str(value))
-
-
-def _scalar(tag: str, text: str) -> ScalarNode:
-    return ScalarNode(TAG + tag, text, _MARK, _MARK)
+    """As the YAML node tree the rule file readers walk (PyYAML's dump round-trips JSON)."""
+    node = yaml.compose(yaml.safe_dump(value, sort_keys=False), Loader=yaml.SafeLoader)
+    assert node is not None
+    return node

@@ -1,14 +1,11 @@
-"""Read `penalty:` (progressive penalties, core/penalty.py) and the durations rule files use.
+"""Read `penalty:` (core/penalty.py) and the durations rule files use.
 
     penalty: {factor: 2, max: "1h", forgive_after: "10m"}
 
-Inside a `rate_limit` (or an item of `rate_limits`), or at the top of a rule file: the domain's
-default, for each of its limits that blocks (has a cooldown), sets no `penalty` of its own and
-whose cooldown is shorter than the default's `max`. `penalty: null` on a limit turns the
-default off for it. `factor` (default 2) is a number above 1 and at most 100; `max` and
-`forgive_after` are durations, required. A limit's own penalty needs a block (a fixed window
-without `cooldown: window_end`, or any algorithm with `cooldown:` set) and a `max` of at least
-its cooldown.
+In a `rate_limit`, or at a file's top: the domain's default for each limit that blocks, sets no
+`penalty` and whose cooldown is under the default's `max` (`penalty: null` turns it off).
+`factor` (default 2) is above 1 and at most 100; `max` and `forgive_after` are required. A
+limit's own penalty needs a block and a `max` of at least its cooldown.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
 
 def duration_ms(node: Node) -> int | None:
-    """An integer (seconds) or a string like '500ms', '30s', '5m', '1h'; None if neither."""
+    """Seconds, or '500ms', '30s', '5m', '1h'; None if neither."""
     seconds = integer(node)
     if seconds is not None:
         return seconds * 1000
@@ -42,13 +39,11 @@ def duration_ms(node: Node) -> int | None:
 
 
 class PenaltyReader(NodeChecker):
-    """The `penalty` part of a rule file reader."""
-
     # The rule file's top-level `penalty:`, read before its descriptors.
     domain_penalty: Penalty | None = None
 
     def penalty(self, node: Node | None, path: str) -> Penalty | None:
-        """A `penalty:` mapping on its own (a limit's is then checked against the limit)."""
+        """On its own (a limit's is then checked against the limit)."""
         fields = self.optional_mapping(node, path, PENALTY_KEYS, " like {factor: 2, max: 1h, ...}")
         if node is None or fields is None:
             return None

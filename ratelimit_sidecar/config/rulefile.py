@@ -1,18 +1,14 @@
 """Build one rule file's domain from its YAML node tree, checking every key on the way.
 
-Keys accepted, per level (the reference's `validKeys` in `src/config/config_impl.go`, plus this
-product's extensions marked *):
-    top level:   domain, descriptors, penalty* (the domain's default: penaltyreader.py)
+Keys per level (the reference's `validKeys`, plus extensions marked *):
+    top level:   domain, descriptors, penalty* (penaltyreader.py)
     descriptor:  key, value, rate_limit, rate_limits*, descriptors, shadow_mode, quota_mode,
                  detailed_metric, value_to_metric, share_threshold, metadata
     rate_limit:  see limitreader.py
-The reference checks key names against one flat list; here each level has its own list, so a key
-in the wrong place (e.g. `shadow_mode` inside `rate_limit`, where the reference silently ignores
-it) is reported instead of doing nothing. As in the reference, scalars read as strings keep their
-source text (`value: 200` is "200"), units are case-insensitive, a missing `requests_per_unit`
-means 0, and an empty `value` is the same as no value. Unlike the oldest reference versions, a
-`*` anywhere in a value is a wildcard (the newer reference also accepts infix wildcards).
-
+Unlike the reference's one flat list, each level has its own, so a key in the wrong place
+(`shadow_mode` inside `rate_limit`, silently ignored there) is reported. As in the reference:
+scalars keep their source text (`value: 200` is "200"), units are case-insensitive, a missing
+`requests_per_unit` is 0, an empty `value` is no value, and `*` anywhere in a value is a wildcard.
 """
 
 from __future__ import annotations
@@ -58,8 +54,6 @@ DESCRIPTOR_KEYS = (
 
 
 class _Ancestry(NamedTuple):
-    """What a descriptor inherits from the levels above it."""
-
     path: tuple[tuple[str, str], ...] = ()  # (key, value) per level, from the root
     shared: tuple[int, ...] = ()  # levels marked share_threshold
     valued: tuple[int, ...] = ()  # levels marked value_to_metric, not share_threshold
@@ -67,8 +61,6 @@ class _Ancestry(NamedTuple):
 
 @dataclass(slots=True)
 class _Children:
-    """The children of one node while they are collected, in file order."""
-
     exact: dict[tuple[str, str], DescriptorNode] = field(default_factory=dict)
     wildcards: list[WildcardChild] = field(default_factory=list)
     keyed: dict[str, DescriptorNode] = field(default_factory=dict)
@@ -88,12 +80,9 @@ class _Children:
 
 
 class RuleFileReader(LimitReader):
-    """Validates one file's node tree and builds its domain, recording every problem on the way.
-
-    Helpers record a problem and return a harmless fallback instead of stopping, so one pass
-    reports as much as possible; `load` returns None if this file added any problem. A passed
-    bound (`LimitExceeded`, from composing or from `budget`) stops it instead.
-    """
+    """Helpers record a problem and return a harmless fallback, so one pass reports as much as
+    possible; `load` returns None if this file added any. A passed bound (`LimitExceeded`) stops
+    it."""
 
     def __init__(
         self,
@@ -127,13 +116,7 @@ class RuleFileReader(LimitReader):
         source = Source(self.file, line_of(fields["domain"]))
         return Domain(name, children.node(Rule(domain=name, path=(), source=source)), source)
 
-    def children(
-        self,
-        node: Node | None,
-        path: str,
-        domain: str,
-        parent: _Ancestry,
-    ) -> _Children:
+    def children(self, node: Node | None, path: str, domain: str, parent: _Ancestry) -> _Children:
         children = _Children()
         if node is None or is_null(node):
             return children
@@ -157,11 +140,7 @@ class RuleFileReader(LimitReader):
         return children
 
     def descriptor(
-        self,
-        node: Node,
-        path: str,
-        domain: str,
-        parent: _Ancestry,
+        self, node: Node, path: str, domain: str, parent: _Ancestry
     ) -> tuple[str, str, DescriptorNode] | None:
         self.budget.take(self.file, line_of(node), path)
         fields = self.mapping(node, path, DESCRIPTOR_KEYS, " with at least 'key'")
@@ -171,8 +150,7 @@ class RuleFileReader(LimitReader):
         value_node = fields.get("value")
         value = "" if value_node is None else self.text(value_node, join_path(path, "value"))
         limit = self.limits(fields, path)
-        value_to_metric = self.flag(fields, "value_to_metric", path)
-        here = self.ancestry(fields, path, parent, (key or "", value), value_to_metric)
+        here, value_to_metric = self.ancestry(fields, path, parent, (key or "", value))
         children = self.children(
             fields.get("descriptors"), join_path(path, "descriptors"), domain, here
         )
@@ -203,22 +181,17 @@ class RuleFileReader(LimitReader):
             return None
 
     def ancestry(
-        self,
-        fields: dict[str, Node],
-        path: str,
-        parent: _Ancestry,
-        entry: tuple[str, str],
-        value_to_metric: bool,
-    ) -> _Ancestry:
-        """The parent's ancestry with this level added; `share_threshold` beats `value_to_metric`
-        (the reference names a shared level by its pattern, as all its values count together)."""
-        level = len(parent.path)
+        self, fields: dict[str, Node], path: str, parent: _Ancestry, entry: tuple[str, str]
+    ) -> tuple[_Ancestry, bool]:
+        """With this level, and its own `value_to_metric`, which `share_threshold` beats (the
+        reference names a shared level by its pattern)."""
+        level, valued = len(parent.path), self.flag(fields, "value_to_metric", path)
         here = parent._replace(path=(*parent.path, entry))
         if self.flag(fields, "share_threshold", path):
             if "*" not in entry[1]:
                 message = "only allowed on a wildcard value (one containing '*')"
                 self.add(fields["share_threshold"], join_path(path, "share_threshold"), message)
-            return here._replace(shared=(*here.shared, level))
-        if value_to_metric:
-            return here._replace(valued=(*here.valued, level))
-        return here
+            return here._replace(shared=(*here.shared, level)), valued
+        if valued:
+            return here._replace(valued=(*here.valued, level)), valued
+        return here, valued

@@ -1,14 +1,10 @@
 """Rules from xDS: `RateLimitConfig` resources into the `RuleSet` a rule directory would give.
 
-Each resource is rendered as the rule file the reference service would read (its own converter
-maps field to key one for one: `ConfigXdsProtoToYaml`), and that YAML goes through the rule
-files' reader. So keys, bounds and messages are the same whatever the source, and a problem's key
-path is also the field path in the proto (`descriptors[0].rate_limit.unit`). The line in the
-rendered YAML means nothing to a control plane: problems are shown as `resource 'NAME': KEY:
-MESSAGE` instead (`problem_text`), which is what a NACK's `error_detail` carries.
-
-As in the reference: a policy's `unit` UNKNOWN is no unit (an error unless `unlimited`), and
-`requests_per_unit` is ignored on an unlimited policy (proto3 cannot leave it out).
+Each resource is rendered as the rule file the reference would read (its `ConfigXdsProtoToYaml`
+maps field to key) and read by the rule files' reader: same keys, bounds and messages, and a key
+path is the proto's field path. Problems name the resource, not a YAML line (`problem_text`, a
+NACK's `error_detail`). As in the reference, `unit` UNKNOWN is no unit, and an unlimited policy's
+`requests_per_unit` is ignored.
 """
 
 from __future__ import annotations
@@ -39,13 +35,11 @@ from .rulefile import RuleFileReader
 
 RateLimitConfig = rls_conf_pb2.RateLimitConfig
 RESOURCE_TYPE = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
-UNKNOWN_UNIT = rls_conf_pb2.RateLimitUnit.Name(rls_conf_pb2.UNKNOWN)
 
 Document = dict[str, object]
 
 
 def config_document(config: rls_conf_pb2.RateLimitConfig) -> Document:
-    """The resource as the reference's rule YAML: `domain` and `descriptors`."""
     return {"domain": config.domain, "descriptors": [_descriptor(d) for d in config.descriptors]}
 
 
@@ -81,21 +75,20 @@ def _policy(policy: rls_conf_pb2.RateLimitPolicy) -> Document:
 
 
 def config_yaml(config: rls_conf_pb2.RateLimitConfig) -> str:
-    """The resource as a rule file in the reference's format (what `xds-dump` prints)."""
+    """As a rule file (what `xds-dump` prints)."""
     return yaml.safe_dump(
         config_document(config), sort_keys=False, allow_unicode=True, default_flow_style=False
     )
 
 
 def resource_label(index: int, config: rls_conf_pb2.RateLimitConfig | None = None) -> str:
-    """How problems name a resource: by its name, else by its place in the response."""
+    """By name, else by place in the response."""
     if config is not None and config.name:
         return f"resource '{config.name}'"
     return f"resources[{index}]"
 
 
 def unpack(resources: Sequence[AnyMessage]) -> list[rls_conf_pb2.RateLimitConfig]:
-    """The `RateLimitConfig` in each `Any`; `ConfigError` naming each one that is not."""
     configs, problems = [], []
     for index, resource in enumerate(resources):
         label = resource_label(index)
@@ -121,8 +114,7 @@ def rules_from_configs(
     defaults: RuleDefaults = DEFAULT_RULES,
     stopped: Callable[[], bool] = never_stopped,
 ) -> RuleSet:
-    """The whole rule set the resources describe (one domain each); `ConfigError` on any
-    problem, each naming its resource and field (`problem_text`)."""
+    """One domain per resource; `ConfigError` on any problem (`problem_text`)."""
     problems: list[Problem] = []
     domains: dict[str, Domain] = {}
     owners: dict[str, str] = {}
@@ -172,5 +164,4 @@ def _domain(
 
 
 def problem_text(problems: Iterable[Problem]) -> str:
-    """Problems as a control plane's operator reads them: resource, field path, reason."""
     return "; ".join(f"{p.file}: {p.key}: {p.message}" for p in problems)

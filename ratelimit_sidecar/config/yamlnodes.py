@@ -1,10 +1,6 @@
 """Checking a YAML node tree key by key, collecting every problem with its line and key path.
 
-The rule loader (`loader.py`) knows what a rule file must contain; this module knows how YAML
-says it: mappings with string keys, scalars read as yaml.v2 reads them into Go values (the
-reference service's parser), and how a problem is located (`Problem`: file, line, dotted key
-path). Helpers record a problem and return a harmless fallback instead of stopping, so one pass
-reports as much as possible.
+Scalars read as yaml.v2 reads them into Go values (the reference's parser).
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ CONSTRUCTOR = SafeConstructor()
 
 
 class NodeChecker:
-    """Reads one file's nodes; `problems` holds what was wrong, in the order found."""
-
     def __init__(self, file: str) -> None:
         self.file = file
         self.problems: list[Problem] = []
@@ -43,13 +37,13 @@ class NodeChecker:
     def optional_mapping(
         self, node: Node | None, path: str, allowed: tuple[str, ...], what: str
     ) -> dict[str, Node] | None:
-        """`mapping` of a key that may be absent or null (then None, with nothing reported)."""
+        """`mapping` of a key that may be absent or null (then None, nothing reported)."""
         return None if node is None or is_null(node) else self.mapping(node, path, allowed, what)
 
     def mapping(
         self, node: Node, path: str, allowed: tuple[str, ...], what: str
     ) -> dict[str, Node] | None:
-        """The mapping's values by key, after reporting non-string, unknown and repeated keys."""
+        """The values by key, after reporting non-string, unknown and repeated keys."""
         if not isinstance(node, MappingNode):
             self.add(node, path or "(root)", f"must be a mapping{what} (got {shown(node)})")
             return None
@@ -76,7 +70,7 @@ class NodeChecker:
         return fields
 
     def text(self, node: Node, key: str) -> str:
-        """A scalar as yaml.v2 reads it into a Go string: its source text; null is ""."""
+        """As yaml.v2 reads a scalar into a Go string: its source text; null is ""."""
         if isinstance(node, ScalarNode):
             return "" if node.tag == TAG + "null" else str(node.value)
         self.add(node, key, f"must be a string (got {shown(node)})")
@@ -148,7 +142,7 @@ def integer(node: Node) -> int | None:
 
 
 def shown(node: Node) -> str:
-    """How a bad value is quoted back in a message: scalars as written, containers by kind."""
+    """A bad value quoted back: scalars as written, containers by kind."""
     if isinstance(node, MappingNode):
         return "a mapping"
     if isinstance(node, SequenceNode):

@@ -13,8 +13,7 @@ from ratelimit_sidecar.core.token_bucket import TokenBucket
 def shared_algorithms(
     fixed_window: FixedWindow | None = None,
 ) -> tuple[SharedAlgorithm | None, ...]:
-    """One instance of each algorithm a store can sum, in `AlgorithmName` order (None for the
-    sliding log); `fixed_window` replaces the shipped fixed window (a simulator variant)."""
+    """In `AlgorithmName` order (None: the sliding log); `fixed_window`: a simulator variant."""
     chosen: dict[AlgorithmName, SharedAlgorithm | None] = {
         AlgorithmName.FIXED_WINDOW: fixed_window or FixedWindow(),
         AlgorithmName.SLIDING_WINDOW: SlidingWindow(),
@@ -25,7 +24,6 @@ def shared_algorithms(
 
 
 def all_algorithms(fixed_window: FixedWindow | None = None) -> tuple[Algorithm, ...]:
-    """One instance of each algorithm, in `AlgorithmName` order."""
     shared = shared_algorithms(fixed_window)
     log = AlgorithmName.SLIDING_LOG
     return tuple(SlidingLog() if name is log else shared[name] for name in AlgorithmName)  # type: ignore[misc]

@@ -1,15 +1,9 @@
 """The circuit breaker of strict checks: stop calling a store that keeps failing, for a while.
 
-A pure state machine; the clock is a parameter. States:
-
-- CLOSED: every strict check calls the store. `failures_to_open` failures in a row open it.
-- OPEN: no call for `open_ms`; strict rules apply their `on_store_failure` at once, so a dead
-  store costs no timeout per request. After `open_ms` the next check is let through as a probe.
-- HALF_OPEN: the one probe is in flight; the others still answer without the store. The probe's
-  success closes the breaker, its failure opens it again for another `open_ms`. A probe that
-  never reports (its request was cancelled) is replaced by another after `open_ms`.
-
-A success in CLOSED resets the count of failures: only failures in a row open the breaker.
+CLOSED: every check calls the store; `failures_to_open` failures in a row open it. OPEN: no call for
+`open_ms`, strict rules apply `on_store_failure` at once (a dead store costs no timeout per
+request); then one check goes through as a probe. HALF_OPEN: the probe's success closes, its failure
+reopens; a probe that never reports (cancelled) is replaced after `open_ms`.
 """
 
 from __future__ import annotations
@@ -22,8 +16,6 @@ DEFAULT_OPEN_MS = 1000
 
 
 class BreakerState(enum.IntEnum):
-    """Numbers for the state gauge."""
-
     CLOSED = 0
     OPEN = 1
     HALF_OPEN = 2
@@ -39,7 +31,6 @@ class Breaker:
     probe_started: int = 0
 
     def allow(self, now_ms: int) -> bool:
-        """May this check call the store? In OPEN, after `open_ms`, the caller is the probe."""
         if self.state is BreakerState.CLOSED:
             return True
         if self.state is BreakerState.OPEN and now_ms >= self.opened_at + self.open_ms:
@@ -54,13 +45,11 @@ class Breaker:
         self.state, self.failures = BreakerState.CLOSED, 0
 
     def failed(self, now_ms: int) -> None:
-        """A call failed (error or timeout). A failed probe, or one failure too many, opens."""
         self.failures += 1
         if self.state is BreakerState.HALF_OPEN or self.failures >= self.failures_to_open:
             self.state, self.opened_at = BreakerState.OPEN, now_ms
 
     def retry_in_ms(self, now_ms: int) -> int:
-        """How long until the store is tried again (0: now)."""
         if self.state is BreakerState.CLOSED:
             return 0
         return max(0, self.opened_at + self.open_ms - now_ms)

@@ -1,17 +1,15 @@
-"""What evicted keys had counted, so that eviction can never be used to reset a counter.
+"""What evicted keys had counted, so that eviction can never reset a counter.
 
-A client that varies a descriptor value fills the key table and gets other keys evicted. If an
-evicted key's count were simply forgotten, a heavy client could reset its own counter that way.
-Instead, an eviction records the key's count in its current window (which includes what it
-resumed from, if it was evicted before), and a key that comes back under the same limit in the
-same window resumes from its own record. Records are exact, per key and limit (by a 64-bit hash
-of both), so a flood cannot make another key look busier than it was.
+A client varying a descriptor value fills the key table and gets other keys evicted; forgetting
+their counts would let a heavy client reset its own. An eviction records the key's count in its
+window (resumed counts included) and the key, back under the same limit in the same window, resumes
+from it. Records are exact per key and limit (a 64-bit hash of both), so a flood cannot make another
+key look busier.
 
-Memory is bounded at `capacity` records (about 150 bytes each). When full, a record of an ended
-window makes room if one is among the `PROBES` oldest, else the one with the smallest count
-among them; the others go to the back. To get a heavy key's record dropped, an attacker would
-first have to fill the records with keys that each counted at least as much: many times the
-quota the reset would win back.
+At most `capacity` records (~150 bytes each). When full, an ended window's record among the `PROBES`
+oldest makes room, else the smallest count among them; the others go to the back. Dropping a heavy
+key's record takes filling the records with keys that each counted as much: many times the quota won
+back.
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ PROBES = 16
 
 
 class EvictedCounts:
-    """Counts of evicted keys in their current window, per limit."""
-
     __slots__ = ("_capacity", "_records")
 
     def __init__(self, capacity: int) -> None:
@@ -39,7 +35,6 @@ class EvictedCounts:
         return len(self._records)
 
     def record(self, key: KeyId, limit: RateLimit, count: int, now_ms: int) -> None:
-        """An evicted key had counted `count` in all in the current window of `limit`."""
         if count <= 0:
             return
         name = hash((key, limit))
@@ -49,7 +44,6 @@ class EvictedCounts:
         self._records.move_to_end(name)
 
     def estimate(self, key: KeyId, limit: RateLimit, window: int) -> int:
-        """What `key` had counted under `limit` in `window` when it was evicted; 0 if none."""
         if not self._records:
             return 0
         found = self._records.get(hash((key, limit)))
@@ -71,7 +65,7 @@ class EvictedCounts:
 
 
 def lasting_windows(limit: RateLimit) -> int:
-    """How many windows after its own a count still matters: none for a fixed window; one for
-    the others, whose trailing window (or bucket's debt) reaches into the next window. A
-    record read in that next window over-counts (it is as of the eviction), never under."""
+    """Windows after its own a count still matters: none for a fixed window; one for the others,
+    whose trailing window (or bucket debt) reaches into the next (over-counting there, never under).
+    """
     return 0 if limit.algorithm is AlgorithmName.FIXED_WINDOW else 1

@@ -45,8 +45,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
-from ratelimit_sidecar.core.quiet_keys import NEVER, EarlySync
+from ratelimit_sidecar.core.keystate import NEVER, KeyState, WindowCounts
+from ratelimit_sidecar.core.quiet_keys import EarlySync
 from ratelimit_sidecar.core.spans import window_end
 from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
+from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.algorithms import shared_algorithms
 from ratelimit_sidecar.core.fixed_window import FixedWindow
-from ratelimit_sidecar.core.keystate import NO_WINDOW, KeyState, WindowCounts
+from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.limiter import (
     DEFAULT_MAX_KEYS,
     KEYS_PER_STEP,
@@ -24,13 +24,11 @@ from ratelimit_sidecar.core.limiter import (
     lifts_block,
 )
 from ratelimit_sidecar.core.quiet_keys import (
-    HOLD,
-    NEVER,
     QUIET_SHARE,
-    SYNC,
     EarlySync,
     HeardTotals,
-    near_at,
+    QuietKeys,
+    new_key_nodes,
 )
 from ratelimit_sidecar.core.spans import span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
@@ -67,13 +65,11 @@ class FleetLimiter(Limiter):
         self._shared = shared_algorithms(fixed_window)
         self._orphans: list[Push] = []  # unpushed hits of keys that left the table
         self._plan: SyncPlan | None = None
-        self.quiet_share = quiet_share
         self.new_keys_alone = new_keys_alone
-        self.heard = HeardTotals(key_digest)
         self.early = self._shared_early
-        self.nodes_known = False  # a heartbeat has told the live node count
+        self.heard = HeardTotals(key_digest)
+        self.quiet = QuietKeys(quiet_share, self.early, self.heard)
         self.store_up = True  # the last sync was answered
-        self.quiet_hits = 0  # held hits whose window ended unpushed: nobody needed them
 
     @property
     def live_nodes(self) -> int:
@@ -85,75 +81,23 @@ class FleetLimiter(Limiter):
         self._shared_early.live_nodes = nodes
 
     def _new_key_nodes(self, limit: RateLimit, alone: bool) -> float:
-        """A new fixed-window key of a request assumes it has this gateway alone (a client
-        mostly uses one): it may take its whole limit here. Once its own hits pass an even
-        share (MAX / live nodes) its first push leaves at once (`EarlySync`), and the answer
-        tells how shared it is. Without a store answering, or for a gateway's report (RLQS:
-        the hits are already admitted), an even split over the live nodes."""
-        fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
-        if alone and fixed and self.new_keys_alone and self.store_up:
-            return 1
-        return self.live_nodes
+        alone = alone and self.new_keys_alone
+        return new_key_nodes(limit, alone, self.store_up, self.live_nodes)
 
     def _started(self, state: KeyState) -> None:
-        """A key new to this node: the total the store announced for its window counts; a
-        key that assumes it is alone pushes early once past an even share."""
-        counts = state.counts
-        if not isinstance(counts, WindowCounts):
-            return
-        if total := self.heard.take(state.key, state.window):
-            counts.seen, counts.near = max(counts.seen, total), True
-        elif state.nodes.value == 1 and self.live_nodes > 1:
-            counts.alone, counts.early_at = True, state.limit.requests_per_unit / self.live_nodes
+        self.quiet.start_key(state)
 
     def _catch_up(self, state: KeyState, now_ms: int) -> None:
         """The sync loop pushes the span that ended; only the window may have moved on."""
-        self._roll(state, now_ms)
-
-    def _roll(self, state: KeyState, now_ms: int) -> None:
-        """The key's window roll; a fixed window's quiet hits end with it, and a window this
-        node never synced has no total worth reading."""
-        counts = state.counts
-        if not isinstance(counts, WindowCounts) or now_ms // state.limit.window_ms == state.window:
-            self.dropped_hits += state.roll(now_ms)
-            return
-        if self._quiet(state, counts):
-            self.quiet_hits += state.pending
-            state.pending = 0
-        synced = counts.near or counts.pushed
-        # A window that ended near its limit makes the next one near from its start: a busy
-        # key's first span is synced, not held while its count is still low.
-        busy = counts.seen >= near_at(state.limit.requests_per_unit)
-        consecutive = now_ms // state.limit.window_ms == state.window + 1
-        self.dropped_hits += state.roll(now_ms)
-        counts.near = busy and consecutive
-        if not synced:
-            state.nodes.window = NO_WINDOW
-
-    def _quiet(self, state: KeyState, counts: WindowCounts) -> bool:
-        """Held back: not near, nothing pushed in the window, under the quiet bound."""
-        if counts.near or counts.pushed or not self.nodes_known:
-            return False
-        return state.pending * self.live_nodes < self.quiet_share * state.limit.requests_per_unit
-
-    def _need(self, state: KeyState, now_ms: int, flush: bool) -> int:
-        """What this span end does for the key: HOLD a quiet one, else SYNC."""
-        counts = state.counts
-        if not isinstance(counts, WindowCounts) or flush or now_ms < state.blocked_until:
-            return SYNC
-        return HOLD if self._quiet(state, counts) else SYNC
+        self.dropped_hits += self.quiet.roll(state, now_ms)
 
     def apply_near(self, key: KeyId, window: int, total: int) -> bool:
-        """A near notice: another node's push took `key`'s `window` to `total`, past
-        NEAR_SHARE of MAX. A tracked fixed-window key takes the total and is synced every span
-        from now on; True if it was tracked."""
+        """A near notice: another node's push took `key`'s `window` to `total`
+        (core/quiet_keys.py). True if the key is tracked."""
         state = self.keys.get(key)
-        if state is None:
-            return False
-        counts = state.counts
-        if isinstance(counts, WindowCounts) and state.window == window:
-            counts.seen, counts.near = max(counts.seen, total), True
-        return True
+        if state is not None:
+            self.quiet.announced(state, window, total)
+        return state is not None
 
     def _count_late(self, state: KeyState, hits: int) -> None:
         """Pushed with the previous window's last span (the store counts it there), and this
@@ -166,10 +110,7 @@ class FleetLimiter(Limiter):
     def _evicted(self, state: KeyState) -> None:
         """Eviction loses tracking precision, never counts: its unpushed hits still go out,
         except a quiet key's (no push ever needed them)."""
-        counts = state.counts
-        if isinstance(counts, WindowCounts) and self._quiet(state, counts):
-            self.quiet_hits += state.pending
-            state.pending = 0
+        self.quiet.forget_held(state, state.last_hit)
         for count, window in ((state.unsent, state.unsent_window), (state.pending, state.window)):
             if count:
                 self._orphans.append(Push(state.key, window, count, state.limit))
@@ -214,25 +155,29 @@ class FleetLimiter(Limiter):
         return self._plan.batch
 
     def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int, flush: bool) -> None:
-        self._roll(state, now_ms)
+        self.dropped_hits += self.quiet.roll(state, now_ms)
         limit = state.limit
         ended, state.next_sync = state.next_sync, span_end(now_ms, limit.window_ms, limit.spans)
         if state.idle(now_ms):
             self.keys.remove(state)
             return
         retried = self._plan_unsent(plan, state, now_ms) if state.unsent else False
-        need = self._need(state, now_ms, flush)
+        counts = state.counts
+        held = (
+            not flush
+            and isinstance(counts, WindowCounts)
+            and self.quiet.quiet(state, counts, now_ms)
+        )
         # A key whose last span's hits are being pushed for the window that just ended (they
         # were counted after it closed) already gets its flag back from that push: one push
         # per key and span either way.
-        if need != HOLD and (state.pending or (need == SYNC and not retried)):
+        if not held and (state.pending or not retried):
             span = push_span(state, ended, now_ms)
             levels = _levels(state, now_ms)
             push = Push(state.key, state.window, state.pending, limit, span, *levels)
             plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
-            if isinstance(state.counts, WindowCounts):
-                state.counts.pushed, state.counts.early_at = True, NEVER
+            self.quiet.pushed(state)
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.nodes.window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.nodes.window))
@@ -276,7 +221,7 @@ class FleetLimiter(Limiter):
             stats = plan.fail(now_ms, resend)
         else:
             if result.live_nodes > 0:
-                self.live_nodes, self.nodes_known = result.live_nodes, True
+                self.live_nodes, self.quiet.nodes_known = result.live_nodes, True
             stats = plan.succeed(now_ms, result)
             if result.heartbeat_error:
                 stats = replace(stats, heartbeat_failed=True)

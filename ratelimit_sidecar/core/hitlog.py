@@ -1,8 +1,7 @@
 """The times of a key's admitted hits in its trailing window, oldest first (a sliding log).
 
-Hits of the same millisecond share one entry. Two plain deques of ints (times, counts) cost
-about 50 bytes an entry; the limit's configuration bounds MAX, and the log never holds more
-than MAX entries (see `add`).
+Hits of one millisecond share an entry; two deques of ints cost about 50 bytes an entry, and the log
+never holds more than MAX entries.
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ from collections import deque
 
 
 class HitLog:
-    """Entries (time, count) in time order, and the sum of their counts."""
-
     __slots__ = ("capacity", "counts", "times", "total")
 
     def __init__(self, capacity: int) -> None:
@@ -22,18 +19,15 @@ class HitLog:
         self.total = 0
 
     def expire(self, oldest_kept_ms: int) -> None:
-        """Forget the entries older than `oldest_kept_ms`."""
         times, counts = self.times, self.counts
         while times and times[0] < oldest_kept_ms:
             times.popleft()
             self.total -= counts.popleft()
 
     def add(self, now_ms: int, count: int) -> None:
-        """Log `count` hits at `now_ms` (not older than the newest entry).
-
-        Only hits counted over the limit (a shadow rule's) can make the entries outnumber MAX:
-        then the two oldest merge, at the later time, so the log over-counts for a while
-        instead of growing without bound."""
+        """Only hits counted over the limit (a shadow rule's) can outnumber MAX entries: then the
+        two oldest merge at the later time, over-counting for a while instead of growing without
+        bound."""
         if self.times and self.times[-1] == now_ms:
             self.counts[-1] += count
         else:
@@ -46,7 +40,6 @@ class HitLog:
             self.counts[0] += oldest
 
     def take_newest(self, count: int) -> int:
-        """Remove up to `count` hits, newest first; returns how many were removed."""
         removed = 0
         while self.times and removed < count:
             taken = min(self.counts[-1], count - removed)
@@ -59,8 +52,7 @@ class HitLog:
         return removed
 
     def time_freeing(self, count: int) -> int:
-        """The time of the entry whose leaving brings the total down by `count` in all (the
-        entries before it leave first); `count` must be at most the total."""
+        """The time of the entry whose leaving frees `count` in all (at most the total)."""
         freed = 0
         for time, held in zip(self.times, self.counts, strict=True):
             freed += held

@@ -8,12 +8,12 @@ from ratelimit_sidecar.config.model import RateLimit, Rule
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.nodes_estimate import NO_WINDOW, NodesEstimate
 from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
-from ratelimit_sidecar.core.quiet_keys import NEVER
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
-__all__ = ["NO_WINDOW", "Bucket", "KeyState", "WindowCounts"]
+__all__ = ["NEVER", "NO_WINDOW", "Bucket", "KeyState", "WindowCounts"]
+NEVER = float("inf")  # an early push threshold no count reaches (core/quiet_keys.py)
 
 
 class WindowCounts:

@@ -9,17 +9,13 @@ from itertools import islice
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import KeyId
 
-# How many of the oldest entries to look at for an evictable one before giving up.
-EVICTION_PROBES = 16
+EVICTION_PROBES = 16  # the oldest entries looked at for an evictable one
 
 
 class KeyTable:
-    """Keys in insertion order; when full, an old key not hit in its current window makes room,
-    else the busy one with the smallest count (see _find_victim).
-
-    Evicted keys are returned to the caller, which keeps what they counted: eviction loses
-    tracking precision, never counts. Blocked keys are never evicted for room, so flooding new
-    values cannot unblock an abuser.
+    """When full, an old key idle in its window makes room, else the busy one with the smallest
+    count. Evicted keys go back to the caller, which keeps their counts: eviction loses precision,
+    never counts. Blocked keys are never evicted, so a flood of new values cannot unblock an abuser.
     """
 
     __slots__ = ("_states", "evictions", "get", "max_keys", "removals")
@@ -28,10 +24,9 @@ class KeyTable:
         if max_keys < 1:
             raise ValueError("max_keys must be at least 1")
         self.max_keys = max_keys
-        # Ordered, so that finding the oldest keys costs the same after any number of
-        # evictions: a plain dict skips over every entry deleted before it when iterated.
+        # Ordered: a plain dict's iteration skips every deleted entry, slowing evictions.
         self._states: OrderedDict[KeyId, KeyState] = OrderedDict()
-        # The dict's own lookup, bound once: the request path calls it for every descriptor.
+        # Bound once: the request path calls it for every descriptor.
         self.get: Callable[[KeyId], KeyState | None] = self._states.get
         self.evictions = 0
         self.removals = 0
@@ -44,17 +39,16 @@ class KeyTable:
 
     @property
     def added(self) -> int:
-        """Keys ever inserted: what an index beside the table compares to see that it changed
-        (computed, so that inserting a key costs nothing more)."""
+        """Keys ever inserted, for an index beside the table to see it changed (computed: inserting
+        costs nothing more)."""
         return len(self._states) + self.evictions + self.removals
 
     def newest_first(self) -> Iterator[KeyId]:
-        """Tracked keys, the last inserted (or moved to the back) first. Not to be held across
-        a change of the table."""
+        """Not to be held across a change of the table."""
         return reversed(self._states)
 
     def insert(self, state: KeyState, now_ms: int) -> list[KeyState] | None:
-        """Track `state`; returns the evicted states (maybe empty), or None if there was no room."""
+        """The evicted states (maybe none), or None if there was no room."""
         evicted: list[KeyState] = []
         if len(self._states) >= self.max_keys:
             victim = self._find_victim(now_ms)
@@ -67,17 +61,15 @@ class KeyTable:
         return evicted
 
     def remove(self, state: KeyState) -> None:
-        """Forget `state`, unless its key is tracked by another state by now (a caller working
-        in slices may hold a state evicted, and its key tracked anew, in between)."""
+        """Unless its key is tracked anew (a caller working in slices may hold an evicted state)."""
         if self._states.get(state.key) is state:
             del self._states[state.key]
             self.removals += 1
 
     def _find_victim(self, now_ms: int) -> KeyState | None:
-        """Among the EVICTION_PROBES oldest keys, the first one idle in its current window; the
-        busy and blocked ones looked at go to the back (a second chance, so a key in steady use
-        is not evicted just for being old). If all are busy, the unblocked one this node
-        admitted the fewest hits for in its window (its count is kept, see core/evicted.py)."""
+        """The first of the oldest keys idle in its window; busy and blocked ones go to the back (a
+        key in steady use is not evicted for being old). All busy: the unblocked one with the fewest
+        admitted hits (its count is kept: core/evicted.py)."""
         oldest = list(islice(self._states.values(), EVICTION_PROBES))
         for state in oldest:
             idle = now_ms - state.last_hit >= state.limit.window_ms
@@ -88,6 +80,5 @@ class KeyTable:
         return min(unblocked, key=lambda s: s.nodes.admitted, default=None)
 
     def busiest(self, limit: int) -> list[KeyState]:
-        """The keys with the most local hits in their current window, for /debug/keys."""
         states = sorted(self._states.values(), key=lambda s: s.nodes.admitted, reverse=True)
         return states[:limit]

@@ -1,8 +1,7 @@
-"""Local-only mode: a single node with no store, whose own counts are the fleet's.
+"""Local-only mode: one node with no store, whose own counts are the fleet's.
 
-No span end visits a key: a span's hits are applied when the key is next used, as of the
-span's end, so a block still starts where a store's answer would have started it. A periodic
-`sweep` forgets keys nobody uses any more.
+No span end visits a key: its hits are applied at the key's next use, as of the span's end, so a
+block starts where a store's answer would have started it. `sweep` forgets unused keys.
 """
 
 from __future__ import annotations
@@ -13,15 +12,13 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end
 
-# A key costs only memory here (bounded by max_keys), so it is kept through a minute of silence
-# (or two windows, if longer): a returning client finds its counter instead of making a new one.
+# A key costs only memory (bounded by max_keys): kept a minute (or two windows) of silence so a
+# returning client finds its counter.
 IDLE_MS = 60_000
 SWEEP_EVERY_MS = IDLE_MS // 4  # how often the server calls `sweep`
 
 
 class LocalLimiter(Limiter):
-    """A limiter whose span ends happen in memory; nothing is pushed anywhere."""
-
     def _catch_up(self, state: KeyState, now_ms: int) -> None:
         limit = state.limit
         moved = now_ms // limit.window_ms != state.window
@@ -34,19 +31,18 @@ class LocalLimiter(Limiter):
             self.dropped_hits += state.roll(now_ms)
 
     def _count_late(self, state: KeyState, hits: int) -> None:
-        """Alone, a node has no use for a finished window's count."""
+        """Alone, a finished window's count is of no use."""
 
     def _evicted(self, state: KeyState) -> None:
-        """Nobody else reads this node's counts: they leave with the key."""
+        """Nobody else reads this node's counts."""
 
     def sweep(self, now_ms: int) -> None:
-        """Forget keys idle for IDLE_MS (or two windows) whose block is over."""
         for _ in self.sweep_steps(now_ms):
             pass
 
     def sweep_steps(self, now_ms: int, keys_per_step: int = KEYS_PER_STEP) -> Iterator[int]:
-        """`sweep` in slices, yielding after every `keys_per_step` keys, so that a caller on an
-        event loop answers requests in between (100,000 keys take tens of milliseconds)."""
+        """`sweep` in slices, so that an event loop answers requests in between (100,000 keys take
+        tens of ms)."""
         for index, state in enumerate(self.keys):
             if now_ms - state.last_hit >= max(IDLE_MS, 2 * state.limit.window_ms):
                 self._forget_if_done(state, now_ms)
@@ -62,8 +58,7 @@ class LocalLimiter(Limiter):
             self.keys.remove(state)
 
     def _close(self, state: KeyState, end_ms: int) -> None:
-        """What a span end at `end_ms` does here, without a round trip. Counts of a finished
-        window need no push: nobody reads them again."""
+        """A span end without a round trip; a finished window's counts need no push."""
         state.roll(end_ms)  # leftovers of a finished window go to `unsent`, dropped below
         state.unsent = 0
         if state.pending:

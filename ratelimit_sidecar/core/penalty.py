@@ -1,29 +1,22 @@
 """Progressive penalties: longer blocks for a client that keeps sending while it is blocked.
 
-A limit with a block (a cooldown) may set `penalty: {factor, max, forgive_after}`. The rule,
-in one place (the sync scripts' arithmetic is tested against `block_ms`):
+A limit with a cooldown may set `penalty: {factor, max, forgive_after}`. The rule, in one place (the
+sync scripts' arithmetic is tested against `block_ms`):
 
-1. A key has a penalty `level`, 0 at first. A block that starts at level L lasts
-   `block_ms(L)` = min(cooldown x factor^L, max), never less than the cooldown. A block that is
-   extended while it runs (a window still over its limit) keeps the level it started with.
-2. An offence is a refused request that arrives before the end this node stated in its last
-   refusal of the key (its Retry-After), once the client had time to hear it:
-   - the first refusal of a block is never one (the client had not been told yet), nor one
-     arriving within GRACE of that first refusal (requests already in flight with it);
-   - a retry up to GRACE before the stated end is not one (Retry-After is rounded up to whole
-     seconds, and nodes' clocks and block flags differ by milliseconds).
-   An obedient client, who waits its Retry-After, therefore never offends.
-3. The first offence of a block raises the level to the block's level + 1 (never past the
-   level whose block reaches `max`): one step per block however hard the client hammers, so a
-   hammering client's consecutive blocks last 1x, 2x, 4x ... the cooldown, up to `max`.
-4. Forgiveness: after `forgive_after` without an offence the level is back to 0 (not one step
-   down: one expiring key in the store does it, the same on every node).
+1. A block starting at level L (0 at first) lasts min(cooldown x factor^L, max), at least the
+   cooldown; an extended block keeps its starting level.
+2. An offence is a refused request arriving before the end this node stated in its last refusal (its
+   Retry-After), once the client could have heard it: never the block's first refusal, nor one
+   within GRACE of it (in flight), nor a retry up to GRACE before the stated end (Retry-After is
+   rounded to seconds; clocks and flags differ by ms). An obedient client never offends.
+3. A block's first offence raises the level to the block's level + 1 (capped where the block reaches
+   `max`): one step per block however hard the client hammers.
+4. After `forgive_after` without an offence the level is 0 again (not one step down: one expiring
+   store key does it, the same on every node).
 
-Fleet-wide (storage/penalty.lua, sync_common.lua): the level lives in the store beside the block
-flag, with a TTL of `forgive_after` renewed by each offence; a node reports the level its
-offence asks for (`wanted`) with its next push, the store keeps the highest, starts blocks at
-its level (`flag_level`; the flag's value is the block's level) and answers level and block
-level, which every node takes.
+Fleet-wide (penalty.lua, sync_common.lua) the level lives beside the block flag with a TTL of
+`forgive_after` renewed by each offence; a node reports the level it wants with its next push, the
+store keeps the highest, starts blocks at its level (the flag's value) and answers both levels.
 """
 
 from __future__ import annotations
@@ -36,7 +29,6 @@ NEVER = -(2**62)
 
 
 def block_ms(cooldown_ms: int, penalty: Penalty, level: int) -> int:
-    """How long a block that starts at `level` lasts (1.)."""
     if level <= 0:
         return cooldown_ms
     grown = int(cooldown_ms * penalty.factor**level)
@@ -44,7 +36,7 @@ def block_ms(cooldown_ms: int, penalty: Penalty, level: int) -> int:
 
 
 def top_level(cooldown_ms: int, penalty: Penalty) -> int:
-    """The lowest level whose block lasts `max`: levels never go past it."""
+    """The lowest level whose block lasts `max`: levels never pass it."""
     level = 0
     while level < MAX_LEVELS and block_ms(cooldown_ms, penalty, level) < penalty.max_ms:
         level += 1
@@ -52,11 +44,10 @@ def top_level(cooldown_ms: int, penalty: Penalty) -> int:
 
 
 def flag_level(level: int, blocking: int) -> int:
-    """The level of a block the store starts at `level`, for a push from a node whose own block
-    of the key runs at level `blocking` (-1: none). A node blocks a key alone when it alone
-    sees the count over MAX, and an offence during that block already raised the store's level
-    by one: the store's block is that same block, at its level. A node further behind (it has
-    just started) is not believed."""
+    """The level of a block the store starts at `level` for a node whose own block runs at
+    `blocking` (-1: none). A node blocks alone when only it sees the count over MAX, and an offence
+    in that block already raised the store's level by one: it is the same block. A node further
+    behind (just started) is not believed."""
     return blocking if blocking >= 0 and level - 1 <= blocking <= level else level
 
 
@@ -65,7 +56,7 @@ def grace_ms(cooldown_ms: int) -> int:
 
 
 class RaisedLevels:
-    """Offences that raised a level, counted for the limiter that owns the keys (a metric)."""
+    """Offences that raised a level, for the limiter's metric."""
 
     __slots__ = ("applied",)
 
@@ -74,7 +65,7 @@ class RaisedLevels:
 
 
 class PenaltyState:
-    """One key's penalty, beside its counts (KeyState.penalty). Mutated on one thread."""
+    """One key's penalty (KeyState.penalty)."""
 
     __slots__ = (
         "block_end",
@@ -100,7 +91,6 @@ class PenaltyState:
         self.wanted = 0  # the level an offence asks the store for; 0: nothing to report
 
     def block_length(self, cooldown_ms: int, now_ms: int) -> int:
-        """The length of a block starting (or extended) at `now_ms` (1.)."""
         if now_ms >= self.block_end:  # a new block: at the level of now
             self.forgive(now_ms)
             self.block_level = self.level
@@ -109,16 +99,15 @@ class PenaltyState:
         return length
 
     def length_at(self, cooldown_ms: int, at_ms: int) -> int:
-        """What `block_length` will say at `at_ms` (now or later) if nothing changes meanwhile,
-        changing nothing: for a Retry-After that counts a block still to be set or re-armed."""
+        """What `block_length` will say at `at_ms`, changing nothing: a Retry-After counting a block
+        still to be set or re-armed."""
         if at_ms < self.block_end:
             return block_ms(cooldown_ms, self.penalty, self.block_level)
         forgiven = at_ms - self.fresh_ms >= self.penalty.forgive_after_ms
         return block_ms(cooldown_ms, self.penalty, 0 if forgiven else self.level)
 
     def refused(self, cooldown_ms: int, now_ms: int, blocked_until: int) -> bool:
-        """A request refused by a block ending at `blocked_until`; True if it is an offence that
-        raised the level (2., 3.)."""
+        """True if this refusal is an offence that raised the level (2., 3.)."""
         if now_ms >= self.told_until:  # the first refusal, or back after the end it was told
             self.told_at, self.told_until = now_ms, blocked_until
             return False
@@ -136,7 +125,6 @@ class PenaltyState:
         return raised
 
     def forgive(self, now_ms: int) -> None:
-        """4.: back to 0 after `forgive_after` without an offence."""
         if self.level and now_ms - self.fresh_ms >= self.penalty.forgive_after_ms:
             self.level = 0
 
@@ -145,8 +133,7 @@ class PenaltyState:
         return self.level
 
     def take_store(self, now_ms: int, level: int, block_level: int, block_left_ms: int) -> None:
-        """The store's answer to a push: the fleet's level, and the block flag's level and
-        remaining ms (0: no block)."""
+        """The store's answer: the fleet's level, the block flag's level and ms left (0: none)."""
         if self.wanted <= level:
             self.wanted = 0  # reported (or overtaken)
         self.level = max(level, self.wanted)
@@ -156,7 +143,6 @@ class PenaltyState:
             self.take_block(now_ms, block_level, block_left_ms)
 
     def take_block(self, now_ms: int, block_level: int, block_left_ms: int) -> None:
-        """A block the store holds (its flag, or its announcement): its level and end."""
         self.block_level = block_level
         self.block_end = now_ms + block_left_ms
         self.level = max(self.level, block_level)

@@ -1,9 +1,8 @@
 """An RLQS bucket's report in, its assignment out, through the limiter's own counters.
 
-A report's allowed requests are hits Envoy has already admitted: the limiter counts them
-(`Limiter.count_admitted`) into the same counters, and so the same span deltas and store keys,
-as ShouldRateLimit requests with the same descriptor. The assignment is then read off those
-counters (core/quota_assign.py). Pure: the clock is `now_ms`.
+A report's allowed requests were admitted by Envoy already: `Limiter.count_admitted` counts them
+into the same counters (so the same span deltas and store keys) as ShouldRateLimit requests with
+that descriptor, and the assignment is read off them (core/quota_assign.py).
 """
 
 from __future__ import annotations
@@ -41,40 +40,19 @@ def report_usage(
     since_ms: int | None = None,
     pace: Pace | None = None,
 ) -> Assignment:
-    """Count a report's allowed requests (`hit.hits`, 0 for an idle report; admitted since
-    `since_ms`, the previous report) under the hit's rule, and return the assignment its
-    counters call for now."""
+    """Count a report's allowed hits (admitted since `since_ms`) and return the assignment."""
+    states = limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
     rule = hit.rule
     if rule is None or rule.limit is None or rule.shadow_mode or policy.shadow_mode:
-        limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
         return allow_all(now_ms, policy)
-    states = limiter.count_admitted(now_ms, hit, since_ms)
-    return assignment_of(limiter, rule, states, now_ms, streams=streams, policy=policy, pace=pace)
-
-
-def assignment_of(
-    limiter: Limiter,
-    rule: Rule,
-    states: Sequence[KeyState | None],
-    now_ms: int,
-    *,
-    streams: int = 1,
-    policy: QuotaPolicy = DEFAULT_POLICY,
-    pace: Pace | None = None,
-) -> Assignment:
-    """The assignment for a rule whose limits' counters are `states` (one per limit)."""
-    views = [
-        view_of(limiter, limit, state, now_ms)
-        for limit, state in zip(rule.limits, states, strict=True)
-    ]
+    counted = zip(rule.limits, states, strict=True)
+    views = [view_of(limiter, limit, state, now_ms) for limit, state in counted]
     return combine([assign(view, now_ms, streams, policy, pace) for view in views])
 
 
 def combine(assignments: Sequence[Assignment]) -> Assignment:
-    """One bucket under several limits (`rate_limits:`): every limit must admit.
-
-    Any DENY_ALL wins (the longest); otherwise the smallest burst and the slowest refill (in
-    tokens per second: the fill intervals differ between limits), rechecked at the earliest."""
+    """Several limits on one bucket: any DENY_ALL wins (the longest), else the smallest burst, the
+    slowest refill in tokens per second (fill intervals differ) and the earliest recheck."""
     if len(assignments) == 1:
         return assignments[0]
     denials = [a for a in assignments if a.action is Action.DENY_ALL]
@@ -87,7 +65,7 @@ def combine(assignments: Sequence[Assignment]) -> Assignment:
     smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
     recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
     assert slowest.bucket is not None
-    bucket = replace(slowest.bucket, max_tokens=smallest)
+    bucket = slowest.bucket._replace(max_tokens=smallest)
     windows = tuple(w for b in buckets for w in b.windows)
     return replace(slowest, bucket=bucket, recheck_ms=recheck, windows=windows)
 
@@ -98,8 +76,7 @@ def _rate(bucket: TokenBucket | None) -> float:
 
 
 def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
-    """What the limiter knows of one counter; without a counter (a deny list, or a table full
-    of blocked keys) the limit alone: nothing left of a deny list, a whole capacity otherwise."""
+    """Without a counter (a deny list, a table full of blocked keys): the limit alone."""
     if state is None:
         return KeyView(limit, limit.capacity if limit.requests_per_unit else 0)
     algorithm = limiter.algorithm_of(state)
@@ -120,16 +97,16 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
 
 
 def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
-    """What the gateway has likely spent since its report, under the rule's tightest limit."""
+    """Likely spent since the report, under the rule's tightest limit."""
     return max((pace.unreported(limit, now_ms) for limit in rule.limits), default=0.0)
 
 
 class BucketQuota:
-    """One bucket of one stream as the server remembers it: the assignment Envoy holds and what
-    the gateway reported allowed since Envoy built that bucket. The servicer and the simulator
-    both decide through it."""
+    """One bucket of one stream: the assignment Envoy holds and what was reported allowed since
+    Envoy built it. The servicer and the simulator both decide through it."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: QuotaPolicy = DEFAULT_POLICY) -> None:
+        self.policy = policy
         self.sent: Assignment | None = None
         self.spent = 0
         self.reported_ms: int | None = None  # the last report's time (None: none yet)
@@ -137,62 +114,44 @@ class BucketQuota:
 
     @property
     def recheck_ms(self) -> int:
-        """When to decide again without a report (0: only at reports)."""
         return self.sent.recheck_ms if self.sent is not None else 0
 
     def report(
-        self,
-        limiter: Limiter,
-        hit: Hit,
-        now_ms: int,
-        streams: int = 1,
-        policy: QuotaPolicy = DEFAULT_POLICY,
-        *,
-        denied: int = 0,
+        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1, *, denied: int = 0
     ) -> Assignment | None:
-        """A report of `hit.hits` allowed (and `denied` refused): counted, then what to send
-        (None: nothing)."""
         if self.sent is not None:
             self.spent += max(0, hit.hits)
         # Since the last report; a bucket first seen here may carry a whole report period.
         since = self.reported_ms
         if since is None and hit.hits > 1:
-            since = now_ms - policy.report_interval_ms
+            since = now_ms - self.policy.report_interval_ms
         if since is not None and now_ms > since:
             self.rate = (max(0, hit.hits) + max(0, denied)) / (now_ms - since)
         self.reported_ms = now_ms
-        fresh = report_usage(
-            limiter, hit, now_ms, streams, policy, since_ms=since, pace=Pace(self.rate)
-        )
-        return self._settle(fresh, now_ms, policy, 0.0)
+        pace = Pace(self.rate)
+        fresh = report_usage(limiter, hit, now_ms, streams, self.policy, since_ms=since, pace=pace)
+        return self._settle(fresh, now_ms, 0.0)
 
     def recheck(
-        self,
-        limiter: Limiter,
-        hit: Hit,
-        now_ms: int,
-        *,
-        streams: int = 1,
-        policy: QuotaPolicy = DEFAULT_POLICY,
+        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1
     ) -> Assignment | None:
-        """No report: decided again on the counters as they are (nothing counted), less what
-        the gateway has likely spent since its report at the rate it reported."""
+        """No report: decided on the counters as they are, less what the gateway likely spent since
+        its report."""
         pace = self._pace(now_ms)
-        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, policy, pace=pace)
+        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
         unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
-        return self._settle(fresh, now_ms, policy, unreported)
+        return self._settle(fresh, now_ms, unreported)
 
     def _pace(self, now_ms: int) -> Pace:
-        """The gateway's pace since its last report, within what its bucket may hold."""
         if self.reported_ms is None or self.sent is None or self.sent.bucket is None:
             return Pace(self.rate)
         held = held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
         return Pace(self.rate, now_ms - self.reported_ms, held)
 
-    def _settle(
-        self, fresh: Assignment, now_ms: int, policy: QuotaPolicy, unreported: float
-    ) -> Assignment | None:
-        send = settle(self.sent, fresh, now_ms, policy, spent=self.spent, unreported=unreported)
+    def _settle(self, fresh: Assignment, now_ms: int, unreported: float) -> Assignment | None:
+        send = settle(
+            self.sent, fresh, now_ms, self.policy, spent=self.spent, unreported=unreported
+        )
         if send is None:
             assert self.sent is not None  # settle sends whatever is new
             self.sent = kept(self.sent, fresh)

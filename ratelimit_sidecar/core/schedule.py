@@ -11,8 +11,9 @@ its size alone. A shutdown flush tries a few times before it counts what is left
 from __future__ import annotations
 
 HEARTBEAT_MS = 1000  # sync at least this often (a sync with nothing to send sends nothing)
-# Send the heartbeat (one command) this often: a third of the node set's default TTL
-# (storage/redis_store.py), so a live node never drops out of it.
+# The heartbeat (one command) goes once per span of the shortest tracked rule, at least this
+# often (a third of the node set's default TTL, storage/redis_store.py) and at most once a
+# HEARTBEAT_MS: the live node count follows the fleet as fast as the counts do.
 BEAT_MS = 10_000
 POLL_MS = 250  # a loop that cannot be told of a new key looks again this often
 FLUSH_ATTEMPTS = 3
@@ -26,7 +27,7 @@ TIMEOUT_PER_KEY_US = 20
 class SyncSchedule:
     """The next sync time of one node, on whatever clock the caller passes in."""
 
-    __slots__ = ("beat_every_ms", "beat_ms", "due_ms", "heartbeat_ms", "timeout_ms")
+    __slots__ = ("beat_ms", "due_ms", "heartbeat_ms", "timeout_ms")
 
     def __init__(
         self,
@@ -37,13 +38,13 @@ class SyncSchedule:
         self.due_ms = start_ms  # the first sync is at once
         self.timeout_ms = timeout_ms
         self.heartbeat_ms = heartbeat_ms
-        self.beat_every_ms = BEAT_MS
         self.beat_ms: int | None = None  # when the last sync carrying the heartbeat started
 
-    def heartbeat_due(self, now_ms: int) -> bool:
+    def heartbeat_due(self, now_ms: int, shortest_span_ms: int | None = None) -> bool:
         """Whether the sync starting now carries the heartbeat: the first one, then one per
-        heartbeat period, however often spans end."""
-        if self.beat_ms is not None and now_ms - self.beat_ms < self.beat_every_ms:
+        span of the shortest tracked rule, within [HEARTBEAT_MS, BEAT_MS]."""
+        period = min(max(shortest_span_ms or BEAT_MS, self.heartbeat_ms), BEAT_MS)
+        if self.beat_ms is not None and now_ms - self.beat_ms < period:
             return False
         self.beat_ms = now_ms
         return True

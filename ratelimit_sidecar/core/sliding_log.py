@@ -1,25 +1,12 @@
 """The sliding-log rule: at most MAX requests in any trailing window, exactly, on one node.
 
-The key keeps the time of every hit it admitted in the trailing window (now - W, now], hits of
-the same millisecond as one entry (core/hitlog.py): at most MAX entries. A log cannot be
-rebuilt from span totals, so this rule runs only where the node's own counts are the fleet's:
-local-only mode (`LocalLimiter`): it is an `Algorithm`, not a `SharedAlgorithm`. The
-configuration refuses an eventual sliding log with a shared store, and a strict one decides
-against the store's log (its local fallback uses a sliding window twin of the limit).
-
-A request (`check`, then `count` and `admitted` when it is admitted):
-
-1. A key under an active block (only when the limit sets a `cooldown`) is refused until the
-   block ends.
-2. Entries that left the trailing window are dropped. If this request's hits take the log's
-   total past MAX, it is refused (with a cooldown, the key is blocked for it too). Either
-   refusal's Retry-After is the time until enough of the oldest entries leave for the request
-   to fit, and not before the block ends (`retry_wait_ms`). A request of more than MAX hits
-   never fits: it is refused for one window.
-3. Admitted: the hits join the log; `remaining` is MAX minus the log's total, and `reset_ms`
-   the time until the oldest entry leaves the window (when quota first comes back).
-
-Span ends change nothing: a hit counts from the moment it is logged until it is W old.
+A key logs the time of every admitted hit in (now - W, now] (core/hitlog.py). A log cannot be
+rebuilt from span totals, so this runs only where a node's counts are the fleet's, local-only mode:
+an `Algorithm`, not a `SharedAlgorithm`. Config refuses an eventual log with a shared store; a
+strict one decides on the store's log (its local fallback is a sliding-window twin). A request over
+MAX is refused (and blocked, with a cooldown) until enough of the oldest entries leave, not before
+the block ends; more than MAX never fits: one window. `reset_ms` is when the oldest entry leaves.
+Span ends change nothing.
 """
 
 from __future__ import annotations
@@ -34,11 +21,9 @@ from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 @dataclass(frozen=True, slots=True)
 class SlidingLog:
-    """The rule above."""
-
     def start(self, state: KeyState, resumed: int) -> None:
-        """`resumed` is logged at the time the key comes back: it leaves the window later than
-        the hits it stands for did (an over-count, never an under-count)."""
+        """`resumed` is logged at the key's return: it leaves later than its hits would
+        (over-counts, never under)."""
         state.counts = HitLog(state.limit.requests_per_unit)
         if resumed:
             state.counts.add(state.last_hit, resumed)
@@ -73,15 +58,12 @@ class SlidingLog:
         return log.total
 
     def close_span(self, state: KeyState, end_ms: int) -> None:  # noqa: ARG002
-        """A hit counts from the moment it is logged until it is W old: the span's hits are
-        in the log already."""
+        """The span's hits are in the log already."""
         state.pending = 0
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """A refusal's Retry-After: until enough of the oldest entries leave for `hits` to fit
-    (a request of more than MAX hits never fits: one window), and not before a block ends
-    (a cooldown may end before the log has room again)."""
+    """Until enough of the oldest entries leave for `hits` to fit, not before a block ends."""
     limit, log = state.limit, _log(state, now_ms)
     fits_at = now_ms
     over = log.total + hits - limit.requests_per_unit if hits > 0 else 0
@@ -93,7 +75,6 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
 
 
 def _log(state: KeyState, now_ms: int) -> HitLog:
-    """The key's log, without the entries that have left the window at `now_ms`."""
     log: HitLog = state.counts
     log.expire(now_ms - state.limit.window_ms + 1)
     return log

@@ -1,8 +1,8 @@
-"""Counts of a key's most recent spans, by epoch span number (core/spans.py `span_number`).
+"""Counts of a key's most recent spans, by epoch span number.
 
-A sliding window of N spans reads the N spans up to the current one and the span its trailing
-edge is leaving: N + 1 counts. Older spans can never count again, so they are forgotten as
-newer ones arrive, whatever window they belong to: the counts outlive window boundaries.
+A sliding window of N spans reads the N spans up to now and the one its trailing edge leaves: N + 1
+counts. Older spans never count again, so they are dropped as newer ones arrive, across window
+boundaries.
 """
 
 from __future__ import annotations
@@ -20,17 +20,14 @@ class SpanCounts:
         self.newest = -1  # no span yet: the first one moves every counter out
 
     def get(self, span: int) -> int:
-        """The count of `span`; 0 if it is newer than any counted or too old to count."""
         index = span - self.newest + len(self.counts) - 1
         return self.counts[index] if 0 <= index < len(self.counts) else 0
 
     def since(self, span: int) -> int:
-        """The sum of the counts of `span` and every newer span."""
         first = max(0, span - self.newest + len(self.counts) - 1)
         return sum(self.counts[first:])
 
     def oldest_counted(self, span: int) -> int | None:
-        """The oldest span from `span` on with a count; None if there is none."""
         first = max(0, span - self.newest + len(self.counts) - 1)
         for index in range(first, len(self.counts)):
             if self.counts[index]:
@@ -50,7 +47,6 @@ class SpanCounts:
             self.counts[index] = count
 
     def take_oldest(self, count: int) -> None:
-        """Remove up to `count`, oldest spans first."""
         for index, held in enumerate(self.counts):
             if count <= 0:
                 return
@@ -58,7 +54,7 @@ class SpanCounts:
             self.counts[index], count = held - taken, count - taken
 
     def take_newest(self, count: int) -> int:
-        """Remove up to `count`, newest spans first; returns how many were removed."""
+        """Returns how many were removed."""
         removed = 0
         for index in range(len(self.counts) - 1, -1, -1):
             taken = min(self.counts[index], count - removed)
@@ -70,7 +66,6 @@ class SpanCounts:
         return sum(self.counts)
 
     def _move_to(self, span: int) -> None:
-        """Make `span` the newest, if it is newer: the counts it pushes out are too old."""
         shift = span - self.newest
         if shift <= 0:
             return
@@ -81,11 +76,9 @@ class SpanCounts:
 
 
 class FleetSpans(SpanCounts):
-    """The fleet's span totals as the store answered them, and a floor under one of them.
-
-    The store answers a span end before every node has pushed that span: until a later answer
-    has their counts, the span just pushed is estimated at no less than this node's own share
-    of it times the number of nodes (`floor`). The totals alone are what is known for sure."""
+    """The fleet's span totals as the store answered, and a floor under the newest pushed span: the
+    store answers before every node has pushed it, so it is estimated at no less than this node's
+    share times the nodes until a later answer counts them."""
 
     __slots__ = ("floor", "floor_span")
 
@@ -95,8 +88,6 @@ class FleetSpans(SpanCounts):
         self.floor = 0.0
 
     def raise_floor(self, span: int, share: float) -> None:
-        """This node pushed `share` (already scaled) for `span`: the floor of the newest span
-        pushed, summed over its pushes."""
         if span > self.floor_span:
             self.floor_span, self.floor = span, share
         elif span == self.floor_span:
@@ -113,8 +104,8 @@ class FleetSpans(SpanCounts):
 
 
 class Trailing(NamedTuple):
-    """A trailing window's count, kept in integers where it can be (local-only mode), so that
-    it compares exactly: everything is multiplied by the span's `length`."""
+    """A trailing window's count, scaled by the span's `length` so it compares exactly in integers
+    where it can (local-only mode)."""
 
     whole: float  # hits of the spans wholly inside
     oldest: float  # hits of the span the window is leaving ...
@@ -127,7 +118,6 @@ class Trailing(NamedTuple):
         return self.whole * self.length + self.oldest * self.overlap
 
     def fits(self, extra: float) -> bool:
-        """The count stays within MAX with `extra` more hits."""
         return self.scaled_count() + extra * self.length <= self.max_hits * self.length
 
 
@@ -146,27 +136,22 @@ class SpanState:
     )
 
     def __init__(self) -> None:
-        # The span counts, made at their first use: the fleet's as the store last answered
-        # them, and this node's own not yet confirmed. They outlive the window: a trailing
-        # window reaches back.
+        # Made at first use; they outlive the window (a trailing window reaches back).
         self.fleet: FleetSpans | None = None
         self.own: SpanCounts | None = None
-        # A new key's first share, before it has a finished window to learn from: the span of
-        # the last push answered and its count, and the sums of the fleet's and this node's
-        # counts of the spans since.
+        # A new key's first share, with no finished window yet: the last answered push's span
+        # and count, and the fleet's and own counts since.
         self.pushed_span = -1
         self.pushed_count = 0
         self.early_fleet = 0
         self.early_own = 0
-        # The last request check: (now_ms, pending once its hits are counted, the trailing
-        # count it saw, those hits scaled), for the answer that follows it.
+        # The last check (now_ms, pending after its hits, its Trailing, hits scaled) for its answer.
         self.checked: tuple[int, int, Trailing, float] | None = None
-        # A blocked key's last Retry-After (core/trailing_wait.py): (blocked_until, pending,
-        # hits, the nodes it scaled by, when they fit), until its counts change.
+        # A blocked key's last Retry-After: (blocked_until, pending, hits, nodes, fits_at).
         self.retry_memo: tuple[int, int, int, float, int] | None = None
 
     def view(self) -> dict[str, object]:
-        """The span counts for /debug/keys, oldest first, ending with span number `newest`."""
+        """For /debug/keys, oldest first, ending with span number `newest`."""
         counted = (("fleet_spans", self.fleet), ("own_spans", self.own))
         return {
             name: {"newest": spans.newest, "counts": list(spans.counts)}

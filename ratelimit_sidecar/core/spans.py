@@ -1,8 +1,7 @@
 """Window and span arithmetic on integer milliseconds.
 
-A window of W ms holds N spans. Span k of window w starts at `w*W + ceil(k*W/N)`, so spans tile
-the window exactly (lengths differ by at most 1 ms when N does not divide W) and every span
-belongs to exactly one window. All nodes use the same epoch-aligned boundaries.
+Span k of window w starts at `w*W + ceil(k*W/N)`: spans tile the window exactly (lengths differ by
+at most 1 ms) on the same epoch-aligned boundaries on every node.
 """
 
 from __future__ import annotations
@@ -11,35 +10,31 @@ from ratelimit_sidecar.config.model import RateLimit
 
 
 def window_of(now_ms: int, window_ms: int) -> int:
-    """Window ordinal since the Unix epoch."""
     return now_ms // window_ms
 
 
 def span_index(now_ms: int, window_ms: int, spans: int) -> int:
-    """Which span of its window `now_ms` falls in, 0 … spans-1."""
     return (now_ms % window_ms) * spans // window_ms
 
 
 def span_end(now_ms: int, window_ms: int, spans: int) -> int:
-    """The first millisecond after the span that holds `now_ms`."""
     offset = now_ms % window_ms
     k = offset * spans // window_ms + 1  # span_index + 1, inlined: called per request
     return now_ms - offset + (k * window_ms + spans - 1) // spans
 
 
 def window_end(now_ms: int, window_ms: int) -> int:
-    """The first millisecond of the next window."""
     return (now_ms // window_ms + 1) * window_ms
 
 
 def span_number(now_ms: int, limit: RateLimit) -> int:
-    """The span holding `now_ms`, numbered from the epoch: window * spans + index."""
+    """Numbered from the epoch: window * spans + index."""
     window_ms, spans = limit.window_ms, limit.spans
     return now_ms // window_ms * spans + (now_ms % window_ms) * spans // window_ms
 
 
 def span_bounds(span: int, limit: RateLimit) -> tuple[int, int]:
-    """The first ms of span number `span` and the first ms after it (the tiling above)."""
+    """The first ms of span number `span` and the first ms after it."""
     window, index = divmod(span, limit.spans)
     base, window_ms, spans = window * limit.window_ms, limit.window_ms, limit.spans
     return base + (index * window_ms + spans - 1) // spans, (

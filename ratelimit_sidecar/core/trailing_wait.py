@@ -1,14 +1,11 @@
-"""A sliding window's Retry-After (core/sliding_window.py): how long until a refused request
-fits in the trailing window if nobody sends more, and never before the key's block ends.
+"""A sliding window's Retry-After: until a refused request fits if nobody sends more, never before
+the block ends.
 
-Spans leave the trailing window one by one, the oldest one gradually (its weight is the share
-of its milliseconds still inside). The wait walks them: at each span start from now on, the
-spans still wholly inside plus the weighted oldest one must leave room for the request's hits,
-scaled by `nodes` as the request check scales them. strict.lua walks the same way.
-
-Under a block every refusal asks again, and the walk is the costliest part of a refusal: a
-blocked key keeps the answer (`SpanState.retry_memo`) until its counts change (a store answer,
-own hits counted), its `nodes` or its block does.
+Spans leave the trailing window one by one, the oldest gradually (weighted by its ms still inside).
+The walk tries each span start from now on: the spans wholly inside plus the weighted oldest must
+leave room for the hits scaled by `nodes`, as the request check scales them. strict.lua walks the
+same way. The walk is a refusal's costliest part and a blocked key is asked on every request, so its
+answer is kept (`SpanState.retry_memo`) until its counts, `nodes` or block change.
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ NEVER_DRAINED = 2**62
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """A refusal's Retry-After: the later of the block's end and the time `hits` fit (a
-    cooldown shorter than the time the window takes to drain waits for the drain)."""
+    """The later of the block's end and the time `hits` fit (a short cooldown waits)."""
     blocked_until = state.blocked_until
     if hits <= 0 or blocked_until >= _drained_at(state, hits):  # it fits by the block's end
         return max(blocked_until, now_ms) - now_ms
@@ -37,8 +33,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
 
 
 def _drained_at(state: KeyState, hits: int) -> int:
-    """When every span counted so far has left the trailing window (0: none counted); `hits`
-    more than MAX never fit, as if never drained."""
+    """When every counted span has left the window (0: none); over MAX: never."""
     limit = state.limit
     if hits * state.nodes.check > limit.requests_per_unit:
         return NEVER_DRAINED
@@ -50,8 +45,6 @@ def _drained_at(state: KeyState, hits: int) -> int:
 
 
 def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    """How long until `hits` more fit if nobody sends more: the first moment, span by span,
-    when the spans still inside (the oldest one weighted) leave room for them."""
     limit = state.limit
     extra, max_hits = hits * state.nodes.check, limit.requests_per_unit
     if extra > max_hits:
@@ -73,8 +66,7 @@ def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
 
 
 def _suffix_sums(counts: list[float]) -> list[float]:
-    """sums[i] = counts[i] + ... + counts[-1], and sums[len(counts)] = 0: the spans still
-    wholly inside at each step of the walk, in O(spans) rather than O(spans²)."""
+    """sums[i] = sum(counts[i:]), sums[-1] = 0: O(spans) rather than O(spans²)."""
     sums: list[float] = [0] * (len(counts) + 1)  # ints stay ints: exact, as sum() was
     for index in range(len(counts) - 1, -1, -1):
         sums[index] = counts[index] + sums[index + 1]
@@ -82,7 +74,7 @@ def _suffix_sums(counts: list[float]) -> list[float]:
 
 
 def _span_count(state: KeyState, span: int) -> float:
-    """One span's count in the trailing window, as the request check estimates it."""
+    """As the request check estimates it."""
     fleet, own = state.counts.fleet, state.counts.own
     counted = own.get(span) * state.nodes.check if own is not None else 0
     if fleet is not None:
@@ -91,8 +83,7 @@ def _span_count(state: KeyState, span: int) -> float:
 
 
 def _newest(state: KeyState, span: int) -> int:
-    """The newest span with a count, or `span` if later (a store's answer may count a later
-    span: a retried push lands in the last span of its window)."""
+    """A store's answer may count a later span: a retried push lands in its window's last span."""
     counts: SpanState = state.counts
     held = [c.newest for c in (counts.fleet, counts.own) if c is not None]
     return max([span, *held])

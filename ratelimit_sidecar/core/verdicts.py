@@ -1,5 +1,4 @@
-"""Answers every algorithm gives alike: without a counter (unmatched descriptors, unlimited rules
-and deny lists), and a counted key's refusal."""
+"""Answers every algorithm gives alike: without a counter, and a counted key's refusal."""
 
 from __future__ import annotations
 
@@ -15,20 +14,17 @@ UNLIMITED = Verdict(Code.OK, unlimited=True)
 
 
 def unlimited_verdict(hit: Hit) -> Verdict:
-    """The answer for a descriptor no limit applies to: unmatched, or an unlimited rule."""
     return UNLIMITED if hit.rule is not None and hit.rule.unlimited else UNMATCHED
 
 
 def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
-    """A limit that admits nothing (`requests_per_unit: 0`, a deny list), or more hits than it
-    ever admits; a check with no hits is answered OK."""
+    """A limit that admits nothing (a deny list), or more hits than it ever admits; no hits: OK."""
     code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
     over = shadow and hits > 0
     return Verdict(code, limit, reset_ms=limit.cooldown, shadow_refused=over, shadow=shadow)
 
 
 def refusal(state: KeyState, reset_ms: int) -> Verdict:
-    """A counted key's refusal, answered OK (and marked shadowed) under a shadow rule."""
     shadow = state.rule.shadow_mode
     code = Code.OK if shadow else Code.OVER_LIMIT
     return Verdict(code, state.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
@@ -37,8 +33,7 @@ def refusal(state: KeyState, reset_ms: int) -> Verdict:
 def refuse_for_cooldown(
     state: KeyState, hits: int, now_ms: int, wait_ms: WaitMs, *, block: bool
 ) -> Verdict:
-    """Refuse `hits`, after blocking the key for its cooldown if `block` (a count known over
-    the limit, with a cooldown set); `wait_ms` is the algorithm's Retry-After."""
+    """Refuse, after blocking the key for its cooldown if `block` (a count known over the limit)."""
     if not block:
         return refusal(state, wait_ms(state, hits, now_ms))
     state.block(state.cooldown_end(now_ms))
@@ -46,9 +41,8 @@ def refuse_for_cooldown(
 
 
 def refuse_blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Verdict:
-    """Refuse a request to a key under a block, for `wait_ms` (the algorithm's Retry-After:
-    the block's end or later), and record the offence if the key is penalised: only here
-    (never on the way to an admitted request) its client may be offending (core/penalty.py)."""
+    """Refuse under a block, and record a penalised key's offence: only here, never on the way to an
+    admitted request, can its client be offending (core/penalty.py)."""
     penalty = state.penalty
     if penalty is not None and hits > 0 and not state.rule.shadow_mode:
         # The block's end, not the stated wait (which may count re-arms that never come):

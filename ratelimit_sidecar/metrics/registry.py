@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, SyncStats, Verdict
+from ratelimit_sidecar.core import Code, Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
 from ratelimit_sidecar.metrics.hot import (
     NEAR,
     OVER,
@@ -242,7 +242,10 @@ class StateCollector(Collector):
             "Decided without tracking (table full)",
             value=limiter.untracked,
         )
-        quiet = getattr(limiter, "quiet_hits", 0)  # a fleet limiter's (core/quiet_keys.py)
+        yield GaugeMetricFamily(
+            f"{NS}_live_nodes", "Nodes the store's heartbeats counted", value=limiter.live_nodes
+        )
+        quiet = limiter.quiet.hits if isinstance(limiter, FleetLimiter) else 0
         yield GaugeMetricFamily(
             f"{NS}_quiet_hits", "Hits of quiet windows never sent to the store", value=quiet
         )

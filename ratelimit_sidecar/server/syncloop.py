@@ -77,6 +77,8 @@ class SyncLoop:
         """Sleep until the clock reaches `wake_ms` or an early push is asked for; True if
         asked to stop meanwhile."""
         while (delay := wake_ms - self._clock_ms()) > 0 and not self._woken.is_set():
+            if self._stop.is_set():
+                break
             waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._woken)]
             await asyncio.wait(waits, timeout=delay / 1000, return_when=asyncio.FIRST_COMPLETED)
             for wait in waits:
@@ -89,7 +91,9 @@ class SyncLoop:
         for _ in self.limiter.end_span_steps(self._clock_ms(), flush=flush):
             await asyncio.sleep(0)  # let requests in between slices of a large span
         batch = self.limiter.batch_in_flight()
-        batch.heartbeat = self._schedule.heartbeat_due(self._clock_ms())
+        batch.heartbeat = self._schedule.heartbeat_due(
+            self._clock_ms(), self.limiter.shortest_span_ms()
+        )
         result, resend = await self._call_store(batch)
         stats = self.limiter.apply_sync(self._clock_ms(), batch, result, resend)
         if result is not None:

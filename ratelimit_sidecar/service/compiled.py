@@ -1,14 +1,9 @@
 """What a request's bytes mean under the current rules, worked out once and remembered.
 
-Envoy builds descriptors from headers, addresses and routes, so the same client on the same
-route sends the very same request bytes again and again. Parsing, validating, matching the rule
-tree and naming the counters depend only on those bytes and the rules; caching the result by the
-bytes turns most of a decision into one dictionary lookup. Only the limiter's counters, which
-change with every request, are consulted afresh.
-
-The cache is bounded twice, by entry count and by the bytes it holds, and is emptied whole when
-either bound is reached or the rules change: a flood of distinct requests costs one clear per
-`max_entries` requests, never unbounded memory.
+Envoy sends the same bytes again and again for a client on a route; parsing, validating, matching
+and naming counters depend only on them and the rules, so caching by bytes makes most of a
+decision one dict lookup. The cache is bounded by entries and bytes and emptied whole at a bound
+or a rule change: a flood costs a clear per `max_entries` requests, never unbounded memory.
 """
 
 from __future__ import annotations
@@ -24,15 +19,10 @@ MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
 class CompiledRequest(NamedTuple):
-    """A validated, matched request. `known` False: the domain has no rules (answer all OK).
-
-    `tally` is whatever the decision observer asked to keep with the request (its counters).
-    `counted` is the index of the request's only descriptor with a limit (of one limit), or -1
-    if it has none or several: the one fast path (`Limiter.hit_one`, `ResponseEncoder.admitted`).
-    The encoded statuses of the descriptors before and after it never change, nor does the start
-    of its own when it is admitted (`head`: code and current limit). A request with a strict
-    limit never has `counted`: it awaits the store (`strict`).
-    """
+    """`known` False: the domain has no rules. `tally`: the observer's counters. `counted`: the
+    only descriptor with a (single) limit, else -1: the one fast path; `before`, `after` and
+    `head` are the encoded parts that never change when it is admitted. A strict request never
+    has `counted`."""
 
     domain: str
     hits: tuple[Hit, ...]
@@ -46,8 +36,6 @@ class CompiledRequest(NamedTuple):
 
 
 class RequestCache:
-    """Raw request bytes → CompiledRequest, for the rules in force when it was filled."""
-
     __slots__ = ("_bytes", "_entries", "clears", "get", "max_bytes", "max_entries")
 
     def __init__(
@@ -76,6 +64,5 @@ class RequestCache:
         self._bytes += size
 
     def clear(self) -> None:
-        """Forget everything: the rules changed, or a bound was reached."""
         self._entries.clear()
         self._bytes = 0

@@ -1,13 +1,11 @@
-"""The response's `dynamic_metadata` (with --response-dynamic-metadata), as the reference fills
-it: Envoy stores it as the filter's dynamic metadata, for access logs and later filters.
+"""The response's `dynamic_metadata` (--response-dynamic-metadata), as the reference fills it.
 
-    domain       the request's domain
-    descriptors  per request descriptor: `entries` ("key=value" strings), its own `limit`
-                 (the override, in protobuf text format) and `hitsAddend` when set
-    hitsAddend   the request's hits_addend, when not 0
-    metadata     the `metadata` of every descriptor that passed (a limit applied and the status
-                 is not OVER_LIMIT), merged in request order: a key already set keeps its value,
-                 two mappings under one key are merged the same way
+domain       the request's domain
+descriptors  per descriptor: `entries` ("key=value"), its own `limit` (text format),
+             `hitsAddend` when set
+hitsAddend   the request's hits_addend, when not 0
+metadata     the `metadata` of every descriptor that passed, merged in request order (a
+             key set keeps its value; mappings merge the same way)
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ _DYNAMIC_METADATA = b"\x32"  # RateLimitResponse.dynamic_metadata = 6, length-de
 def dynamic_metadata_field(
     request: RateLimitRequest, hits: Sequence[Hit], verdicts: Sequence[Verdict]
 ) -> bytes:
-    """The encoded field, to append to an encoded RateLimitResponse."""
+    """Appended to an encoded RateLimitResponse."""
     fields: dict[str, object] = {
         "domain": request.domain,
         "descriptors": [_descriptor(d) for d in request.descriptors],
@@ -59,7 +57,6 @@ def _descriptor(descriptor: RateLimitDescriptor) -> dict[str, object]:
 
 
 def _merge(into: dict[str, object], source: Mapping[str, object]) -> None:
-    """Add `source` to `into`: the first value of a key wins, mappings merge key by key."""
     for key, value in source.items():
         present = into.get(key)
         if key not in into:
@@ -69,7 +66,7 @@ def _merge(into: dict[str, object], source: Mapping[str, object]) -> None:
 
 
 def _copy(value: object) -> object:
-    """Mappings copied, so that merging never changes a rule's own metadata."""
+    """So that merging never changes a rule's own metadata."""
     if isinstance(value, Mapping):
         return {key: _copy(item) for key, item in value.items()}
     return value

@@ -1,17 +1,10 @@
-"""The overall code of a refused request, as the reference service settles it.
+"""The overall code of a refused request, as the reference settles it.
 
-The limiter refuses a request when any descriptor is over its limit, and then counts nothing.
-Two settings of the reference let such a request through while every descriptor keeps its own
-status (OVER_LIMIT, its limit and its reset, so Envoy's x-ratelimit-* headers stay true):
-
-- quota mode (a descriptor's `quota_mode`, or `--quota-mode` for every descriptor that is not
-  unlimited): a quota descriptor over its limit refuses the request only if every quota
-  descriptor of the request is over; other descriptors over their limits still refuse it;
-- the global `--shadow-mode`: a refused request is answered OK.
-
-A request let through is then counted like an admitted one: the descriptors within their limits
-are decided again, which counts their hits (the refused ones stay as the limiter answered them).
-Only refused requests come here, so admitted requests pay nothing for either setting.
+A refused request counts nothing; two settings let it through, each descriptor keeping its status
+(so x-ratelimit-* stay true): quota mode (`quota_mode`, or `--quota-mode` for all limited
+descriptors: quota descriptors refuse only if all are over) and global `--shadow-mode`. Let
+through, the descriptors within limits are decided again, which counts them. Admitted requests
+pay nothing for either.
 """
 
 from __future__ import annotations
@@ -22,8 +15,6 @@ from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict
 
 
 class OverallCode:
-    """Settles refused decisions under the quota and global shadow settings."""
-
     def __init__(
         self,
         limiter: Limiter,
@@ -40,7 +31,6 @@ class OverallCode:
         self.strict_in_store = strict_in_store
 
     def settle(self, now_ms: int, hits: Sequence[Hit], refused: Decision) -> Decision:
-        """`refused` as it stands, or admitted (and counted) if quota or shadow mode say so."""
         if not self.shadow_mode and refuses(hits, refused.verdicts, self.quota_mode):
             return refused
         return Decision(Code.OK, self._count_the_others(now_ms, hits, refused.verdicts))
@@ -63,8 +53,7 @@ class OverallCode:
 
 
 def refuses(hits: Sequence[Hit], verdicts: Sequence[Verdict], quota_everywhere: bool) -> bool:
-    """True if the request is refused: a descriptor outside quota mode is over its limit, or
-    the request has quota descriptors and every one of them is over."""
+    """A non-quota descriptor is over, or every quota descriptor is."""
     over_rate = over_quota = quotas = 0
     for hit, verdict in zip(hits, verdicts, strict=True):
         rule = hit.rule

@@ -1,9 +1,7 @@
 """The runtime overrides in force, as the request path looks them up.
 
-One frozen object, replaced whole when the set changes (`RateLimitHandler.swap_overrides`): a
-request sees the old set or the new, never a mix. It is consulted only when a request is
-compiled (once per distinct request bytes, service/compiled.py), so the set costs a repeated
-request nothing, whatever its size.
+Replaced whole when the set changes: a request sees the old or the new, never a mix. Consulted
+only when a request is compiled, so a repeated request pays nothing for the set.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ from ratelimit_sidecar.config.overrides import Entries, Override
 
 @dataclass(frozen=True, slots=True)
 class AppliedOverrides:
-    """The rule each overridden (domain, descriptor) gets, and the domains that have one (a
-    domain without a rule file is known to the service while an override names it)."""
+    """`domains`: those with an override (known to the service without a rule file)."""
 
     rules: Mapping[tuple[str, Entries], Rule] = field(default_factory=lambda: MappingProxyType({}))
     domains: frozenset[str] = frozenset()
@@ -32,7 +29,6 @@ class AppliedOverrides:
         return cls(MappingProxyType(rules), domains, version)
 
     def rule(self, domain: str, entries: Entries, fallback: Rule | None) -> Rule | None:
-        """The override's rule for exactly these entries, else `fallback` (the files')."""
         return self.rules.get((domain, entries), fallback)
 
 

@@ -1,13 +1,9 @@
 """Rate Limit Quota Service semantics: usage reports in, bucket assignments out, no I/O.
 
-One `QuotaStream` per Envoy stream. Each report's buckets are matched to rules
-(config/buckets.py), then to the runtime overrides as ShouldRateLimit requests are (an override
-names a bucket by its entries in the rule tree's order, in key order where no rule matches),
-their allowed requests counted through the limiter into the same counters
-as ShouldRateLimit requests (core/quota_usage.py), and an assignment computed; only what changed
-meaningfully, new buckets, assignments about to expire and buckets idle too long (abandoned) are
-answered (core/quota_assign.py). A DENY_ALL is decided again when its block ends (`due`), without
-waiting for a report. The gRPC servicer (server/rlqs_api.py) converts messages and nothing else.
+A report's buckets are matched to rules (config/buckets.py) and overrides as ShouldRateLimit
+requests are, their allowed requests counted into the same counters (core/quota_usage.py), and
+only meaningful changes, new buckets, expiring and abandoned ones answered. A DENY_ALL is decided
+again when its block ends (`due`). server/rlqs_api.py only converts messages.
 """
 
 from __future__ import annotations
@@ -38,8 +34,6 @@ MAX_BUCKETS_PER_STREAM = 100_000
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """One bucket of a report: what Envoy admitted and refused since its last report."""
-
     bucket: Mapping[str, str]
     allowed: int
     denied: int
@@ -47,15 +41,13 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class BucketAction:
-    """What to tell Envoy about one bucket: an assignment, or (None) abandon it."""
+    """None: abandon it."""
 
     bucket: BucketId
     assignment: Assignment | None
 
 
 class QuotaObserver(Protocol):
-    """Hook for metrics."""
-
     def reported(self, allowed: int, denied: int) -> None: ...
 
     def assigned(self, action: str) -> None: ...
@@ -65,9 +57,6 @@ class QuotaObserver(Protocol):
 
 @dataclass(slots=True)
 class _Tracked:
-    """A bucket this stream reports: its match under `rules` and `overrides`, what Envoy holds,
-    idle reports."""
-
     rules: RuleSet
     rule: Rule | None
     key: KeyId
@@ -77,7 +66,7 @@ class _Tracked:
 
 
 class QuotaService:
-    """What every stream of the process shares: the rules, the limiter, the clock."""
+    """What every stream shares."""
 
     def __init__(
         self,
@@ -114,8 +103,6 @@ class QuotaService:
 
 
 class QuotaStream:
-    """One Envoy's stream: the buckets it reports and what it was last told about each."""
-
     def __init__(self, service: QuotaService) -> None:
         self._service = service
         self.domain = ""
@@ -123,10 +110,7 @@ class QuotaStream:
         self._closed = False
 
     def report(self, domain: str, usages: Iterable[Usage]) -> list[BucketAction]:
-        """A usage report: count it, and answer what Envoy must be told now.
-
-        Raises InvalidRequest for a report that cannot be answered (no domain, a bucket with no
-        or oversized entries, too many buckets); nothing of it has been counted then."""
+        """Raises InvalidRequest, nothing counted, for a report that cannot be answered."""
         domain = self._domain(domain)
         checked = self._checked(usages)
         now = self._service.clock_ms()
@@ -134,24 +118,18 @@ class QuotaStream:
         return [action for action in actions if action is not None]
 
     def due(self) -> list[BucketAction]:
-        """Buckets whose recheck has come (a block ended, a window freed room): decided again
-        now, nothing counted."""
+        """Buckets whose recheck has come: decided again, nothing counted."""
         now = self._service.clock_ms()
-        actions = []
-        for bucket, tracked in list(self._buckets.items()):
-            if 0 < tracked.quota.recheck_ms <= now:
-                action = self._decide(bucket, tracked, None, now)
-                if action is not None:
-                    actions.append(action)
-        return actions
+        due = [(b, t) for b, t in self._buckets.items() if 0 < t.quota.recheck_ms <= now]
+        actions = [self._decide(bucket, tracked, None, now) for bucket, tracked in due]
+        return [action for action in actions if action is not None]
 
     def next_recheck_ms(self) -> int | None:
-        """When `due` has something to decide next; None: only reports will."""
         rechecks = [t.quota.recheck_ms for t in self._buckets.values() if t.quota.recheck_ms]
         return min(rechecks, default=None)
 
     def close(self) -> None:
-        """The stream ended: its buckets no longer split this node's share."""
+        """Its buckets no longer split this node's share."""
         if self._closed:
             return
         self._closed = True
@@ -164,7 +142,7 @@ class QuotaStream:
     # -- one report ----------------------------------------------------------------------------
 
     def _domain(self, domain: str) -> str:
-        """The report's domain; a later report may leave it out. One stream, one domain."""
+        """A later report may leave it out; one stream, one domain."""
         if not domain:
             if not self.domain:
                 raise InvalidRequest("the first usage report must name its domain")
@@ -178,8 +156,7 @@ class QuotaStream:
         return domain
 
     def _checked(self, usages: Iterable[Usage]) -> list[tuple[BucketId, Usage]]:
-        """The report's buckets, each checked; the new ones counted as they come, so that one
-        report cannot take the stream past MAX_BUCKETS_PER_STREAM."""
+        """New buckets counted as they come: one report cannot pass MAX_BUCKETS_PER_STREAM."""
         checked, new = [], set()
         for index, usage in enumerate(usages):
             bucket = self._bucket_id(index, usage)
@@ -212,7 +189,7 @@ class QuotaStream:
         return self._decide(bucket, tracked, hits, now)
 
     def _track(self, domain: str, bucket: BucketId) -> _Tracked:
-        """The bucket's match, made again when the rules or the overrides changed since."""
+        """Matched again when the rules or overrides changed."""
         rules, overrides = self._service.rules(), self._service.overrides()
         tracked = self._buckets.get(bucket)
         if tracked is not None and tracked.rules is rules and tracked.overrides is overrides:
@@ -223,7 +200,8 @@ class QuotaStream:
             rule = overrides.rule(domain, tuple(entries), rule)
         key = _key(domain, entries, rule)
         if tracked is None:
-            tracked = self._buckets[bucket] = _Tracked(rules, rule, key, overrides=overrides)
+            quota = BucketQuota(self._service.policy)
+            tracked = self._buckets[bucket] = _Tracked(rules, rule, key, quota, overrides=overrides)
             self._service.hold(key, 1)
         elif key != tracked.key:
             self._service.hold(tracked.key, -1)
@@ -235,16 +213,14 @@ class QuotaStream:
     def _decide(
         self, bucket: BucketId, tracked: _Tracked, hits: tuple[int, int] | None, now: int
     ) -> BucketAction | None:
-        """`hits`: a report's (allowed, denied); None: a recheck."""
+        """`hits`: (allowed, denied); None: a recheck."""
         service = self._service
         streams = service.holders.get(tracked.key, 1)
-        quota, limiter, policy = tracked.quota, service.limiter, service.policy
+        hit = Hit(tracked.rule, tracked.key, 0 if hits is None else hits[0])
         if hits is None:
-            probe = Hit(tracked.rule, tracked.key, 0)
-            send = quota.recheck(limiter, probe, now, streams=streams, policy=policy)
+            send = tracked.quota.recheck(service.limiter, hit, now, streams)
         else:
-            hit = Hit(tracked.rule, tracked.key, hits[0])
-            send = quota.report(limiter, hit, now, streams, policy, denied=hits[1])
+            send = tracked.quota.report(service.limiter, hit, now, streams, denied=hits[1])
         if send is None:
             return None
         if service.observer is not None:

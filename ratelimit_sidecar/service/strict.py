@@ -1,21 +1,12 @@
 """Requests with strict limits: the strict ones checked on Redis, the rest from memory.
 
-`StrictDecider.decide` splits a matched request into strict checks (one per strict limit of
-each descriptor, with the counter key the limiter would use) and eventual hits, asks the store
-(one script call per hash slot, bounded by `--strict-timeout-ms`), then lets the limiter decide
-the eventual hits and merges every answer back in descriptor order.
-
-Order and counting, as in the reference service, which counts every descriptor it checks:
-
-- Strict limits go first. If one refuses, the eventual hits are only checked (nothing counted
-  in memory: `Limiter.hit_refused`).
-- Strict limits admitted by Redis were counted there, atomically, even if an eventual limit of
-  the same request then refuses it: the store call cannot wait for the memory's answer.
-
-When the store fails or times out, or the circuit breaker (core/breaker.py) is open, each
-strict limit applies its `on_store_failure` at once: `local` decides it from memory with an
-eventual twin of the limit (same key, so its counts reach Redis by the normal sync; a sliding
-log's twin is a sliding window), `allow` admits, `deny` refuses until the breaker retries.
+Strict limits go first (one script call per hash slot, bounded by `--strict-timeout-ms`); if one
+refuses, the eventual hits are only checked, not counted (`Limiter.hit_refused`). Strict limits
+Redis admitted stay counted even if an eventual one then refuses: the store call cannot wait for
+memory (the reference counts every descriptor it checks too). When the store fails or the breaker
+is open, each strict limit applies `on_store_failure`: `local` decides from memory with an
+eventual twin (same key, so its counts reach Redis by the sync; a log's twin is a sliding
+window), `allow` admits, `deny` refuses until the breaker retries.
 """
 
 from __future__ import annotations
@@ -46,7 +37,7 @@ class StrictObserver(Protocol):
 
 
 class Part(NamedTuple):
-    """A piece of one descriptor's answer: a strict check's index, or an eventual hit's."""
+    """A piece of a descriptor's answer: index of a strict check or of an eventual hit."""
 
     descriptor: int
     strict: bool
@@ -54,8 +45,7 @@ class Part(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """A request split: `parts` in descriptor order; per check, its rule, the limit's position
-    in the rule and the index of its part."""
+    """Per check: its rule, the limit's position in it, its part's index."""
 
     checks: list[StrictCheck]
     eventual: list[Hit]
@@ -83,7 +73,6 @@ class StrictDecider:
         self.breaker = breaker or Breaker()
         self._observer = observer
         self._single: dict[tuple[Rule, int, bool], Rule] = {}  # a limit alone, or its twin
-        self._twins: dict[RateLimit, RateLimit] = {}
 
     async def decide(self, now_ms: int, hits: Sequence[Hit]) -> Decision:
         plan = self.split(hits)
@@ -94,7 +83,9 @@ class StrictDecider:
             if verdict is None:  # no store answer, on_store_failure local: the twin decides
                 rule, position, part = plan.origins[index]
                 plan.parts[part] = Part(plan.parts[part].descriptor, False, len(plan.eventual))
-                plan.eventual.append(self._twin_hit(rule, position, plan.checks[index]))
+                check = plan.checks[index]
+                twin = self._single_rule(rule, position, check.limit, twin=True)
+                plan.eventual.append(Hit(twin, check.key, check.hits))
             strict.append(verdict)
         refused = any(v is not None and v.code is Code.OVER_LIMIT for v in strict)
         decided = self._eventual(now_ms, plan.eventual, refused)
@@ -103,7 +94,6 @@ class StrictDecider:
     # -- splitting ---------------------------------------------------------------------------
 
     def split(self, hits: Sequence[Hit]) -> Plan:
-        """Strict checks and eventual hits; `parts` says which descriptor each belongs to."""
         plan = Plan([], [], [], [])
         for descriptor, hit in enumerate(hits):
             rule = hit.rule
@@ -126,24 +116,21 @@ class StrictDecider:
         return plan
 
     def _single_rule(self, rule: Rule, index: int, limit: RateLimit, twin: bool = False) -> Rule:
-        """`rule` with only its `index`-th limit (`limit`, or its eventual twin): the same
-        object every time, so that the limiter keeps the key's counts."""
+        """`rule` with only one limit (or its twin): the same object every time, so the limiter
+        keeps the key's counts."""
         found = self._single.get((rule, index, twin))
         if found is None:
             if len(self._single) >= MAX_CACHED_RULES:
                 self._single.clear()
+            limit = eventual_twin(limit) if twin else limit
             found = replace(rule, limit=limit, limits=(limit,))
             self._single[(rule, index, twin)] = found
         return found
 
-    def _twin_hit(self, rule: Rule, position: int, check: StrictCheck) -> Hit:
-        twin = eventual_twin(check.limit, self._twins)
-        return Hit(self._single_rule(rule, position, twin, True), check.key, check.hits)
-
     # -- the store ---------------------------------------------------------------------------
 
     async def _ask(self, checks: list[StrictCheck], now_ms: int) -> list[StrictAnswer | None]:
-        """The store's answers; None each when it failed or was not asked."""
+        """None each when the store failed or was not asked."""
         if not checks:
             return []
         if not self.breaker.allow(now_ms):
@@ -186,20 +173,15 @@ class StrictDecider:
         return decide(now_ms, hits).verdicts
 
 
-def eventual_twin(limit: RateLimit, cache: dict[RateLimit, RateLimit]) -> RateLimit:
-    """The limit decided from memory while the store is out; one object per limit, so the
-    limiter keeps its key state. A sliding log has no eventual form: a sliding window."""
-    twin = cache.get(limit)
-    if twin is None:
-        algorithm = limit.algorithm
-        if algorithm is AlgorithmName.SLIDING_LOG:
-            algorithm = AlgorithmName.SLIDING_WINDOW
-        twin = cache[limit] = replace(limit, strict=False, algorithm=algorithm)
-    return twin
+def eventual_twin(limit: RateLimit) -> RateLimit:
+    """A sliding log has no eventual form: a sliding window."""
+    log = limit.algorithm is AlgorithmName.SLIDING_LOG
+    return replace(
+        limit, strict=False, algorithm=AlgorithmName.SLIDING_WINDOW if log else limit.algorithm
+    )
 
 
 def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
-    """The Verdict an eventual rule would give, from the store's answer."""
     if not answer.fits:
         return refusal(check, answer.reset_ms)
     limit = check.limit
@@ -221,8 +203,7 @@ def merge(
     strict: Sequence[Verdict | None],
     eventual: Sequence[Verdict],
 ) -> Decision:
-    """Each descriptor's answer from its parts, as the limiter answers a descriptor with
-    several limits: a refusal (of several, the longest wait), else the fewest remaining."""
+    """As the limiter answers several limits: a refusal (the longest), else the fewest remaining."""
     per_descriptor: list[list[Verdict]] = [[] for _ in range(descriptors)]
     for part in parts:
         verdict = strict[part.at] if part.strict else eventual[part.at]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 
 class InvalidRequest(ValueError):
-    """The request cannot be answered; the message is the reason sent back to the caller."""
+    """The message is the reason sent back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,6 @@ Entries = list[tuple[str, str]]
 
 
 def validate_request(domain: str, descriptors: int, bounds: Bounds) -> None:
-    """Raise InvalidRequest for an empty or oversized domain or descriptor list."""
     if not domain:
         raise InvalidRequest("rate limit domain must not be empty")
     if len(domain) * 4 > bounds.max_bytes and len(domain.encode()) > bounds.max_bytes:
@@ -36,7 +35,6 @@ def validate_request(domain: str, descriptors: int, bounds: Bounds) -> None:
 
 
 def validate_entries(index: int, entries: Entries, bounds: Bounds) -> None:
-    """Raise InvalidRequest for a descriptor with no, too many, empty or oversized entries."""
     if not entries:
         raise InvalidRequest(f"descriptor {index} has no entries")
     if len(entries) > bounds.max_entries:

@@ -8,26 +8,16 @@ from ratelimit_sidecar.core.types import SyncBatch, SyncResult
 
 
 class Storage(Protocol):
-    """A shared counter store.
-
-    `sync` applies a batch of pushes, each by its limit's algorithm (storage/shared_rules.py: a
-    fixed window's counter, a sliding window's span counter answered with the window of span
-    totals, a token bucket's TAT answered with its debt in ms; every push also counts its
-    window), sets the shared block flag when an answer crosses its limit and answers the flag's
-    remaining time, reads finished-window totals, refreshes this node's heartbeat, and answers
-    with a `SyncResult` whose lists line up with the batch. A push the store could not apply is
-    answered with its `error` set (and was surely not counted); a total, clock or node count it
-    could not read is answered 0 (unknown). A sync that failed as a whole raises a `StoreError`
-    (storage/errors.py), whose `may_have_applied` tells the caller whether resending the counts
-    could count them twice: `StoreUnavailable` (could not connect: nothing ran), `StoreTimeout`
-    and `StoreLost` (no answer, or the connection broke, after sending: it may have run),
-    `StoreRefused` (refused before sending) or `StoreUnreadable` (an answer that does not
-    parse). The caller turns any failure into the core's fallback.
-    """
+    """`sync` applies each push by its limit's algorithm (storage/shared_rules.py), sets and
+    answers the shared block flag, reads finished-window totals, refreshes this node's heartbeat,
+    and answers a `SyncResult` lined up with the batch. A push not applied is answered with
+    `error` (surely not counted); an unreadable total, clock or node count is 0. A sync failed as
+    a whole raises a `StoreError` whose `may_have_applied` says whether resending could count
+    twice."""
 
     @property
     def description(self) -> str:
-        """Topology for logs, without secrets: e.g. `redis://127.0.0.1:6379/0`."""
+        """Without secrets, e.g. `redis://127.0.0.1:6379/0`."""
         ...
 
     async def sync(self, batch: SyncBatch) -> SyncResult: ...

@@ -1,53 +1,48 @@
 """Why a sync failed, in the terms the caller acts on: may the store have applied the batch?
 
-Every store raises only these from `sync`, and only when the sync as a whole has no answer: an
-error reply to one command of the pipeline is answered in place instead (a key not applied, a
-total or clock unknown; see `storage/codec.py`). The caller resends a failed batch's counts with
-the next push unless `may_have_applied` is set: counting a span twice is worse than losing it.
+Raised only when the sync as a whole has no answer (one command's error is answered in place:
+storage/codec.py). A failed batch's counts are resent with the next push unless
+`may_have_applied`: counting a span twice is worse than losing it.
 """
 
 from __future__ import annotations
 
 
 class StoreError(Exception):
-    """A sync that did not produce an answer. `kind` names it in metrics and /readyz."""
+    """`kind` names it in metrics and /readyz."""
 
     may_have_applied: bool = False
     kind = "other"
 
 
 class StoreTimeout(StoreError):
-    """No answer in time after the pipeline was sent: it may have run."""
+    """No answer in time after sending."""
 
     may_have_applied = True
     kind = "timeout"
 
 
 class StoreUnavailable(StoreError):
-    """No usable connection before anything was sent (refused, unreachable, not
-    authenticated, no route to a Cluster slot): nothing ran."""
+    """No usable connection before sending (refused, unreachable, unauthenticated, no Cluster
+    slot route)."""
 
-    may_have_applied = False
     kind = "connection"
 
 
 class StoreLost(StoreError):
-    """The connection broke after the pipeline was (partly) sent: it may have run."""
+    """The connection broke after (part of) the pipeline was sent."""
 
     may_have_applied = True
     kind = "connection"
 
 
 class StoreRefused(StoreError):
-    """The client refused the batch before sending it (a Cluster slot with no node): nothing
-    ran."""
+    """Refused before sending (a Cluster slot with no node)."""
 
-    may_have_applied = False
     kind = "refused"
 
 
 class StoreUnreadable(StoreRefused):
-    """The store answered the sync script in a form it never sends: the script ran, so what it
-    applied cannot be told apart from what it did not."""
+    """An answer in a form the script never sends: it ran, what it applied is unknown."""
 
     may_have_applied = True

@@ -1,11 +1,10 @@
 """Where runtime overrides are kept: the store protocol, its history rule, a memory store.
 
-A store holds override *documents*: each override as the admin API shows it (a JSON object with
-its `id`), so that stores never parse limits and every store keeps exactly what was accepted. The
-set has a version that every write raises by one, and a history of the last `HISTORY` changes;
-each change records, per override it touched, the document before and after, so the set as it was
-at any version still in the history can be rebuilt (`documents_at`) and a rollback is one more
-change. `MemoryOverrideStore` is the reference every other store is tested against.
+Stores keep override *documents* (the admin API's JSON, with its `id`), so no store parses
+limits. Every write raises the version by one and records, per override it touched, the document
+before and after, so any version within the last `HISTORY` can be rebuilt (`documents_at`) and a
+rollback is one more change. `MemoryOverrideStore` is the reference every store is tested
+against.
 """
 
 from __future__ import annotations
@@ -20,20 +19,18 @@ Touched = tuple[str, Document | None, Document | None]  # id, before, after (Non
 
 
 class UnknownVersion(LookupError):
-    """A rollback to a version the history no longer reaches (or that never was)."""
+    """A rollback to a version the history no longer reaches (or never was)."""
 
 
 @dataclass(frozen=True, slots=True)
 class OverrideSnapshot:
-    """The whole set at one version."""
-
     version: int
     documents: Mapping[str, Document]
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One write: `action` is "put", "delete" or "rollback"; `touched` what it changed."""
+    """`action`: "put", "delete" or "rollback"."""
 
     version: int
     time_ms: int
@@ -42,31 +39,23 @@ class Change:
 
 
 class OverrideStore(Protocol):
-    """Keeps the override set; every write answers the new version.
-
-    Writes raise `storage.errors.StoreError` when the store cannot be reached (the admin API
-    answers 503; nothing was changed unless `may_have_applied`).
-    """
+    """Writes raise `StoreError` when the store is unreachable (the admin API answers 503)."""
 
     @property
     def description(self) -> str: ...
 
     async def read(self) -> OverrideSnapshot: ...
 
-    async def put(self, document: Document, now_ms: int) -> int:
-        """Create or replace the override `document["id"]`."""
-        ...
+    async def put(self, document: Document, now_ms: int) -> int: ...
 
     async def delete(self, override_id: str, now_ms: int) -> int | None:
-        """Remove it; None (and no new version) if there is none."""
+        """None (no new version) if there is none."""
         ...
 
-    async def history(self) -> tuple[Change, ...]:
-        """The last `HISTORY` changes, newest first."""
-        ...
+    async def history(self) -> tuple[Change, ...]: ...
 
     async def rollback(self, version: int, now_ms: int) -> int:
-        """Make the set as it was at `version` current (a new version); raises UnknownVersion."""
+        """Raises UnknownVersion."""
         ...
 
     async def close(self) -> None: ...
@@ -75,9 +64,7 @@ class OverrideStore(Protocol):
 def documents_at(
     current: Mapping[str, Document], version: int, changes: Sequence[Change]
 ) -> dict[str, Document]:
-    """The set as it was at `version`, from the `current` set and the changes after it (newest
-    first): each change is undone in turn. Raises UnknownVersion if `changes` do not reach back
-    that far."""
+    """Undo the changes after `version` (newest first); UnknownVersion if they do not reach back."""
     latest = changes[0].version if changes else 0
     oldest_known = changes[-1].version - 1 if changes else latest
     if version > latest or version < oldest_known or version < 0:
@@ -97,14 +84,11 @@ def documents_at(
 def rollback_touches(
     current: Mapping[str, Document], target: Mapping[str, Document]
 ) -> tuple[Touched, ...]:
-    """What a rollback from `current` to `target` changes, override by override."""
     ids = sorted(set(current) | set(target))
     return tuple((i, current.get(i), target.get(i)) for i in ids if current.get(i) != target.get(i))
 
 
 class MemoryOverrideStore:
-    """The set in this process only: the reference semantics, and the file store's base."""
-
     description = "memory"
 
     def __init__(self) -> None:
@@ -137,8 +121,7 @@ class MemoryOverrideStore:
         return None
 
     def _apply(self, action: str, touched: tuple[Touched, ...], now_ms: int) -> int:
-        """Record the change and make it current; stores that persist override this to write
-        the result out before answering."""
+        """Stores that persist override this to write out before answering."""
         for override_id, _before, after in touched:
             if after is None:
                 self.documents.pop(override_id, None)

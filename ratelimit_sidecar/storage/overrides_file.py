@@ -1,10 +1,9 @@
 """Overrides kept in one JSON file under `--state-dir`, for a node without Redis.
 
-The memory store's semantics (storage/overrides.py), with every change written out before it is
-answered: the whole set and its history go to a temporary file in the same directory, which is
-fsynced and renamed over `overrides.json` (then the directory is fsynced), so a crash leaves the
-old file or the new, never a torn one. A restart loads it. A file changed by another process
-(another worker on the same state dir) is read again before the next read or write.
+Every change is written before it is answered: to a temporary file, fsynced and renamed over
+`overrides.json` (then the directory fsynced), so a crash leaves the old file or the new, never a
+torn one. A file changed by another process (another worker) is read again before the next read
+or write.
 """
 
 from __future__ import annotations
@@ -15,9 +14,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ratelimit_sidecar.storage.errors import StoreUnavailable
 from ratelimit_sidecar.storage.overrides import (
@@ -36,8 +36,6 @@ _T = TypeVar("_T")
 
 
 class FileOverrideStore(MemoryOverrideStore):
-    """The memory store, persisted atomically to `<state_dir>/overrides.json`."""
-
     def __init__(self, state_dir: str) -> None:
         super().__init__()
         self.path = Path(state_dir) / FILE_NAME
@@ -51,36 +49,33 @@ class FileOverrideStore(MemoryOverrideStore):
         return await super().read()
 
     async def put(self, document: Document, now_ms: int) -> int:
-        async with self._lock:
-            self._load()
-            return await self._saved(super().put(document, now_ms))
+        return await self._saved(partial(super().put, document, now_ms))
 
     async def delete(self, override_id: str, now_ms: int) -> int | None:
-        async with self._lock:
-            self._load()
-            return await self._saved(super().delete(override_id, now_ms))
+        return await self._saved(partial(super().delete, override_id, now_ms))
 
     async def history(self) -> tuple[Change, ...]:
         self._load()
         return await super().history()
 
     async def rollback(self, version: int, now_ms: int) -> int:
+        return await self._saved(partial(super().rollback, version, now_ms))
+
+    async def _saved(self, write: Callable[[], Awaitable[_T]]) -> _T:
+        """Under the lock, on the file as it is: a write of the memory store, then persisted (or
+        undone on a write error)."""
         async with self._lock:
             self._load()
-            return await self._saved(super().rollback(version, now_ms))
-
-    async def _saved(self, change: Coroutine[Any, Any, _T]) -> _T:
-        """Run a write of the memory store, then persist it; on a write error, undo it."""
-        before = self.version, dict(self.documents), list(self.changes)
-        answer = await change
-        if self.version == before[0]:
-            return answer  # nothing changed (a delete of an unknown id)
-        text = json.dumps(self._state(), ensure_ascii=False, separators=(",", ":"))
-        try:
-            await asyncio.to_thread(self._write, text)
-        except OSError as exc:
-            self.version, self.documents, self.changes = before
-            raise StoreUnavailable(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+            before = self.version, dict(self.documents), list(self.changes)
+            answer = await write()
+            if self.version == before[0]:
+                return answer  # nothing changed (a delete of an unknown id)
+            text = json.dumps(self._state(), ensure_ascii=False, separators=(",", ":"))
+            try:
+                await asyncio.to_thread(self._write, text)
+            except OSError as exc:
+                self.version, self.documents, self.changes = before
+                raise StoreUnavailable(f"cannot write {self.path}: {exc.strerror or exc}") from exc
         return answer
 
     def _state(self) -> dict[str, object]:
@@ -122,7 +117,7 @@ class FileOverrideStore(MemoryOverrideStore):
         self._stamp = stamp
 
     def _set_aside(self, exc: Exception) -> None:
-        """A file that does not parse is kept for the operator, under another name."""
+        """An unparsable file is kept for the operator, under another name."""
         aside = self.path.with_name(f"{FILE_NAME}.unreadable-{int(time.time())}")
         log.error("cannot read %s (%s): moved to %s, starting from the set in memory",
                   self.path, exc, aside)  # fmt: skip

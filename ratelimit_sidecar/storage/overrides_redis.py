@@ -1,16 +1,11 @@
 """The override store on Redis: the set every sidecar sharing the Redis (and the prefix) sees.
 
-Three keys in one hash slot (`KeySchema.overrides`, so Cluster runs each call on one node):
-the set (hash id -> document JSON), its version and the history (capped at `HISTORY`). Every
-read and every write is one call of `overrides.lua`, so each is atomic and one round trip; a
-write publishes "<version>|<Redis TIME ms>" on `KeySchema.channel("overrides")` in the same
-call. A rollback computes the target set with the pure `documents_at`/`rollback_touches` from a
-read, then writes on the condition that the version is still the one it read (tried again, a
-few times, if another write came between).
-
-Every failure raises a `StoreError` (the admin API answers 503): unreachable before sending
-(`StoreUnavailable`, nothing changed), timed out or lost after (`StoreTimeout`/`StoreLost`: the
-write may have been applied; a read tells), refused by Redis (`StoreRefused`).
+Three keys in one hash slot (one Cluster node): the set, its version and the history. Every read
+and write is one `overrides.lua` call, atomic and one round trip; a write publishes
+"<version>|<Redis TIME ms>" on the overrides channel in the same call. A rollback computes the
+target from a read, then writes only if the version is still the one read (retried a few times).
+Failures raise `StoreError`: `StoreUnavailable` (nothing sent), `StoreTimeout`/`StoreLost` (may
+have applied), `StoreRefused`.
 """
 
 from __future__ import annotations
@@ -56,8 +51,6 @@ ROLLBACK_ATTEMPTS = 5  # writes racing a rollback: read and try again this many 
 
 
 class RedisOverrideStore:
-    """An `OverrideStore` over a redis-py asyncio client (standalone, Sentinel or Cluster)."""
-
     def __init__(
         self, client: Redis | RedisCluster, keys: KeySchema, description: str, *, owns: bool
     ) -> None:
@@ -72,7 +65,7 @@ class RedisOverrideStore:
 
     @classmethod
     def sharing(cls, storage: RedisStorage) -> RedisOverrideStore:
-        """The overrides beside the counters: same client, same prefix."""
+        """Beside the counters: same client, same prefix."""
         return cls(storage.client, storage.keys, storage.description, owns=False)
 
     @property
@@ -128,23 +121,22 @@ class RedisOverrideStore:
             raise StoreError(f"unreadable overrides under {self._keys[0]!r}: {exc}") from exc
 
     async def _restore(self, last: OverrideSnapshot) -> tuple[int, dict[str, Document]]:
-        """Redis has no set (restarted without persistence, flushed) but this node knew one:
-        put it back at its version, so that nothing is lost (history aside), unless another
-        node or a write did first; either way, answer what is there now."""
+        """Redis lost the set (restarted without persistence, flushed) but this node knew one:
+        put it back at its version unless another node or a write did first; answer what is
+        there."""
         if await self._put_back(last):
             return last.version, dict(last.documents)
         version, documents, _ = await self._read("set")
         return version, documents
 
     async def _restore_if_lost(self) -> None:
-        """Before a write: a Redis that lost the set gets this node's last one back first, or
-        the write would start the versions again at 1 over an empty set, and every node would
-        read that (one round trip; the script does nothing when the set is there)."""
+        """Before a write, or it would restart the versions at 1 over an empty set for every node
+        (the script does nothing when the set is there)."""
         if self._last.version > 0:
             await self._put_back(self._last)
 
     async def _put_back(self, last: OverrideSnapshot) -> bool:
-        """`last` written back if Redis has no version; True if it was."""
+        """True if Redis had no version and `last` was written."""
         pairs = [part for i, d in last.documents.items() for part in _triple(i, d)[::2]]
         reply = await self._call("restore", str(last.version), self.channel, *pairs)
         if int(reply[0]) != 1:
@@ -153,15 +145,10 @@ class RedisOverrideStore:
         return True
 
     async def _write(
-        self,
-        action: str,
-        touched: Sequence[Touched],
-        now_ms: int,
-        *,
-        expected: int | None = None,
+        self, action: str, touched: Sequence[Touched], now_ms: int, *, expected: int | None = None
     ) -> int | None:
-        """The new version; None if nothing was written (a delete of an absent override, or a
-        conditional write whose `expected` version was no longer current)."""
+        """None if nothing was written (an absent override's delete, or `expected` no longer
+        current)."""
         triples = [_triple(override_id, after) for override_id, _before, after in touched]
         head = (action, "" if expected is None else str(expected), str(int(now_ms)))
         reply = await self._call(*head, str(HISTORY), self.channel, *_flat(triples))
@@ -171,17 +158,15 @@ class RedisOverrideStore:
         return int(reply[1])
 
     async def _call(self, *args: str) -> Any:
-        """One script call (EVAL once if the server does not know the script: nothing ran)."""
         try:
             return await scripts.call(self._send, SCRIPT, 3, *self._keys, *args)
         except Exception as exc:
             raise _failure(exc) from exc
 
     async def _send(self, *command: Any) -> Any:
-        """On Cluster, through the client (the slot map first: concurrent first calls need
-        it). Else on a pooled connection made ready before anything is written, so that a
-        connection the server closed meanwhile (a restart, an idle timeout) is made again
-        instead of failing a write that surely did not run."""
+        """On a pooled connection made ready first, so one the server closed meanwhile is made
+        again instead of failing a write that surely did not run. On Cluster, through the client
+        (slot map first: concurrent first calls need it)."""
         client = self.client
         if isinstance(client, RedisCluster):
             await client.initialize()
@@ -235,8 +220,7 @@ def _text(value: object) -> str:
 
 
 def _failure(exc: BaseException) -> StoreError:
-    """Connecting failed: nothing was sent. A refusal (WRONGTYPE, READONLY, OOM...) ran
-    nothing either. Anything else happened after sending: the write may have been applied."""
+    """A connect failure or a refusal ran nothing; anything else may have been applied."""
     if isinstance(exc, StoreError):
         return exc
     if isinstance(exc, ResponseError):

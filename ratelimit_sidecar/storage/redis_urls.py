@@ -37,7 +37,7 @@ Opened = tuple[Redis | RedisCluster, str, list[Callable[[], Awaitable[None]]]]
 
 
 def client_defaults() -> dict[str, Any]:
-    """Connection options used unless the URL overrides them: fail fast, never retry."""
+    """Fail fast, never retry (the URL may override)."""
     return {
         "socket_timeout": 0.25,
         "socket_connect_timeout": 0.25,
@@ -53,12 +53,9 @@ def open_redis(
     *,
     node_ttl_ms: int = DEFAULT_NODE_TTL_MS,
 ) -> RedisStorage:
-    """A `RedisStorage` for `url` (forms in the module docstring). Connects lazily.
-
-    Raises ValueError, without the password, for a URL it cannot use.
-    """
+    """Connects lazily; ValueError, without the password, for a URL it cannot use."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
-    opener = _OPENERS.get(scheme)
+    opener = _OPENERS.get(scheme.replace("rediss", "redis"))  # the same, with TLS
     if opener is None:
         raise ValueError(f"unsupported redis URL {redact(url)!r}: use {_SCHEMES}")
     try:
@@ -116,19 +113,12 @@ def _sentinel(url: str, node_id: str) -> Opened:
     client: Redis = sentinel.master_for(service, **master_options)
     scheme = "rediss-sentinel" if options.get("ssl") else "redis-sentinel"
     where = ",".join(hostport(h, p) for h, p in hosts)
-    closers = [_closer(s) for s in sentinel.sentinels]
+    closers: list[Callable[[], Awaitable[None]]] = [s.aclose for s in sentinel.sentinels]
     return client, f"{scheme}://{where}/{service}/{db}", closers
 
 
-def _closer(client: Redis) -> Callable[[], Awaitable[None]]:
-    async def close() -> None:
-        await client.aclose()
-
-    return close
-
-
 def _multi_host(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
-    """Split `scheme://[auth@]h1:p1,h2:p2/path?query`; options are parsed by redis-py."""
+    """`scheme://[auth@]h1:p1,h2:p2/path?query`; options parsed by redis-py."""
     scheme, _, rest = url.partition("://")
     head, _, query = rest.partition("#")[0].partition("?")
     netloc, slash, path = head.partition("/")
@@ -147,7 +137,7 @@ def _multi_host(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
-    """`host:port` or `[ipv6]:port`; ValueError for anything else or a port out of range."""
+    """`host:port` or `[ipv6]:port`."""
     match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\[\]]+):(\d+)", text)
     if match is None:
         raise ValueError(f"expected host:port, got {text!r}")
@@ -159,20 +149,17 @@ def parse_hostport(text: str) -> tuple[str, int]:
 
 
 def hostport(host: str, port: int) -> str:
-    """The inverse of `parse_hostport`: IPv6 addresses in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _client_name(node_id: str) -> dict[str, str]:
-    """CLIENT SETNAME on connect, so operators can tell sidecars apart in CLIENT LIST."""
+    """So operators can tell sidecars apart in CLIENT LIST."""
     return {"client_name": f"rls-{readable(node_id, 64)}"} if node_id else {}
 
 
 def _scrub(message: str, url: str) -> str:
-    """Remove from an error message anything that could be a secret from `url`.
-
-    redis-py's messages quote option values and parts of the URL, not always URL-shaped, so
-    `redact` alone cannot find them."""
+    """redis-py quotes option values and URL parts not always URL-shaped, so `redact` alone
+    cannot find the secrets."""
     head = url.partition("://")[2].partition("?")[0]
     auth = head.rpartition("@")[0] if "@" in head else ""
     secrets = [auth.partition(":")[2], *re.findall(r"password=([^&]*)", url, re.IGNORECASE)]
@@ -183,10 +170,7 @@ def _scrub(message: str, url: str) -> str:
 
 _OPENERS: dict[str, Callable[[str, str], Opened]] = {
     "redis": _standalone,
-    "rediss": _standalone,
     "unix": _standalone,
     "redis+cluster": _cluster,
-    "rediss+cluster": _cluster,
     "redis+sentinel": _sentinel,
-    "rediss+sentinel": _sentinel,
 }

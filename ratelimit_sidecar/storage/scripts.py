@@ -1,14 +1,10 @@
 """The Lua scripts the Redis stores run: loaded one way, called by SHA1, NOSCRIPT handled here.
 
-A script names the files it includes on a first line of its own, `-- include: a.lua b.lua`:
-the loader puts their sources in front of it, in that order (a script calls their functions).
-The numbers and markers the Python side owns (a penalty's grace, an error answer's prefix) are
-written `{{NAME}}` in a script and filled in from `CONSTANTS`, so they have one home.
-
-Calls go by EVALSHA: one round trip, the script's text sent once. A server that does not know
-the script (after a restart or SCRIPT FLUSH) answers NOSCRIPT without running anything, so the
-call is safe to send again as EVAL, which also caches the script for the next EVALSHA. (redis-py's
-`Script` objects would send SCRIPT EXISTS before every pipeline: two round trips per sync.)
+A script's line `-- include: a.lua b.lua` puts those sources in front of it; `{{NAME}}` is filled
+from `CONSTANTS`, so numbers the Python side owns have one home. Calls go by EVALSHA; a server
+that lost the script answers NOSCRIPT having run nothing, so the call is sent again as EVAL,
+which caches it. (redis-py's `Script` sends SCRIPT EXISTS before every pipeline: two round trips
+per sync.)
 """
 
 from __future__ import annotations
@@ -48,12 +44,11 @@ class Script:
         return ("EVALSHA", self.sha, *args)
 
     def eval(self, *args: Any) -> tuple[Any, ...]:
-        """The same call with the script's text (after a NOSCRIPT answer)."""
+        """After a NOSCRIPT answer."""
         return ("EVAL", self.source, *args)
 
 
 def load(name: str) -> Script:
-    """A packaged script, with what it includes and the constants filled in."""
     own = _text(name)
     included = [_text(part) for line in _INCLUDE.findall(own) for part in line.split()]
     source = _CONSTANT.sub(lambda m: str(CONSTANTS[m.group(1)]), "\n".join([*included, own]))
@@ -61,15 +56,14 @@ def load(name: str) -> Script:
 
 
 def not_loaded(reply: object) -> bool:
-    """A NOSCRIPT answer (raised, or an error reply in a pipeline's replies): nothing ran."""
+    """Raised, or an error reply in a pipeline's replies: nothing ran."""
     return isinstance(reply, NoScriptError) or (
         isinstance(reply, Exception) and str(reply).startswith("NOSCRIPT")
     )
 
 
 async def call(execute: Callable[..., Awaitable[Any]], script: Script, *args: Any) -> Any:
-    """One script call through `execute` (a client's `execute_command`, or a wrapper of it),
-    sent again as EVAL if the server did not know the script."""
+    """Through `execute` (a client's `execute_command`, or a wrapper); EVAL if NOSCRIPT."""
     try:
         return await execute(*script.evalsha(*args))
     except Exception as exc:

@@ -1,16 +1,10 @@
 """Strict checks on Redis: a request's strict limits decided by one script call per hash slot.
 
-`StrictStore.check` packs the limits for `strict.lua`, groups them by Cluster hash slot (all of
-them in one group on a standalone or Sentinel server) and runs the groups concurrently, each as
-one EVALSHA (EVAL once after a restart or SCRIPT FLUSH: a NOSCRIPT reply means nothing ran).
-Each group is all-or-nothing on its own. Groups in different slots cannot be one transaction:
-when one refuses, the groups that counted are sent the same hits negated (`_give_back`), so a
-refused request ends up counted nowhere, though other requests may see its hits in between.
-
-It uses the client and the key schema of the eventual store (`RedisStorage`, opened by
-`redis_urls.open_redis`): strict and eventual counts of a key land in the same Redis keys.
-Nothing here retries or times out on its own: the caller bounds the call (`--strict-timeout-ms`)
-and any failure raises `StoreError`.
+Groups run concurrently, each all-or-nothing. Slots cannot share a transaction: when one refuses,
+the groups that counted get the hits negated (`_give_back`), so a refused request ends up counted
+nowhere, though others may see its hits in between. It shares the eventual store's client and key
+schema (strict and eventual counts land in the same keys); the caller bounds the call and any
+failure raises `StoreError`.
 """
 
 from __future__ import annotations
@@ -37,7 +31,7 @@ STRICT = scripts.load("strict.lua")
 
 
 class StrictCheck(NamedTuple):
-    """One strict limit of one descriptor: `key` is its counter (as the limiter names it)."""
+    """`key` names its counter as the limiter does."""
 
     key: KeyId
     limit: RateLimit
@@ -46,8 +40,7 @@ class StrictCheck(NamedTuple):
 
 
 class StrictAnswer(NamedTuple):
-    """What Redis said of one limit: whether it admits the hits, what is left, and whole ms
-    until it resets (admitted) or until a retry would fit (refused)."""
+    """`reset_ms`: until reset (admitted) or until a retry fits (refused)."""
 
     fits: bool
     remaining: int
@@ -57,8 +50,6 @@ class StrictAnswer(NamedTuple):
 
 
 class StrictStore:
-    """Strict checks over the eventual store's Redis client."""
-
     def __init__(self, storage: RedisStorage) -> None:
         self.client = storage.client
         self.keys = storage.keys
@@ -70,7 +61,7 @@ class StrictStore:
         self._calls = itertools.count()
 
     async def check(self, checks: Sequence[StrictCheck]) -> list[StrictAnswer]:
-        """Every check's answer, in order; raises `StoreError` if any group failed."""
+        """Raises `StoreError` if any group failed."""
         groups = self._groups(checks)
         if self.cluster:  # concurrent first calls on a client without a slot map fail
             await self._initialize()
@@ -91,10 +82,7 @@ class StrictStore:
         groups: list[list[int]],
         replies: Sequence[list[StrictAnswer]],
     ) -> list[list[StrictAnswer]]:
-        """A slot refused: the slots that counted take their hits back (negative hits), so
-        that across slots too a refused request counts nowhere. Not atomic: in between, other
-        requests see those hits. If giving back fails, the hits stay counted (refusing more,
-        never admitting more)."""
+        """If giving back fails, the hits stay counted (refusing more, never admitting more)."""
         undo = [
             (group, reply)
             for group, reply in zip(groups, replies, strict=True)
@@ -114,7 +102,6 @@ class StrictStore:
         ]
 
     def _groups(self, checks: Sequence[StrictCheck]) -> list[list[int]]:
-        """Indexes of `checks` per hash slot (one group unless on Cluster)."""
         if not self.cluster:
             return [list(range(len(checks)))]
         by_slot: dict[int, list[int]] = {}
@@ -124,8 +111,8 @@ class StrictStore:
         return list(by_slot.values())
 
     async def prepare(self) -> bool:
-        """Load the slot map (Cluster) and the script on every primary ahead of the first
-        request, whose timeout would not cover it. False if Redis is not there (yet)."""
+        """Slot map and script loaded before the first request, whose timeout would not cover it.
+        False if Redis is not there yet."""
         try:
             if self.cluster:
                 await self._initialize()
@@ -153,23 +140,12 @@ class StrictStore:
 
 
 def _entry(check: StrictCheck) -> str:
-    """The script's entry: algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|
-    shadow|penalty (strict.lua)."""
+    """strict.lua's entry:
+    algorithm|digest|base|hits|max|window_ms|spans|capacity|cooldown_ms|shadow|penalty."""
     limit, key = check.limit, check.key
-    fields = (
-        int(limit.algorithm),
-        digest(key),
-        counter_suffix(key, ""),
-        check.hits,
-        limit.requests_per_unit,
-        limit.window_ms,
-        limit.spans,
-        limit.capacity,
-        limit.cooldown,
-        int(check.shadow),
-        penalty_spec(limit, 0),
-    )
-    return "|".join(str(f) for f in fields)
+    head = (int(limit.algorithm), digest(key), counter_suffix(key, ""), check.hits)
+    sizes = (limit.requests_per_unit, limit.window_ms, limit.spans, limit.capacity, limit.cooldown)
+    return "|".join(str(f) for f in (*head, *sizes, int(check.shadow), penalty_spec(limit, 0)))
 
 
 def _answers(reply: Any, count: int) -> list[StrictAnswer]:

@@ -41,7 +41,7 @@ def test_a_quiet_key_sends_nothing_and_its_window_ends_with_its_hits_here() -> N
     assert sync(limiter, T0 + 500) == 0
     assert sync(limiter, T0 + 1000) == 0  # the window ended: no push, no read
     assert sync(limiter, T0 + 1500) == 0
-    assert limiter.quiet_hits == 2 and limiter.dropped_hits == 0
+    assert limiter.quiet.hits == 2 and limiter.dropped_hits == 0
 
 
 def test_a_key_over_the_quiet_bound_is_synced_every_span() -> None:
@@ -118,7 +118,11 @@ def test_the_early_push_leaves_before_the_span_end_and_teaches_the_share() -> No
     assert limiter.early.due_ms is None and limiter.next_span_end(T0 + 30) == T0 + 500
 
 
-def test_the_heartbeat_goes_with_the_first_sync_then_once_a_period() -> None:
+def test_the_heartbeat_goes_with_the_first_sync_then_once_a_span() -> None:
     schedule = SyncSchedule(T0)
     due = [schedule.heartbeat_due(T0 + t) for t in (0, 500, BEAT_MS - 1, BEAT_MS, BEAT_MS + 1)]
-    assert due == [True, False, False, True, False]
+    assert due == [True, False, False, True, False]  # no rule tracked: every BEAT_MS
+    spans = [schedule.heartbeat_due(T0 + BEAT_MS + t, 2_000) for t in (1_000, 2_000, 4_000)]
+    assert spans == [False, True, True]  # one per 2 s span
+    fast = [schedule.heartbeat_due(T0 + 20_000 + t, 100) for t in (0, 500, 1_000)]
+    assert fast == [True, False, True]  # at most one a second

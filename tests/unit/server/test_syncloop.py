@@ -117,3 +117,38 @@ async def test_keys_the_store_refused_are_reported_while_the_store_stays_up(
     assert "apply 2 keys" in warnings[0] and digest(hit(rule(), "secret-a").key) in warnings[0]
     assert "secret" not in warnings[0]
     assert limiter.pending_hits() == 0  # everything the store refused was resent and applied
+
+
+class CountingStore:
+    """Answers every push; records each batch it was sent."""
+
+    description = "counting store"
+
+    def __init__(self) -> None:
+        self.batches: list[SyncBatch] = []
+
+    async def sync(self, batch: SyncBatch) -> SyncResult:
+        self.batches.append(batch)
+        return SyncResult(tuple(PushResult(p.hits, 0) for p in batch.pushes), live_nodes=4)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_an_asleep_loop_stops_at_once_and_wakes_at_once_for_an_early_push() -> None:
+    limiter, store, now = FleetLimiter(), CountingStore(), [T0]
+    loop = SyncLoop(limiter, store, lambda: now[0])  # a clock that never moves by itself
+    runner = asyncio.create_task(loop.run())
+    await asyncio.sleep(0.05)
+    assert len(store.batches) == 1 and store.batches[0].heartbeat  # the first sync, then asleep
+    ten = rule(rpu=8)
+    for _ in range(3):  # 8 / 4 live nodes = 2: the third hit asks for a push now
+        limiter.hit(now[0], [hit(ten)])
+    await asyncio.sleep(0.05)
+    assert [p.hits for b in store.batches[1:] for p in b.pushes] == [3]
+    assert not store.batches[1].heartbeat  # one heartbeat per period, not per sync
+    loop.stop()
+    await asyncio.wait_for(runner, 1.0)

@@ -54,10 +54,8 @@ def test_store_answers_become_the_verdicts_an_eventual_rule_gives() -> None:
     assert shadow.code is Code.OK and shadow.shadow_refused and shadow.shadow
 
 
-def test_the_eventual_twin_is_one_object_per_limit() -> None:
-    cache: dict[RateLimit, RateLimit] = {}
-    twin = eventual_twin(LIMIT, cache)
+def test_the_eventual_twin_counts_the_same_window_in_memory() -> None:
+    twin = eventual_twin(LIMIT)
     assert not twin.strict and twin.window_ms == LIMIT.window_ms
-    assert eventual_twin(LIMIT, cache) is twin
     log = replace(LIMIT, algorithm=AlgorithmName.SLIDING_LOG, on_store_failure=StoreFailure.LOCAL)
-    assert eventual_twin(log, cache).algorithm is AlgorithmName.SLIDING_WINDOW
+    assert eventual_twin(log).algorithm is AlgorithmName.SLIDING_WINDOW
