@@ -120,11 +120,12 @@ def sum_costs(parts: list[tuple[KeyCost, float]]) -> KeyCost:
 
 def heartbeats_per_s(case: Case, seconds: int = 600) -> float:
     """How often one busy gateway's syncs carry the heartbeat: its loop wakes at every span end
-    and at least every HEARTBEAT_MS, and the real schedule says which wake-ups beat."""
+    and at least every HEARTBEAT_MS, and the real schedule says which wake-ups beat (it is
+    told the span of the rule, the gateway's shortest)."""
     schedule, now, end, beats = SyncSchedule(0), 0, seconds * 1000, 0
     span_ms = case.window_ms // case.spans
     while now < end:
-        beats += schedule.heartbeat_due(now)
+        beats += schedule.heartbeat_due(now, span_ms)
         schedule.synced(now)
         now = schedule.next_sync((now // span_ms + 1) * span_ms)
     return beats * 1000 / end

@@ -28,7 +28,7 @@ from ratelimit_sidecar.core import (
     SyncResult,
     SyncSchedule,
 )
-from ratelimit_sidecar.core.quiet_keys import near_at
+from ratelimit_sidecar.core.quiet_keys import NEAR_SHARE
 from ratelimit_sidecar.storage.codec import SyncCodec
 from ratelimit_sidecar.storage.keys import KeySchema, digest
 from simulator.memory_store import MemoryStorage
@@ -187,7 +187,7 @@ class KeySim:
     def _announce_near(self, batch: SyncBatch, answers: tuple[PushResult, ...]) -> None:
         """The store's near notices (sync.lua, over pub/sub): a push that takes a window to
         near its limit tells every node, handled as the server's fleetblocks.py does."""
-        near = near_at(self.load.limit)
+        near = NEAR_SHARE * self.load.limit  # where sync.lua announces a window
         for push, answer in zip(batch.pushes, answers, strict=True):
             if not answer.total >= near > answer.total - push.hits * self.scale:
                 continue

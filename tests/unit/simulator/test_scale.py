@@ -116,9 +116,11 @@ def test_a_sample_scales_up_to_the_fleet() -> None:
     assert cost.offered == pytest.approx(1000 * 0.0002 * 60, rel=0.3)
 
 
-def test_a_gateway_beats_once_per_heartbeat_period_whatever_its_spans() -> None:
+def test_a_gateway_beats_once_per_span_between_one_and_ten_seconds() -> None:
     assert heartbeats_per_s(Case(10, spans=6)) == pytest.approx(0.1, rel=0.05)
-    assert heartbeats_per_s(Case(10, window_ms=1000, spans=4)) == pytest.approx(0.1, rel=0.05)
+    assert heartbeats_per_s(Case(10, spans=12)) == pytest.approx(0.2, rel=0.05)
+    assert heartbeats_per_s(Case(10, window_ms=1000, spans=4)) == pytest.approx(1.0, rel=0.05)
+    assert heartbeats_per_s(Case(10, window_ms=600_000, spans=6)) == pytest.approx(0.1, rel=0.05)
 
 
 def test_the_scale_command_prints_both_designs_and_saves_its_calibration(
