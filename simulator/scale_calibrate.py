@@ -22,6 +22,7 @@ Kinds (per unit):
 from __future__ import annotations
 
 import asyncio
+import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,7 @@ from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
 KEYS, ROUNDS, ROUND_TRIPS = 1000, 10, 2000
+CALIBRATION_ROUNDS = 3
 IDLE_S = 3.0
 LIMIT = RateLimit(100, Unit.SECOND, unit_multiplier=60, spans=6)
 Costs = dict[str, dict[str, float]]
@@ -169,13 +171,18 @@ async def measure_all(url: str, admin: redis.Redis) -> Costs:
     return costs
 
 
-def calibrate() -> Costs:
-    """Start a Redis on loopback, measure every kind, stop it."""
+def calibrate(rounds: int = CALIBRATION_ROUNDS) -> Costs:
+    """Start a Redis on loopback, measure every kind `rounds` times, stop it; each figure is
+    the median of its rounds (another load on the machine inflates a round, never deflates)."""
     with tempfile.TemporaryDirectory(prefix="rls-scale-") as tmp, server_group(Path(tmp)) as group:
         server = group.standalone()
         with server.client() as admin:
             version = admin.info("server")
-            costs = asyncio.run(measure_all(server.url, admin))
+            runs = [asyncio.run(measure_all(server.url, admin)) for _ in range(rounds)]
+    costs = {
+        kind: {name: statistics.median(run[kind][name] for run in runs) for name in figures}
+        for kind, figures in runs[0].items()
+    }
     name = "valkey" if "valkey_version" in version else "redis"
     costs["redis"]["version"] = f"{name} {version.get(f'{name}_version')}"  # type: ignore[assignment]
     return costs
