@@ -16,9 +16,9 @@ from pathlib import Path
 
 from bench.latency import h2load
 from bench.load.clients import percentile
-from bench.load.cpu import choose_pinning
+from bench.load.cpu import Pinning, choose_pinning
 from bench.load.servers import start_sidecar
-from bench.report import Options, Outcome, conclude
+from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import request, rules_dir
 from harness.h2raw import RawH2
 from ratelimit_sidecar.server.transport import frames as f
@@ -73,13 +73,28 @@ def _until_closed(port: int, stop: threading.Event, burst: Callable[[RawH2], byt
             raw.close()
 
 
-ABUSERS: dict[str, Callable[[int, threading.Event], None] | None] = {
-    "none": None,
+Abuser = Callable[[int, threading.Event], None]
+ABUSERS: dict[str, Abuser] = {
     "ping flood": ping_flood,
     "rapid reset": rapid_reset,
     "continuation flood": continuation_flood,
     "slow reader": slow_reader,
 }
+
+
+def beside(
+    abuser: Abuser | None, address: str, workdir: Path, pinning: Pinning
+) -> tuple[float, list[float]]:
+    """h2load's rate and latencies with `abuser` (if any) looping on its own connections."""
+    stop, port = threading.Event(), int(address.rsplit(":", 1)[1])
+    thread = threading.Thread(target=abuser or stop.wait, args=(port, stop) if abuser else ())
+    thread.start()
+    time.sleep(0.5 if abuser else 0.0)
+    try:
+        return h2load(address, workdir, pinning, seconds=RUN_S, rps=PACED_RPS)
+    finally:
+        stop.set()
+        thread.join(15)
 
 
 def run(options: Options) -> Outcome:
@@ -90,29 +105,15 @@ def run(options: Options) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="rls-bench-abuse-") as tmp:
         workdir = Path(tmp)
         sidecar = start_sidecar(workdir, pinning, rules_dir(workdir), "--transport", "fast")
-        port = int(sidecar.address.rsplit(":", 1)[1])
         try:
-            for name, abuser in ABUSERS.items():
-                stop = threading.Event()
-                thread = None
-                if abuser is not None:
-                    thread = threading.Thread(target=abuser, args=(port, stop), daemon=True)
-                    thread.start()
-                    time.sleep(0.5)
-                try:
-                    rate, lat = h2load(
-                        sidecar.address, workdir, pinning, seconds=RUN_S, rps=PACED_RPS
-                    )
-                finally:
-                    stop.set()
-                    if thread is not None:
-                        thread.join(15)
+            for name, abuser in {"none": None, **ABUSERS}.items():
+                rate, lat = beside(abuser, sidecar.address, workdir, pinning)
                 rows.append((name, rate, percentile(lat, 50), percentile(lat, 99)))
-                print(f"  {name:<20} {rate:9,.0f} req/s  p50 {rows[-1][2]:.2f} ms  "
-                      f"p99 {rows[-1][3]:.2f} ms", flush=True)  # fmt: skip
+                print(
+                    f"  {name}: {rate:,.0f} req/s, p50 {rows[-1][2]:.2f}, p99 {rows[-1][3]:.2f} ms"
+                )
         finally:
             sidecar.stop()
-    lines = [f"  {'abuser':<20} {'honest req/s':>13} {'p50 ms':>8} {'p99 ms':>8}"]
-    lines += [f"  {n:<20} {r:13,.0f} {p50:8.2f} {p99:8.2f}" for n, r, p50, p99 in rows]
-    document = {"paced_rps": PACED_RPS, "rows": rows}
-    return conclude(options, NAME, started, lines, document)
+    cells = [[n, fmt(r), fmt(p50, 2), fmt(p99, 2)] for n, r, p50, p99 in rows]
+    lines = [table(("abuser", "honest req/s", "p50 ms", "p99 ms"), cells, left=1)]
+    return conclude(options, NAME, started, lines, {"paced_rps": PACED_RPS, "rows": rows})

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from functools import partial
+from typing import Any
 
 from bench.load import runs
-from bench.load.runs import SATURATED_PCT, Run
+from bench.load.runs import SATURATED_PCT, Bench, Run
 from bench.report import fmt, pct, table
 
 
@@ -23,11 +25,11 @@ class Comparison:
     basis: str  # "RPS" or "RPS per CPU-s"
     per_round: tuple[float, ...]  # the deciding ratio of each round
     p99_ratio: float | None  # median over rounds of server p99 / baseline p99
-    p99_per_round: tuple[float, ...]
     server_row: Run | None  # pooled over every round
-    baseline_row: Run | None
     noisy: bool  # other load on the server CPU in either pooled row
     errors: int  # failed requests of both
+    target: float | None  # the least ratio that passes; None: shown, not judged
+    p99_no_worse: bool  # the target also asks for a median p99 ratio ≤ 1
 
     @property
     def spread(self) -> str:
@@ -36,23 +38,24 @@ class Comparison:
             return "-"
         return f"{min(self.per_round):.1%} .. {max(self.per_round):.1%}"
 
-    def passed(self, target: float, p99_no_worse: bool = False) -> bool | None:
-        """Met (ratio ≥ target and, if asked, the median p99 ratio ≤ 1); None when it cannot
-        be judged (not measured, failed requests, other load on the server CPU)."""
-        if self.ratio is None or self.errors or self.noisy:
+    @property
+    def passed(self) -> bool | None:
+        """None when not judged: no target, not measured, failed requests, other load."""
+        if self.target is None or self.ratio is None or self.errors or self.noisy:
             return None
-        if p99_no_worse and (self.p99_ratio is None or self.p99_ratio > 1.0):
+        if self.p99_no_worse and (self.p99_ratio is None or self.p99_ratio > 1.0):
             return False
-        return self.ratio >= target
+        return self.ratio >= self.target
 
-
-def saturated(*pooled: Run) -> bool:
-    """Every one CPU-bound: its RPS is its capacity."""
-    return min(r.cpu.server_pct for r in pooled) >= SATURATED_PCT
-
-
-def _p99(run: Run) -> float:
-    return run.latency.p99_ms
+    @property
+    def verdict(self) -> str:
+        if self.target is None:
+            return "-"
+        if self.passed is not None:
+            return "PASS" if self.passed else "FAIL"
+        if self.ratio is None:
+            return "NOT MEASURED"
+        return "INVALID (failed requests)" if self.errors else "INCONCLUSIVE (other load)"
 
 
 def compare(
@@ -62,77 +65,92 @@ def compare(
     workload: str,
     client: str,
     *,
+    target: float | None = None,
     by_cpu: bool = False,
+    p99_no_worse: bool = False,
 ) -> Comparison:
     """`server` against `baseline` in `workload` as `client` measured them."""
     mine = [r for r in measured if r.workload == workload and r.client == client]
     pooled = {r.server: r for r in runs.rows(mine)}
     ours, theirs = pooled.get(server), pooled.get(baseline)
-    rps = runs.ratios(mine, server, baseline, client)
-    basis, deciding = "RPS", rps
-    if by_cpu and ours is not None and theirs is not None and not saturated(ours, theirs):
+    both = [r for r in (ours, theirs) if r is not None]
+    basis, deciding = "RPS", runs.ratios(mine, server, baseline, client)
+    if by_cpu and len(both) == 2 and min(r.cpu.server_pct for r in both) < SATURATED_PCT:
         per_cpu = runs.ratios(mine, server, baseline, client, lambda r: r.per_cpu_second)
         basis, deciding = "RPS per CPU-s", per_cpu
-    p99 = runs.ratios(mine, server, baseline, client, _p99)
-    noisy = any(r is not None and r.cpu.noisy for r in (ours, theirs))
-    errors = sum(r.errors for r in (ours, theirs) if r is not None)
+    p99 = runs.ratios(mine, server, baseline, client, lambda r: r.latency.p99_ms)
     return Comparison(
-        workload,
-        client,
-        server,
-        baseline,
-        runs.median(deciding),
-        basis,
-        deciding,
-        runs.median(p99),
-        p99,
-        ours,
-        theirs,
-        noisy,
-        errors,
-    )
+        workload, client, server, baseline, runs.median(deciding), basis, deciding,
+        runs.median(p99), ours, any(r.cpu.noisy for r in both), sum(r.errors for r in both),
+        target, p99_no_worse,
+    )  # fmt: skip
+
+
+def against(
+    measured: Sequence[Run],
+    baseline: str,
+    servers: Sequence[str],
+    *,
+    target: float | None = None,
+    by_cpu: bool = False,
+    p99_no_worse: bool = False,
+) -> list[Comparison]:
+    """Each of `servers` against `baseline`, in every workload and client measured."""
+    where = dict.fromkeys((r.workload, r.client) for r in measured)
+    judged = partial(compare, target=target, by_cpu=by_cpu, p99_no_worse=p99_no_worse)
+    return [judged(measured, s, baseline, w, c) for w, c in where for s in servers]
 
 
 def as_json(c: Comparison) -> dict[str, object]:
-    """The comparison without its pooled rows (the section's document has those)."""
-    names = [f.name for f in fields(Comparison) if not f.name.endswith("_row")]
-    return {name: getattr(c, name) for name in names}
+    """The comparison without its pooled row (the section's document has those)."""
+    found = {f.name: getattr(c, f.name) for f in fields(Comparison) if f.name != "server_row"}
+    return {**found, "passed": c.passed}
 
 
-def verdict_word(comparison: Comparison, target: float, p99_no_worse: bool = False) -> str:
-    passed = comparison.passed(target, p99_no_worse)
-    if passed is None:
-        if comparison.ratio is None:
-            return "NOT MEASURED"
-        return "INVALID (failed requests)" if comparison.errors else "INCONCLUSIVE (other load)"
-    return "PASS" if passed else "FAIL"
+HEADER: tuple[str, ...] = ("workload", "client", "server", "baseline", "RPS", "p99 ms", "ratio")
+HEADER += ("basis", "rounds", "round range", "p99 ratio", "target", "verdict")
 
 
-HEADER: tuple[str, ...] = ("workload", "client", "server", "RPS", "p99 ms", "ratio", "basis")
-HEADER += ("rounds", "round range", "p99 ratio", "verdict")
-
-
-def comparison_table(
-    comparisons: Sequence[Comparison], target: float, p99_no_worse: bool = False
-) -> str:
+def comparison_table(comparisons: Sequence[Comparison]) -> str:
     """One line per comparison: the server's pooled RPS and p99, the deciding median ratio to
     the baseline, its basis and range over rounds, the median p99 ratio and the verdict."""
-    rows = []
-    for c in comparisons:
-        row = c.server_row
-        rows.append(
-            [
-                c.workload,
-                c.client,
-                c.server,
-                fmt(row.rps if row else None),
-                fmt(row.latency.p99_ms if row else None, 2),
-                pct(c.ratio),
-                c.basis,
-                str(len(c.per_round)),
-                c.spread,
-                fmt(c.p99_ratio, 2),
-                verdict_word(c, target, p99_no_worse),
-            ]
-        )
-    return table(HEADER, rows)
+    rows = [
+        [
+            c.workload, c.client, c.server, c.baseline,
+            fmt(c.server_row.rps if c.server_row else None),
+            fmt(c.server_row.latency.p99_ms if c.server_row else None, 2),
+            pct(c.ratio), c.basis, str(len(c.per_round)), c.spread, fmt(c.p99_ratio, 2),
+            "-" if c.target is None else f"≥ {c.target:.0%}" + (", p99" if c.p99_no_worse else ""),
+            c.verdict,
+        ]
+        for c in comparisons
+    ]  # fmt: skip
+    return f"{table(HEADER, rows, left=4)}\n{LEGEND}"
+
+
+LEGEND = """\
+ratio = median over rounds of server / baseline in the same round (basis: RPS, or RPS per second
+of server CPU when one was not CPU-bound); round range = the lowest and highest single round; p99
+ratio = the same for p99; target: the least ratio that passes (p99: also a p99 ratio ≤ 1)."""
+
+
+def report(
+    bench: Bench,
+    measured: Sequence[Run],
+    rounds: int,
+    found: Sequence[Comparison],
+    *,
+    columns: Sequence[runs.Column] = (),
+    legend: str = "",
+    skipped: Sequence[str] = (),
+) -> tuple[list[str], dict[str, Any]]:
+    """The load table (with the section's columns and legend), then the comparisons; the
+    results document with both."""
+    lines = runs.render(bench, measured, rounds, columns, legend, skipped=skipped)
+    document = runs.document(bench, measured, rounds, skipped)
+    document["comparisons"] = [as_json(c) for c in found]
+    return [*lines, "", comparison_table(found)], document
+
+
+def verdicts(comparisons: Sequence[Comparison]) -> list[bool | None]:
+    return [c.passed for c in comparisons]

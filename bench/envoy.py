@@ -1,17 +1,19 @@
-"""End to end through Envoy: wrk → Envoy → sidecar against wrk → Envoy → empty service.
+"""End to end through Envoy: wrk → Envoy → a rate limit service, against the same Envoy calling
+other services or none. `bench rlqs` builds its stacks here too.
 
-Identical stacks, each an Envoy (the project's bootstrap template, `--concurrency 1`) and its own
-rate limit service on the server CPU (a sidecar shares its node with the gateway); wrk (HTTP/1.1,
-`x-api-key: bench`) and this driver on the other CPU:
+A stack is an Envoy (`--concurrency 1`, one of the project's bootstrap templates) and its own
+service, both on the server CPU (a sidecar shares its node with the gateway); wrk (HTTP/1.1,
+`x-api-key: bench`) and this driver on the other CPU. A stack's name says what it runs:
 - empty: `bench.services empty`, one status whatever the request: the target's baseline;
-- empty-4: one status per descriptor, like the sidecar's answer to the template's four descriptors:
-  a like-for-like cross-check;
-- sidecar: local-only, a never-reached limit on the API key, fast transport; sidecar-grpcio: the
-  same on grpcio;
-- plain: the same Envoy without the rate limit filter: the gateway's own cost.
-One Envoy per service, the idle stacks stopped (switching services would mean a cold restart per
-round). Envoy fails open, so each run also reads Envoy's ratelimit counters: rate limit errors,
-fail-open decisions, non-2xx or socket errors make it invalid.
+- empty-4: one status per descriptor, like the sidecar's answer to the template's four
+  descriptors: a like-for-like cross-check;
+- sidecar (or any name with "sidecar"): local-only, a never-reached limit on the API key, fast
+  transport; sidecar-grpcio: the same on grpcio;
+- plain: the same Envoy without the rate limit filter: the gateway's own cost;
+- rlqs-…: the rate_limit_quota template (envoy/envoy-rlqs.yaml.tmpl) instead of ratelimit.
+`bench envoy` runs one Envoy per service, the idle stacks stopped. Envoy fails open, so each run
+also reads Envoy's ratelimit counters: rate limit errors, fail-open decisions, OVER_LIMIT answers
+or fewer OK answers than requests count as failed requests.
 
 Targets: the sidecar stack reaches 90 % of the empty stack's RPS, and at most 2.5 times plain
 Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
@@ -21,17 +23,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+from bench import compare
 from bench.load import runs
 from bench.load.clients import LoadShape, Wrk
-from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, conclude, fmt, pct, version
+from bench.report import Options, Outcome, conclude, fmt, version
 from bench.workload import Workload, rules_dir
-from harness.envoy import TEMPLATE, EnvoyProcess, envoy_binary
+from harness.envoy import RLQS_TEMPLATE, TEMPLATE, EnvoyProcess, envoy_binary
 from harness.net import free_port
 from harness.process import pause, resume
 
@@ -42,7 +46,8 @@ ROUNDS = 4
 WARM_UP_S = 1
 RETRY_BUDGET_S = 30.0
 TARGET_RATIO = 0.90
-SERVICES = ("empty", "empty-4", "sidecar", "sidecar-grpcio", "plain")
+STACKS = ("empty", "empty-4", "sidecar", "sidecar-grpcio", "plain")
+SERVICES = {"rlqs-allow-all": "rlqs-allow"}  # stack -> bench.services kind, where they differ
 MAX_CPU_VS_PLAIN = 2.5
 FILTER_START = "                  - name: envoy.filters.http.ratelimit\n"
 FILTER_END = "                  - name: envoy.filters.http.router\n"
@@ -58,42 +63,41 @@ descriptors:
 """
 STATS = ("ok", "error", "failure_mode_allowed", "over_limit")
 STATS_PREFIX = "cluster.backend.ratelimit."  # the route's cluster keeps the filter's counters
+WORK = Workload("api-key", [])  # wrk sends one request: GET / with the API key
 
 
-class GatewayWrk(Wrk):
-    """wrk; its check accepts a plain Envoy's answer, which has no x-ratelimit headers."""
+def calls_rls(stack: str) -> bool:
+    """Whether the stack's Envoy calls ShouldRateLimit per request."""
+    return stack != "plain" and not stack.startswith("rlqs")
 
-    def __init__(self, headers: dict[str, str]) -> None:
-        super().__init__(headers)
-        self.plain: set[str] = set()
 
-    def check(self, address: str, workload: Workload) -> None:
-        if address not in self.plain:
-            super().check(address, workload)
+def start_service_of(stack: str, bench: Bench) -> ServerProcess | None:
+    workdir, pinning = bench.workdir, bench.pinning
+    if stack == "plain":
+        return None
+    if "sidecar" not in stack:
+        return start_service(workdir, pinning, SERVICES.get(stack, stack))
+    transport = ("--transport", "grpcio") if stack.endswith("grpcio") else ()
+    rules = rules_dir(workdir, RULES_YAML, DOMAIN)
+    return start_sidecar(workdir, pinning, rules, *transport, name=stack)
 
 
 class Stack:
-    """One rate limit service and the Envoy calling it, both on the server CPU."""
+    """One Envoy and (but for plain) the rate limit service it calls, both on the server CPU."""
 
-    def __init__(
-        self, name: str, service: ServerProcess | None, workdir: Path, pinning: Pinning
-    ) -> None:
-        """`service` None: Envoy without the rate limit filter (its cluster left unused)."""
-        self.name, self.service = name, service
-
-        def on_server_cpu(argv: list[str]) -> list[str]:
-            return pinning.taskset(argv, pinning.server_cpus)
-
-        port = int(service.address.rsplit(":", 1)[1]) if service else free_port()
-        template = TEMPLATE if service else without_filter(workdir)
+    def __init__(self, name: str, bench: Bench) -> None:
+        self.name, self.service = name, start_service_of(name, bench)
+        template = RLQS_TEMPLATE if name.startswith("rlqs") else TEMPLATE
+        port = int(self.service.address.rsplit(":", 1)[1]) if self.service else free_port()
         try:
             self.envoy = EnvoyProcess(
-                workdir, port, f"envoy-{name}", domain=DOMAIN, wrap=on_server_cpu,
-                template=template,
+                bench.workdir, port, f"envoy-{name}", domain=DOMAIN,
+                wrap=partial(bench.pinning.taskset, cpus=bench.pinning.server_cpus),
+                template=template if self.service else without_filter(bench),
             ).wait_ready()  # fmt: skip
         except BaseException:
-            if service is not None:
-                service.stop()
+            if self.service is not None:
+                self.service.stop()
             raise
         self.address = f"127.0.0.1:{self.envoy.port}"
 
@@ -120,78 +124,38 @@ class Stack:
             self.service.stop()
 
 
-def without_filter(workdir: Path) -> Path:
+def without_filter(bench: Bench) -> Path:
     """The project's Envoy template less its rate limit filter."""
     text = TEMPLATE.read_text()
     start = text.index(FILTER_START)
-    path = workdir / "envoy-plain.yaml.tmpl"
+    path = bench.workdir / "envoy-plain.yaml.tmpl"
     path.write_text(text[:start] + text[text.index(FILTER_END, start) :])
     return path
 
 
-def start_stack(kind: str, bench: Bench) -> Stack:
-    workdir, pinning = bench.workdir, bench.pinning
-    service: ServerProcess | None = None
-    if kind.startswith("sidecar"):
-        rules = rules_dir(workdir, RULES_YAML, DOMAIN)
-        transport = ("--transport", "grpcio") if kind == "sidecar-grpcio" else ()
-        service = start_sidecar(workdir, pinning, rules, *transport, name=kind)
-    elif kind != "plain":
-        service = start_service(workdir, pinning, kind)
-    return Stack(kind, service, workdir, pinning)
+def rls_failures(run: Run) -> tuple[int, str]:
+    """Answers wrk counted that Envoy's ratelimit counters do not show decided by the service."""
+    if not calls_rls(run.server):
+        return 0, ""
+    stats = run.counters
+    failed = max(stats["error"], stats["failure_mode_allowed"])  # a failed call counts in both
+    missing = max(0, run.requests - stats["ok"] - stats["over_limit"] - failed)
+    why = f"{failed} rate limit calls failed (Envoy failed open)" if failed else ""
+    why = why or (f"{stats['over_limit']} OVER_LIMIT answers" if stats["over_limit"] else "")
+    return failed + stats["over_limit"] + missing, why or f"{missing} requests without an answer"
 
 
-def problems(run: Run) -> list[str]:
-    """Why a run (or a pooled row) does not show the service answering every request."""
-    found, stats = [run.first_error] if run.errors else [], run.counters
-    if run.server == "plain":  # no filter: no rate limit counters
-        return found
-    if failed := stats["error"] + stats["failure_mode_allowed"]:
-        found.append(f"{failed} rate limit calls failed (Envoy failed open)")
-    if stats["over_limit"]:
-        found.append(f"{stats['over_limit']} OVER_LIMIT answers")
-    if stats["ok"] < run.requests:
-        found.append(f"only {stats['ok']} OK answers for {run.requests} requests")
-    return found
-
-
-def measure(bench: Bench, wrk: GatewayWrk, rounds: int) -> list[Run]:
-    work = Workload("api-key", [])  # wrk sends one request: GET / with the API key
-
-    def warm(stack: Stack) -> None:
-        if stack.name == "plain":
-            wrk.plain.add(stack.address)
-        runs.warm_up(bench, stack, wrk, work, WARM_UP_S)
-
-    starters = [partial(start_stack, kind, bench) for kind in SERVICES]
-    return runs.side_by_side(bench, starters, [wrk], work, rounds, warm=warm)
-
-
-def judge(
-    measured: list[Run], baseline: str, primary: bool
-) -> tuple[bool | None, float | None, str]:
-    rows = {row.server: row for row in runs.rows(measured)}
-    sidecar, base = rows.get("sidecar"), rows.get(baseline)
-    ratios = runs.ratios(measured, "sidecar", baseline, Wrk.name)
-    ratio = runs.median(ratios)
-    if sidecar is None or base is None or ratio is None or not base.rps:
-        return None, None, f"sidecar vs {baseline}: NOT MEASURED"
-    passed: bool | None = ratio >= TARGET_RATIO
-    word = "PASS" if passed else "FAIL"
-    if problems(sidecar):
-        passed, word = False, "FAIL: invalid runs"
-    elif problems(base) or sidecar.cpu.noisy or base.cpu.noisy:
-        passed, word = (
-            None,
-            f"not judged ({'invalid baseline runs' if problems(base) else 'busy machine'})",
-        )
-    if not primary:
-        passed, word = None, f"cross-check: {word}"
-    text = (
-        f"sidecar vs {baseline}: {word}: RPS {ratio:.1%} of {baseline}'s (median of "
-        f"{len(ratios)} rounds; pooled {sidecar.rps / base.rps:.1%}); target ≥ {TARGET_RATIO:.0%}"
-    )
-    return passed, ratio, text
+def gateway(
+    options: Options, shape: LoadShape, retry_s: float, measure: Callable[[Bench], list[Run]]
+) -> tuple[Bench, list[Run], list[str]]:
+    """The section's runs (none without wrk or Envoy: `skipped` says why), failures counted."""
+    skipped: list[str] = []
+    found = runs.usable([Wrk({})], skipped) and envoy_found(skipped)
+    seconds = math.ceil(options.duration_s or shape.duration_s)
+    shape = LoadShape(shape.connections, 1, 0.0, seconds)
+    with runs.session(shape, retry_s) as bench:
+        measured = runs.with_failures(measure(bench), rls_failures) if found else []
+    return bench, measured, skipped
 
 
 def envoy_found(skipped: list[str]) -> bool:
@@ -205,44 +169,48 @@ def envoy_found(skipped: list[str]) -> bool:
     return binary.exists()
 
 
+def role_us(role: str) -> runs.Column:
+    return (f"{role} µs/req", lambda row: fmt(row.cpu_us(row.cpu.roles.get(role))))
+
+
+def details(measured: Sequence[Run]) -> dict[str, Any]:
+    """What a gateway section's results add: Envoy's version and the sidecar's rules."""
+    envoy = version([str(envoy_binary()), "--version"]) if measured else None
+    return {"envoy": envoy, "sidecar_rules": RULES_YAML}
+
+
+def measure(bench: Bench, rounds: int) -> list[Run]:
+    wrk = Wrk({"x-api-key": API_KEY})
+    warm = partial(runs.warm_up, bench, client=wrk, workload=WORK, seconds=WARM_UP_S)
+    starters = [partial(Stack, name, bench) for name in STACKS]
+    return runs.side_by_side(bench, starters, [wrk], WORK, rounds, warm=warm)
+
+
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] wrk → Envoy → {{{', '.join(SERVICES)}}}")
-    wrk = GatewayWrk({"x-api-key": API_KEY})
-    found = runs.usable([wrk], skipped) and envoy_found(skipped)
-    measured: list[Run] = []
-    shape = LoadShape(CONNECTIONS, 1, 0.0, math.ceil(options.duration_s or DURATION_S))
-    with runs.session(shape, RETRY_BUDGET_S) as bench:
-        if found:
-            measured = measure(bench, wrk, rounds)
-    verdicts = {name: judge(measured, name, name == SERVICES[0]) for name in SERVICES[:2]}
-    cpu = {row.server: row.cpu_us(row.cpu.server_pct) for row in runs.rows(measured)}
-    plain_us = cpu.get("plain")
+    started, rounds = time.monotonic(), options.rounds or ROUNDS
+    print(f"[{NAME}] wrk → Envoy → {{{', '.join(STACKS)}}}")
+    shape = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S)
+    bench, measured, skipped = gateway(
+        options, shape, RETRY_BUDGET_S, partial(measure, rounds=rounds)
+    )
+    found = [
+        compare.compare(measured, "sidecar", "empty", WORK.name, Wrk.name, target=TARGET_RATIO),
+        compare.compare(measured, "sidecar", "empty-4", WORK.name, Wrk.name),
+    ]
+    cpu = {row.server: row.cpu_us() for row in runs.rows(measured)}
+    passed, text = cpu_verdict(cpu)
 
     def vs_plain(row: Run) -> str:
-        own = cpu.get(row.server)
-        return (
-            "" if not plain_us or own is None or row.server == "plain" else f"{own / plain_us:.2f}x"
-        )
-
-    def role_us(role: str) -> runs.Column:
-        return (f"{role} µs/req", lambda row: fmt(row.cpu_us(row.cpu.roles.get(role))))
-
-    def vs(name: str) -> runs.Column:
-        return (f"vs {name}", lambda row: pct(verdicts[name][1]) if row.server == "sidecar" else "")
+        own, plain = cpu.get(row.server), cpu.get("plain")
+        return "" if not plain or own is None or row.server == "plain" else f"{own / plain:.2f}x"
 
     columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
-    columns += [vs("empty"), vs("empty-4")]
-    lines = runs.render(bench, measured, rounds, columns, LEGEND, skipped=skipped)
-    lines += [f"  note: {row.server}: {p}" for row in runs.rows(measured) for p in problems(row)]
-    lines += [t for _, _, t in verdicts.values()]
-    document = runs.document(bench, measured, rounds, skipped)
-    document |= {"envoy": version([str(envoy_binary()), "--version"]) if found else None}
-    document["sidecar_rules"] = RULES_YAML
-    gateway = cpu_verdict(cpu)
-    lines.append(gateway[1])
-    passed = verdicts["empty"][0]
-    return conclude(options, NAME, started, lines, document, verdicts=[passed, gateway[0]])
+    lines, document = compare.report(
+        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
+    )
+    verdicts = [*compare.verdicts(found), passed]
+    document |= details(measured)
+    return conclude(options, NAME, started, [*lines, text], document, verdicts=verdicts)
 
 
 def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:
@@ -261,6 +229,4 @@ def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:
 LEGEND = """\
 server = Envoy and the service (same CPU); envoy / service µs/req = each one's CPU time per
 request; CPU/req vs plain = the stack's CPU per request over Envoy's without the filter
-(target for sidecar: ≤ 2.5x); vs X = median over rounds of sidecar RPS / X's RPS in the same
-round (target: 90 % of empty; empty-4 answers one status per descriptor, like the sidecar: a
-cross-check)."""
+(target for sidecar: ≤ 2.5x). Failed requests include rate limit calls Envoy failed open."""

@@ -5,12 +5,13 @@ change) where wall-clock runs are too noisy.
     python bench/instructions.py --tree before=/path/to/old/tree --tree after=.
 
 For each tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH and the
-same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitHandler.decide`,
-consumed by `deque(map(decide, bodies), maxlen=0)`. Callgrind collects only inside that deque's
-`consume_iterator` (a C function nothing else here calls), so the count is the decisions' alone:
-not the interpreter's start, the imports or the set-up (whose count moves by millions from run to
-run with where memory lands). PYTHONHASHSEED is fixed and the clock is a fake one that starts at a
-fixed instant, so a count repeats to within a few instructions per decision.
+same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitServicer.answer` (the
+fast transport's entry point), consumed by `deque(map(answer, bodies), maxlen=0)`. Callgrind
+collects only inside that deque's `consume_iterator` (a C function nothing else here calls), so
+the count is the decisions' alone: not the interpreter's start, the imports or the set-up (whose
+count moves by millions from run to run with where memory lands). PYTHONHASHSEED is fixed and the
+clock is a fake one that starts at a fixed instant, so a count repeats to within a few
+instructions per decision.
 
 Cases: `hot` (10 hot keys, admitted), `blocked` (one hot key refused under its block), `distinct`
 (every request new: parse, match, a new counter), `seen` (the same requests, each decided once
@@ -29,9 +30,8 @@ import re
 import subprocess
 import sys
 import tempfile
-import types
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,13 @@ STEP_MS = 0.1  # 10,000 decisions per second of the fake clock
 BASE_CASES = ("hot", "blocked", "distinct", "seen")
 LOADED_CASES = ("hot-10k", "blocked-10k", "distinct-10k", "penalised")
 FLEET_CASES = ("hot-fleet", "blocked-fleet")  # the limiter of a node with Redis, no sync loop
+# The handler's path cut after each stage (cumulative), on the hot case: what each one adds.
+STAGES = ("call", "lookup", "decision", "encoding", "handler")
+STAGE_CASES = tuple(f"hot/{stage}" for stage in STAGES)
+# The fast transport's frame loop fed reads of FRAME_CALLS calls, answered by a prebuilt answer
+# (`empty-fast`) or by the sidecar's servicer on the hot case (`hot-fast`): instructions per call.
+TRANSPORT_CASES = ("empty-fast", "hot-fast")
+FRAME_CALLS = 8
 PENALTY = "penalty: {factor: 2, max: 1h, forgive_after: 1h}"
 DRIVER = Path(__file__).resolve()
 OVERRIDES_MODULE = "ratelimit_sidecar/service/overrides.py"  # a tree that has the `-10k` cases
@@ -69,7 +76,7 @@ def bodies(case: str, decisions: int) -> list[bytes]:
 
     if _base(case) in ("distinct", "seen"):
         values = key_values(100_000)[:decisions]
-    elif _base(case) == "hot":
+    elif _base(case) in ("hot", "empty"):
         values = [key_values(HOT_KEYS)[i % HOT_KEYS] for i in range(decisions)]
     else:
         values = ["blocked"] * decisions
@@ -77,8 +84,9 @@ def bodies(case: str, decisions: int) -> list[bytes]:
 
 
 def _base(case: str) -> str:
-    """The case without its `-10k` or `-fleet`."""
-    return case.removesuffix("-10k").removesuffix("-fleet")
+    """The case without its `-10k`, `-fleet`, `-fast` or stage."""
+    base = case.partition("/")[0]
+    return base.removesuffix("-10k").removesuffix("-fleet").removesuffix("-fast")
 
 
 def overridden_values() -> list[str]:
@@ -117,17 +125,71 @@ def make_handler(case: str) -> Any:
 
 
 def answers(handler: Any, requests: Iterable[bytes]) -> Iterator[bytes]:
-    """The handler's answers, as a transport gets them: awaiting `respond` (which returns
-    without suspending), or calling `decide` on a tree from before `respond` was awaited."""
-    if hasattr(handler, "decide"):
-        return map(handler.decide, requests)
-    return _awaited(handler.respond, requests)
+    """The handler's answers, as the fast transport gets them (see `_answerers`)."""
+    return map(next(iter(_answerers(handler))), requests)
 
 
-@types.coroutine
-def _awaited(respond: Any, requests: Iterable[bytes]) -> Iterator[bytes]:
-    for body in requests:  # `yield from` runs each to its end as `await` does: no exception
-        yield (yield from respond(body))
+def _answerers(handler: Any) -> Iterator[Callable[[bytes], Any]]:
+    """`RateLimitServicer.answer` (the decision histogram's timing included), on a tree that
+    has it; else `decide`."""
+    try:
+        from ratelimit_sidecar.server.grpc_api import RateLimitServicer
+    except ImportError:  # a tree from before the fast transport
+        yield handler.decide
+        return
+    observer = getattr(handler, "_observer", None)
+    observe = None if observer is None else observer.decision_seconds.observe
+    yield RateLimitServicer(handler, observe).answer
+
+
+def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
+    """The hot path cut after each stage: `lookup` finds the compiled request, `decision` adds
+    the clock and the core's `hit_one`, `encoding` the answer's bytes (together the bare
+    decision: what any implementation of the API does per call), `handler` is the handler's
+    whole answer (the metrics' counters too); `call` is one Python call, for reference."""
+    get, limiter, encoder = decider._compiled.get, decider.limiter, decider._encoder
+    now = decider._clock_ms
+
+    def decision(body: bytes) -> Any:
+        c = get(body)
+        return limiter.hit_one(now(), c.hits[c.counted])
+
+    def encoding(body: bytes) -> bytes:
+        c = get(body)
+        verdict = limiter.hit_one(now(), c.hits[c.counted])
+        return encoder.admitted(c.before, c.head, verdict, c.after)  # type: ignore[no-any-return]
+
+    return {
+        "call": lambda body: body,
+        "lookup": lambda body: get(body),  # noqa: PLW0108 - one Python call, as the others
+        "decision": decision,
+        "encoding": encoding,
+        "handler": getattr(decider, "respond_now", None) or _stepped(decider.respond),
+    }
+
+
+def _frameloop() -> Any:
+    """bench/frameloop.py beside this file, whichever tree is measured (older ones lack it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("frameloop", DRIVER.with_name("frameloop.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _stepped(respond: Callable[[bytes], Any]) -> Callable[[bytes], bytes]:
+    """A tree whose `respond` is a coroutine that completes on its first step."""
+
+    def answer(body: bytes) -> bytes:
+        try:
+            respond(body).send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        raise AssertionError("respond suspended")
+
+    return answer
 
 
 def drive(case: str, decisions: int) -> None:
@@ -144,14 +206,21 @@ def drive(case: str, decisions: int) -> None:
     if not Path(ratelimit_sidecar.__file__).resolve().is_relative_to(Path.cwd().resolve()):
         raise SystemExit(f"{ratelimit_sidecar.__file__} is not from the tree in {Path.cwd()}")
     handler, requests = make_handler(case), bodies(case, decisions)
+    if case in TRANSPORT_CASES:
+        frame_loop = _frameloop().frame_loop
+        empty = wire.RateLimitResponse(overall_code=wire.Code.OK).SerializeToString()
+        answer = (lambda _body: empty) if case == "empty-fast" else next(iter(_answerers(handler)))
+        frame_loop(answer, requests, FRAME_CALLS)  # counts its own loop of reads
+        return
+    answer = stages(handler)[case.split("/")[1]] if "/" in case else next(iter(_answerers(handler)))
     gc.collect()
     gc.freeze()  # as the server does after start-up
-    deque(answers(handler, requests), maxlen=0)  # what callgrind counts
-    last = next(answers(handler, requests[-1:]))
-    code = wire.RateLimitResponse.FromString(last).overall_code
+    deque(map(answer, requests), maxlen=0)  # what callgrind counts
+    last = answer(requests[-1])
+    code = wire.RateLimitResponse.FromString(last).overall_code if isinstance(last, bytes) else None
     refused = _base(case) in ("blocked", "penalised")
     expected = wire.Code.OVER_LIMIT if refused else wire.Code.OK
-    if code != expected:
+    if code != expected and case.partition("/")[2] in ("", "handler"):  # a whole answer
         raise SystemExit(f"{case}: the last answer was code {code}, expected {expected}")
 
 
@@ -201,7 +270,7 @@ def measure(python: str, trees: Mapping[str, Path], cases: Sequence[str], keep: 
         for name, tree in trees.items():
             if case in LOADED_CASES and not (tree / OVERRIDES_MODULE).exists():
                 continue
-            out = keep / f"{name}.{case}.out"
+            out = keep / f"{name}.{case.replace('/', '-')}.out"
             counts[name, case] = count(python, tree, case, DECISIONS, out) / DECISIONS
             print(f"{name} {case}: {counts[name, case]:,.0f} instructions per decision", flush=True)
     return counts
@@ -216,7 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python bench/instructions.py", description=__doc__)
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
-    parser.add_argument("--case", action="append", choices=BASE_CASES + LOADED_CASES + FLEET_CASES)
+    choices = BASE_CASES + LOADED_CASES + FLEET_CASES + STAGE_CASES + TRANSPORT_CASES
+    parser.add_argument("--case", action="append", choices=choices)
     parser.add_argument("--keep", type=Path, help="directory for callgrind's output files")
     options = parser.parse_args(args)
     trees = {n: Path(p).resolve() for n, p in (t.split("=", 1) for t in options.tree)}

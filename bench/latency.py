@@ -15,7 +15,7 @@ from pathlib import Path
 from bench.load.clients import H2load, LoadShape, percentile
 from bench.load.cpu import Pinning, choose_pinning
 from bench.load.servers import start_sidecar
-from bench.report import Options, Outcome, conclude
+from bench.report import Options, Outcome, conclude, table
 from bench.workload import Workload, hot_10, rules_dir
 
 NAME = "latency"
@@ -39,48 +39,44 @@ def h2load(
 
 
 def run(options: Options) -> Outcome:
-    started, rounds = time.monotonic(), options.rounds or ROUNDS
-    pinning = choose_pinning()
+    started, rounds, pinning = time.monotonic(), options.rounds or ROUNDS, choose_pinning()
     print(f"[{NAME}] p99 at half the saturation rate, per transport ({pinning.describe()})")
     rows: dict[str, list[tuple[float, float, float]]] = {}
+    half_grpcio = 0.0
     with tempfile.TemporaryDirectory(prefix="rls-bench-latency-") as tmp:
         workdir = Path(tmp)
-        rules = rules_dir(workdir)
-        half_grpcio = 0.0
         for round_no in range(rounds):
             for transport in TRANSPORTS if round_no % 2 == 0 else TRANSPORTS[::-1]:
+                flags = ("--transport", transport)
                 sidecar = start_sidecar(
-                    workdir, pinning, rules, "--transport", transport, name=f"sidecar-{transport}"
+                    workdir, pinning, rules_dir(workdir), *flags, name=transport
                 )
                 try:
-                    full, _lat = h2load(sidecar.address, workdir, pinning, seconds=FULL_S)
-                    rate, lat = h2load(
-                        sidecar.address, workdir, pinning, seconds=PACED_S, rps=int(full / 2)
-                    )
-                    rows.setdefault(transport, []).append((full, rate, percentile(lat, 99)))
-                    print(f"  round {round_no + 1} {transport:<7} full {full:9,.0f} req/s; "
-                          f"at {rate:9,.0f} req/s p50 {percentile(lat, 50):.2f} ms "
-                          f"p99 {percentile(lat, 99):.2f} ms", flush=True)  # fmt: skip
+                    full, _ = h2load(sidecar.address, workdir, pinning, seconds=FULL_S)
+                    paced = {transport: full / 2}
                     if transport == "grpcio":
                         half_grpcio = full / 2
                     elif half_grpcio:
-                        same, lat = h2load(
-                            sidecar.address, workdir, pinning, seconds=PACED_S,
-                            rps=int(half_grpcio),
-                        )  # fmt: skip
-                        rows.setdefault("fast at grpcio's half", []).append(
-                            (full, same, percentile(lat, 99))
+                        paced["fast at grpcio's half"] = half_grpcio
+                    for name, rps in paced.items():
+                        rate, lat = h2load(
+                            sidecar.address, workdir, pinning, seconds=PACED_S, rps=int(rps)
                         )
+                        rows.setdefault(name, []).append((full, rate, percentile(lat, 99)))
+                        p99 = rows[name][-1][2]
+                        cells = f"full {full:,.0f}, paced {rate:,.0f} req/s, p99 {p99:.2f} ms"
+                        print(f"  round {round_no + 1} {name}: {cells}", flush=True)
                 finally:
                     sidecar.stop()
-    lines = [f"  {'transport':<22} {'saturation req/s':>20} {'paced req/s':>18} {'p99 ms':>14}"]
-    for name, values in rows.items():
-        cols = [_span([v[i] for v in values], ",.0f" if i < 2 else ".2f") for i in range(3)]
-        lines.append(f"  {name:<22} {cols[0]:>20} {cols[1]:>18} {cols[2]:>14}")
+    header = ("transport", "saturation req/s", "paced req/s", "p99 ms")
+    body = [
+        [name, *(span([v[i] for v in values], ",.0f" if i < 2 else ".2f") for i in range(3))]
+        for name, values in rows.items()
+    ]
     document = {"rows": rows, "connections": CONNECTIONS, "streams": STREAMS}
-    return conclude(options, NAME, started, lines, document)
+    return conclude(options, NAME, started, [table(header, body, left=1)], document)
 
 
-def _span(values: list[float], spec: str) -> str:
+def span(values: list[float], spec: str) -> str:
     low, high = min(values), max(values)
     return f"{low:{spec}}" if low == high else f"{low:{spec}}–{high:{spec}}"

@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import Options, Outcome, conclude
+from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import key_values, request, rules_dir
 from harness.h2raw import RawH2
 from harness.sidecar import SidecarProcess
@@ -72,9 +72,10 @@ def run(options: Options) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="rls-bench-memory-") as tmp:
         for transport in TRANSPORTS:
             rows[transport] = measure(transport, Path(tmp))
-    lines = [f"  {'transport':<10} {'idle MiB':>9} {'100k keys MiB':>14} {'per key B':>10}"]
-    for transport, (idle, full) in rows.items():
-        per_key = (full - idle) * 1024 / KEYS
-        lines.append(f"  {transport:<10} {idle / 1024:9.1f} {full / 1024:14.1f} {per_key:10.0f}")
+    cells = [
+        [t, fmt(idle / 1024, 1), fmt(full / 1024, 1), fmt((full - idle) * 1024 / KEYS)]
+        for t, (idle, full) in rows.items()
+    ]
+    lines = [table(("transport", "idle MiB", "100k keys MiB", "per key B"), cells, left=1)]
     document = {"keys": KEYS, "rss_kib": {t: {"idle": i, "keys": k} for t, (i, k) in rows.items()}}
     return conclude(options, NAME, started, lines, document)

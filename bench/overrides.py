@@ -22,22 +22,14 @@ from functools import partial
 from pathlib import Path
 
 from bench import compare, overhead
+from bench.algorithms import each_plan
 from bench.load import runs
-from bench.load.clients import Client, H2load, Node
+from bench.load.clients import H2load, Node
 from bench.load.clients import percentile as nearest_rank
-from bench.load.runs import Bench, Run
-from bench.load.servers import start_sidecar
+from bench.load.servers import samples, start_sidecar
+from bench.overhead import Plan
 from bench.report import Options, Outcome, conclude, fmt, table
-from bench.workload import (
-    DOMAIN,
-    KEY,
-    UNREACHABLE,
-    Workload,
-    hot_10,
-    key_values,
-    rules_dir,
-)
-from bench.workload import workload as make_workload
+from bench.workload import DOMAIN, KEY, UNREACHABLE, hot_10, key_values, rules_dir, workload
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
@@ -157,12 +149,8 @@ def _changes(nodes: Sequence[OverrideNode], changes: int) -> Propagation:
 
 def _histogram(metrics: str) -> tuple[float, float]:
     """(count, sum) of `overrides_propagation_seconds` in a /metrics page."""
-    found = {"count": 0.0, "sum": 0.0}
-    for line in metrics.splitlines():
-        for part in found:
-            if line.startswith(f"ratelimit_sidecar_overrides_propagation_seconds_{part} "):
-                found[part] = float(line.split()[-1])
-    return found["count"], found["sum"]
+    found = samples(metrics.splitlines(), "ratelimit_sidecar_overrides_propagation_seconds_")
+    return found.get("count", 0.0), found.get("sum", 0.0)
 
 
 def write_state(directory: Path, values: Sequence[str]) -> Path:
@@ -192,17 +180,6 @@ def loaded_values() -> list[str]:
     return hot + key_values(100_000)[: LOADED - len(hot)]
 
 
-def measure_overhead(bench: Bench, workload: Workload, client: Client) -> list[Run]:
-    """The sidecar without and with `LOADED` overrides, warmed up, alternating rounds."""
-    state = write_state(bench.workdir / "state", loaded_values())
-    flags = ("--max-keys", str(overhead.MAX_KEYS))
-    start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir), *flags)
-    starters = [start, partial(start, "--state-dir", str(state), name="with-10k")]
-    plan = overhead.Plan(workload, (client,), judged=True)
-    warm = partial(overhead.warm_up, bench, client=client, plan=plan)
-    return runs.side_by_side(bench, starters, plan.clients, workload, ROUNDS, warm=warm)
-
-
 def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrides:
     """`values`' overrides as the keeper hands them to the request path."""
     bounds = OverrideBounds()
@@ -211,30 +188,25 @@ def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrid
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
+    started, rounds = time.monotonic(), options.rounds or ROUNDS
     print(f"[{NAME}] propagation over {CHANGES} changes across {NODES} nodes")
     propagation = measure_propagation()
     lines = propagation_table(propagation)
     print("\n".join(lines))
     print(f"[{NAME}] request path under load with {LOADED:,} overrides loaded vs none")
     shape = replace(overhead.SHAPE, duration_s=options.duration_s or overhead.SHAPE.duration_s)
-    distinct = make_workload("distinct-100k", key_values(100_000))
-    plans: list[tuple[Workload, Client]] = [(hot_10(), H2load()), (distinct, Node())]
-    measured: list[Run] = []
-    verdicts: list[bool | None] = [propagation_met(propagation)]
+    distinct = workload("distinct-100k", key_values(100_000))
+    plans = [Plan(hot_10(), (H2load(),), judged=True), Plan(distinct, (Node(),), judged=True)]
+    skipped: list[str] = []
     with runs.session(shape, overhead.RETRY_BUDGET_S) as bench:
-        for workload, client in plans:
-            if client.unavailable() is None:
-                measured += measure_overhead(bench, workload, client)
-        found = [
-            compare.compare(measured, "with-10k", "sidecar", w.name, c.name, by_cpu=True)
-            for w, c in plans
-            if c.unavailable() is None
-        ]
-        lines += runs.render(bench, measured, ROUNDS)
-        lines += ["", compare.comparison_table(found, TARGET_RATIO)]
-        verdicts += [c.passed(TARGET_RATIO) for c in found]
-        document = runs.document(bench, measured, ROUNDS)
-    document["comparisons"] = [compare.as_json(c) for c in found]
+        state = write_state(bench.workdir / "state", loaded_values())
+        flags = ("--max-keys", str(overhead.MAX_KEYS))
+        start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
+        loaded = partial(start, *flags, "--state-dir", str(state), name="with-10k")
+        measured = each_plan(bench, plans, [partial(start, *flags), loaded], rounds, skipped)
+    found = compare.against(measured, "sidecar", ["with-10k"], target=TARGET_RATIO, by_cpu=True)
+    load_lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    lines += load_lines
     document["propagation"] = asdict(propagation)
+    verdicts = [propagation_met(propagation), *compare.verdicts(found)]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

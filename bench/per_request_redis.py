@@ -9,7 +9,7 @@ its RPS over the baseline's is the most any server on this stack could reach.
 
 1. Redis up: hot-10 with h2load (decides) and the Node client (checks every gRPC status), in
    alternating rounds. Target: sidecar RPS at least 2x the baseline's (median of the rounds'
-   ratios) and a lower p99.
+   ratios) and a p99 no worse.
 2. Redis hung (SIGSTOP: connections open, nothing answers), then down (SIGKILL): per server one
    request on the idle server (its status and time), then a short Node run counting OK answers
    and gRPC errors (h2load cannot see gRPC statuses). Target: the sidecar keeps answering OK
@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 
 import grpc
 
+from bench import compare
 from bench.load import runs
 from bench.load.clients import Client, H2load, LoadShape, Node
 from bench.load.cpu import Pinning
@@ -63,28 +66,14 @@ class Outage:
         return f"{self.code} in {took}"
 
     @property
-    def answering(self) -> bool:
-        """Answered OK throughout: the single request and every request of the load run."""
-        load = self.load
-        return self.code == "OK" and (load is None or (load.requests > 0 and not load.errors))
-
     def state(self) -> str:
-        """ "answers OK", "stalls" (slow or no answers) or "errors" (fast ones), and why."""
-        if self.answering:
+        """ "answers OK" (the single request and every request of the load run), else "stalls"
+        (slow or no answers) or "errors" (fast ones)."""
+        load = self.load
+        if self.code == "OK" and (load is None or (load.requests > 0 and not load.errors)):
             return "answers OK"
-        load, why = self.load, []
         silent = load is not None and load.requests + load.errors == 0
-        if load is not None:
-            window = f"in the {load.duration_s:g} s run"
-            why.append(
-                "no answer " + window
-                if silent
-                else f"{load.errors:,} errors, {load.requests:,} OK {window}"
-            )
-        if self.code != "OK":
-            why.append(f"a single request: {self.first()}")
-        kind = "stalls" if silent or self.seconds >= STALL_S else "errors"
-        return f"{kind}: {'; '.join(why)}"
+        return "stalls" if silent or self.seconds >= STALL_S else "errors"
 
 
 def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
@@ -102,15 +91,23 @@ def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
         return wire.Code.Name(reply.overall_code), time.perf_counter() - started, ""
 
 
-def pin(redis: Redis, pinning: Pinning) -> None:
-    """Every thread of Redis on the load generators' CPU."""
+@contextmanager
+def redis_beside_clients(bench: Bench) -> Iterator[Redis]:
+    """A Redis with every thread on the load generators' CPU (in production it runs on another
+    host: a server's core is its own); stopped on leaving."""
+    group = ServerGroup(bench.workdir / "redis")
+    try:
+        yield pin(group.standalone(), bench.pinning)
+    finally:
+        group.stop_all()
+
+
+def pin(redis: Redis, pinning: Pinning) -> Redis:
     if pinning.pinned and redis.proc is not None:
         cpus = ",".join(str(c) for c in sorted(pinning.client_cpus))
-        subprocess.run(
-            ["taskset", "-a", "-p", "-c", cpus, str(redis.proc.pid)],
-            check=True,
-            capture_output=True,
-        )
+        argv = ["taskset", "-a", "-p", "-c", cpus, str(redis.proc.pid)]
+        subprocess.run(argv, check=True, capture_output=True)
+    return redis
 
 
 def outage(
@@ -126,7 +123,7 @@ def outage(
         finally:
             server.pause()
         found.append(Outage(redis, server.name, code, seconds, detail, load))
-        print(f"  Redis {redis:<9} {server.name:<8}  {found[-1].state()}")
+        print(f"  Redis {redis:<9} {server.name:<8}  {found[-1].state}")
     return found
 
 
@@ -136,17 +133,16 @@ def measure(
     """Redis up, hung, down, restarted; every server started here is stopped."""
     work, at = hot_10(), (bench.workdir, bench.pinning)
     node = next((c for c in clients if isinstance(c, Node)), None)
-    servers = [start_service(*at, "limits", "--redis-url", redis.url)]
-    try:
-        extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
-        servers.append(start_sidecar(*at, rules_dir(bench.workdir), *extra))
-        servers.append(start_service(*at, "empty"))
-        for server in servers:
-            runs.warm_up(bench, server, clients[0], work, WARM_UP_S)
-            server.pause()
+    extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
+    starters = [
+        partial(start_service, *at, "limits", "--redis-url", redis.url),
+        partial(start_sidecar, *at, rules_dir(bench.workdir), *extra),
+        partial(start_service, *at, "empty"),
+    ]
+    warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
+    with runs.started(starters, warm) as servers:
         measured = runs.alternate(bench, servers, clients, work, rounds)
-        sidecar_first = [servers[1], servers[0]]
-        quick = bench.load(outage_s)
+        sidecar_first, quick = [servers[1], servers[0]], bench.load(outage_s)
         redis.pause()
         try:
             outages = outage(quick, "hung", sidecar_first, node, work)
@@ -158,65 +154,33 @@ def measure(
         pin(redis, bench.pinning)
         outages += outage(quick, "restarted", sidecar_first, None, work)
         return measured, outages
-    finally:
-        for server in servers:
-            server.stop()
-
-
-def judge(measured: Sequence[Run], client: str, primary: bool) -> tuple[bool | None, str]:
-    """Sidecar RPS at least TARGET_RATIO x the baseline's (median over rounds), lower p99."""
-    found = {r.server: r for r in runs.rows(measured) if r.client == client}
-    sidecar, limits = found.get("sidecar"), found.get("limits")
-    if sidecar is None or limits is None:
-        return None, f"{client}: NOT MEASURED"
-    ratio = runs.median(runs.ratios(measured, "sidecar", "limits", client))
-    ceiling = runs.median(runs.ratios(measured, "empty", "limits", client))
-    p99 = (sidecar.latency.p99_ms, limits.latency.p99_ms)
-    passed = ratio is not None and ratio >= TARGET_RATIO and p99[0] < p99[1]
-    passed = passed and not sidecar.errors and not limits.errors
-    text = (
-        f"{client}: {'PASS' if passed else 'FAIL'}{'' if primary else ' (cross-check)'}: "
-        f"sidecar/limits RPS = {fmt(ratio, 2)}x (median of rounds; target >= {TARGET_RATIO:g}x)"
-        f"; p99 {p99[0]:.2f} vs {p99[1]:.2f} ms (target: lower); the empty handler reaches "
-        f"{fmt(ceiling, 2)}x (this stack's ceiling)"
-    )
-    return (passed if primary else None), text
 
 
 def judge_outage(outages: Sequence[Outage], redis: str) -> tuple[bool | None, str]:
-    found = {o.server: o for o in outages if o.redis == redis}
-    sidecar, limits = found.get("sidecar"), found.get("limits")
-    if sidecar is None or limits is None:
+    found = {o.server: o.state for o in outages if o.redis == redis}
+    if "sidecar" not in found or "limits" not in found:
         return None, f"Redis {redis}: NOT MEASURED"
-    passed = sidecar.answering and not limits.answering
+    passed = found["sidecar"] == "answers OK" and found["limits"] != "answers OK"
     word = "PASS" if passed else "FAIL"
-    return passed, f"Redis {redis}: {word}: sidecar {sidecar.state()}; limits {limits.state()}"
-
-
-def outage_json(o: Outage) -> dict[str, object]:
-    load = None if o.load is None else runs.run_json(o.load)
-    return {**asdict(replace(o, load=None)), "load": load, "state": o.state()}
+    return passed, f"Redis {redis}: {word}: sidecar {found['sidecar']}; limits {found['limits']}"
 
 
 def outage_table(outages: Sequence[Outage]) -> str:
-    header = ("Redis", "server", "first request", "OK/s", "errors/s", "p99 ms")
+    header = ("Redis", "server", "state", "first request", "OK/s", "errors/s", "p99 ms")
     rows = []
     for o in outages:
-        load = o.load
-        rate = (
-            [fmt(load.rps), fmt(load.errors / load.duration_s), fmt(load.latency.p99_ms, 2)]
-            if load
-            else ["-"] * 3
-        )
-        rows.append([o.redis, o.server, o.first(), *rate])
-    return table(header, rows)
+        load, rate = o.load, ["-"] * 3
+        if load is not None:
+            rate = [fmt(load.rps), fmt(load.errors / load.duration_s), fmt(load.latency.p99_ms, 2)]
+        rows.append([o.redis, o.server, o.state, o.first(), *rate])
+    return table(header, rows, left=4)
 
 
 LEGEND = """\
-vs limits = median over rounds of RPS / the `limits` service's RPS in the same round; empty =
-an empty handler on the same stack: no server on it can beat its RPS. Redis runs on the load
-generators' CPU. Redis hung = SIGSTOP, down = SIGKILL: first request = one request on the idle
-server; OK/s, errors/s and p99 from a Node run (every gRPC status checked) during the outage."""
+empty = an empty handler on the same stack: its ratio to `limits` is the most any server on it
+could reach. Redis runs on the load generators' CPU. Redis hung = SIGSTOP, down = SIGKILL:
+first request = one request on the idle server; OK/s, errors/s and p99 from a Node run (every
+gRPC status checked) during the outage."""
 
 
 def run(options: Options) -> Outcome:
@@ -226,27 +190,23 @@ def run(options: Options) -> Outcome:
     measured: list[Run] = []
     outages: list[Outage] = []
     shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench:
-        group = ServerGroup(bench.workdir / "redis")  # Redis inherits the load generators' CPU
-        try:
-            redis = group.standalone()
-            pin(redis, bench.pinning)
-            if clients:
-                outage_s = options.duration_s or OUTAGE_S
-                measured, outages = measure(bench, redis, clients, rounds, outage_s)
-        finally:
-            group.stop_all()
-    verdicts = [judge(measured, c.name, i == 0) for i, c in enumerate(clients)]
-    verdicts += [judge_outage(outages, redis) for redis in ("hung", "down")]
-
-    def vs_limits(row: Run) -> str:
-        found = runs.ratios(measured, row.server, "limits", row.client)
-        return "" if row.server == "limits" else fmt(runs.median(found), 2) + "x"
-
-    lines = runs.render(bench, measured, rounds, [("vs limits", vs_limits)])
-    lines += ["", outage_table(outages), LEGEND, *(f"  not measured: {s}" for s in skipped)]
-    lines += [text for _, text in verdicts]
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped}
-    document["outages"] = [outage_json(o) for o in outages]
-    verdict = [passed for passed, _ in verdicts]
-    return conclude(options, NAME, started, lines, document, verdicts=verdict)
+    with runs.session(shape, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
+        if clients:
+            outage_s = options.duration_s or OUTAGE_S
+            measured, outages = measure(bench, redis, clients, rounds, outage_s)
+    found = [
+        compare.compare(measured, server, "limits", "hot-10", client.name, target=target,
+                        p99_no_worse=target is not None)
+        for client in clients
+        for server, target in (("sidecar", TARGET_RATIO if client is clients[0] else None),
+                               ("empty", None))
+    ]  # fmt: skip
+    judged = [judge_outage(outages, redis) for redis in ("hung", "down")]
+    lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    lines += ["", outage_table(outages), LEGEND]
+    lines += [text for _, text in judged]
+    document["outages"] = [
+        {**asdict(o), "load": o.load and runs.run_json(o.load), "state": o.state} for o in outages
+    ]
+    verdicts = [*compare.verdicts(found), *(passed for passed, _ in judged)]
+    return conclude(options, NAME, started, lines, document, verdicts=verdicts)

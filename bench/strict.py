@@ -12,7 +12,6 @@ Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medi
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
@@ -25,11 +24,10 @@ from bench.algorithms import unreachable_limit
 from bench.load import runs
 from bench.load.clients import H2load, LoadShape
 from bench.load.runs import Bench, Run
-from bench.load.servers import ServerProcess, local_address, sidecar_args
-from bench.per_request_redis import pin
+from bench.load.servers import ServerProcess, local_address, samples, sidecar_args
+from bench.per_request_redis import redis_beside_clients
 from bench.report import Options, Outcome, conclude, fmt
 from bench.workload import hot_10, rules_dir, rules_yaml
-from harness.redis_servers import ServerGroup
 from ratelimit_sidecar.config.model import AlgorithmName
 
 NAME = "strict"
@@ -42,7 +40,6 @@ TARGET_RATIO = 1.0
 BASELINE = "limits"
 STRICT_METRIC = 'ratelimit_sidecar_strict_checks_total{result="'
 NOT_DECIDED = ("failed", "breaker_open")  # strict check results that are failed requests
-STRICT_RESULTS = ("admitted", "over_limit", *NOT_DECIDED)
 SCRIPT_CALLS, SCRIPT_USEC = "evalsha calls", "evalsha µs"
 
 
@@ -53,47 +50,36 @@ def strict_rule(algorithm: AlgorithmName) -> str:
     return rules_yaml(unreachable_limit(algorithm), extra)
 
 
-class RedisClientServer(ServerProcess):
-    """A server calling Redis per request; its counters add Redis's own EVALSHA statistics
-    (calls, and µs spent running them), which both servers' calls are."""
+class RedisClient(ServerProcess):
+    """A server calling Redis per request. Its counters: Redis's own EVALSHA statistics (both
+    servers' calls are scripts) and, for a sidecar, its strict checks by result."""
 
     def __init__(
         self, name: str, args: list[str], address: str, bench: Bench, client: redis.Redis
     ) -> None:
         super().__init__(name, args, address, bench.workdir, bench.pinning)
         self.redis = client
+        self.wait_ready()
 
     def counters(self) -> dict[str, int]:
-        return script_counts(self.redis.info("commandstats"))
+        found = script_counts(self.redis.info("commandstats"))
+        if self.metrics_url:
+            found |= {k.removesuffix('"}'): int(v) for k, v in self.metrics(STRICT_METRIC).items()}
+        return found
 
 
-class StrictSidecar(RedisClientServer):
-    """A sidecar with one strict rule; its counters add its strict checks by result."""
-
-    def __init__(
-        self, bench: Bench, algorithm: AlgorithmName, redis_url: str, client: redis.Redis
-    ) -> None:
-        home = bench.workdir / f"strict-{algorithm.text}"
-        home.mkdir(exist_ok=True)
-        rules = rules_dir(home, strict_rule(algorithm))
-        address = local_address()
-        args = sidecar_args(address, rules, "--max-keys", str(MAX_KEYS), "--redis-url", redis_url)
-        self.metrics_url = f"http://{args[args.index('--metrics-address') + 1]}/metrics"
-        super().__init__(f"strict {algorithm.text}", args, address, bench, client)
-
-    def counters(self) -> dict[str, int]:
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
-            lines = reply.read().decode().splitlines()
-        return {**strict_counts(lines), **super().counters()}
+def strict_sidecar(
+    bench: Bench, redis_url: str, client: redis.Redis, algorithm: AlgorithmName
+) -> RedisClient:
+    (home := bench.workdir / f"strict-{algorithm.text}").mkdir(exist_ok=True)
+    rules, address = rules_dir(home, strict_rule(algorithm)), local_address()
+    args = sidecar_args(address, rules, "--max-keys", str(MAX_KEYS), "--redis-url", redis_url)
+    return RedisClient(f"strict {algorithm.text}", args, address, bench, client)
 
 
-def start_baseline(bench: Bench, redis_url: str, client: redis.Redis) -> RedisClientServer:
-    """`python -m bench.services limits` (what `start_service` starts), with Redis's counts."""
-    address = local_address()
-    args = ["bench.services", BASELINE, "--address", address, "--redis-url", redis_url]
-    server = RedisClientServer(BASELINE, args, address, bench, client)
-    server.wait_ready()
-    return server
+def strict_counts(lines: Sequence[str]) -> dict[str, int]:
+    """Strict checks by result from Prometheus text lines."""
+    return {k.removesuffix('"}'): int(v) for k, v in samples(lines, STRICT_METRIC).items()}
 
 
 def script_counts(commandstats: dict[str, Any]) -> dict[str, int]:
@@ -108,34 +94,32 @@ def script_us(row: Run) -> float | None:
     return row.counters.get(SCRIPT_USEC, 0) / calls if calls else None
 
 
-def strict_counts(lines: Sequence[str]) -> dict[str, int]:
-    """Strict checks by result from Prometheus text lines."""
-    found = {}
-    for line in lines:
-        if line.startswith(STRICT_METRIC):
-            result, value = line[len(STRICT_METRIC) :].split('"', 1)
-            found[result] = int(float(value.rsplit(" ", 1)[-1]))
-    return found
+def script_cell(row: Run) -> str:
+    return fmt(script_us(row), 1)
 
 
-def undecided(row: Run) -> int:
+def checks_cell(row: Run) -> str:
+    found = {k: v for k, v in row.counters.items() if k not in (SCRIPT_CALLS, SCRIPT_USEC) and v}
+    return " ".join(f"{name} {count:,}" for name, count in sorted(found.items()))
+
+
+def undecided(row: Run) -> tuple[int, str]:
     """Strict checks that failed or were refused by the open breaker during the runs."""
-    return sum(row.counters.get(result, 0) for result in NOT_DECIDED)
+    lost = sum(row.counters.get(result, 0) for result in NOT_DECIDED)
+    return lost, f"{lost} strict checks failed or breaker-refused"
 
 
-def measure(
-    bench: Bench, redis_url: str, chosen: Sequence[AlgorithmName], rounds: int
-) -> list[Run]:
-    work, h2load = hot_10(), H2load()
-    client = redis.Redis.from_url(redis_url)
+def counted_failures(measured: Sequence[Run]) -> list[Run]:
+    """The runs, each sidecar's failed strict checks added to its failed requests."""
+    return runs.with_failures(measured, undecided)
 
-    def sidecar(algorithm: AlgorithmName) -> RedisClientServer:
-        server = StrictSidecar(bench, algorithm, redis_url, client)
-        server.wait_ready()
-        return server
 
-    starters = [partial(start_baseline, bench, redis_url, client)]
-    starters += [partial(sidecar, algorithm) for algorithm in chosen]
+def measure(bench: Bench, redis_url: str, rounds: int) -> list[Run]:
+    work, h2load, client = hot_10(), H2load(), redis.Redis.from_url(redis_url)
+    address = local_address()
+    baseline = ["bench.services", BASELINE, "--address", address, "--redis-url", redis_url]
+    starters = [partial(RedisClient, BASELINE, baseline, address, bench, client)]
+    starters += [partial(strict_sidecar, bench, redis_url, client, a) for a in AlgorithmName]
     warm = partial(runs.warm_up, bench, client=h2load, workload=work, seconds=WARM_UP_S)
     try:
         return runs.side_by_side(bench, starters, [h2load], work, rounds, warm=warm)
@@ -143,62 +127,25 @@ def measure(
         client.close()
 
 
-def counted_failures(measured: Sequence[Run]) -> list[Run]:
-    """The runs, each sidecar's failed strict checks added to its failed requests."""
-    marked = []
-    for measured_run in measured:
-        lost, found = undecided(measured_run), measured_run
-        if lost:
-            reason = found.first_error or f"{lost} strict checks failed or breaker-refused"
-            found = replace(found, errors=found.errors + lost, first_error=reason)
-        marked.append(found)
-    return marked
-
-
 def run(options: Options) -> Outcome:
-    started, rounds = time.monotonic(), options.rounds or ROUNDS
+    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
     print(f"[{NAME}] strict rules vs the per-request-Redis `limits` service, same Redis")
-    chosen = list(AlgorithmName)
-    skipped = list[str]()
-    clients = runs.usable([H2load()], skipped)
     measured: list[Run] = []
     shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench:
-        group = ServerGroup(bench.workdir / "redis")
-        try:
-            store = group.standalone()
-            pin(store, bench.pinning)
-            if clients:
-                measured = counted_failures(measure(bench, store.url, chosen, rounds))
-        finally:
-            group.stop_all()
-    found = [
-        compare.compare(measured, f"strict {a.text}", BASELINE, "hot-10", H2load.name)
-        for a in chosen
-    ]
-    lines = runs.render(
-        bench, measured, rounds, [("Redis µs/call", script_cell), ("strict checks", checks_cell)]
+    with runs.session(shape, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
+        if runs.usable([H2load()], skipped):
+            measured = counted_failures(measure(bench, store.url, rounds))
+    names = [f"strict {a.text}" for a in AlgorithmName]
+    found = compare.against(measured, BASELINE, names, target=TARGET_RATIO, p99_no_worse=True)
+    columns = [("Redis µs/call", script_cell), ("strict checks", checks_cell)]
+    lines, document = compare.report(
+        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
     )
-    lines += ["", compare.comparison_table(found, TARGET_RATIO, p99_no_worse=True), LEGEND]
-    lines += [f"  not measured: {s}" for s in skipped]
-    document = runs.document(bench, measured, rounds, skipped)
-    document["comparisons"] = [compare.as_json(c) for c in found]
-    verdicts = [c.passed(TARGET_RATIO, p99_no_worse=True) for c in found]
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
-
-
-def checks_cell(row: Run) -> str:
-    found = {k: v for k, v in row.counters.items() if k in STRICT_RESULTS and v}
-    return " ".join(f"{name} {count:,}" for name, count in sorted(found.items()))
-
-
-def script_cell(row: Run) -> str:
-    return fmt(script_us(row), 1)
+    return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
 
 
 LEGEND = """\
-ratio = median over rounds of the strict sidecar's RPS / the `limits` service's in the same
-round; p99 ratio = the same for p99 (target: <= 1). strict checks = the sidecar's strict checks
-by result over every run (failed and breaker_open are counted as failed requests). Redis µs/call
-= Redis's own time per EVALSHA (INFO commandstats: the `limits` INCRBY+EXPIRE script, or
-strict.lua). Redis runs on the load generators' CPU."""
+strict checks = the sidecar's strict checks by result over every run (failed and breaker_open
+are counted as failed requests). Redis µs/call = Redis's own time per EVALSHA (INFO
+commandstats: the `limits` INCRBY+EXPIRE script, or strict.lua). Redis runs on the load
+generators' CPU."""

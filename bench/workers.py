@@ -9,27 +9,24 @@ target.
 
 from __future__ import annotations
 
-import socket
 import time
 import timeit
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 from bench.load import runs
-from bench.load.clients import Client, H2load, LoadShape
-from bench.load.cpu import Pinning
+from bench.load.clients import H2load, LoadShape
 from bench.load.runs import Bench, Run
 from bench.load.servers import READY_TIMEOUT_S, ServerProcess, local_address, sidecar_args
 from bench.report import Options, Outcome, conclude
 from bench.workload import DOMAIN, KEY, bench_rules, hot_10, limiter, rules_dir
-from harness.net import free_port, http_ok
+from harness.net import consecutive_free_ports, http_ok
 from harness.process import NotReady, wait_ready
 from ratelimit_sidecar.config.matcher import match
 from ratelimit_sidecar.core import Hit
 from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.server.grpc_api import TIMED_EVERY
 
 NAME = "workers"
 WORKER_COUNTS = (1, 2)
@@ -42,34 +39,18 @@ RETRY_BUDGET_S = 30.0
 DECISIONS_METRIC = "ratelimit_sidecar_total_hits"
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_block(count: int) -> int:
-    """A port p with p .. p+count-1 all free (worker i serves its metrics on p + i)."""
-    for _ in range(100):
-        first = free_port()
-        if all(_bindable(first + i) for i in range(1, count)):
-            return first
-    raise RuntimeError(f"no block of {count} free ports")
-
-
 class Fleet(ServerProcess):
     """The sidecar with `--workers N`: a supervisor and N workers sharing the gRPC port (with
     N = 1 the process itself serves); worker i serves /metrics and /readyz on port + i."""
 
-    def __init__(self, workers: int, rules: Path, workdir: Path, pinning: Pinning) -> None:
-        self.workers, self.metrics_port = workers, free_port_block(workers)
-        address = local_address()
+    def __init__(self, workers: int, bench: Bench) -> None:
+        self.workers, self.metrics_port = workers, consecutive_free_ports(workers)
+        address, rules = local_address(), rules_dir(bench.workdir)
         args = sidecar_args(address, rules, "--workers", str(workers), "--max-keys", str(MAX_KEYS))
         args[args.index("--metrics-address") + 1] = f"127.0.0.1:{self.metrics_port}"
-        super().__init__(f"{workers} worker" + "s" * (workers > 1), args, address, workdir, pinning)
+        name = f"{workers} worker" + "s" * (workers > 1)
+        super().__init__(name, args, address, bench.workdir, bench.pinning)
+        self.wait_ready()
 
     def url(self, index: int, path: str) -> str:
         return f"http://127.0.0.1:{self.metrics_port + index}{path}"
@@ -81,26 +62,20 @@ class Fleet(ServerProcess):
             for index in range(self.workers):
                 ready = partial(http_ok, self.url(index, "/readyz"))
                 wait_ready(ready, self.proc, READY_TIMEOUT_S, interval_s=0.1)
+            if self.workers > 1 and len(self.pids) != self.workers + 1:
+                raise NotReady(f"expected {self.workers} workers, found {self.pids}")
         except NotReady as error:
             self.stop()
             raise RuntimeError(f"{self.name}: {error}:\n{self.log.read_text()[-2000:]}") from None
-        if self.workers > 1 and len(self.pids) != self.workers + 1:
-            self.stop()
-            raise RuntimeError(f"{self.name}: expected {self.workers} workers, found {self.pids}")
 
     def counters(self) -> dict[str, int]:
         """Decisions counted by each worker so far (from its own /metrics)."""
-        found = {}
-        for index in range(self.workers):
-            with urllib.request.urlopen(self.url(index, "/metrics"), timeout=5) as reply:
-                lines = reply.read().decode().splitlines()
-            total = sum(
-                float(line.rsplit(" ", 1)[-1])
-                for line in lines
-                if line.startswith(DECISIONS_METRIC) and "_created" not in line
+        return {
+            f"worker {i + 1}": int(
+                sum(self.metrics(DECISIONS_METRIC, self.url(i, "/metrics")).values())
             )
-            found[f"worker {index + 1}"] = int(total)
-        return found
+            for i in range(self.workers)
+        }
 
 
 def split(row: Run) -> str:
@@ -108,23 +83,10 @@ def split(row: Run) -> str:
     return "/".join(f"{n / total:.0%}" for n in row.counters.values()) if total else "-"
 
 
-def measure(bench: Bench, clients: list[Client], rounds: int) -> list[Run]:
-    rules, work = rules_dir(bench.workdir), hot_10()
-
-    def start(count: int) -> Fleet:
-        fleet = Fleet(count, rules, bench.workdir, bench.pinning)
-        fleet.wait_ready()
-        return fleet
-
-    starters = [partial(start, count) for count in WORKER_COUNTS]
-    warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
-    return runs.side_by_side(bench, starters, clients, work, rounds, warm=warm)
-
-
 def metrics_added_us() -> float:
-    """µs the metrics add to a request, best of REPEAT timings: the servicer reads
-    perf_counter() once per request even without metrics, so the histogram adds one more read
-    and observe(); the counters one call (one descriptor, the bench rule)."""
+    """µs the metrics add to a request, best of REPEAT timings: the histogram's two clock
+    reads and observe() for one call in TIMED_EVERY, and the counters' one call per request
+    (one descriptor, the bench rule)."""
     rules, metrics = bench_rules(), Metrics()
     observe = metrics.decision_seconds.observe
     domain = rules.domain(DOMAIN)
@@ -141,7 +103,7 @@ def metrics_added_us() -> float:
         return min(timeit.repeat(fn, number=NUMBER, repeat=REPEAT)) / NUMBER * 1e6
 
     counters = per_call_us(lambda: metrics.admitted(tally, 0, verdict))
-    return per_call_us(servicer_timing) - per_call_us(time.perf_counter) + counters
+    return per_call_us(servicer_timing) / TIMED_EVERY + counters
 
 
 def summary(measured: list[Run], added: float) -> list[str]:
@@ -166,12 +128,13 @@ on the machine; split = decisions per worker (each worker's /metrics)."""
 def run(options: Options) -> Outcome:
     started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
     print(f"[{NAME}] sidecar --workers 1 vs 2, unpinned; metrics cost per request")
-    added = metrics_added_us()
-    measured: list[Run] = []
-    clients = runs.usable([H2load()], skipped)
+    added, measured = metrics_added_us(), list[Run]()
     shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
     with runs.session(shape, RETRY_BUDGET_S, pin=False) as bench:
-        measured = measure(bench, clients, rounds) if clients else []
+        if clients := runs.usable([H2load()], skipped):
+            work, starters = hot_10(), [partial(Fleet, count, bench) for count in WORKER_COUNTS]
+            warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
+            measured = runs.side_by_side(bench, starters, clients, work, rounds, warm=warm)
     lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND, skipped=skipped)
     lines += summary(measured, added)
     document = runs.document(bench, measured, rounds, skipped)

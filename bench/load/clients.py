@@ -261,11 +261,11 @@ class Wrk(Client):
         self.headers = headers
 
     def check(self, address: str, workload: Workload) -> None:  # noqa: ARG002
-        """One request: 200 with x-ratelimit headers, so the rate limit service answered."""
+        """One request answered 200 (whether the service decided it, a section's counters say)."""
         request = urllib.request.Request(f"http://{address}/", headers=self.headers)
         with urllib.request.urlopen(request, timeout=5) as reply:
-            if reply.status != 200 or reply.headers.get("x-ratelimit-limit") is None:
-                raise RuntimeError(f"{address}: {reply.status}, headers {dict(reply.headers)}")
+            if reply.status != 200:
+                raise RuntimeError(f"{address}: HTTP {reply.status}")
 
     def start(
         self,

@@ -14,12 +14,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from bench.load import cpu
-from bench.load.clients import Client, Latency, LoadShape, summarize
+from bench.load.clients import Client, Latency, LoadShape, RawResult, summarize
 from bench.report import fmt, table
 from bench.workload import Workload
 
@@ -143,20 +143,23 @@ def timed_run(
     finally:
         raw = load.finish(shape.settle_s + shape.duration_s + FINISH_GRACE_S)
     after = server.counters()
+    counters = {name: after[name] - before.get(name, 0) for name in after}
+    window = cpu.window(first, last, bench.pinning)
+    names = (workload.name, client.name, server.name)
+    return as_run(names, raw, window, counters, shape.duration_s)
+
+
+def as_run(
+    names: tuple[str, str, str], raw: RawResult, window: cpu.CpuWindow,
+    counters: dict[str, int], seconds: float,
+) -> Run:  # fmt: skip
+    """A run of (workload, client, server), from what the load generator saw and the CPU window
+    sampled in it."""
     return Run(
-        workload=workload.name,
-        client=client.name,
-        server=server.name,
-        round_no=0,
-        requests=raw.requests,
-        duration_s=raw.duration_s or shape.duration_s,
-        errors=raw.errors,
-        first_error=raw.first_error,
-        latencies_ms=raw.latencies_ms,
-        latency=raw.latency or summarize(raw.latencies_ms),
-        cpu=cpu.window(first, last, bench.pinning),
-        counters={name: after[name] - before.get(name, 0) for name in after},
-    )
+        *names, 0, raw.requests, raw.duration_s or seconds, raw.errors,
+        raw.first_error, raw.latencies_ms, raw.latency or summarize(raw.latencies_ms), window,
+        counters,
+    )  # fmt: skip
 
 
 def measure(bench: Bench, server: Server, client: Client, workload: Workload, round_no: int) -> Run:
@@ -206,13 +209,25 @@ def alternate(
                 finally:
                     server.pause()
                 tries = f"  (attempts: {run.attempts})" if run.attempts > 1 else ""
-                print(
-                    f" {run.rps:7,.0f} req/s  p99 {run.latency.p99_ms:6.2f} ms  "
-                    f"server CPU {run.cpu.server_pct:3.0f}%{tries}",
-                    flush=True,
-                )
+                print(f" {run.rps:7,.0f} req/s  p99 {run.latency.p99_ms:6.2f} ms  server CPU "
+                      f"{run.cpu.server_pct:3.0f}%{tries}", flush=True)  # fmt: skip
                 runs.append(run)
     return runs
+
+
+@contextmanager
+def started(starters: Sequence[Callable[[], S]], warm: Callable[[S], object]) -> Iterator[list[S]]:
+    """Each server started, warmed up (`warm`) and paused; all stopped on leaving."""
+    servers: list[S] = []
+    try:
+        for start in starters:
+            servers.append(start())
+            warm(servers[-1])
+            servers[-1].pause()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def side_by_side(
@@ -224,17 +239,20 @@ def side_by_side(
     *,
     warm: Callable[[S], object],
 ) -> list[Run]:
-    """Each server started, warmed up (`warm`) and paused, then `alternate`; all stopped after."""
-    servers: list[S] = []
-    try:
-        for start in starters:
-            servers.append(start())
-            warm(servers[-1])
-            servers[-1].pause()
+    """The servers `started`, then `alternate`."""
+    with started(starters, warm) as servers:
         return alternate(bench, servers, clients, workload, rounds)
-    finally:
-        for server in servers:
-            server.stop()
+
+
+def with_failures(measured: Sequence[Run], failed: Callable[[Run], tuple[int, str]]) -> list[Run]:
+    """The runs, each with the failures `failed` finds in it (count, why) added to its errors:
+    answers the load generator saw as OK that did not show the server at work."""
+    marked = []
+    for found in measured:
+        count, why = failed(found)
+        errors, first = found.errors + count, found.first_error or why
+        marked.append(replace(found, errors=errors, first_error=first) if count else found)
+    return marked
 
 
 def pool(runs: Sequence[Run]) -> Run:
@@ -247,23 +265,13 @@ def pool(runs: Sequence[Run]) -> Run:
         p50 = statistics.median(r.latency.p50_ms for r in runs)
         p99 = statistics.median(r.latency.p99_ms for r in runs)
         latency = Latency(p50, p99, max(r.latency.max_ms for r in runs))
+    counters = {k: sum(r.counters.get(k, 0) for r in runs) for k in first.counters}
     return Run(
-        workload=first.workload,
-        client=first.client,
-        server=first.server,
-        round_no=-1,
-        requests=sum(r.requests for r in runs),
-        duration_s=sum(r.duration_s for r in runs),
-        errors=sum(r.errors for r in runs),
-        first_error=errors[0] if errors else "",
-        latencies_ms=latencies,
-        latency=latency,
-        cpu=cpu.pooled([r.cpu for r in runs]),
-        counters={k: sum(r.counters.get(k, 0) for r in runs) for k in first.counters},
-        notes=sorted({n for r in runs for n in r.notes}),
-        attempts=sum(r.attempts for r in runs),
-        runs=len(runs),
-    )
+        first.workload, first.client, first.server, -1, sum(r.requests for r in runs),
+        sum(r.duration_s for r in runs), sum(r.errors for r in runs), errors[0] if errors else "",
+        latencies, latency, cpu.pooled([r.cpu for r in runs]), counters,
+        sorted({n for r in runs for n in r.notes}), sum(r.attempts for r in runs), len(runs),
+    )  # fmt: skip
 
 
 def rows(runs: Sequence[Run]) -> list[Run]:

@@ -5,6 +5,8 @@ the server CPUs, stopped while another is measured.
 from __future__ import annotations
 
 import os
+import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -37,6 +39,10 @@ class ServerProcess:
     ) -> None:
         self.name, self.address = name, address
         self.log = workdir / f"{name}.log"
+        self.metrics_url = ""  # a sidecar's: where it serves /metrics
+        if "--metrics-address" in module_args:
+            at = module_args.index("--metrics-address") + 1
+            self.metrics_url = f"http://{module_args[at]}/metrics"
         argv = pinning.taskset(python_module(*module_args), pinning.server_cpus)
         env = {**os.environ, "GRPC_VERBOSITY": "NONE"}
         self.proc = launch(argv, self.log, env=env, new_session=True)
@@ -51,6 +57,12 @@ class ServerProcess:
     def counters(self) -> dict[str, int]:
         """Counters read before and after each run (none here)."""
         return {}
+
+    def metrics(self, prefix: str, url: str = "") -> dict[str, float]:
+        """The samples of its /metrics (or `url`'s) whose names start with `prefix`."""
+        with urllib.request.urlopen(url or self.metrics_url, timeout=5) as reply:
+            lines = reply.read().decode().splitlines()
+        return samples(lines, prefix)
 
     def wait_ready(self) -> None:
         """Until its gRPC health service says SERVING; else stopped and RuntimeError."""
@@ -69,6 +81,16 @@ class ServerProcess:
 
     def stop(self) -> None:
         stop_process(self.proc, group=True)
+
+
+def samples(lines: Sequence[str], prefix: str) -> dict[str, float]:
+    """Prometheus text samples whose names start with `prefix`, less the prefix (no `_created`)."""
+    found = {}
+    for line in lines:
+        name, _, value = line.rpartition(" ")
+        if name.startswith(prefix) and "_created" not in name:
+            found[name.removeprefix(prefix)] = float(value)
+    return found
 
 
 def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:

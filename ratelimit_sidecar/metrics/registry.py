@@ -44,7 +44,9 @@ class Metrics:
         self.registry = r = registry if registry is not None else CollectorRegistry()
         self.decisions = DecisionCounts(NS)
         self.decision_seconds = LatencyHistogram(
-            f"{NS}_decision_seconds", "Time to decide one request", LATENCY_BUCKETS
+            f"{NS}_decision_seconds",
+            "Time to decide one request, of one request in 16 (the others are not timed)",
+            LATENCY_BUCKETS,
         )
         r.register(self.decisions)
         r.register(self.decision_seconds)

@@ -1,11 +1,11 @@
 """ShouldRateLimit semantics: validate, match descriptors to rules, ask the core, build the answer.
 
-Free of I/O: a transport awaits `respond` on the event loop thread with the request's wire
+Free of I/O: a transport calls `respond_now` on the event loop thread with the request's wire
 bytes, and gets the response's. What the bytes mean is worked out once per distinct request
-(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder, and
-`respond` returns without suspending. The one exception is a request with a strict limit (when
-a store is configured): it awaits the store (`service.strict`: one Redis call per slot).
-"""
+(`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder. The one
+exception is a request with a strict limit (when a store is configured): `respond_now` raises
+StoreNeeded and `respond_strict` awaits the store (`service.strict`: one Redis call per slot).
+`respond` does both, for callers that can always await."""
 
 from __future__ import annotations
 
@@ -60,6 +60,14 @@ class DecisionObserver(Protocol):
     def unknown_domain(self, domain: str) -> None: ...
 
 
+class StoreNeeded(Exception):
+    """`respond_now` cannot answer `compiled` from memory: a strict limit waits for the store."""
+
+    def __init__(self, compiled: CompiledRequest) -> None:
+        super().__init__(compiled.domain)
+        self.compiled = compiled
+
+
 class RateLimitHandler:
     """Answers ShouldRateLimit from the current rules and the limiter."""
 
@@ -109,39 +117,54 @@ class RateLimitHandler:
         self._compiled.clear()
         self.api_overrides = applied
 
-    async def respond(self, raw: bytes) -> bytes:
-        """The encoded RateLimitResponse to an encoded RateLimitRequest. Suspends only for a
-        request with a strict limit, to wait for the store.
+    def respond_now(self, raw: bytes) -> bytes:
+        """The encoded RateLimitResponse to an encoded RateLimitRequest, decided from memory.
 
-        Raises InvalidRequest for a request that cannot be answered (malformed, empty, too big).
+        Raises StoreNeeded for a request with a strict limit (`respond` awaits the store for
+        it), InvalidRequest for one that cannot be answered (malformed, empty, too big).
         """
-        compiled = self._compiled.get(raw)
-        if compiled is None:
-            compiled = self._compile(raw)
-        if not compiled.known:
-            if self._observer is not None:
-                self._observer.unknown_domain(compiled.domain)
-            unmatched = unmatched_response(len(compiled.hits))
-            if self._metadata:
-                return self._with_metadata(unmatched, raw, compiled.hits, ())
-            return unmatched
-        now = self._clock_ms()
-        if compiled.counted < 0:
-            if compiled.strict:
-                assert self._strict is not None
-                decision = await self._strict.decide(now, compiled.hits)
-            else:
-                decision = self.limiter.hit(now, compiled.hits)
-        else:  # one counted descriptor; the others' answers never change
-            verdict = self.limiter.hit_one(now, compiled.hits[compiled.counted])
+        compiled = self._compiled.get(raw) or self._compile(raw)
+        counted = compiled.counted
+        if counted >= 0:  # one counted descriptor; the others' answers never change
+            now = self._clock_ms()
+            verdict = self.limiter.hit_one(now, compiled.hits[counted])
             if verdict.code is Code.OK and not verdict.shadow_refused:  # the usual answer
                 if self._observer is not None:
-                    self._observer.admitted(compiled.tally, compiled.counted, verdict)
+                    self._observer.admitted(compiled.tally, counted, verdict)
                 return self._encoder.admitted(
                     compiled.before, compiled.head, verdict, compiled.after
                 )
             decision = Decision(verdict.code, _with_constants(compiled, verdict))
+            return self._answer(now, raw, compiled, decision)
+        if not compiled.known:
+            return self._unknown(raw, compiled)
+        if compiled.strict:
+            raise StoreNeeded(compiled)
+        now = self._clock_ms()
+        return self._answer(now, raw, compiled, self.limiter.hit(now, compiled.hits))
+
+    async def respond(self, raw: bytes) -> bytes:
+        """`respond_now`, and for a request with a strict limit its answer after the store's."""
+        try:
+            return self.respond_now(raw)
+        except StoreNeeded as needed:
+            return await self.respond_strict(raw, needed.compiled)
+
+    async def respond_strict(self, raw: bytes, compiled: CompiledRequest) -> bytes:
+        """The answer to a request `respond_now` raised StoreNeeded for: the store decides."""
+        assert self._strict is not None
+        now = self._clock_ms()
+        decision = await self._strict.decide(now, compiled.hits)
         return self._answer(now, raw, compiled, decision)
+
+    def _unknown(self, raw: bytes, compiled: CompiledRequest) -> bytes:
+        """Every descriptor OK: the domain has no rules."""
+        if self._observer is not None:
+            self._observer.unknown_domain(compiled.domain)
+        unmatched = unmatched_response(len(compiled.hits))
+        if self._metadata:
+            return self._with_metadata(unmatched, raw, compiled.hits, ())
+        return unmatched
 
     def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
         """The response to a decided request: the overall code, metrics, the encoding."""

@@ -53,8 +53,10 @@ def test_saturated_servers_compare_by_rps_with_the_rounds_spread() -> None:
     assert found.per_round == (0.9, 1.0)
     assert found.ratio == 0.95
     assert found.spread == "90.0% .. 100.0%"
-    assert found.passed(0.9) is True
-    assert found.passed(0.96) is False
+    assert found.passed is None  # no target: shown, not judged
+    assert found.verdict == "-"
+    assert replace(found, target=0.9).passed is True
+    assert replace(found, target=0.96).passed is False
 
 
 def test_an_idle_server_is_compared_per_cpu_second_when_asked() -> None:
@@ -70,22 +72,26 @@ def test_an_idle_server_is_compared_per_cpu_second_when_asked() -> None:
 def test_p99_no_worse_fails_a_slower_tail_even_with_enough_rps() -> None:
     found = compare.compare(two_rounds(p99_ms=20.0), "server", "empty", "hot-10", "h2load")
     assert found.p99_ratio == 2.0
-    assert found.passed(0.9) is True
-    assert found.passed(0.9, p99_no_worse=True) is False
-    assert compare.verdict_word(found, 0.9, p99_no_worse=True) == "FAIL"
+    assert replace(found, target=0.9).passed is True
+    slower = replace(found, target=0.9, p99_no_worse=True)
+    assert slower.passed is False
+    assert slower.verdict == "FAIL"
 
 
 def test_errors_other_load_and_missing_servers_are_not_judged() -> None:
-    failed = compare.compare(two_rounds(errors=3), "server", "empty", "hot-10", "h2load")
-    assert failed.passed(0.5) is None
-    assert compare.verdict_word(failed, 0.5).startswith("INVALID")
-    noisy = compare.compare(two_rounds(other_pct=30.0), "server", "empty", "hot-10", "h2load")
-    assert noisy.passed(0.5) is None
-    assert compare.verdict_word(noisy, 0.5).startswith("INCONCLUSIVE")
-    missing = compare.compare(two_rounds(), "other", "empty", "hot-10", "h2load")
+    def judged(measured: list[Run], server: str = "server") -> compare.Comparison:
+        return compare.compare(measured, server, "empty", "hot-10", "h2load", target=0.5)
+
+    failed = judged(two_rounds(errors=3))
+    assert failed.passed is None
+    assert failed.verdict.startswith("INVALID")
+    noisy = judged(two_rounds(other_pct=30.0))
+    assert noisy.passed is None
+    assert noisy.verdict.startswith("INCONCLUSIVE")
+    missing = judged(two_rounds(), "other")
     assert missing.ratio is None
     assert missing.spread == "-"
-    assert compare.verdict_word(missing, 0.5) == "NOT MEASURED"
+    assert missing.verdict == "NOT MEASURED"
 
 
 def test_only_the_named_workload_and_client_count() -> None:
@@ -95,12 +101,23 @@ def test_only_the_named_workload_and_client_count() -> None:
     assert found.per_round == (0.9, 1.0)
 
 
+def test_against_compares_each_server_in_every_workload_and_client_measured() -> None:
+    elsewhere = [replace(r, client="node-http2") for r in two_rounds()]
+    found = compare.against([*two_rounds(), *elsewhere], "empty", ["server"], target=0.9)
+    assert [(c.client, c.server, c.baseline, c.target) for c in found] == [
+        ("h2load", "server", "empty", 0.9),
+        ("node-http2", "server", "empty", 0.9),
+    ]
+    assert compare.verdicts(found) == [True, True]
+
+
 def test_the_table_has_one_line_per_comparison_and_the_json_no_rows() -> None:
-    found = compare.compare(two_rounds(), "server", "empty", "hot-10", "h2load")
-    lines = compare.comparison_table([found, found], 0.9).splitlines()
-    assert len(lines) == 4
+    found = compare.compare(two_rounds(), "server", "empty", "hot-10", "h2load", target=0.9)
+    lines = compare.comparison_table([found, replace(found, target=None)]).splitlines()
+    assert len(lines) == 4 + compare.LEGEND.count("\n") + 1
     assert "95.0%" in lines[2]
     assert lines[2].rstrip().endswith("PASS")
+    assert lines[3].rstrip().endswith("-")
     document = compare.as_json(found)
     assert "server_row" not in document
-    assert document["ratio"] == 0.95
+    assert (document["ratio"], document["passed"]) == (0.95, True)

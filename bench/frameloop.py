@@ -1,0 +1,82 @@
+"""The fast transport's frame loop in one process, without sockets: one HTTP/2 connection fed
+reads of gRPC calls as h2load sends them (HEADERS from one HPACK encoder, then one DATA frame
+that ends the stream), its answers written to a sink. What bench/instructions.py counts for
+the transport's share of a call."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import hpack
+
+from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.server.transport import frames as f
+from ratelimit_sidecar.server.transport.connection import H2Connection
+from ratelimit_sidecar.server.transport.methods import Method
+from ratelimit_sidecar.server.transport.server import ServerCore
+
+WARM_UP_READS = 100  # the HPACK block cache and the handler's compiled requests fill up
+HEADERS = [
+    (b":method", b"POST"), (b":scheme", b"http"), (b":path", wire.METHOD_PATH.encode()),
+    (b":authority", b"127.0.0.1"), (b"te", b"trailers"), (b"content-type", b"application/grpc"),
+    (b"grpc-timeout", b"20S"),
+]  # fmt: skip
+
+
+class Sink(asyncio.Transport):
+    """Takes the connection's writes and drops them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+
+    def write(self, data: Any) -> None:
+        self.written += len(data)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+
+def reads(bodies: Sequence[bytes], count: int, calls: int) -> list[bytes]:
+    """`count` reads of `calls` calls each, cycling through `bodies`."""
+    encoder, stream, out = hpack.Encoder(), 1, []
+    for index in range(count):
+        frames = []
+        for body in (bodies[(index * calls + i) % len(bodies)] for i in range(calls)):
+            block = encoder.encode(HEADERS)
+            message = b"\0" + len(body).to_bytes(4) + body
+            frames.append(f.frame(f.HEADERS, f.END_HEADERS, stream, block))
+            frames.append(f.frame(f.DATA, f.END_STREAM, stream, message))
+            stream += 2
+        out.append(b"".join(frames))
+    return out
+
+
+def frame_loop(answer: Callable[[bytes], Any], bodies: Sequence[bytes], calls: int) -> None:
+    """Every body answered through one connection, `calls` per read; the reads after the
+    warm-up run in `deque(map(...))`, the loop bench/instructions.py counts in."""
+
+    async def run() -> None:
+        core = ServerCore(4 * 1024 * 1024)
+        core.methods[wire.METHOD_PATH.encode()] = Method(fast=answer)
+        conn, sink = H2Connection(core), Sink()
+        conn.connection_made(sink)
+        conn.send_window = f.MAX_WINDOW  # the client's WINDOW_UPDATEs, sent at once
+        conn.data_received(f.PREFACE + f.settings({}))
+        chunks = reads(bodies, WARM_UP_READS + len(bodies) // calls, calls)
+        for chunk in chunks[:WARM_UP_READS]:
+            conn.data_received(chunk)
+        gc.collect()
+        gc.freeze()
+        deque(map(conn.data_received, chunks[WARM_UP_READS:]), maxlen=0)
+        if conn.closed or conn.calls:
+            raise SystemExit(f"the connection closed or left {len(conn.calls)} calls open")
+
+    asyncio.run(run())
