@@ -5,6 +5,8 @@ The real limiter and sync loop against a real Redis started here:
   100k keys synced in at most 25 % of a 10 s span, in one round trip);
 * Redis commands per second at R and 2R requests per second over the same keys (target: equal
   within ±5 %): the sync cost follows the number of active keys, not the traffic;
+* long tail and hot keys, three sidecars against envoyproxy/ratelimit's per-request commands
+  (sync_scenarios.py): Redis commands per request and Redis CPU;
 * memory per tracked key with tracemalloc, counter state plus the compiled request the handler
   keeps for it (target: at most 1 KiB).
 """
@@ -21,12 +23,13 @@ from typing import Any
 
 import redis
 
+from bench import sync_scenarios
 from bench.report import Options, Outcome, table, write_results
-from bench.workload import fleet_limiter, handler, request
+from bench.workload import handler, request
 from harness.answer import answer_now
 from harness.redis_servers import ServerGroup
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
-from ratelimit_sidecar.core import Hit, Limiter
+from ratelimit_sidecar.core import FleetLimiter, Hit, Limiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.storage.redis_store import RedisStorage
@@ -46,6 +49,12 @@ def rule(window_s: int, spans: int) -> Rule:
     return Rule("bench", (("client", ""),), rate)
 
 
+def every_key_synced(max_keys: int) -> FleetLimiter:
+    """A limiter that holds no quiet key back (core/quiet_keys.py): the cost of syncing every
+    key, as when all of them are near their limits."""
+    return FleetLimiter(max_keys, quiet_share=0.0)
+
+
 def users(count: int) -> list[str]:
     return [f"user-{i:08d}" for i in range(count)]
 
@@ -62,7 +71,7 @@ def commands(client: redis.Redis) -> int:
 async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[str, float]:
     """What syncing `keys` keys that stay active costs, in their second span."""
     now = [int(time.time() * 1000) // 60_000 * 60_000]  # both spans inside one window
-    limits, counted, values = fleet_limiter(keys + 1), rule(60, 6), users(keys)
+    limits, counted, values = every_key_synced(keys + 1), rule(60, 6), users(keys)
     sync = SyncLoop(limits, store, lambda: now[0], timeout_ms=10_000)
     hit_all(limits, counted, values, now[0])
     now[0] += SPAN_S * 1000
@@ -84,7 +93,7 @@ async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[
 async def command_rate(store: RedisStorage, client: redis.Redis, rate: int) -> float:
     """Redis commands per second while `rate` requests/s hit RATE_KEYS keys (500 ms spans)."""
     limits, counted, values = (
-        fleet_limiter(RATE_KEYS + 1),
+        every_key_synced(RATE_KEYS + 1),
         rule(2, 4),
         users(RATE_KEYS),
     )
@@ -148,7 +157,7 @@ def report(data: dict[str, Any]) -> tuple[str, bool]:
         for span in data["spans"]
     ]
     low, high = (data["commands_per_s"][rate] for rate in RATES)
-    change, biggest = high / low - 1, data["spans"][-1]
+    change, biggest = (high / low - 1 if low else float("inf")), data["spans"][-1]
     lines = [
         table(header, rows),
         f"span share = sync time / {SPAN_S} s; target: {biggest['keys']:,} keys in one round"
@@ -175,9 +184,14 @@ def run(options: Options) -> Outcome:
             server = group.standalone()
             with server.client() as client:
                 data = asyncio.run(measure(server.url, client))
+            scenarios = [sync_scenarios.long_tail(), sync_scenarios.hot()]
+            quiet = group.standalone("--hz", "1")  # sync_scenarios.py: a low floor
+            data["scenarios"] = [sync_scenarios.measure(Path(tmp), quiet, s) for s in scenarios]
         finally:
             group.stop_all()
     data["bytes_per_key"] = memory_per_key()
     text, met = report(data)
+    lines, scenarios_met = sync_scenarios.report(data["scenarios"])
+    text, met = "\n".join([text, "", *lines]), met and scenarios_met
     print(f"\n{text}")
     return Outcome(met, write_results(options, NAME, {**data, "report": text, "met": met}))

@@ -203,8 +203,12 @@ def _run_all(
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = build_parser()
     argv = list(argv)
+    if argv[:1] == ["scale"]:  # the fleet at internet scale: docs/SCALE.md
+        from simulator.scale_report import main as scale_main
+
+        return scale_main(argv[1:])
+    parser = build_parser()
     if argv[:1] == ["--"]:  # `ratelimit-sidecar simulate -- --flag`: see docs/ACCURACY.md
         argv = argv[1:]
     args = parser.parse_args(argv)
