@@ -85,6 +85,10 @@ class NodesEstimate:
         self.value = nodes
         self.check = self.lower_of_last_two() if self.cautious else nodes
 
+    def guess(self, nodes: float) -> None:
+        """A new key's estimate before it has learnt one (core/quiet_keys.py)."""
+        self.value = self.check = nodes
+
     def caution(self, cautious: bool) -> None:
         self.cautious = cautious
         self.check = self.lower_of_last_two() if cautious else self.value
