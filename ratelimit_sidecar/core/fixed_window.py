@@ -72,8 +72,8 @@ class FixedWindow:
         return None
 
     def _push_early(self, state: KeyState, now_ms: int) -> None:
-        # Still decided as alone until the answer: counting for every node meanwhile refused a
-        # lone client's burst (2.5-5.6 % at a 20 ms round trip) and bounded no shared one.
+        # Still decided as alone until the answer: counting for every node meanwhile refused
+        # part of a lone client's burst and bounded no shared one (simulator/new_keys.py).
         state.counts.early_at = NEVER
         state.next_sync = now_ms
         if self.early is not None:
@@ -144,9 +144,15 @@ class FixedWindow:
         counts.resumed = 0  # the store's total holds what the key counted before its eviction
         if self.early is not None and not state.nodes.ratio:
             _early_share(state, total, self.early.live_nodes)
-        if total <= limit.requests_per_unit:
+        return self.rearm(state, now_ms)
+
+    def rearm(self, state: KeyState, now_ms: int) -> bool:
+        """A window known over MAX blocks its key a cooldown past every span end; True if the
+        block is new. Each store answer does it, and so does a blocked key's span end that
+        sends nothing (core/quiet_keys.py)."""
+        if state.counts.seen <= state.limit.requests_per_unit:
             return False
-        return state.block(_block_end(state, now_ms, push.window), now_ms)
+        return state.block(_block_end(state, now_ms, state.window), now_ms)
 
     def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
         """The next span's ceiling, from the window's pace, once every answer is in. A window's

@@ -34,6 +34,7 @@ class FleetLimiter(Limiter):
         self.early = EarlySync()
         fixed_window = replace(fixed_window or FixedWindow(), early=self.early)
         super().__init__(max_keys, fixed_window=fixed_window)
+        self.fixed_window = fixed_window
         self._orphans: list[Push] = []  # unpushed hits of keys that left the table
         self._plan: SyncPlan | None = None
         self.new_keys_alone = new_keys_alone
@@ -125,14 +126,14 @@ class FleetLimiter(Limiter):
             return
         retried = self._plan_unsent(plan, state, now_ms) if state.unsent else False
         counts = state.counts
-        held = (
-            not flush
-            and isinstance(counts, WindowCounts)
-            and self.quiet.quiet(state, counts, now_ms)
-        )
+        fixed = not flush and isinstance(counts, WindowCounts)
+        held = fixed and self.quiet.quiet(state, counts, now_ms)
+        blocked = fixed and not state.pending and self.quiet.blocked_alone(state, now_ms)
+        if blocked:
+            self.fixed_window.rearm(state, now_ms)
         # A key whose hits are being retried for the window just ended gets its flag back from
         # that push: one push per key and span either way.
-        if not held and (state.pending or not retried):
+        if not (held or blocked) and (state.pending or not retried):
             span = push_span(state, ended, now_ms)
             levels = _levels(state, now_ms)
             push = Push(state.key, state.window, state.pending, limit, span, *levels)

@@ -94,6 +94,13 @@ class QuietKeys:
             return False
         return state.pending * self.fleet.live_nodes < self.share * state.limit.requests_per_unit
 
+    @staticmethod
+    def blocked_alone(state: KeyState, now_ms: int) -> bool:
+        """A blocked key without a penalty has nothing to tell the store while it refuses:
+        its empty spans send nothing (a penalised one reports its client's offences). Its
+        known total over MAX blocks it again after the block, if the window is still over."""
+        return now_ms < state.blocked_until and state.penalty is None
+
     def forget_held(self, state: KeyState, now_ms: int) -> None:
         counts = state.counts
         if isinstance(counts, WindowCounts) and self.quiet(state, counts, now_ms):
