@@ -34,7 +34,8 @@ import redis
 
 from harness.redis_servers import server_group
 from ratelimit_sidecar.config.model import RateLimit, Unit
-from ratelimit_sidecar.core import Push, SyncBatch, TotalRead
+from ratelimit_sidecar.core import SyncBatch, TotalRead
+from ratelimit_sidecar.core.types import Push
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
