@@ -72,8 +72,7 @@ class FixedWindow:
         return None
 
     def _push_early(self, state: KeyState, now_ms: int) -> None:
-        # Still decided as alone until the answer: counting for every node meanwhile refused
-        # part of a lone client's burst and bounded no shared one (simulator/new_keys.py).
+        # Alone until the answer: the even split meanwhile only refused lone clients' bursts.
         state.counts.early_at = NEVER
         state.next_sync = now_ms
         if self.early is not None:
@@ -147,9 +146,7 @@ class FixedWindow:
         return self.rearm(state, now_ms)
 
     def rearm(self, state: KeyState, now_ms: int) -> bool:
-        """A window known over MAX blocks its key a cooldown past every span end; True if the
-        block is new. Each store answer does it, and so does a blocked key's span end that
-        sends nothing (core/quiet_keys.py)."""
+        """A window known over MAX blocks a cooldown past each answer or silent span end."""
         if state.counts.seen <= state.limit.requests_per_unit:
             return False
         return state.block(_block_end(state, now_ms, state.window), now_ms)
@@ -175,10 +172,8 @@ class FixedWindow:
 
 
 def _early_share(state: KeyState, total: int, live_nodes: int) -> None:
-    """Until a finished window teaches `nodes`, a key that assumed it was alone learns from each
-    answer its share, the total over what it pushed (up to the live nodes), and is pushed early
-    again past an even share of what is left. A key that started shared only rises: a fall
-    waits for whole windows."""
+    """Until a window teaches `nodes`: a key that started alone takes each answer's share (total
+    over pushed, at most the live nodes); one that started shared only rises."""
     nodes, counts, rpu = state.nodes, state.counts, state.limit.requests_per_unit
     pushed = nodes.admitted - state.pending
     if pushed <= 0:

@@ -10,7 +10,8 @@ At a span end a fixed-window key is either:
   held at the window's end are never sent (nobody reads a total that never mattered); a shutdown
   pushes them. Without a live node count (no heartbeat answered yet) nothing is held.
 - or synced: pushed every span, even with nothing to add (the answer carries the total and the
-  block flag), its finished window's total read for the nodes estimate.
+  block flag) unless blocked without a penalty (it adds nothing: `blocked_alone`), its finished
+  window's total read for the nodes estimate.
 
 Near its limit: the store announced a push took the window to NEAR_SHARE of MAX (sync.lua), or
 the previous window ended there: synced from the window's start. Totals announced for keys not
@@ -64,8 +65,6 @@ class HeardTotals:
         self._totals: dict[str, tuple[int, int]] = {}  # digest -> (window, total)
 
     def put(self, digest: str, window: int, total: int) -> None:
-        if self._digest is None:
-            return
         self._totals.pop(digest, None)
         if len(self._totals) >= HEARD_KEYS:
             del self._totals[next(iter(self._totals))]
@@ -96,9 +95,7 @@ class QuietKeys:
 
     @staticmethod
     def blocked_alone(state: KeyState, now_ms: int) -> bool:
-        """A blocked key without a penalty has nothing to tell the store while it refuses:
-        its empty spans send nothing (a penalised one reports its client's offences). Its
-        known total over MAX blocks it again after the block, if the window is still over."""
+        """Refusing, and no offences to report (a penalty's): nothing to tell the store."""
         return now_ms < state.blocked_until and state.penalty is None
 
     def forget_held(self, state: KeyState, now_ms: int) -> None:
@@ -115,9 +112,9 @@ class QuietKeys:
         self.forget_held(state, now_ms)
         synced = counts.near or counts.pushed
         near = counts.seen >= NEAR_SHARE * state.limit.requests_per_unit
-        consecutive = window == state.window + 1
+        near = near and window == state.window + 1
         dropped = state.roll(now_ms)
-        counts.near = near and consecutive
+        counts.near = near
         if not synced:
             state.nodes.window = NO_WINDOW
         return dropped
