@@ -53,9 +53,11 @@ class Metrics:
         self.unknown_domains = Counter(
             f"{NS}_unknown_domain", "Requests for a domain with no rules", registry=r
         )
-        self.sync_seconds = Histogram(
-            f"{NS}_sync_seconds", "Duration of one span sync", buckets=SYNC_BUCKETS, registry=r
-        )
+
+        def histogram(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(f"{NS}_{name}", text, buckets=buckets, registry=r)
+
+        self.sync_seconds = histogram("sync_seconds", "Duration of one span sync", SYNC_BUCKETS)
         self.sync_errors = Counter(
             f"{NS}_sync_errors", "Failed syncs by error kind", ("kind",), registry=r
         )
@@ -95,11 +97,10 @@ class Metrics:
             ("result",),
             registry=r,
         )
-        self.strict_check_seconds = Histogram(
-            f"{NS}_strict_check_seconds",
+        self.strict_check_seconds = histogram(
+            "strict_check_seconds",
             "Duration of one request's strict check on Redis (failures included)",
-            buckets=STRICT_BUCKETS,
-            registry=r,
+            STRICT_BUCKETS,
         )
         self.strict_breaker_state = Gauge(
             f"{NS}_strict_breaker_state",
@@ -113,11 +114,10 @@ class Metrics:
         self.overrides_version = Gauge(
             f"{NS}_overrides_version", "Version of the override set applied", registry=r
         )
-        self.overrides_propagation_seconds = Histogram(
-            f"{NS}_overrides_propagation_seconds",
+        self.overrides_propagation_seconds = histogram(
+            "overrides_propagation_seconds",
             "From an override write to its set applied on this node",
-            buckets=PROPAGATION_BUCKETS,
-            registry=r,
+            PROPAGATION_BUCKETS,
         )
         self.tls_reload_errors = Counter(
             f"{NS}_tls_reload_errors",
