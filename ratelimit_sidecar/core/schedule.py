@@ -22,18 +22,20 @@ TIMEOUT_PER_KEY_US = 20
 
 
 class SyncSchedule:
-    __slots__ = ("beat_ms", "due_ms", "heartbeat_ms", "timeout_ms")
+    __slots__ = ("beat_ms", "due_ms", "heartbeat_ms", "start_ms", "timeout_ms")
 
     def __init__(
         self, start_ms: int, timeout_ms: int = DEFAULT_TIMEOUT_MS, heartbeat_ms: int = HEARTBEAT_MS
     ) -> None:
-        self.due_ms = start_ms  # the first sync is at once
+        self.due_ms = self.start_ms = start_ms  # the first sync is at once
         self.timeout_ms = timeout_ms
         self.heartbeat_ms = heartbeat_ms
         self.beat_ms: int | None = None  # when the last sync carrying the heartbeat started
 
     def heartbeat_due(self, now_ms: int, shortest_span_ms: int | None = None) -> bool:
         period = min(max(shortest_span_ms or BEAT_MS, self.heartbeat_ms), BEAT_MS)
+        if now_ms - self.start_ms < BEAT_MS:  # nodes started together count each other at once
+            period = self.heartbeat_ms
         if self.beat_ms is not None and now_ms - self.beat_ms < period:
             return False
         self.beat_ms = now_ms

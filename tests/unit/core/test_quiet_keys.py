@@ -120,9 +120,12 @@ def test_the_early_push_leaves_before_the_span_end_and_teaches_the_share() -> No
 
 def test_the_heartbeat_goes_with_the_first_sync_then_once_a_span() -> None:
     schedule = SyncSchedule(T0)
-    due = [schedule.heartbeat_due(T0 + t) for t in (0, 500, BEAT_MS - 1, BEAT_MS, BEAT_MS + 1)]
-    assert due == [True, False, False, True, False]  # no rule tracked: every BEAT_MS
-    spans = [schedule.heartbeat_due(T0 + BEAT_MS + t, 2_000) for t in (1_000, 2_000, 4_000)]
+    starting = [schedule.heartbeat_due(T0 + t) for t in (0, 500, 1_000, 9_000)]
+    assert starting == [True, False, True, True]  # once a second while the node starts
+    idle = [schedule.heartbeat_due(T0 + 9_000 + t) for t in (BEAT_MS - 1, BEAT_MS)]
+    assert idle == [False, True]  # then, no rule tracked: every BEAT_MS
+    last = T0 + 9_000 + BEAT_MS
+    spans = [schedule.heartbeat_due(last + t, 2_000) for t in (1_000, 2_000, 4_000)]
     assert spans == [False, True, True]  # one per 2 s span
-    fast = [schedule.heartbeat_due(T0 + 20_000 + t, 100) for t in (0, 500, 1_000)]
+    fast = [schedule.heartbeat_due(last + 10_000 + t, 100) for t in (0, 500, 1_000)]
     assert fast == [True, False, True]  # at most one a second
