@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from ratelimit_sidecar.core import SyncSchedule
+from ratelimit_sidecar.core.schedule import BEAT_MS
 from ratelimit_sidecar.storage.codec import CHUNK_KEYS
 from simulator.scale_keys import KeyCost, KeyLoad, key_cost
 
@@ -122,7 +123,8 @@ def heartbeats_per_s(case: Case, seconds: int = 600) -> float:
     """How often one busy gateway's syncs carry the heartbeat: its loop wakes at every span end
     and at least every HEARTBEAT_MS, and the real schedule says which wake-ups beat (it is
     told the span of the rule, the gateway's shortest)."""
-    schedule, now, end, beats = SyncSchedule(0), 0, seconds * 1000, 0
+    # Started a heartbeat period before: the steady rate, past a node's first beats each second.
+    schedule, now, end, beats = SyncSchedule(-BEAT_MS), 0, seconds * 1000, 0
     span_ms = case.window_ms // case.spans
     while now < end:
         beats += schedule.heartbeat_due(now, span_ms)
