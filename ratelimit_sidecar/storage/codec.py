@@ -27,6 +27,7 @@ from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a 
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
+from ratelimit_sidecar.storage import scripts
 from ratelimit_sidecar.storage import shared_rules as rules
 from ratelimit_sidecar.storage.blocks import BLOCKS, NEAR
 from ratelimit_sidecar.storage.errors import StoreUnreadable
@@ -40,15 +41,9 @@ from ratelimit_sidecar.storage.keys import (
 from ratelimit_sidecar.storage.scripts import KEY_ERROR, MAX_REASON
 
 CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
-# One command per heartbeat: scores are the node's own clock (ARGV[2]), not Redis TIME, since
-# NTP-level skew is noise against a TTL of tens of seconds; TIME is the store's clock.
-HEARTBEAT_SCRIPT = """
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2] - ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-local time = redis.call('TIME')
-return {redis.call('ZCARD', KEYS[1]), time[1], time[2]}
-"""
+# One command per heartbeat, sent with its text (EVAL): a few hundred bytes a span, and no
+# NOSCRIPT to repair outside the sync scripts' path.
+HEARTBEAT = scripts.load("heartbeat.lua")
 # The sync script of each algorithm synced per span; a push of any other is never sent.
 SCRIPT_FILES = {
     AlgorithmName.FIXED_WINDOW: "sync.lua",
@@ -187,7 +182,7 @@ class SyncCodec:
         ]
         if self.heartbeat_on and batch.heartbeat:
             beat = (self.node_id, batch.now_ms, self.node_ttl_ms)
-            commands.append(("EVAL", HEARTBEAT_SCRIPT, 1, keys.nodes(), *beat))
+            commands.append(HEARTBEAT.eval(1, keys.nodes(), *beat))
         return commands
 
 

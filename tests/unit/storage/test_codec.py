@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Unit
 from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, TotalRead
-from ratelimit_sidecar.storage.codec import CHUNK_KEYS, HEARTBEAT_SCRIPT, Layout, SyncCodec
+from ratelimit_sidecar.storage.codec import CHUNK_KEYS, HEARTBEAT, Layout, SyncCodec
 from ratelimit_sidecar.storage.errors import StoreUnreadable
 from ratelimit_sidecar.storage.keys import KeySchema, digest
 
@@ -82,7 +82,7 @@ def test_commands_follow_the_scripts_reads_then_the_heartbeat() -> None:
     assert list(encoded.commands) == [
         ("GET", KEYS.counter(("d", "u", "0"), W - 1)),
         ("GET", KEYS.counter(("d", "u", "1"), W - 1)),
-        ("EVAL", HEARTBEAT_SCRIPT, 1, KEYS.nodes(), "node-a", NOW, 20_000),
+        ("EVAL", HEARTBEAT.source, 1, KEYS.nodes(), "node-a", NOW, 20_000),
     ]
     assert encoded.layout == fixed_layout(pushes=1, chunks=((0,),), total_reads=2, heartbeat=True)
     assert encoded.layout.replies == 1 + 2 + 1
