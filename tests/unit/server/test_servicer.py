@@ -14,23 +14,10 @@ import pytest
 
 from harness.grpc_client import request
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.server.grpc_api import TIMED_EVERY, RateLimitServicer
 from ratelimit_sidecar.server.transport.status import CallError
-from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-from ratelimit_sidecar.service.strict import StrictDecider
 from ratelimit_sidecar.storage.strict_store import StrictAnswer, StrictCheck
-
-T0 = 1_700_000_040_000
-RULES = """\
-domain: d
-descriptors:
-  - key: strict
-    rate_limit: {unit: minute, requests_per_unit: 1, consistency: strict}
-  - key: eventual
-    rate_limit: {unit: minute, requests_per_unit: 100}
-"""
+from tests.unit.service.strict_rules import T0, strict_handler
 
 
 class RefusingStore:
@@ -45,10 +32,7 @@ class RefusingStore:
 
 
 def servicer(tmp_path: Path, store: RefusingStore, timed: list[float]) -> RateLimitServicer:
-    (tmp_path / "d.yaml").write_text(RULES)
-    limiter = LocalLimiter()
-    strict = StrictDecider(limiter, store, timeout_ms=1000)
-    handler = RateLimitHandler(load_rules(tmp_path / "d.yaml"), limiter, lambda: T0, strict=strict)
+    handler = strict_handler(tmp_path, store, strict_max=1, eventual_max=100, timeout_ms=1000)
     return RateLimitServicer(handler, timed.append)
 
 

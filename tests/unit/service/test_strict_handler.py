@@ -10,21 +10,9 @@ from pathlib import Path
 from harness.answer import answer_now
 from harness.grpc_client import request
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-from ratelimit_sidecar.service.strict import StrictDecider
 from ratelimit_sidecar.storage.strict_store import StrictAnswer, StrictCheck
-
-T0 = 1_700_000_040_000
-RULES = """\
-domain: d
-descriptors:
-  - key: strict
-    rate_limit: {unit: minute, requests_per_unit: 2, consistency: strict}
-  - key: eventual
-    rate_limit: {unit: minute, requests_per_unit: 2}
-"""
+from tests.unit.service.strict_rules import strict_handler
 
 
 class UnusedStore:
@@ -38,10 +26,8 @@ class UnusedStore:
 
 
 def make(tmp_path: Path, strict: bool, store: UnusedStore | None = None) -> RateLimitHandler:
-    (tmp_path / "d.yaml").write_text(RULES)
-    limiter = LocalLimiter()
-    decider = StrictDecider(limiter, store or UnusedStore(), timeout_ms=50) if strict else None
-    return RateLimitHandler(load_rules(tmp_path / "d.yaml"), limiter, lambda: T0, strict=decider)
+    checker = (store or UnusedStore()) if strict else None
+    return strict_handler(tmp_path, checker, strict_max=2, eventual_max=2, timeout_ms=50)
 
 
 def raw(key: str) -> bytes:
