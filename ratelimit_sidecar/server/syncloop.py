@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -50,7 +51,7 @@ class SyncLoop:
         self._schedule = SyncSchedule(self._clock_ms(), timeout_ms)
         self._on_sync = on_sync
         self._stop = asyncio.Event()
-        self._woken = asyncio.Event()  # a new key asked for an early push (core/quiet_keys.py)
+        self._woken = asyncio.Event()  # an early push (core/quiet_keys.py), or stop
         limiter.early.wake = self._woken.set
         self.store_up = True  # the last sync was answered (even if some keys failed in it)
         self.last_error = ""  # the kind of the last failure ("timeout", "connection", ...)
@@ -61,6 +62,7 @@ class SyncLoop:
 
     def stop(self) -> None:
         self._stop.set()
+        self._woken.set()
 
     async def run(self) -> None:
         schedule = self._schedule
@@ -74,15 +76,12 @@ class SyncLoop:
                 schedule.synced(self._clock_ms())
 
     async def _sleep_until(self, wake_ms: int) -> bool:
-        """Sleep until the clock reaches `wake_ms` or an early push is asked for; True if
-        asked to stop meanwhile."""
-        while (delay := wake_ms - self._clock_ms()) > 0 and not self._woken.is_set():
-            if self._stop.is_set():
-                break
-            waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._woken)]
-            await asyncio.wait(waits, timeout=delay / 1000, return_when=asyncio.FIRST_COMPLETED)
-            for wait in waits:
-                wait.cancel()
+        """Sleep until the clock reaches `wake_ms`, an early push is asked for or the loop is
+        stopped (either wakes it); True if stopped. `run` looks at the clock again after."""
+        delay = wake_ms - self._clock_ms()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), delay / 1000)
         self._woken.clear()
         return self._stop.is_set()
 
