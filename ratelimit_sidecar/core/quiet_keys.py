@@ -111,7 +111,10 @@ class QuietKeys:
             return state.roll(now_ms)
         self.forget_held(state, now_ms)
         synced = counts.near or counts.pushed
-        near = counts.seen >= NEAR_SHARE * state.limit.requests_per_unit
+        limit = state.limit
+        # A block in it says the window was over, even where a blocked node stopped reading.
+        hot = state.blocked_until > state.window * limit.window_ms
+        near = hot or counts.seen >= NEAR_SHARE * limit.requests_per_unit
         near = near and window == state.window + 1
         dropped = state.roll(now_ms)
         counts.near = near

@@ -54,6 +54,18 @@ def test_a_key_over_the_quiet_bound_is_synced_every_span() -> None:
     assert sync(limiter, T0 + 500) == 1  # an empty span still syncs (total and flag)
 
 
+def test_a_window_with_a_block_starts_the_next_one_synced() -> None:
+    """A blocked node stops reading the total: the block says the window was over."""
+    limiter = fleet()
+    for i in range(3):  # 3 x 4 = 12 >= 10: synced
+        limiter.hit(T0 + i, [hit(RULE)])
+    batch = limiter.end_span(T0 + 500)
+    limiter.apply_sync(T0 + 500, batch, SyncResult((PushResult(3, 400),)))  # the fleet's flag
+    assert limiter.hit(T0 + 600, [hit(RULE)]).code is Code.OVER_LIMIT
+    assert limiter.hit(T0 + 1001, [hit(RULE)]).code is Code.OK  # 1 x 4 < 10, but near
+    assert [push.hits for push in limiter.end_span(T0 + 1500).pushes] == [1]
+
+
 def test_a_shutdown_pushes_the_quiet_hits_too() -> None:
     limiter = fleet()
     limiter.hit(T0 + 1, [hit(RULE)])
