@@ -8,7 +8,9 @@ next sync. The server's loop polls for a rule that just became active; here that
 re-plan when a node's first key appears. A round trip of L ms reaches the store at +L/2 and is
 answered at +L; requests in between see the state from before the answer. Past the timeout the
 node falls back while the store still applies the INCRBY, exactly as a real timed-out Redis
-call does. Local-only nodes (the `local` baseline) have no store and no sync at all.
+call does. The store's pub/sub notices (a window near its limit, a block that starts) reach
+every node half a round trip after the push that caused them. Local-only nodes (the `local`
+baseline) have no store and no sync at all.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
+from typing import Any
 
+from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core import (
     Code,
     FleetLimiter,
@@ -28,8 +32,10 @@ from ratelimit_sidecar.core import (
     SyncResult,
     SyncSchedule,
 )
+from ratelimit_sidecar.core.quiet_keys import NEAR_SHARE
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
+from ratelimit_sidecar.storage.keys import digest
 from simulator.envoy_quota import REPORT_PERIOD_MS
 from simulator.memory_store import MemoryStorage
 from simulator.metrics import Recorder
@@ -51,7 +57,7 @@ from simulator.variants import System
 # Real timers wake a millisecond or two late; the jitter also shuffles which node pushes
 # first at a shared span boundary, as in a real fleet (a fixed order would bias `seen`).
 WAKE_JITTER_MS = 3
-BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT = range(6)
+BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT, NEAR, BLOCK = range(8)
 QuotaFactory = Callable[[], QuotaServer]
 KEY = ("sim", "client", "c1")
 
@@ -192,6 +198,20 @@ class Engine:
             self._apply(node)
         elif kind == REPORT and node.serving and node.gateway is not None:
             self._gateway(node, node.gateway, str(payload))
+        elif kind in (NEAR, BLOCK) and node.fleet is not None and isinstance(payload, tuple):
+            self._notice(node, node.fleet, kind, payload)
+
+    def _notice(
+        self, node: SimNode, fleet: FleetLimiter, kind: int, notice: tuple[Any, ...]
+    ) -> None:
+        now = self.now + node.offset
+        if kind == NEAR:
+            key, window, total = notice
+            fleet.apply_near(key, digest(key), window, total, now)
+            self._early_push(node, now)
+        else:
+            key, left_ms, set_for = notice
+            fleet.apply_block(key, left_ms - node.latency_ms // 2, now, 0, set_for)
 
     def _boot(self, index: int) -> None:
         setup, system = self.setup, self.system
@@ -206,7 +226,9 @@ class Engine:
             node = SimNode(index, LocalLimiter(), None, offset, 0, hits, schedule)
             self.nodes[index] = node
             return
-        fleet = FleetLimiter(fixed_window=system.algorithm, new_keys_alone=system.new_keys_alone)
+        fleet = FleetLimiter(
+            fixed_window=system.algorithm, new_keys_alone=system.new_keys_alone, key_digest=digest
+        )
         node = SimNode(index, fleet, fleet, offset, setup.latency_ms, hits, schedule)
         self.nodes[index] = node
         if self.quota is not None and self.rlqs.uses_rlqs(index):
@@ -253,6 +275,25 @@ class Engine:
             answer = None
         if batch is node.batch and not node.timed_out:
             node.answer = answer
+        if answer is not None:
+            self._announce(batch, answer)
+
+    def _announce(self, batch: SyncBatch, answer: SyncResult) -> None:
+        """The store's notices over pub/sub (sync.lua), to every node half a round trip later:
+        a push that takes a window to NEAR_SHARE of MAX, and a block it starts."""
+        for push, result in zip(batch.pushes, answer.pushes, strict=True):
+            if result.error:
+                continue
+            near = NEAR_SHARE * push.limit.requests_per_unit
+            fixed = push.limit.algorithm is AlgorithmName.FIXED_WINDOW  # sync.lua's alone
+            if not __import__("os").environ.get("NONEAR") and fixed and result.total >= near > result.total - push.hits:
+                self._tell_all(NEAR, (push.key, push.window, result.total))
+            if not __import__("os").environ.get("NOBLK") and result.block_ms and result.block_ms == push.limit.cooldown:  # started just now
+                self._tell_all(BLOCK, (push.key, result.block_ms, push.limit.requests_per_unit))
+
+    def _tell_all(self, kind: int, notice: tuple[object, ...]) -> None:
+        for node in self.nodes.values():
+            self._at(self.now + node.latency_ms // 2, kind, node.index, notice)
 
     def _apply(self, node: SimNode) -> None:
         fleet, batch, answer = _fleet(node), node.batch, node.answer

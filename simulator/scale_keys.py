@@ -192,8 +192,7 @@ class KeySim:
             if not answer.total >= near > answer.total - push.hits * self.scale:
                 continue
             for limiter in self.limiters:
-                if not limiter.apply_near(push.key, push.window, answer.total):
-                    limiter.heard.put(digest(push.key), push.window, answer.total)
+                limiter.apply_near(push.key, digest(push.key), push.window, answer.total, self.now)
 
     def _scaled(self, batch: SyncBatch) -> SyncBatch:
         """The batch as the whole fleet's share of it reaches the store."""

@@ -64,12 +64,16 @@ class FleetLimiter(Limiter):
         """The sync loop pushes the ended span; only the window may have moved on."""
         self.dropped_hits += self.quiet.roll(state, now_ms)
 
-    def apply_near(self, key: KeyId, window: int, total: int) -> bool:
-        """A near notice (core/quiet_keys.py); True if the key is tracked."""
-        state = self.keys.get(key)
-        if state is not None:
-            self.quiet.announced(state, window, total)
-        return state is not None
+    def apply_near(
+        self, key: KeyId | None, digest: str, window: int, total: int, now_ms: int
+    ) -> None:
+        """A near notice (core/quiet_keys.py): a tracked key syncs from now on; an untracked
+        one's total (`key` None: not indexed here) waits for its first request."""
+        state = None if key is None else self.keys.get(key)
+        if state is None:
+            self.heard.put(digest, window, total)
+        else:
+            self.quiet.announced(state, window, total, now_ms)
 
     def _count_late(self, state: KeyState, hits: int) -> None:
         """Pushed with the previous window's last span, and counted in its own count (`nodes`)."""

@@ -29,11 +29,13 @@ class WindowCounts:
         self.near = False  # the window came near MAX: synced every span (core/quiet_keys.py)
         self.pushed = False  # this node pushed hits of the window: it pushes all of them
         self.early_at = NEVER  # own unpushed hits past this ask for an early push
-        self.alone = False  # a new key that assumed it had its gateway alone (core/fleet.py)
+        self.alone = (
+            False  # a new key in its first window, assuming its gateway alone (core/fleet.py)
+        )
 
     def next_window(self) -> None:
         self.seen = self.resumed = 0
-        self.near = self.pushed = False
+        self.near = self.pushed = self.alone = False
 
 
 class Bucket:

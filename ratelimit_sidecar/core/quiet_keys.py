@@ -132,10 +132,15 @@ class QuietKeys:
             counts.alone = True
             counts.early_at = state.limit.requests_per_unit / self.fleet.live_nodes
 
-    def announced(self, state: KeyState, window: int, total: int) -> None:
+    def announced(self, state: KeyState, window: int, total: int, now_ms: int) -> None:
         counts = state.counts
         if isinstance(counts, WindowCounts) and state.window == window:
             counts.seen, counts.near = max(counts.seen, total), True
+            # A new key's burst seen everywhere at once: what this node holds must reach the
+            # others now, not at the span end (a node refusing on the total could hold it back).
+            if counts.alone and state.pending:
+                state.next_sync = now_ms
+                self.fleet.want(now_ms)
 
     @staticmethod
     def pushed(state: KeyState) -> None:

@@ -77,8 +77,7 @@ class FleetBlocks:
             return
         self.near_received += 1
         key = self.index.find(notice.digest)
-        if key is None or not self.limiter.apply_near(key, notice.window, notice.total):
-            self.limiter.heard.put(notice.digest, notice.window, notice.total)
+        self.limiter.apply_near(key, notice.digest, notice.window, notice.total, self._clock_ms())
 
     def _apply(self, notice: BlockNotice, left_ms: int, now_ms: int) -> bool:
         key = self.index.find(notice.digest)

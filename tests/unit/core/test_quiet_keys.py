@@ -89,7 +89,7 @@ def test_quiet_share_zero_syncs_every_key() -> None:
 def test_a_near_notice_syncs_a_tracked_quiet_key_and_gives_it_the_total() -> None:
     limiter = fleet()
     limiter.hit(T0 + 1, [hit(RULE)])
-    assert limiter.apply_near(hit(RULE).key, T0 // 1000, 60)
+    limiter.apply_near(hit(RULE).key, "|".join(hit(RULE).key), T0 // 1000, 60, T0 + 2)
     assert state_of(limiter).counts.seen == 60
     assert sync(limiter, T0 + 500) == 1
 
@@ -128,6 +128,24 @@ def test_the_early_push_leaves_before_the_span_end_and_teaches_the_share() -> No
     state = limiter.keys.get(hit(ten).key)
     assert state is not None and state.nodes.value == 3
     assert limiter.early.due_ms is None and limiter.next_span_end(T0 + 30) == T0 + 500
+
+
+def test_a_near_notice_makes_a_new_key_push_what_it_holds_at_once() -> None:
+    """A burst every gateway sees at once: held hits must reach the others before the span ends."""
+    limiter, ten = fleet(live_nodes=3), rule(rpu=10, spans=2)
+    limiter.hit(T0 + 10, [hit(ten)])
+    limiter.apply_near(hit(ten).key, "|".join(hit(ten).key), T0 // 1000, 6, T0 + 20)
+    assert limiter.early.due_ms == T0 + 20 and limiter.next_span_end(T0 + 20) == T0 + 20
+
+
+def test_after_its_first_window_a_key_waits_for_its_span_end_on_a_notice() -> None:
+    limiter, ten = fleet(live_nodes=3), rule(rpu=10, spans=2)
+    limiter.hit(T0 + 10, [hit(ten)])
+    sync(limiter, T0 + 500)
+    sync(limiter, T0 + 1000)
+    limiter.hit(T0 + 1010, [hit(ten)])  # its second window: the even split is learnt or kept
+    limiter.apply_near(hit(ten).key, "|".join(hit(ten).key), T0 // 1000 + 1, 6, T0 + 1020)
+    assert limiter.early.due_ms is None and limiter.next_span_end(T0 + 1020) == T0 + 1500
 
 
 def test_the_heartbeat_goes_with_the_first_sync_then_once_a_span() -> None:
