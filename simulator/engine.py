@@ -286,9 +286,9 @@ class Engine:
                 continue
             near = NEAR_SHARE * push.limit.requests_per_unit
             fixed = push.limit.algorithm is AlgorithmName.FIXED_WINDOW  # sync.lua's alone
-            if not __import__("os").environ.get("NONEAR") and fixed and result.total >= near > result.total - push.hits:
+            if fixed and result.total >= near > result.total - push.hits:
                 self._tell_all(NEAR, (push.key, push.window, result.total))
-            if not __import__("os").environ.get("NOBLK") and result.block_ms and result.block_ms == push.limit.cooldown:  # started just now
+            if result.block_ms and result.block_ms == push.limit.cooldown:  # started just now
                 self._tell_all(BLOCK, (push.key, result.block_ms, push.limit.requests_per_unit))
 
     def _tell_all(self, kind: int, notice: tuple[object, ...]) -> None:
