@@ -19,9 +19,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
-from typing import Any
 
-from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core import (
     Code,
     FleetLimiter,
@@ -32,13 +30,14 @@ from ratelimit_sidecar.core import (
     SyncResult,
     SyncSchedule,
 )
-from ratelimit_sidecar.core.quiet_keys import NEAR_SHARE
 from ratelimit_sidecar.core.schedule import FLUSH_ATTEMPTS
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
 from ratelimit_sidecar.storage.keys import digest
+from simulator import notices
 from simulator.envoy_quota import REPORT_PERIOD_MS
 from simulator.memory_store import MemoryStorage
 from simulator.metrics import Recorder
+from simulator.notices import Block, Near
 from simulator.params import rule_for
 from simulator.references import reference_for, trailing_bound
 from simulator.rlqs import (
@@ -57,7 +56,7 @@ from simulator.variants import System
 # Real timers wake a millisecond or two late; the jitter also shuffles which node pushes
 # first at a shared span boundary, as in a real fleet (a fixed order would bias `seen`).
 WAKE_JITTER_MS = 3
-BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT, NEAR, BLOCK = range(8)
+BOOT, LEAVE, SYNC, EXEC, APPLY, REPORT, NOTICE = range(7)
 QuotaFactory = Callable[[], QuotaServer]
 KEY = ("sim", "client", "c1")
 
@@ -198,20 +197,9 @@ class Engine:
             self._apply(node)
         elif kind == REPORT and node.serving and node.gateway is not None:
             self._gateway(node, node.gateway, str(payload))
-        elif kind in (NEAR, BLOCK) and node.fleet is not None and isinstance(payload, tuple):
-            self._notice(node, node.fleet, kind, payload)
-
-    def _notice(
-        self, node: SimNode, fleet: FleetLimiter, kind: int, notice: tuple[Any, ...]
-    ) -> None:
-        now = self.now + node.offset
-        if kind == NEAR:
-            key, window, total = notice
-            fleet.apply_near(key, digest(key), window, total, now)
-            self._early_push(node, now)
-        else:
-            key, left_ms, set_for = notice
-            fleet.apply_block(key, left_ms - node.latency_ms // 2, now, 0, set_for)
+        elif kind == NOTICE and node.fleet is not None and isinstance(payload, Near | Block):
+            notices.deliver(node.fleet, payload, self.now + node.offset, node.latency_ms // 2)
+            self._early_push(node, self.now + node.offset)
 
     def _boot(self, index: int) -> None:
         setup, system = self.setup, self.system
@@ -275,25 +263,9 @@ class Engine:
             answer = None
         if batch is node.batch and not node.timed_out:
             node.answer = answer
-        if answer is not None:
-            self._announce(batch, answer)
-
-    def _announce(self, batch: SyncBatch, answer: SyncResult) -> None:
-        """The store's notices over pub/sub (sync.lua), to every node half a round trip later:
-        a push that takes a window to NEAR_SHARE of MAX, and a block it starts."""
-        for push, result in zip(batch.pushes, answer.pushes, strict=True):
-            if result.error:
-                continue
-            near = NEAR_SHARE * push.limit.requests_per_unit
-            fixed = push.limit.algorithm is AlgorithmName.FIXED_WINDOW  # sync.lua's alone
-            if fixed and result.total >= near > result.total - push.hits:
-                self._tell_all(NEAR, (push.key, push.window, result.total))
-            if result.block_ms and result.block_ms == push.limit.cooldown:  # started just now
-                self._tell_all(BLOCK, (push.key, result.block_ms, push.limit.requests_per_unit))
-
-    def _tell_all(self, kind: int, notice: tuple[object, ...]) -> None:
-        for node in self.nodes.values():
-            self._at(self.now + node.latency_ms // 2, kind, node.index, notice)
+        for notice in notices.announced(batch, answer) if answer is not None else ():
+            for other in self.nodes.values():
+                self._at(self.now + other.latency_ms // 2, NOTICE, other.index, notice)
 
     def _apply(self, node: SimNode) -> None:
         fleet, batch, answer = _fleet(node), node.batch, node.answer

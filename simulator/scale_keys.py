@@ -28,7 +28,7 @@ from ratelimit_sidecar.core import (
     SyncResult,
     SyncSchedule,
 )
-from ratelimit_sidecar.core.quiet_keys import NEAR_SHARE
+from ratelimit_sidecar.core.quiet_keys import announces_near
 from ratelimit_sidecar.storage.codec import SyncCodec
 from ratelimit_sidecar.storage.keys import KeySchema, digest
 from simulator.memory_store import MemoryStorage
@@ -187,9 +187,8 @@ class KeySim:
     def _announce_near(self, batch: SyncBatch, answers: tuple[PushResult, ...]) -> None:
         """The store's near notices (sync.lua, over pub/sub): a push that takes a window to
         near its limit tells every node, handled as the server's fleetblocks.py does."""
-        near = NEAR_SHARE * self.load.limit  # where sync.lua announces a window
         for push, answer in zip(batch.pushes, answers, strict=True):
-            if not answer.total >= near > answer.total - push.hits * self.scale:
+            if not announces_near(push.limit, answer.total, push.hits * self.scale):
                 continue
             for limiter in self.limiters:
                 limiter.apply_near(push.key, digest(push.key), push.window, answer.total, self.now)

@@ -1,0 +1,47 @@
+"""The store's pub/sub notices, as the engine delivers them: the sync scripts announce a push
+that takes a fixed window to NEAR_SHARE of MAX (sync.lua) and a block that a push starts
+(sync_common.lua); every node, the pusher included, hears them (server/fleetblocks.py)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ratelimit_sidecar.core import FleetLimiter, SyncBatch, SyncResult
+from ratelimit_sidecar.core.quiet_keys import announces_near
+from ratelimit_sidecar.core.types import KeyId
+from ratelimit_sidecar.storage.keys import digest
+
+
+class Near(NamedTuple):
+    key: KeyId
+    window: int
+    total: int
+
+
+class Block(NamedTuple):
+    key: KeyId
+    left_ms: int
+    set_for: int  # the limit the block was set under
+
+
+Notice = Near | Block
+
+
+def announced(batch: SyncBatch, answer: SyncResult) -> list[Notice]:
+    notices: list[Notice] = []
+    for push, result in zip(batch.pushes, answer.pushes, strict=True):
+        if result.error:
+            continue
+        if announces_near(push.limit, result.total, push.hits):
+            notices.append(Near(push.key, push.window, result.total))
+        if result.block_ms and result.block_ms == push.limit.cooldown:  # started just now
+            notices.append(Block(push.key, result.block_ms, push.limit.requests_per_unit))
+    return notices
+
+
+def deliver(fleet: FleetLimiter, notice: Notice, now_ms: int, late_ms: int) -> None:
+    """`late_ms`: how long the notice took to arrive (a block's time left is shorter by it)."""
+    if isinstance(notice, Near):
+        fleet.apply_near(notice.key, digest(notice.key), notice.window, notice.total, now_ms)
+    else:
+        fleet.apply_block(notice.key, notice.left_ms - late_ms, now_ms, 0, notice.set_for)
