@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core import FleetLimiter, SyncBatch, SyncResult
-from ratelimit_sidecar.core.quiet_keys import announces_near
+from ratelimit_sidecar.core.quiet_keys import NEAR_SHARE
 from ratelimit_sidecar.core.types import KeyId
 from ratelimit_sidecar.storage.keys import digest
 
@@ -25,6 +26,12 @@ class Block(NamedTuple):
 
 
 Notice = Near | Block
+
+
+def announces_near(limit: RateLimit, total: int, hits: int) -> bool:
+    """sync.lua's rule: a fixed window's push of `hits` that took its total to NEAR_SHARE of MAX."""
+    near = NEAR_SHARE * limit.requests_per_unit
+    return limit.algorithm is AlgorithmName.FIXED_WINDOW and total >= near > total - hits
 
 
 def announced(batch: SyncBatch, answer: SyncResult) -> list[Notice]:

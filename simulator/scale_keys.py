@@ -28,10 +28,10 @@ from ratelimit_sidecar.core import (
     SyncResult,
     SyncSchedule,
 )
-from ratelimit_sidecar.core.quiet_keys import announces_near
 from ratelimit_sidecar.storage.codec import SyncCodec
 from ratelimit_sidecar.storage.keys import KeySchema, digest
 from simulator.memory_store import MemoryStorage
+from simulator.notices import announces_near
 
 MAX_SAMPLE = 10  # gateways simulated per key; more stand in through the store's scaling
 NODE_TTL_MS = 30_000

@@ -29,9 +29,7 @@ class WindowCounts:
         self.near = False  # the window came near MAX: synced every span (core/quiet_keys.py)
         self.pushed = False  # this node pushed hits of the window: it pushes all of them
         self.early_at = NEVER  # own unpushed hits past this ask for an early push
-        self.alone = (
-            False  # a new key in its first window, assuming its gateway alone (core/fleet.py)
-        )
+        self.alone = False  # a new key's first window, assumed alone here (core/quiet_keys.py)
 
     def next_window(self) -> None:
         self.seen = self.resumed = 0

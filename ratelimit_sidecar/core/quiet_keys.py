@@ -30,19 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
 from ratelimit_sidecar.core.keystate import NEVER, NO_WINDOW, KeyState, WindowCounts
 from ratelimit_sidecar.core.types import KeyId
 
 QUIET_SHARE = 0.1  # the default quiet bound, as a share of MAX for the whole fleet
 NEAR_SHARE = 0.5  # sync.lua announces a window's count reaching this share of MAX
 HEARD_KEYS = 10_000  # near notices kept for keys this node does not track yet
-
-
-def announces_near(limit: RateLimit, total: int, hits: int) -> bool:
-    """sync.lua's rule: a fixed window's push of `hits` that took its total to NEAR_SHARE of MAX."""
-    near = NEAR_SHARE * limit.requests_per_unit
-    return limit.algorithm is AlgorithmName.FIXED_WINDOW and total >= near > total - hits
 
 
 class EarlySync:

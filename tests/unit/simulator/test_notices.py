@@ -4,9 +4,8 @@ what a node does on hearing them, on a fake clock."""
 from __future__ import annotations
 
 from ratelimit_sidecar.core import Code, FleetLimiter, PushResult, SyncBatch, SyncResult
-from ratelimit_sidecar.core.quiet_keys import announces_near
 from ratelimit_sidecar.core.types import Push
-from simulator.notices import Block, Near, announced, deliver
+from simulator.notices import Block, Near, announced, announces_near, deliver
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary
