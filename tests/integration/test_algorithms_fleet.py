@@ -70,6 +70,10 @@ def warm_up(fleet: list[SidecarProcess]) -> None:
     drive_keys(
         addresses(fleet), [10.0] * 3, 2.2 * WINDOW_S / SPANS, dict.fromkeys(EVENTUAL, "warm")
     )
+    deadline = time.monotonic() + 5.0  # heartbeats: every span, each second while starting
+    while time.monotonic() < deadline and any(n.metric("live_nodes") < len(fleet) for n in fleet):
+        time.sleep(0.2)
+    assert [node.metric("live_nodes") for node in fleet] == [len(fleet)] * len(fleet)
 
 
 @pytest.fixture(scope="module")
