@@ -11,16 +11,15 @@ server CPU-second when a server was not CPU-bound).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
 from bench import compare
 from bench.load import runs
 from bench.load.clients import H2load, LoadShape, Node
-from bench.load.runs import Bench, Run
+from bench.load.runs import Bench
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.overhead import MAX_KEYS, Plan, warm_up
+from bench.overhead import MAX_KEYS, Plan, each_plan
 from bench.report import Options, Outcome, conclude
 from bench.workload import UNREACHABLE, hot_10, key_values, rules_dir, rules_yaml, workload
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
@@ -44,25 +43,6 @@ def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
     rules = rules_dir(home, rules_yaml(unreachable_limit(algorithm)))
     extra = ("--max-keys", str(MAX_KEYS), "--default-algorithm", algorithm.text)
     return start_sidecar(bench.workdir, bench.pinning, rules, *extra, name=algorithm.text)
-
-
-def each_plan(
-    bench: Bench,
-    plans: Sequence[Plan],
-    starters: Sequence[Callable[[], ServerProcess]],
-    rounds: int,
-    skipped: list[str],
-) -> list[Run]:
-    """Per plan whose clients are installed, the servers side by side, warmed up as in
-    `overhead`."""
-    measured: list[Run] = []
-    for plan in plans:
-        if clients := runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
-            warm = partial(warm_up, bench, client=clients[0], plan=plan)
-            measured += runs.side_by_side(
-                bench, starters, clients, plan.workload, rounds, warm=warm
-            )
-    return measured
 
 
 def run(options: Options) -> Outcome:

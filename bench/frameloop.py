@@ -1,7 +1,7 @@
-"""The fast transport's frame loop in one process, without sockets: one HTTP/2 connection fed
-reads of gRPC calls as h2load sends them (HEADERS from one HPACK encoder, then one DATA frame
-that ends the stream), its answers written to a sink. What bench/instructions.py counts for
-the transport's share of a call."""
+"""The request path in one process, without sockets: the handler cut after each of its stages,
+and the fast transport's frame loop (one HTTP/2 connection fed reads of gRPC calls as h2load
+sends them: HEADERS from one HPACK encoder, then one DATA frame that ends the stream; its answers
+written to a sink). What bench/instructions.py counts and `bench overhead` times per call."""
 
 from __future__ import annotations
 
@@ -25,6 +25,33 @@ HEADERS = [
     (b":authority", b"127.0.0.1"), (b"te", b"trailers"), (b"content-type", b"application/grpc"),
     (b"grpc-timeout", b"20S"),
 ]  # fmt: skip
+
+
+def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
+    """The hot path cut after each stage (cumulative): `lookup` finds the compiled request,
+    `decision` adds the clock and the core's `hit_one`, `encoding` the answer's bytes (together
+    the bare decision: what any implementation of the API does per call), `handler` is the
+    handler's whole answer (the metrics' counters too); `call` is one Python call, whose cost
+    the others include."""
+    get, limiter, encoder = decider._compiled.get, decider.limiter, decider._encoder
+    now = decider._clock_ms
+
+    def decision(body: bytes) -> Any:
+        c = get(body)
+        return limiter.hit_one(now(), c.hits[c.counted])
+
+    def encoding(body: bytes) -> bytes:
+        c = get(body)
+        verdict = limiter.hit_one(now(), c.hits[c.counted])
+        return encoder.admitted(c.before, c.head, verdict, c.after)  # type: ignore[no-any-return]
+
+    return {
+        "call": lambda body: body,
+        "lookup": lambda body: get(body),  # noqa: PLW0108 - one Python call, as the others
+        "decision": decision,
+        "encoding": encoding,
+        "handler": decider.respond_now,
+    }
 
 
 class Sink(asyncio.Transport):

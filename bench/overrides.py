@@ -22,12 +22,11 @@ from functools import partial
 from pathlib import Path
 
 from bench import compare, overhead
-from bench.algorithms import each_plan
 from bench.load import runs
 from bench.load.clients import H2load, Node
 from bench.load.clients import percentile as nearest_rank
 from bench.load.servers import samples, start_sidecar
-from bench.overhead import Plan
+from bench.overhead import Plan, each_plan
 from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import DOMAIN, KEY, UNREACHABLE, hot_10, key_values, rules_dir, workload
 from harness.override_fleet import RULES, OverrideNode

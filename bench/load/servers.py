@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -35,7 +35,14 @@ class ServerProcess:
     group, so that signals reach any worker process it forks."""
 
     def __init__(
-        self, name: str, module_args: list[str], address: str, workdir: Path, pinning: Pinning
+        self,
+        name: str,
+        module_args: list[str],
+        address: str,
+        workdir: Path,
+        pinning: Pinning,
+        *,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name, self.address = name, address
         self.log = workdir / f"{name}.log"
@@ -44,7 +51,7 @@ class ServerProcess:
             at = module_args.index("--metrics-address") + 1
             self.metrics_url = f"http://{module_args[at]}/metrics"
         argv = pinning.taskset(python_module(*module_args), pinning.server_cpus)
-        env = {**os.environ, "GRPC_VERBOSITY": "NONE"}
+        env = {**os.environ, "GRPC_VERBOSITY": "NONE", **(env or {})}
         self.proc = launch(argv, self.log, env=env, new_session=True)
 
     @property
@@ -103,11 +110,17 @@ def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:
 
 
 def start_sidecar(
-    workdir: Path, pinning: Pinning, rules: Path, *extra: str, name: str = "sidecar"
+    workdir: Path,
+    pinning: Pinning,
+    rules: Path,
+    *extra: str,
+    name: str = "sidecar",
+    env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """The sidecar, named `name` in tables and in its log file's name."""
+    """The sidecar, named `name` in tables and in its log file's name; `env` added to ours."""
     address = local_address()
-    server = ServerProcess(name, sidecar_args(address, rules, *extra), address, workdir, pinning)
+    args = sidecar_args(address, rules, *extra)
+    server = ServerProcess(name, args, address, workdir, pinning, env=env)
     server.wait_ready()
     return server
 
