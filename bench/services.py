@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import uvloop
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from limits import RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.errors import StorageError
@@ -43,20 +43,23 @@ from ratelimit_sidecar.server.transport.server import FastServer
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
 PREBUILT = 16  # empty-4 builds its answers for 1..16 descriptors once
+KINDS = ("empty", "empty-fast", "empty-4", "limits", "rlqs-allow")
 
 
-def ok_status() -> wire.DescriptorStatus:
-    """An OK status with a limit, remaining count and reset: the sidecar's usual answer size."""
-    limit = wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND)
-    status = wire.DescriptorStatus(
-        code=wire.Code.OK, current_limit=limit, limit_remaining=LIMIT - 1
+def status(count: int) -> wire.DescriptorStatus:
+    """The status of a descriptor counted `count` times against LIMIT."""
+    return wire.DescriptorStatus(
+        code=wire.Code.OK if count <= LIMIT else wire.Code.OVER_LIMIT,
+        current_limit=wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND),
+        limit_remaining=max(0, LIMIT - count),
     )
-    status.duration_until_reset.FromMilliseconds(500)
-    return status
 
 
 def answer(count: int) -> wire.RateLimitResponse:
-    return wire.RateLimitResponse(overall_code=wire.Code.OK, statuses=[ok_status()] * count)
+    """`count` OK statuses with a limit, remaining count and reset: the sidecar's usual size."""
+    ok = status(1)
+    ok.duration_until_reset.FromMilliseconds(500)
+    return wire.RateLimitResponse(overall_code=wire.Code.OK, statuses=[ok] * count)
 
 
 class Empty(wire.RateLimitServiceServicer):
@@ -93,18 +96,10 @@ class Limits(wire.RateLimitServiceServicer):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, f"redis: {type(error).__name__}: {error}"
             )
-        limit = wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND)
-        statuses = [
-            wire.DescriptorStatus(
-                code=wire.Code.OK if n <= LIMIT else wire.Code.OVER_LIMIT,
-                current_limit=limit,
-                limit_remaining=max(0, LIMIT - n),
-            )
-            for n in counts
-        ]
         over = any(n > LIMIT for n in counts)
         return wire.RateLimitResponse(
-            overall_code=wire.Code.OVER_LIMIT if over else wire.Code.OK, statuses=statuses
+            overall_code=wire.Code.OVER_LIMIT if over else wire.Code.OK,
+            statuses=[status(n) for n in counts],
         )
 
     async def _incr(self, domain: str, descriptor: wire.RateLimitDescriptor) -> int:
@@ -139,69 +134,47 @@ class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
             yield rlqs_pb2.RateLimitQuotaResponse(bucket_action=actions)
 
 
-Servicer = wire.RateLimitServiceServicer | AllowAll
+def server_of(kind: str, address: str, redis_url: str) -> grpc.aio.Server | FastServer:
+    """The server of `kind`, its service added (and the gRPC health service), not started."""
+    if kind == "empty-fast":
+        server: grpc.aio.Server | FastServer = FastServer(address, False, 4 * 1024 * 1024)
+        prebuilt = answer(1).SerializeToString()
+        server.add_fast_unary(wire.METHOD_PATH, lambda _request: prebuilt)
+    else:
+        server = grpc.aio.server()
+        if server.add_insecure_port(address) == 0:
+            raise SystemExit(f"cannot listen on {address}")
+    if kind == "rlqs-allow":
+        rlqs_pb2_grpc.add_RateLimitQuotaServiceServicer_to_server(AllowAll(), server)  # type: ignore[no-untyped-call]
+    elif kind != "empty-fast":
+        servicer = Limits(redis_url) if kind == "limits" else Empty(kind == "empty-4")
+        wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    return server
 
 
-async def serve_fast(address: str) -> int:
-    """`empty` on the fast transport, until SIGTERM or SIGINT."""
-    server = FastServer(address, False, 4 * 1024 * 1024)
-    prebuilt = answer(1).SerializeToString()
-    server.add_fast_unary(wire.METHOD_PATH, lambda _request: prebuilt)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+async def serve(kind: str, address: str, redis_url: str) -> int:
+    """Until SIGTERM or SIGINT (made on the running loop, as the `limits` Redis client must be)."""
+    server, stop = server_of(kind, address, redis_url), asyncio.Event()
     await server.start()
-    await _until_stopped()
-    await server.stop(1.0)
-    return 0
-
-
-async def _until_stopped() -> None:
-    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
-
-
-async def serve(address: str, servicer: Servicer) -> int:
-    """Until SIGTERM or SIGINT."""
-    server = grpc.aio.server()
-    if isinstance(servicer, AllowAll):
-        rlqs_pb2_grpc.add_RateLimitQuotaServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    else:
-        wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if server.add_insecure_port(address) == 0:
-        print(f"cannot listen on {address}", file=sys.stderr)
-        return 1
-    await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await _until_stopped()
     await server.stop(1.0)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.services")
-    parser.add_argument("kind", choices=("empty", "empty-fast", "empty-4", "limits", "rlqs-allow"))
+    parser.add_argument("kind", choices=KINDS)
     parser.add_argument("--address", required=True, help="host:port to listen on")
     parser.add_argument("--redis-url", help="redis://host:port/db (limits only)")
     args = parser.parse_args(argv)
     if args.kind == "limits" and not args.redis_url:
         parser.error("limits needs --redis-url")
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-
-    async def run() -> int:  # the servicer's Redis client must be made on the running loop
-        if args.kind == "rlqs-allow":
-            return await serve(args.address, AllowAll())
-        if args.kind == "empty-fast":
-            return await serve_fast(args.address)
-        limits = args.kind == "limits"
-        servicer = Limits(args.redis_url) if limits else Empty(args.kind == "empty-4")
-        return await serve(args.address, servicer)
-
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run())
+        return runner.run(serve(args.kind, args.address, args.redis_url))
 
 
 if __name__ == "__main__":
