@@ -11,12 +11,11 @@ server CPU-second when a server was not CPU-bound).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from functools import partial
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import H2load, LoadShape, Node
+from bench.load.clients import H2load, Node
 from bench.load.runs import Bench
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.overhead import MAX_KEYS, Plan, each_plan
@@ -26,7 +25,6 @@ from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
 from ratelimit_sidecar.config.model import AlgorithmName
 
 NAME = "algorithms"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4  # five servers per round: fewer rounds than `overhead`, the same run length
 RETRY_BUDGET_S = 90.0
 TARGET_RATIO = 0.90  # each algorithm's RPS over the empty grpc.aio handler's
@@ -52,8 +50,7 @@ def run(options: Options) -> Outcome:
         Plan(hot_10(), (H2load(),), judged=True),
         Plan(workload("distinct-100k", key_values(100_000)), (Node(),), judged=True),
     ]
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench:
+    with runs.session(options, RETRY_BUDGET_S) as bench:
         starters = [partial(start_service, bench.workdir, bench.pinning, "empty")]
         starters += [partial(start_algorithm, bench, algorithm) for algorithm in AlgorithmName]
         measured = each_plan(bench, plans, starters, rounds, skipped)

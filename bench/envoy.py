@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -151,9 +152,8 @@ def gateway(
     """The section's runs (none without wrk or Envoy: `skipped` says why), failures counted."""
     skipped: list[str] = []
     found = runs.usable([Wrk({})], skipped) and envoy_found(skipped)
-    seconds = math.ceil(options.duration_s or shape.duration_s)
-    shape = LoadShape(shape.connections, 1, 0.0, seconds)
-    with runs.session(shape, retry_s) as bench:
+    whole_seconds = replace(options, duration_s=math.ceil(options.duration_s or shape.duration_s))
+    with runs.session(whole_seconds, retry_s, shape) as bench:
         measured = runs.with_failures(measure(bench), rls_failures) if found else []
     return bench, measured, skipped
 

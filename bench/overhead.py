@@ -25,13 +25,13 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from bench import compare, frameloop
 from bench.load import runs
-from bench.load.clients import Client, H2load, LoadShape, Node
+from bench.load.clients import Client, H2load, Node
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, pct
@@ -41,7 +41,6 @@ from ratelimit_sidecar.server.grpc_api import RateLimitServicer
 from ratelimit_sidecar.server.storeclock import StoreClock
 
 NAME = "overhead"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 6  # short runs, many rounds: a VM's CPU speed drifts within seconds
 WARM_UP_S = 2.0
 WARM_UP_MAX_S = 60.0  # warm-up goes on until every body was sent once, at most this long
@@ -126,7 +125,7 @@ def stage_costs(load: Workload, cpus: frozenset[int]) -> dict[str, float]:
     mapping), in this process pinned to the servers' CPU, on the workload's bodies (each
     decided once first: the steady state)."""
     clock, metrics = StoreClock(), Metrics()
-    decider = handler(MAX_KEYS, clock.now_ms, metrics=metrics)
+    decider = handler(MAX_KEYS, clock.now_ms, metrics)
     servicer = RateLimitServicer(decider, metrics.decision_seconds.observe)
     bodies = [unframe(frame) for frame in load.frames]
     calls = [bodies[i % len(bodies)] for i in range(max(STAGE_CALLS, len(bodies)))]
@@ -174,8 +173,7 @@ def run(options: Options) -> Outcome:
     started, all_plans, skipped = time.monotonic(), plans(), list[str]()
     rounds = options.rounds or ROUNDS
     print(f"[{NAME}] sidecar vs empty handlers, fast transport and grpcio, under load")
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench:
+    with runs.session(options, RETRY_BUDGET_S) as bench:
         measured = each_plan(bench, all_plans, starters(bench), rounds, skipped)
         cpus = bench.pinning.server_cpus
         costs = {p.workload.name: stage_costs(p.workload, cpus) for p in all_plans if p.judged}

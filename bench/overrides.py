@@ -17,7 +17,7 @@ import json
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
@@ -193,11 +193,10 @@ def run(options: Options) -> Outcome:
     lines = propagation_table(propagation)
     print("\n".join(lines))
     print(f"[{NAME}] request path under load with {LOADED:,} overrides loaded vs none")
-    shape = replace(overhead.SHAPE, duration_s=options.duration_s or overhead.SHAPE.duration_s)
     distinct = workload("distinct-100k", key_values(100_000))
     plans = [Plan(hot_10(), (H2load(),), judged=True), Plan(distinct, (Node(),), judged=True)]
     skipped: list[str] = []
-    with runs.session(shape, overhead.RETRY_BUDGET_S) as bench:
+    with runs.session(options, overhead.RETRY_BUDGET_S) as bench:
         state = write_state(bench.workdir / "state", loaded_values())
         flags = ("--max-keys", str(overhead.MAX_KEYS))
         start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))

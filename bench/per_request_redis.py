@@ -23,14 +23,14 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import grpc
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import Client, H2load, LoadShape, Node
+from bench.load.clients import Client, H2load, Node
 from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
@@ -41,7 +41,6 @@ from harness.redis_servers import ServerProcess as Redis
 from ratelimit_sidecar._proto import wire
 
 NAME = "per-request-redis"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 3
 WARM_UP_S = 1.5
 OUTAGE_S = 2.0  # each server's load run while Redis is hung or down
@@ -189,8 +188,7 @@ def run(options: Options) -> Outcome:
     clients = runs.usable([H2load(), Node()], skipped)
     measured: list[Run] = []
     outages: list[Outage] = []
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
+    with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
         if clients:
             outage_s = options.duration_s or OUTAGE_S
             measured, outages = measure(bench, redis, clients, rounds, outage_s)

@@ -122,7 +122,7 @@ def memory_per_key() -> float:
     """Bytes a tracked key costs the server: its counter state in the limiter plus the compiled
     request the handler keeps for it (request bytes, matched rule, counter name, metric slot)."""
     now_ms = int(time.time() * 1000)
-    decide = partial(answer_now, handler(MEMORY_KEYS, lambda: now_ms, metrics=Metrics()))
+    decide = partial(answer_now, handler(MEMORY_KEYS, lambda: now_ms, Metrics()))
     bodies = [request(v).SerializeToString() for v in users(MEMORY_KEYS)]
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

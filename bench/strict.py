@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -22,7 +21,7 @@ import redis
 from bench import compare
 from bench.algorithms import unreachable_limit
 from bench.load import runs
-from bench.load.clients import H2load, LoadShape
+from bench.load.clients import H2load
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, local_address, samples, sidecar_args
 from bench.per_request_redis import redis_beside_clients
@@ -31,7 +30,6 @@ from bench.workload import hot_10, rules_dir, rules_yaml
 from ratelimit_sidecar.config.model import AlgorithmName
 
 NAME = "strict"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4
 WARM_UP_S = 1.5
 RETRY_BUDGET_S = 60.0
@@ -131,8 +129,7 @@ def run(options: Options) -> Outcome:
     started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
     print(f"[{NAME}] strict rules vs the per-request-Redis `limits` service, same Redis")
     measured: list[Run] = []
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
+    with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
         if runs.usable([H2load()], skipped):
             measured = counted_failures(measure(bench, store.url, rounds))
     names = [f"strict {a.text}" for a in AlgorithmName]

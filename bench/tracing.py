@@ -8,14 +8,13 @@ import time
 from functools import partial
 
 from bench.load import runs
-from bench.load.clients import H2load, LoadShape
+from bench.load.clients import H2load
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude
 from bench.workload import hot_10, rules_dir
 from harness.otlp import OtlpReceiver
 
 NAME = "tracing"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4
 RATIOS = ("0.01", "1")
 
@@ -24,7 +23,7 @@ def run(options: Options) -> Outcome:
     started = time.monotonic()
     rounds = options.rounds or ROUNDS
     print(f"[{NAME}] the sidecar without tracing, and traced at ratios {', '.join(RATIOS)}")
-    with OtlpReceiver() as receiver, runs.session(SHAPE, 60.0) as bench:
+    with OtlpReceiver() as receiver, runs.session(options, 60.0) as bench:
         start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
         starters = [start] + [
             partial(start, "--tracing", "--tracing-endpoint", receiver.grpc_endpoint,

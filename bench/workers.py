@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 import timeit
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 
 from bench.load import runs
@@ -20,11 +19,11 @@ from bench.load.clients import H2load, LoadShape
 from bench.load.runs import Bench, Run
 from bench.load.servers import READY_TIMEOUT_S, ServerProcess, local_address, sidecar_args
 from bench.report import Options, Outcome, conclude
-from bench.workload import DOMAIN, KEY, bench_rules, hot_10, limiter, rules_dir
+from bench.workload import DOMAIN, KEY, bench_rules, hot_10, rules_dir
 from harness.net import consecutive_free_ports, http_ok
 from harness.process import NotReady, wait_ready
 from ratelimit_sidecar.config.matcher import match
-from ratelimit_sidecar.core import Hit
+from ratelimit_sidecar.core import Hit, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.grpc_api import TIMED_EVERY
 
@@ -92,7 +91,7 @@ def metrics_added_us() -> float:
     domain = rules.domain(DOMAIN)
     assert domain is not None
     hits = [Hit(match(domain, [(KEY, "c0")]), (DOMAIN, KEY, "c0"), 1)]
-    verdict = limiter(max_keys=10).hit(int(time.time() * 1000), hits).verdicts[0]
+    verdict = LocalLimiter(max_keys=10).hit(int(time.time() * 1000), hits).verdicts[0]
     tally = metrics.tally(DOMAIN, hits)  # once per distinct request, kept with it
 
     def servicer_timing() -> None:  # what the servicer does around respond()
@@ -129,8 +128,7 @@ def run(options: Options) -> Outcome:
     started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
     print(f"[{NAME}] sidecar --workers 1 vs 2, unpinned; metrics cost per request")
     added, measured = metrics_added_us(), list[Run]()
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S, pin=False) as bench:
+    with runs.session(options, RETRY_BUDGET_S, SHAPE, pin=False) as bench:
         if clients := runs.usable([H2load()], skipped):
             work, starters = hot_10(), [partial(Fleet, count, bench) for count in WORKER_COUNTS]
             warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)

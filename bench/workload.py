@@ -1,5 +1,5 @@
-"""What the benchmarks send (the bench rule, ShouldRateLimit bodies), and the limiter and handler
-in-process measurements decide with.
+"""What the benchmarks send (the bench rule, ShouldRateLimit bodies), and the handler in-process
+measurements decide with.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleDefaults, RuleSet
-from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
+from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 
@@ -90,30 +90,10 @@ def bench_rules(text: str = RULES_YAML, defaults: RuleDefaults | None = None) ->
         return load_rules(rules_dir(Path(tmp), text), defaults=defaults or RuleDefaults())
 
 
-def limiter(max_keys: int) -> LocalLimiter:
-    """A local-only limiter, as `serve` runs without Redis."""
-    return LocalLimiter(max_keys)
-
-
-def fleet_limiter(max_keys: int) -> FleetLimiter:
-    """A limiter whose counts a sync loop pushes to a shared store."""
-    return FleetLimiter(max_keys)
-
-
-def handler(
-    max_keys: int,
-    clock_ms: Callable[[], int],
-    *,
-    metrics: Metrics | None = None,
-    rules: RuleSet | None = None,
-    cache_entries: int | None = None,
-) -> RateLimitHandler:
-    """The server's request handler (the bench rule unless `rules`); by default it caches as
-    many compiled requests as the limiter tracks keys."""
+def handler(max_keys: int, clock_ms: Callable[[], int], metrics: Metrics) -> RateLimitHandler:
+    """The server's request handler for the bench rule, local-only (as `serve` runs without
+    Redis), caching as many compiled requests as the limiter tracks keys."""
+    limiter = LocalLimiter(max_keys)
     return RateLimitHandler(
-        rules or bench_rules(),
-        limiter(max_keys),
-        clock_ms,
-        observer=metrics,
-        cache_entries=cache_entries or max_keys,
+        bench_rules(), limiter, clock_ms, observer=metrics, cache_entries=max_keys
     )

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from bench.load import cpu
 from bench.load.clients import Client, Latency, LoadShape, RawResult, summarize
-from bench.report import fmt, table
+from bench.report import Options, fmt, table
 from bench.workload import Workload
 
 SAMPLE_MARGIN_S = 0.3
@@ -29,6 +29,7 @@ FINISH_GRACE_S = 30.0
 SATURATED_PCT = 95.0  # servers at least this busy are CPU-bound: their RPS is their capacity
 LOADGEN_BUSY_PCT = 90.0
 CLIENT_SHARED_PCT = 20.0
+SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)  # most sections'
 
 
 class Server(Protocol):
@@ -104,9 +105,13 @@ class Run:
 
 
 @contextmanager
-def session(shape: LoadShape, retry_s: float, *, pin: bool = True) -> Iterator[Bench]:
-    """A section's Bench, with a scratch directory for its runs; pinned, this process moves to
-    the load generators' CPU (and so does every process it starts, Redis included)."""
+def session(
+    options: Options, retry_s: float, shape: LoadShape = SHAPE, *, pin: bool = True
+) -> Iterator[Bench]:
+    """A section's Bench (`--duration` replacing the shape's), with a scratch directory for its
+    runs; pinned, this process moves to the load generators' CPU (and so does every process it
+    starts, Redis included)."""
+    shape = replace(shape, duration_s=options.duration_s or shape.duration_s)
     pinning = cpu.choose_pinning(pin)
     pinning.pin_self()
     with tempfile.TemporaryDirectory(prefix="rls-bench-") as tmp:
