@@ -118,7 +118,7 @@ def outage(
         server.resume()
         try:
             code, seconds, detail = first_answer(server.address, work.frames[0])
-            load = None if node is None else runs.timed_run(bench, server, node, work, check=False)
+            load = runs.timed_run(bench, [server], node, work, check=False)[0] if node else None
         finally:
             server.pause()
         found.append(Outage(redis, server.name, code, seconds, detail, load))

@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from bench import sync_scenarios
-from bench.report import Options, Outcome, table, write_results
+from bench.report import Options, Outcome, conclude, table
 from bench.workload import handler, request
 from harness.answer import answer_now
 from harness.redis_servers import ServerGroup
@@ -92,11 +92,7 @@ async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[
 
 async def command_rate(store: RedisStorage, client: redis.Redis, rate: int) -> float:
     """Redis commands per second while `rate` requests/s hit RATE_KEYS keys (500 ms spans)."""
-    limits, counted, values = (
-        every_key_synced(RATE_KEYS + 1),
-        rule(2, 4),
-        users(RATE_KEYS),
-    )
+    limits, counted, values = every_key_synced(RATE_KEYS + 1), rule(2, 4), users(RATE_KEYS)
     sync = SyncLoop(limits, store, timeout_ms=1000)
     running = asyncio.create_task(sync.run())
     hit_all(limits, counted, values, int(time.time() * 1000))
@@ -177,6 +173,7 @@ def report(data: dict[str, Any]) -> tuple[str, bool]:
 
 
 def run(options: Options) -> Outcome:
+    started = time.monotonic()
     print(f"[{NAME}] what the sync costs Redis; memory per tracked key")
     with tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp:
         group = ServerGroup(Path(tmp))
@@ -192,6 +189,4 @@ def run(options: Options) -> Outcome:
     data["bytes_per_key"] = memory_per_key()
     text, met = report(data)
     lines, scenarios_met = sync_scenarios.report(data["scenarios"])
-    text, met = "\n".join([text, "", *lines]), met and scenarios_met
-    print(f"\n{text}")
-    return Outcome(met, write_results(options, NAME, {**data, "report": text, "met": met}))
+    return conclude(options, NAME, started, [text, "", *lines], data, verdicts=[met, scenarios_met])

@@ -18,15 +18,14 @@ have sent token buckets, received usage and refused nothing. Target: rlqs-sideca
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
 from bench import compare
 from bench.envoy import API_KEY, WORK, Stack, details, gateway, role_us
-from bench.load import cpu, runs
-from bench.load.clients import Load, LoadShape, Wrk
-from bench.load.runs import SAMPLE_MARGIN_S, Bench, Run
+from bench.load import runs
+from bench.load.clients import LoadShape, Wrk
+from bench.load.runs import Bench, Run
 from bench.report import Options, Outcome, conclude, fmt
 
 NAME = "rlqs"
@@ -59,51 +58,15 @@ def problems(stack: Stack) -> list[str]:
     return wrong + ([f"Envoy refused {denied:.0f} requests"] if denied else [])
 
 
-def start_all(bench: Bench, stacks: Sequence[Stack], wrk: Wrk) -> list[Load]:
-    """A wrk per stack, each in a directory of its own (wrk rewrites its script at every start)."""
-    prefix, loads = bench.pinning.taskset([], bench.pinning.client_cpus), []
-    for stack in stacks:
-        (workdir := bench.workdir / f"wrk-{stack.name}").mkdir(exist_ok=True)
-        loads.append(wrk.start(stack.address, WORK, bench.shape, workdir, prefix))
-    return loads
-
-
-def measure_round(bench: Bench, stacks: Sequence[Stack], wrk: Wrk) -> list[Run]:
-    """Every stack loaded at once; each one's CPU sampled inside the window, the other stacks'
-    use of the core not counted as other load."""
-    seconds = bench.shape.duration_s
-    before = [stack.counters() for stack in stacks]
-    loads = start_all(bench, stacks, wrk)
-    pids = [pid for load in loads for pid in load.pids]
-    try:
-        time.sleep(SAMPLE_MARGIN_S)
-        first = [cpu.snapshot(bench.pinning, s.roles(), pids) for s in stacks]
-        time.sleep(max(0.1, seconds - 2 * SAMPLE_MARGIN_S))
-        last = [cpu.snapshot(bench.pinning, s.roles(), pids) for s in stacks]
-    finally:
-        raws = [load.finish(seconds + runs.FINISH_GRACE_S) for load in loads]
-    windows = [cpu.window(a, b, bench.pinning) for a, b in zip(first, last, strict=True)]
-    busy = windows[0].other_on_server_cpu_pct + windows[0].server_pct
-    other = max(0.0, busy - sum(w.server_pct for w in windows))
-    found = []
-    for stack, raw, window, counted in zip(stacks, raws, windows, before, strict=True):
-        after = stack.counters()
-        counters = {name: after[name] - counted.get(name, 0) for name in after}
-        sampled = replace(window, other_on_server_cpu_pct=other)
-        names = (WORK.name, wrk.name, stack.name)
-        found.append(runs.as_run(names, raw, sampled, counters, seconds))
-    return found
-
-
 def measure(bench: Bench, rounds: int, problems_found: list[str]) -> list[Run]:
     wrk, measured = Wrk({"x-api-key": API_KEY}), list[Run]()
     with runs.started([partial(Stack, name, bench) for name in STACKS], lambda _: None) as stacks:
         for stack in stacks:
             stack.resume()
-        for load in start_all(bench.load(WARM_UP_S), stacks, wrk):
-            load.finish(WARM_UP_S + runs.FINISH_GRACE_S)
+        runs.timed_run(bench.load(WARM_UP_S), stacks, wrk, WORK, check=False)  # warm-up
         for round_no in range(rounds):
-            found = [replace(r, round_no=round_no) for r in measure_round(bench, stacks, wrk)]
+            found = runs.timed_run(bench, stacks, wrk, WORK, check=False)
+            found = [replace(r, round_no=round_no) for r in found]
             cells = [f"{r.server} {r.rps:,.0f} ({fmt(r.per_cpu_second)}/core)" for r in found]
             print(f"  round {round_no + 1}: {'  '.join(cells)}", flush=True)
             measured += found

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from bench.load import cpu
-from bench.load.clients import Client, Latency, LoadShape, RawResult, summarize
+from bench.load.clients import Client, Latency, LoadShape, summarize
 from bench.report import Options, fmt, table
 from bench.workload import Workload
 
@@ -131,40 +131,47 @@ def _sleep_until(moment: float) -> None:
 
 
 def timed_run(
-    bench: Bench, server: Server, client: Client, workload: Workload, *, check: bool = True
-) -> Run:
-    """One run; `check` False skips the correctness check (a failing server cannot pass it)."""
-    if check:
+    bench: Bench,
+    servers: Sequence[Server],
+    client: Client,
+    workload: Workload,
+    *,
+    check: bool = True,
+) -> list[Run]:
+    """One run of the servers at once, each loaded by its own `client` processes (in a directory
+    of its own when several), their use of the server CPU not counted as other load; `check`
+    False skips the correctness check (a failing server cannot pass it)."""
+    for server in servers if check else ():
         client.check(server.address, workload)
-    shape, before = bench.shape, server.counters()
-    prefix = bench.pinning.taskset([], bench.pinning.client_cpus)
+    shape, before = bench.shape, [server.counters() for server in servers]
+    prefix, loads = bench.pinning.taskset([], bench.pinning.client_cpus), []
     window_start = time.monotonic() + shape.settle_s
-    load = client.start(server.address, workload, shape, bench.workdir, prefix)
+    for server in servers:
+        workdir = bench.workdir / f"{client.name}-{server.name}" if servers[1:] else bench.workdir
+        workdir.mkdir(exist_ok=True)
+        loads.append(client.start(server.address, workload, shape, workdir, prefix))
+    pids = [pid for load in loads for pid in load.pids]
     try:
         _sleep_until(window_start + SAMPLE_MARGIN_S)
-        first = cpu.snapshot(bench.pinning, server.roles(), load.pids)
+        first = [cpu.snapshot(bench.pinning, server.roles(), pids) for server in servers]
         _sleep_until(window_start + shape.duration_s - SAMPLE_MARGIN_S)
-        last = cpu.snapshot(bench.pinning, server.roles(), load.pids)
+        last = [cpu.snapshot(bench.pinning, server.roles(), pids) for server in servers]
     finally:
-        raw = load.finish(shape.settle_s + shape.duration_s + FINISH_GRACE_S)
-    after = server.counters()
-    counters = {name: after[name] - before.get(name, 0) for name in after}
-    window = cpu.window(first, last, bench.pinning)
-    names = (workload.name, client.name, server.name)
-    return as_run(names, raw, window, counters, shape.duration_s)
-
-
-def as_run(
-    names: tuple[str, str, str], raw: RawResult, window: cpu.CpuWindow,
-    counters: dict[str, int], seconds: float,
-) -> Run:  # fmt: skip
-    """A run of (workload, client, server), from what the load generator saw and the CPU window
-    sampled in it."""
-    return Run(
-        *names, 0, raw.requests, raw.duration_s or seconds, raw.errors,
-        raw.first_error, raw.latencies_ms, raw.latency or summarize(raw.latencies_ms), window,
-        counters,
-    )  # fmt: skip
+        raws = [load.finish(shape.settle_s + shape.duration_s + FINISH_GRACE_S) for load in loads]
+    windows = [cpu.window(a, b, bench.pinning) for a, b in zip(first, last, strict=True)]
+    busy = windows[0].other_on_server_cpu_pct + windows[0].server_pct
+    other = max(0.0, busy - sum(window.server_pct for window in windows))
+    found = []
+    for server, raw, window, counted in zip(servers, raws, windows, before, strict=True):
+        after = server.counters()
+        found.append(Run(
+            workload.name, client.name, server.name, 0, raw.requests,
+            raw.duration_s or shape.duration_s, raw.errors, raw.first_error, raw.latencies_ms,
+            raw.latency or summarize(raw.latencies_ms),
+            replace(window, other_on_server_cpu_pct=other),
+            {name: after[name] - counted.get(name, 0) for name in after},
+        ))  # fmt: skip
+    return found
 
 
 def measure(bench: Bench, server: Server, client: Client, workload: Workload, round_no: int) -> Run:
@@ -173,7 +180,7 @@ def measure(bench: Bench, server: Server, client: Client, workload: Workload, ro
     for attempt in range(1, MAX_ATTEMPTS + 1):
         own = [pid for pids in server.roles().values() for pid in pids] + [os.getpid()]
         quiet = cpu.wait_for_quiet(bench.pinning, own)
-        run = timed_run(bench, server, client, workload)
+        run = timed_run(bench, [server], client, workload)[0]
         if not quiet:
             run.notes.append("machine busy before the run")
         if best is None or run.cpu.other_on_server_cpu_pct < best.cpu.other_on_server_cpu_pct:
