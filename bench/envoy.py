@@ -169,7 +169,7 @@ def envoy_found(skipped: list[str]) -> bool:
     return binary.exists()
 
 
-def role_us(role: str) -> runs.Column:
+def role_us(role: str) -> compare.Column:
     return (f"{role} µs/req", lambda row: fmt(row.cpu_us(row.cpu.roles.get(role))))
 
 

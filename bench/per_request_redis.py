@@ -30,7 +30,7 @@ import grpc
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import Client, H2load, Node
+from bench.load.clients import Client, H2load, Node, should_rate_limit
 from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
@@ -60,10 +60,6 @@ class Outage:
     detail: str
     load: Run | None  # None: no load run (restarted, or no Node client)
 
-    def first(self) -> str:
-        took = f"{self.seconds * 1000:.1f} ms" if self.seconds < 1 else f"{self.seconds:.1f} s"
-        return f"{self.code} in {took}"
-
     @property
     def state(self) -> str:
         """ "answers OK" (the single request and every request of the load run), else "stalls"
@@ -79,12 +75,9 @@ def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
     """One request on a connected, otherwise idle server: (status, seconds, error detail)."""
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=5.0)  # connecting is not timed
-        call = channel.unary_unary(
-            wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
-        )
         started = time.perf_counter()
         try:
-            reply = call(unframe(frame), timeout=ANSWER_TIMEOUT_S)
+            reply = should_rate_limit(channel)(unframe(frame), timeout=ANSWER_TIMEOUT_S)
         except grpc.RpcError as exc:
             return exc.code().name, time.perf_counter() - started, exc.details() or ""
         return wire.Code.Name(reply.overall_code), time.perf_counter() - started, ""
@@ -102,9 +95,8 @@ def redis_beside_clients(bench: Bench) -> Iterator[Redis]:
 
 
 def pin(redis: Redis, pinning: Pinning) -> Redis:
-    if pinning.pinned and redis.proc is not None:
-        cpus = ",".join(str(c) for c in sorted(pinning.client_cpus))
-        argv = ["taskset", "-a", "-p", "-c", cpus, str(redis.proc.pid)]
+    if pinning.pinned and redis.proc is not None:  # every thread of the running process
+        argv = pinning.taskset(["-a", "-p", str(redis.proc.pid)], pinning.client_cpus)
         subprocess.run(argv, check=True, capture_output=True)
     return redis
 
@@ -171,7 +163,8 @@ def outage_table(outages: Sequence[Outage]) -> str:
         load, rate = o.load, ["-"] * 3
         if load is not None:
             rate = [fmt(load.rps), fmt(load.errors / load.duration_s), fmt(load.latency.p99_ms, 2)]
-        rows.append([o.redis, o.server, o.state, o.first(), *rate])
+        took = f"{o.seconds * 1000:.1f} ms" if o.seconds < 1 else f"{o.seconds:.1f} s"
+        rows.append([o.redis, o.server, o.state, f"{o.code} in {took}", *rate])
     return table(header, rows, left=4)
 
 
@@ -186,8 +179,7 @@ def run(options: Options) -> Outcome:
     started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
     print(f"[{NAME}] sidecar vs a per-request-Redis `limits` service; Redis up, hung, down")
     clients = runs.usable([H2load(), Node()], skipped)
-    measured: list[Run] = []
-    outages: list[Outage] = []
+    measured, outages = list[Run](), list[Outage]()
     with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
         if clients:
             outage_s = options.duration_s or OUTAGE_S
@@ -204,7 +196,8 @@ def run(options: Options) -> Outcome:
     lines += ["", outage_table(outages), LEGEND]
     lines += [text for _, text in judged]
     document["outages"] = [
-        {**asdict(o), "load": o.load and runs.run_json(o.load), "state": o.state} for o in outages
+        {**asdict(o), "load": o.load and compare.run_json(o.load), "state": o.state}
+        for o in outages
     ]
     verdicts = [*compare.verdicts(found), *(passed for passed, _ in judged)]
     return conclude(options, NAME, started, lines, document, verdicts=verdicts)

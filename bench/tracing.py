@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from functools import partial
 
+from bench import compare
 from bench.load import runs
 from bench.load.clients import H2load
 from bench.load.servers import start_sidecar
@@ -33,9 +34,9 @@ def run(options: Options) -> Outcome:
         warm = partial(runs.warm_up, bench, client=H2load(), workload=hot_10(), seconds=2.0)
         measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), rounds, warm=warm)
         spans = len(receiver.spans)
-    lines = runs.render(bench, measured, rounds, [], LEGEND)
+    lines, document = compare.report(bench, measured, rounds, legend=LEGEND)
     lines.append(f"spans received by the OTLP receiver: {spans:,}")
-    document = {**runs.document(bench, measured, rounds), "spans": spans}
+    document["spans"] = spans
     return conclude(options, NAME, started, lines, document, verdicts=[])
 
 

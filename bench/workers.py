@@ -14,6 +14,7 @@ import timeit
 from collections.abc import Callable
 from functools import partial
 
+from bench import compare
 from bench.load import runs
 from bench.load.clients import H2load, LoadShape
 from bench.load.runs import Bench, Run
@@ -133,8 +134,9 @@ def run(options: Options) -> Outcome:
             work, starters = hot_10(), [partial(Fleet, count, bench) for count in WORKER_COUNTS]
             warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
             measured = runs.side_by_side(bench, starters, clients, work, rounds, warm=warm)
-    lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND, skipped=skipped)
+    lines, document = compare.report(
+        bench, measured, rounds, columns=[("split", split)], legend=LEGEND, skipped=skipped
+    )
     lines += summary(measured, added)
-    document = runs.document(bench, measured, rounds, skipped)
     document["metrics_added_us"] = added
     return conclude(options, NAME, started, lines, document)

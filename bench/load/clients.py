@@ -107,6 +107,13 @@ def spawn(argvs: Iterable[list[str]], read: Callable[[list[Output]], RawResult])
     return Load(procs, read)
 
 
+def should_rate_limit(channel: grpc.Channel) -> grpc.UnaryUnaryMultiCallable:
+    """ShouldRateLimit on `channel`, sending request bodies as they are."""
+    return channel.unary_unary(
+        wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
+    )
+
+
 class Client:
     """A load generator: `check` sends a few requests as the load would and raises if one is
     not answered OK; `start` begins a run, its command lines prefixed with `prefix` (taskset)."""
@@ -126,9 +133,7 @@ class Client:
         step = max(1.0, (len(frames) - 1) / (PROBE_SAMPLES - 1))
         sample = [frames[round(i * step)] for i in range(min(len(frames), PROBE_SAMPLES))]
         with grpc.insecure_channel(address) as channel:
-            call = channel.unary_unary(
-                wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
-            )
+            call = should_rate_limit(channel)
             for frame in sample:
                 code = call(unframe(frame), timeout=5.0).overall_code
                 if code != wire.Code.OK:

@@ -14,21 +14,19 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from bench.load import cpu
 from bench.load.clients import Client, Latency, LoadShape, summarize
-from bench.report import Options, fmt, table
+from bench.report import Options
 from bench.workload import Workload
 
 SAMPLE_MARGIN_S = 0.3
 MAX_ATTEMPTS = 2
 FINISH_GRACE_S = 30.0
 SATURATED_PCT = 95.0  # servers at least this busy are CPU-bound: their RPS is their capacity
-LOADGEN_BUSY_PCT = 90.0
-CLIENT_SHARED_PCT = 20.0
 SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)  # most sections'
 
 
@@ -314,92 +312,3 @@ def ratios(
 
 def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
-
-
-HEADER: tuple[str, ...] = ("workload", "client", "server", "RPS", "p50 ms", "p99 ms")
-HEADER += ("server CPU %", "client CPU %", "other CPU % s/c", "CPU µs/req", "errors")
-
-
-def cells(row: Run) -> list[str]:
-    other = f"{fmt(row.cpu.other_on_server_cpu_pct)}/{fmt(row.cpu.other_on_client_cpu_pct)}"
-    return [
-        row.workload,
-        row.client,
-        row.server,
-        fmt(row.rps),
-        fmt(row.latency.p50_ms, 2),
-        fmt(row.latency.p99_ms, 2),
-        fmt(row.cpu.server_pct),
-        fmt(row.cpu.client_pct),
-        other,
-        fmt(row.cpu_us()),
-        str(row.errors),
-    ]
-
-
-LEGEND = """\
-RPS and CPU pool every round; latency percentiles pool every request (wrk: medians of the
-rounds' percentiles); CPU % of one core; CPU µs/req = server CPU time per request; other CPU %
-s/c = work by anything else on the server's / the load generators' CPU (unpinned: anywhere)."""
-
-
-def notes(bench: Bench, row: Run) -> list[str]:
-    found, load = list(row.notes), row.cpu
-    if row.errors:
-        found.append(f"{row.errors} failed requests, first: {row.first_error}")
-    if load.noisy:
-        found.append(f"other load on the server CPU: {load.other_on_server_cpu_pct:.0f}%")
-    elif bench.pinning.pinned and load.server_pct < SATURATED_PCT:
-        found.append(f"server used {load.server_pct:.0f}% of its core: not saturated")
-    if load.client_pct >= LOADGEN_BUSY_PCT:
-        found.append(f"load generator at {load.client_pct:.0f}% CPU: may be the limit")
-    if (load.other_on_client_cpu_pct or 0.0) >= CLIENT_SHARED_PCT:
-        found.append(f"the load generators' CPU ran {load.other_on_client_cpu_pct:.0f}% other work")
-    return [f"{row.workload}/{row.client}/{row.server}: {note}" for note in found]
-
-
-Column = tuple[str, Callable[[Run], str]]  # a section's extra column: header, cell of a row
-
-
-def render(
-    bench: Bench,
-    measured: Sequence[Run],
-    rounds: int,
-    extra: Sequence[Column] = (),
-    legend: str = "",
-    *,
-    skipped: Sequence[str] = (),
-) -> list[str]:
-    """The load, then the pooled rows as a table with the section's extra columns, the legend,
-    and the notes."""
-    shape, pooled = bench.shape, rows(measured)
-    header = (*HEADER, *(name for name, _ in extra))
-    body = [cells(row) + [cell(row) for _, cell in extra] for row in pooled]
-    settle = f" (after {shape.settle_s:g} s settle)" if shape.settle_s else ""
-    lines = [
-        f"\n{shape.connections} connections x {shape.streams} in flight; {rounds} rounds of "
-        f"{shape.duration_s:g} s per row{settle}; pinning: {bench.pinning.describe()}",
-        table(header, body),
-        LEGEND + (f"\n{legend}" if legend else ""),
-    ]
-    lines += [f"  note: {n}" for row in pooled for n in notes(bench, row)]
-    return lines + [f"  not measured: {s}" for s in skipped]
-
-
-def run_json(run: Run) -> dict[str, Any]:
-    fields = {k: v for k, v in asdict(run).items() if k != "latencies_ms"}
-    return {**fields, "rps": run.rps, "cpu_us_per_request": run.cpu_us(), "noisy": run.cpu.noisy}
-
-
-def document(
-    bench: Bench, runs: Sequence[Run], rounds: int, skipped: Sequence[str] = ()
-) -> dict[str, Any]:
-    """The load part of a section's results: the setup, the pooled rows and every run."""
-    return {
-        "skipped": list(skipped),
-        "pinning": bench.pinning.describe(),
-        "shape": asdict(bench.shape),
-        "rounds": rounds,
-        "rows": [run_json(row) for row in rows(runs)],
-        "runs": [run_json(run) for run in runs],
-    }
