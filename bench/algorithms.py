@@ -15,12 +15,11 @@ from functools import partial
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import H2load, Node
 from bench.load.runs import Bench
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.overhead import MAX_KEYS, Plan, each_plan
+from bench.overhead import MAX_KEYS, each_plan, plans
 from bench.report import Options, Outcome, conclude
-from bench.workload import UNREACHABLE, hot_10, key_values, rules_dir, rules_yaml, workload
+from bench.workload import UNREACHABLE, rules_dir, rules_yaml
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
 from ratelimit_sidecar.config.model import AlgorithmName
 
@@ -46,14 +45,10 @@ def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
 def run(options: Options) -> Outcome:
     started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
     print(f"[{NAME}] eventual rules of each algorithm vs an empty grpc.aio handler")
-    plans = [
-        Plan(hot_10(), (H2load(),), judged=True),
-        Plan(workload("distinct-100k", key_values(100_000)), (Node(),), judged=True),
-    ]
     with runs.session(options, RETRY_BUDGET_S) as bench:
         starters = [partial(start_service, bench.workdir, bench.pinning, "empty")]
         starters += [partial(start_algorithm, bench, algorithm) for algorithm in AlgorithmName]
-        measured = each_plan(bench, plans, starters, rounds, skipped)
+        measured = each_plan(bench, plans(full=False), starters, rounds, skipped)
     names = [a.text for a in AlgorithmName]
     found = compare.against(measured, "empty", names, target=TARGET_RATIO, by_cpu=True)
     lines, document = compare.report(bench, measured, rounds, found, legend=LEGEND, skipped=skipped)
