@@ -190,12 +190,10 @@ def run(options: Options) -> Outcome:
     skipped: list[str] = []
     with runs.session(options, overhead.RETRY_BUDGET_S) as bench:
         state = write_state(bench.workdir / "state", loaded_values())
-        flags = ("--max-keys", str(overhead.MAX_KEYS))
-        start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
-        loaded = partial(start, *flags, "--state-dir", str(state), name="with-10k")
-        measured = each_plan(
-            bench, plans(full=False), [partial(start, *flags), loaded], rounds, skipped
-        )
+        at, flags = (bench.workdir, bench.pinning), ("--max-keys", str(overhead.MAX_KEYS))
+        start = partial(start_sidecar, *at, rules_dir(bench.workdir), *flags)
+        loaded = partial(start, "--state-dir", str(state), name="with-10k")
+        measured = each_plan(bench, plans(full=False), [start, loaded], rounds, skipped)
     found = compare.against(measured, "sidecar", ["with-10k"], target=TARGET_RATIO, by_cpu=True)
     load_lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
     lines += load_lines
