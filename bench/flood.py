@@ -18,10 +18,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from bench.report import Options, Outcome, conclude, table
-from bench.workload import rules_dir
+from bench.report import Options, Outcome, conclude, passing, table
+from bench.workload import request, rules_dir, rules_yaml
 from harness.answer import answer_now
-from harness.grpc_client import request
 from harness.redis_servers import ServerGroup
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
@@ -34,19 +33,14 @@ from ratelimit_sidecar.storage.redis_urls import open_redis
 NAME = "flood"
 LIMIT, MAX_KEYS, FLOOD, FLOOD_RPS, HEAVY, HEAVY_RPS = 60, 50_000, 300_000, 2_700, 5, 2
 TARGET = LIMIT * 1.05
-RULES = f"""\
-domain: gateway
-descriptors:
-  - key: api_key
-    rate_limit: {{unit: minute, requests_per_unit: {LIMIT}}}
-"""
+RULES = rules_yaml(LIMIT, domain="gateway", key="api_key", unit="minute")
 TICK_MS = 10  # requests are sent in ticks: 27 flood requests, and heavy ones every 500 ms
 Decide = Callable[[bytes], bytes]
 Admitted = Counter[tuple[str, int]]  # (heavy client, minute) -> admitted
 
 
 def body(value: str) -> bytes:
-    return request("gateway", [("api_key", value)]).SerializeToString()
+    return request(value, "gateway", "api_key").SerializeToString()
 
 
 class Flood:
@@ -126,7 +120,7 @@ def run(options: Options) -> Outcome:
         held = worst > 0 and worst <= TARGET and tracked <= MAX_KEYS
         verdicts.append(held)
         counts = " | ".join(" ".join(str(c) for c in counts) for counts in minutes.values())
-        rows.append([mode, counts, str(worst), f"{tracked:,}", "PASS" if held else "FAIL"])
+        rows.append([mode, counts, str(worst), f"{tracked:,}", passing(held)])
         document[mode] = {"per_minute": minutes, "worst": worst, "tracked_keys": tracked}
     header = ["mode", "heavy clients' admitted per minute", "worst", "tracked keys", "≤ 63"]
     lines = [f"[{NAME}] {FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "

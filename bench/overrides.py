@@ -26,7 +26,7 @@ from bench.load import runs
 from bench.load.clients import percentile
 from bench.load.servers import samples, start_sidecar
 from bench.overhead import each_plan, plans
-from bench.report import Options, Outcome, conclude, fmt, table
+from bench.report import Options, Outcome, conclude, fmt, passing, table
 from bench.workload import DOMAIN, KEY, UNREACHABLE, key_values, rules_dir
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
@@ -84,7 +84,7 @@ def propagation_table(result: Propagation) -> list[str]:
         f"PUT round trip p50 {ms(result.put_s, 50)} ms; "
         f"missed (not applied within {WAIT_S:.0f} s): {result.missed}; "
         f"p99 {ms(result.every, 99)} ms, target < {TARGET_P99_S * 1000:.0f} ms: "
-        f"{'PASS' if propagation_met(result) else 'FAIL'}",
+        f"{passing(propagation_met(result))}",
     ]
 
 

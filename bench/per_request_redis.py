@@ -34,7 +34,7 @@ from bench.load.clients import Client, H2load, Node, should_rate_limit
 from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, conclude, fmt, table
+from bench.report import Options, Outcome, conclude, fmt, passing, table
 from bench.workload import Workload, hot_10, rules_dir, unframe
 from harness.redis_servers import ServerGroup
 from harness.redis_servers import ServerProcess as Redis
@@ -152,8 +152,8 @@ def judge_outage(outages: Sequence[Outage], redis: str) -> tuple[bool | None, st
     if "sidecar" not in found or "limits" not in found:
         return None, f"Redis {redis}: NOT MEASURED"
     passed = found["sidecar"] == "answers OK" and found["limits"] != "answers OK"
-    word = "PASS" if passed else "FAIL"
-    return passed, f"Redis {redis}: {word}: sidecar {found['sidecar']}; limits {found['limits']}"
+    states = f"sidecar {found['sidecar']}; limits {found['limits']}"
+    return passed, f"Redis {redis}: {passing(passed)}: {states}"
 
 
 def outage_table(outages: Sequence[Outage]) -> str:

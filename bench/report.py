@@ -42,6 +42,10 @@ def fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def passing(passed: bool | None) -> str:
+    return "NOT MEASURED" if passed is None else "PASS" if passed else "FAIL"
+
+
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 

@@ -22,12 +22,19 @@ KEY = "client"
 UNREACHABLE = 1_000_000_000  # per second: no run comes near it, every answer is OK
 
 
-def rules_yaml(requests_per_unit: int = UNREACHABLE, extra: str = "") -> str:
+def rules_yaml(
+    requests_per_unit: int = UNREACHABLE,
+    extra: str = "",
+    *,
+    domain: str = DOMAIN,
+    key: str = KEY,
+    unit: str = "second",
+) -> str:
     """The bench rule: value-less `client`, one limit per second; `extra` adds fields to it
-    (e.g. "consistency: strict")."""
-    fields = f"unit: second, requests_per_unit: {requests_per_unit}"
+    (e.g. "consistency: strict"); other sections' rules name their own domain, key and unit."""
+    fields = f"unit: {unit}, requests_per_unit: {requests_per_unit}"
     return (
-        f"domain: {DOMAIN}\ndescriptors:\n  - key: {KEY}\n"
+        f"domain: {domain}\ndescriptors:\n  - key: {key}\n"
         f"    rate_limit: {{{fields}{', ' + extra if extra else ''}}}\n"
     )
 
