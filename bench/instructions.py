@@ -1,25 +1,21 @@
 """Instructions per decision, counted by valgrind's callgrind: a measure of the request path that
-other load on the machine does not move, for comparing two source trees (before and after a
-change) where wall-clock runs are too noisy.
+other load does not move, for comparing two source trees where wall-clock runs are too noisy.
 
     python bench/instructions.py --tree before=/path/to/old/tree --tree after=.
 
-For each tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH and the
-same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitServicer.answer` (the
-fast transport's entry point), consumed by `deque(map(answer, bodies), maxlen=0)`. Callgrind
-collects only inside that deque's `consume_iterator` (a C function nothing else here calls), so
-the count is the decisions' alone: not the interpreter's start, the imports or the set-up (whose
-count moves by millions from run to run with where memory lands). PYTHONHASHSEED is fixed and the
-clock is a fake one that starts at a fixed instant, so a count repeats to within a few
-instructions per decision.
+Per tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH: the set-up,
+then `DECISIONS` decisions through `RateLimitServicer.answer` (what the fast transport calls) in
+`deque(map(answer, bodies), maxlen=0)`. Callgrind collects only inside that deque's
+`consume_iterator`, so the count is the decisions' alone (not the start, imports or set-up,
+which move by millions with where memory lands). With PYTHONHASHSEED fixed and a fake clock from
+a fixed instant, a count repeats to within a few instructions per decision.
 
-Cases: `hot` (10 hot keys, admitted), `blocked` (one hot key refused under its block), `distinct`
-(every request new: parse, match, a new counter), `seen` (the same requests, each decided once
-before: the steady state of `bench overhead`'s distinct-100k); `hot-10k`, `blocked-10k`,
-`distinct-10k`, with 10,000 runtime overrides loaded (half of the distinct requests meet one);
-`penalised` (a blocked key of a rule with a penalty, each request an offence): these four only
-on a tree that has overrides and penalties; `hot-fleet`, `blocked-fleet`: the limiter of a node
-with Redis (`FleetLimiter`, without its sync loop).
+Cases: `hot` (10 keys, admitted), `blocked` (one key refused under its block), `distinct` (every
+request new: parse, match, a new counter), `seen` (those requests each decided once before: the
+steady state of `bench overhead`'s distinct-100k); `hot-10k`, `blocked-10k`, `distinct-10k` with
+10,000 runtime overrides loaded (half the distinct requests meet one) and `penalised` (a blocked
+key of a rule with a penalty), only on a tree that has overrides; `hot-fleet`, `blocked-fleet`:
+the limiter of a node with Redis (`FleetLimiter`, no sync loop).
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
-"""The sidecar against empty handlers, each on one pinned core, driven by the same load
-generator at the same concurrency, side by side in the same rounds: the sidecar on its fast
-transport (the default), an empty handler on that transport (`empty-fast`, its ceiling), the
-sidecar on grpcio (`--transport grpcio`, `sidecar-grpcio`) and an empty grpc.aio handler
-(`empty`, grpcio's ceiling). In three workloads:
+"""The sidecar against empty handlers, each on one pinned core, the same load generator and
+concurrency, side by side in the same rounds: the sidecar on its fast transport, an empty
+handler on it (`empty-fast`, its ceiling), the sidecar on grpcio (`sidecar-grpcio`) and an empty
+grpc.aio handler (`empty`, grpcio's ceiling). Workloads:
 
-* hot-10: 10 descriptor values. h2load (10 processes, one body and one connection each) decides;
-  the Node http2 client cycling the same 10 bodies cross-checks.
-* distinct-100k: 100,000 distinct values, cycled by the Node client (h2load cannot vary its
-  body). The warm-up sends every value once, and each run continues the rotation where the last
-  stopped: the steady state of 100,000 clients that keep coming back.
-* fresh-300k: 300,000 values, more than a section sends, so every request is one the sidecar
-  has never seen (a flood of random values). No target: it shows what such a flood costs.
+* hot-10: 10 values. h2load (one process, body and connection per value) decides; the Node
+  http2 client cycling the same bodies cross-checks.
+* distinct-100k: 100,000 values cycled by Node (h2load cannot vary its body). The warm-up sends
+  each once, each run continues the rotation: 100,000 clients that keep coming back.
+* fresh-300k: more values than a section sends, every request new (a flood of random values).
+  No target: it shows what such a flood costs.
 
-Targets, in hot-10 and distinct-100k, each the median over rounds of the ratio within a round:
-the sidecar's RPS is at least 80 % of empty-fast's, and at least 4 times sidecar-grpcio's and
-empty's. When a server was not CPU-bound its RPS
-understates what it can do, and the ratio of RPS per second of server CPU decides instead. A
-workload with other load on the server CPU is reported but not judged.
+Targets in hot-10 and distinct-100k (bench/compare.py's median over rounds of the ratio within a
+round; RPS per second of server CPU when a server was not CPU-bound; not judged under other
+load): the sidecar's RPS at least 80 % of empty-fast's and 4 times sidecar-grpcio's and empty's.
 """
 
 from __future__ import annotations

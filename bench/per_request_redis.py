@@ -1,18 +1,16 @@
 """The sidecar against the design it replaces: a service that calls Redis on every request.
 
-The baseline (`python -m bench.services limits`) makes one `limits` async-Redis call per
-descriptor per request, on the sidecar's own grpc.aio + uvloop stack, as the reference Go
-service does. The sidecar decides from memory and syncs to the same Redis in the background.
-Both run on the server CPU; Redis gets the load generators' CPU (in production it runs on
-another host: the baseline's core is its own). An empty handler runs alongside as the reference:
-its RPS over the baseline's is the most any server on this stack could reach.
+The baseline (`bench.services limits`) makes one `limits` async-Redis call per descriptor per
+request, on the sidecar's own stack, as the reference Go service does; the sidecar decides from
+memory and syncs to the same Redis in the background. Both on the server CPU, Redis on the load
+generators' (in production another host's). An empty handler alongside shows the most any
+server on this stack could reach.
 
-1. Redis up: hot-10 with h2load (decides) and the Node client (checks every gRPC status), in
-   alternating rounds. Target: sidecar RPS at least 2x the baseline's (median of the rounds'
-   ratios) and a p99 no worse.
-2. Redis hung (SIGSTOP: connections open, nothing answers), then down (SIGKILL): per server one
-   request on the idle server (its status and time), then a short Node run counting OK answers
-   and gRPC errors (h2load cannot see gRPC statuses). Target: the sidecar keeps answering OK
+1. Redis up: hot-10 with h2load (decides) and Node (checks every gRPC status), alternating
+   rounds. Target: sidecar RPS at least 2x the baseline's (median of the rounds' ratios), p99
+   no worse.
+2. Redis hung (SIGSTOP), then down (SIGKILL): per server one request on the idle server, then a
+   short Node run counting OK answers and gRPC errors. Target: the sidecar keeps answering OK
    while the baseline errors or stalls.
 3. Redis restarted: one request per server shows whether each recovers.
 """

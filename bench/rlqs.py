@@ -1,18 +1,15 @@
 """End to end, Envoy's Rate Limit Quota Service against the other ways through Envoy.
 
-Four stacks (bench/envoy.py), each an Envoy (`--concurrency 1`) and but for plain its own
-service: plain (no rate limit filter), rlqs-allow-all (rate_limit_quota, a server answering
-ALLOW_ALL: the ceiling), rlqs-sidecar (the same filter, the sidecar's real assignments) and
-rls-sidecar (ratelimit, ShouldRateLimit to the sidecar per request). One wrk per stack loads all
-four AT ONCE, every Envoy and service pinned to one core and the wrks to the other: on a noisy
-machine that gives steadier ratios than alternating runs, since a slowdown hits every stack of a
-round alike. Sharing the core, no stack is CPU-bound: they compare by RPS per second of their own
-CPU (their capacity on a core of their own).
+Four stacks (bench/envoy.py): plain (no filter), rlqs-allow-all (rate_limit_quota, a server
+answering ALLOW_ALL: the ceiling), rlqs-sidecar (the same filter, the sidecar's assignments) and
+rls-sidecar (ratelimit, ShouldRateLimit per request). One wrk per stack loads all four AT ONCE,
+the stacks on one core and the wrks on the other: on a noisy machine a slowdown hits every stack
+of a round alike. Sharing the core, they compare by RPS per second of their own CPU.
 
-A run is valid when wrk saw only 2xx and no socket errors and the RLS stack's Envoy counted every
-call answered; after the runs the RLQS stacks must hold their stream open and the sidecar must
-have sent token buckets, received usage and refused nothing. Target: rlqs-sidecar serves at least
-95 % of rlqs-allow-all per core.
+A run is valid when wrk saw only 2xx and the RLS stack's Envoy counted every call answered;
+after the runs the RLQS stacks must hold their stream open and the sidecar must have sent token
+buckets, received usage and refused nothing. Target: rlqs-sidecar at least 95 % of
+rlqs-allow-all per core.
 """
 
 from __future__ import annotations

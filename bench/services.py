@@ -1,23 +1,18 @@
-"""The services the sidecar is compared with, each on the sidecar's own stack (grpc.aio server,
-generated servicer, uvloop, gRPC health service). Run one as its own process:
+"""The services the sidecar is compared with, on the sidecar's own stack (grpc.aio server,
+generated servicer, uvloop, gRPC health service), each its own process:
 
     python -m bench.services KIND --address 127.0.0.1:PORT [--redis-url URL]
 
-KIND is one of:
-
-* empty: ShouldRateLimit answers one prebuilt OK status, whatever the request: the least any
-  service on this stack can do.
-* empty-fast: `empty` on the sidecar's fast transport (ratelimit_sidecar/server/transport/):
-  the prebuilt answer's bytes, whatever the request, with the transport's health service.
-* empty-4: one prebuilt OK status per descriptor, like the sidecar's answer. Envoy turns every
-  status into x-ratelimit headers, so behind Envoy this does the sidecar's share of Envoy's work.
-* limits: the design the sidecar replaces, a rate limit service asking Redis on every request:
-  per descriptor one call of the `limits` library's async Redis storage (redis-py), the fixed
-  window's INCRBY+EXPIRE. A Redis error answers UNAVAILABLE. redis-py's defaults are kept on
-  purpose (5 s socket timeouts, retries with backoff): the benchmark reports how such a service
-  behaves when Redis goes away.
-* rlqs-allow: the Rate Limit Quota Service answering every bucket of every report ALLOW_ALL
-  (for an hour): what Envoy's rate_limit_quota filter costs with the least a server can say.
+* empty: one prebuilt OK status whatever the request: the least a service on this stack can do;
+* empty-fast: the same bytes on the sidecar's fast transport (ratelimit_sidecar/server/transport/);
+* empty-4: one OK status per descriptor, as the sidecar answers (behind Envoy, which turns every
+  status into x-ratelimit headers, this does the sidecar's share of Envoy's work);
+* limits: the design the sidecar replaces: per descriptor one call of the `limits` library's
+  async Redis storage (the fixed window's INCRBY+EXPIRE); a Redis error answers UNAVAILABLE.
+  redis-py's defaults are kept on purpose (5 s socket timeouts, retries with backoff): the
+  bench shows how such a service behaves when Redis goes away;
+* rlqs-allow: the Rate Limit Quota Service answering every bucket ALLOW_ALL for an hour: what
+  Envoy's rate_limit_quota filter costs with the least a server can say.
 """
 
 from __future__ import annotations

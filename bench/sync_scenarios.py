@@ -1,23 +1,17 @@
 """Redis's bill for two kinds of traffic: the sidecars' sync against a per-request replay.
 
-Three real sidecars share one real Redis; a one-minute limit of 100 in six spans. From the
-first request (at a window start) until the window has ended and the sync after it has run,
-every Redis command and Redis's CPU time are counted; then the same requests are replayed as
-envoyproxy/ratelimit sends them (one pipelined INCRBY + EXPIRE per request) against the same
-Redis, flushed, and measured the same way.
+Three real sidecars share one real Redis; a one-minute limit of 100 in six spans. From the first
+request (at a window start) until the window has ended and the sync after it has run, Redis's
+commands and CPU are counted; then the same requests are replayed as envoyproxy/ratelimit sends
+them (one pipelined INCRBY + EXPIRE each) against the flushed Redis, measured over the same
+length of time (so both bills hold the later expiries).
 
 * long tail: 4,000 users x 2 requests, each user's two on two different nodes;
 * hot: 20 users x 400 requests spread over the nodes (over the limit).
 
-Both sides are measured over the same length of time (a window and a span), so Redis's later
-work for the keys each wrote (expiring them) is on both bills.
-
-Redis counts the commands its Lua scripts run in INFO commandstats and
-total_commands_processed alike ("all commands"); what clients sent is counted by a relay in
-front of Redis (harness/command_counter.py). Redis's CPU (INFO cpu, user + sys) includes its
-own housekeeping whoever its clients are: its rate once the reference's replay is over is taken
-off both sides ("net"). The Redis runs with `hz 1` so that this floor, the same for both
-designs, stays small against what they cost.
+"all commands" (INFO) include those Lua scripts run; what clients sent is counted by a relay in
+front of Redis (harness/command_counter.py). Redis's CPU (user + sys) includes its housekeeping:
+its rate after the replay is taken off both sides ("net"), and `hz 1` keeps that floor small.
 """
 
 from __future__ import annotations
