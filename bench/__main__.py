@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from bench import (
     abuse,
@@ -77,8 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpus = os.sched_getaffinity(0)
     missed = []
     for name in names:
+        print(f"[{name}] {SECTIONS[name][0]}")
         try:
-            outcome = SECTIONS[name][1](options)
+            outcome = SECTIONS[name][1](replace(options, section=name, started=time.monotonic()))
         finally:  # a section pins this process: give the next one every CPU back
             os.sched_setaffinity(0, cpus)
         if outcome.met is False:

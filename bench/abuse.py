@@ -98,9 +98,9 @@ def beside(
 
 
 def run(options: Options) -> Outcome:
-    started, pinning = time.monotonic(), choose_pinning()
+    pinning = choose_pinning()
     pinning.pin_self()  # the abusers run beside h2load, not on the server's core
-    print(f"[{NAME}] honest p99 at {PACED_RPS:,} req/s beside one abuser ({pinning.describe()})")
+    print(f"  at {PACED_RPS:,} req/s; pinning: {pinning.describe()}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="rls-bench-abuse-") as tmp:
         workdir = Path(tmp)
@@ -116,4 +116,4 @@ def run(options: Options) -> Outcome:
             sidecar.stop()
     cells = [[n, fmt(r), fmt(p50, 2), fmt(p99, 2)] for n, r, p50, p99 in rows]
     lines = [table(("abuser", "honest req/s", "p50 ms", "p99 ms"), cells, left=1)]
-    return conclude(options, NAME, started, lines, {"paced_rps": PACED_RPS, "rows": rows})
+    return conclude(options, lines, {"paced_rps": PACED_RPS, "rows": rows})

@@ -10,7 +10,6 @@ server CPU-second when a server was not CPU-bound).
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 from bench import compare
@@ -43,8 +42,7 @@ def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] eventual rules of each algorithm vs an empty grpc.aio handler")
+    rounds, skipped = options.rounds or ROUNDS, list[str]()
     with runs.session(options, RETRY_BUDGET_S) as bench:
         starters = [partial(start_service, bench.workdir, bench.pinning, "empty")]
         starters += [partial(start_algorithm, bench, algorithm) for algorithm in AlgorithmName]
@@ -52,7 +50,7 @@ def run(options: Options) -> Outcome:
     names = [a.text for a in AlgorithmName]
     found = compare.against(measured, "empty", names, target=TARGET_RATIO, by_cpu=True)
     lines, document = compare.report(bench, measured, rounds, found, legend=LEGEND, skipped=skipped)
-    return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
+    return conclude(options, lines, document, compare.verdicts(found))
 
 
 LEGEND = f"Rule: {UNREACHABLE:,}/s ({MAX_LOG_REQUESTS:,}/s for sliding_log)."

@@ -17,7 +17,6 @@ Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
@@ -175,8 +174,7 @@ def measure(bench: Bench, rounds: int) -> list[Run]:
 
 
 def run(options: Options) -> Outcome:
-    started, rounds = time.monotonic(), options.rounds or ROUNDS
-    print(f"[{NAME}] wrk → Envoy → {{{', '.join(STACKS)}}}")
+    rounds = options.rounds or ROUNDS
     shape, measure_all = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S), partial(measure, rounds=rounds)
     bench, measured, skipped = gateway(options, shape, RETRY_BUDGET_S, measure_all)
     found = [
@@ -196,7 +194,7 @@ def run(options: Options) -> Outcome:
     )
     document |= details(measured)
     verdicts = [*compare.verdicts(found), passed]
-    return conclude(options, NAME, started, [*lines, text], document, verdicts=verdicts)
+    return conclude(options, [*lines, text], document, verdicts)
 
 
 def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:

@@ -104,7 +104,6 @@ def per_minute(admitted: Admitted) -> dict[str, list[int]]:
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rls-bench-flood-") as tmp:
         rules_path = rules_dir(Path(tmp), RULES, "gateway")
         modes = {"local-only": local_only(rules_path)}
@@ -126,4 +125,4 @@ def run(options: Options) -> Outcome:
     lines = [f"[{NAME}] {FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "
              f"{HEAVY_RPS}/s against {LIMIT}/min, --max-keys {MAX_KEYS:,}",
              table(header, rows, left=2)]  # fmt: skip
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)

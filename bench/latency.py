@@ -9,7 +9,6 @@ transports; the table shows each value's range.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 from bench.load.clients import H2load, LoadShape, percentile
@@ -39,8 +38,8 @@ def h2load(
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, pinning = time.monotonic(), options.rounds or ROUNDS, choose_pinning()
-    print(f"[{NAME}] p99 at half the saturation rate, per transport ({pinning.describe()})")
+    rounds, pinning = options.rounds or ROUNDS, choose_pinning()
+    print(f"  pinning: {pinning.describe()}")
     rows: dict[str, list[tuple[float, float, float]]] = {}
     half_grpcio = 0.0
     with tempfile.TemporaryDirectory(prefix="rls-bench-latency-") as tmp:
@@ -74,7 +73,7 @@ def run(options: Options) -> Outcome:
         for name, values in rows.items()
     ]
     document = {"rows": rows, "connections": CONNECTIONS, "streams": STREAMS}
-    return conclude(options, NAME, started, [table(header, body, left=1)], document)
+    return conclude(options, [table(header, body, left=1)], document)
 
 
 def span(values: list[float], spec: str) -> str:

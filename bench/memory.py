@@ -66,8 +66,6 @@ def measure(transport: str, workdir: Path) -> tuple[int, int]:
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
-    print(f"[{NAME}] resident memory, idle and with {KEYS:,} keys, per transport")
     rows = {}
     with tempfile.TemporaryDirectory(prefix="rls-bench-memory-") as tmp:
         for transport in TRANSPORTS:
@@ -78,4 +76,4 @@ def run(options: Options) -> Outcome:
     ]
     lines = [table(("transport", "idle MiB", "100k keys MiB", "per key B"), cells, left=1)]
     document = {"keys": KEYS, "rss_kib": {t: {"idle": i, "keys": k} for t, (i, k) in rows.items()}}
-    return conclude(options, NAME, started, lines, document)
+    return conclude(options, lines, document)

@@ -169,9 +169,7 @@ def ceiling(versus_empty: compare.Comparison, empty: Run | None, bare_us: float)
 
 
 def run(options: Options) -> Outcome:
-    started, all_plans, skipped = time.monotonic(), plans(), list[str]()
-    rounds = options.rounds or ROUNDS
-    print(f"[{NAME}] sidecar vs empty handlers, fast transport and grpcio, under load")
+    all_plans, skipped, rounds = plans(), list[str](), options.rounds or ROUNDS
     with runs.session(options, RETRY_BUDGET_S) as bench:
         measured = each_plan(bench, all_plans, starters(bench), rounds, skipped)
         cpus = bench.pinning.server_cpus
@@ -190,4 +188,4 @@ def run(options: Options) -> Outcome:
             if c.workload == name and c.baseline == "empty-fast":
                 lines.append(ceiling(c, empty.get((name, c.client)), stages["encoding"]))
     document["stages"] = costs
-    return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
+    return conclude(options, lines, document, compare.verdicts(found))

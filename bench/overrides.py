@@ -181,12 +181,12 @@ def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrid
 
 
 def run(options: Options) -> Outcome:
-    started, rounds = time.monotonic(), options.rounds or ROUNDS
-    print(f"[{NAME}] propagation over {CHANGES} changes across {NODES} nodes")
+    rounds = options.rounds or ROUNDS
+    print(f"  propagation over {CHANGES} changes across {NODES} nodes")
     propagation = measure_propagation()
     lines = propagation_table(propagation)
     print("\n".join(lines))
-    print(f"[{NAME}] request path under load with {LOADED:,} overrides loaded vs none")
+    print(f"  request path under load with {LOADED:,} overrides loaded vs none")
     skipped: list[str] = []
     with runs.session(options, overhead.RETRY_BUDGET_S) as bench:
         state = write_state(bench.workdir / "state", loaded_values())
@@ -199,4 +199,4 @@ def run(options: Options) -> Outcome:
     lines += load_lines
     document["propagation"] = asdict(propagation)
     verdicts = [propagation_met(propagation), *compare.verdicts(found)]
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)

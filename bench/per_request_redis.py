@@ -174,8 +174,7 @@ gRPC status checked) during the outage."""
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] sidecar vs a per-request-Redis `limits` service; Redis up, hung, down")
+    rounds, skipped = options.rounds or ROUNDS, list[str]()
     clients = runs.usable([H2load(), Node()], skipped)
     measured, outages = list[Run](), list[Outage]()
     with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
@@ -198,4 +197,4 @@ def run(options: Options) -> Outcome:
         for o in outages
     ]
     verdicts = [*compare.verdicts(found), *(passed for passed, _ in judged)]
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)

@@ -173,8 +173,6 @@ def report(data: dict[str, Any]) -> tuple[str, bool]:
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
-    print(f"[{NAME}] what the sync costs Redis; memory per tracked key")
     with tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp:
         group = ServerGroup(Path(tmp))
         try:
@@ -189,4 +187,4 @@ def run(options: Options) -> Outcome:
     data["bytes_per_key"] = memory_per_key()
     text, met = report(data)
     lines, scenarios_met = sync_scenarios.report(data["scenarios"])
-    return conclude(options, NAME, started, [text, "", *lines], data, verdicts=[met, scenarios_met])
+    return conclude(options, [text, "", *lines], data, [met, scenarios_met])

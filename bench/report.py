@@ -26,6 +26,8 @@ class Options:
     results_dir: Path = RESULTS_DIR
     duration_s: float | None = None  # overrides a section's measured seconds per run
     rounds: int | None = None  # overrides a section's number of rounds
+    section: str = ""  # the section running (its results file's name), since `started`
+    started: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,28 +109,20 @@ def _clean(value: Any) -> Any:
 
 def conclude(
     options: Options,
-    section: str,
-    started: float,
     lines: Sequence[str],
     document: dict[str, Any],
-    *,
     verdicts: Sequence[bool | None] = (),
 ) -> Outcome:
-    """Print the section's report and time, write its results; the target is met when every
-    judged verdict (not None) passed."""
-    text = "\n".join(lines)
-    print(f"{text}\nsection time: {time.monotonic() - started:.0f} s")
-    judged = [v for v in verdicts if v is not None]
-    path = write_results(options, section, {**document, "report": text})
-    return Outcome(all(judged) if judged else None, path)
-
-
-def write_results(options: Options, section: str, document: dict[str, Any]) -> Path:
-    """`<section>.json` in the results directory: the document plus when and where it ran."""
+    """Print the section's report and time, write `<section>.json` in the results directory
+    (the document, the report, when and where it ran); the target is met when every judged
+    verdict (not None) passed."""
+    text, section = "\n".join(lines), options.section
+    print(f"{text}\nsection time: {time.monotonic() - options.started:.0f} s")
     options.results_dir.mkdir(parents=True, exist_ok=True)
     path = options.results_dir / f"{section}.json"
     header = {"section": section, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    full = {**header, "machine": machine(), **document}
+    full = {**header, "machine": machine(), **document, "report": text}
     path.write_text(json.dumps(_clean(full), indent=2, default=str) + "\n")
     print(f"results: {path}")
-    return path
+    judged = [v for v in verdicts if v is not None]
+    return Outcome(all(judged) if judged else None, path)

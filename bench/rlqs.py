@@ -14,7 +14,6 @@ rlqs-allow-all per core.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from functools import partial
 
@@ -72,8 +71,7 @@ def measure(bench: Bench, rounds: int, problems_found: list[str]) -> list[Run]:
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, problems_found = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] wrk → {{{', '.join(STACKS)}}}, all loaded at once")
+    rounds, problems_found = options.rounds or ROUNDS, list[str]()
     bench, measured, skipped = gateway(
         options, SHAPE, 0.0, partial(measure, rounds=rounds, problems_found=problems_found)
     )
@@ -89,7 +87,7 @@ def run(options: Options) -> Outcome:
     lines += [f"  INVALID: {p}" for p in problems_found]
     document |= details(measured) | {"problems": problems_found}
     verdicts = [False if problems_found else found[0].passed]
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)
 
 
 LEGEND = """\

@@ -11,7 +11,6 @@ Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medi
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -126,8 +125,7 @@ def measure(bench: Bench, redis_url: str, rounds: int) -> list[Run]:
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] strict rules vs the per-request-Redis `limits` service, same Redis")
+    rounds, skipped = options.rounds or ROUNDS, list[str]()
     measured: list[Run] = []
     with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
         if runs.usable([H2load()], skipped):
@@ -138,7 +136,7 @@ def run(options: Options) -> Outcome:
     lines, document = compare.report(
         bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
     )
-    return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
+    return conclude(options, lines, document, compare.verdicts(found))
 
 
 LEGEND = """\

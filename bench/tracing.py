@@ -4,7 +4,6 @@ and 1, side by side (hot-10, h2load), exporting to an in-process OTLP receiver.
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 from bench import compare
@@ -21,9 +20,7 @@ RATIOS = ("0.01", "1")
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
     rounds = options.rounds or ROUNDS
-    print(f"[{NAME}] the sidecar without tracing, and traced at ratios {', '.join(RATIOS)}")
     with OtlpReceiver() as receiver, runs.session(options, 60.0) as bench:
         start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
         starters = [start] + [
@@ -37,7 +34,7 @@ def run(options: Options) -> Outcome:
     lines, document = compare.report(bench, measured, rounds, legend=LEGEND)
     lines.append(f"spans received by the OTLP receiver: {spans:,}")
     document["spans"] = spans
-    return conclude(options, NAME, started, lines, document, verdicts=[])
+    return conclude(options, lines, document, [])
 
 
 LEGEND = """\

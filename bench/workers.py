@@ -126,8 +126,7 @@ on the machine; split = decisions per worker (each worker's /metrics)."""
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] sidecar --workers 1 vs 2, unpinned; metrics cost per request")
+    rounds, skipped = options.rounds or ROUNDS, list[str]()
     added, measured = metrics_added_us(), list[Run]()
     with runs.session(options, RETRY_BUDGET_S, SHAPE, pin=False) as bench:
         if clients := runs.usable([H2load()], skipped):
@@ -139,4 +138,4 @@ def run(options: Options) -> Outcome:
     )
     lines += summary(measured, added)
     document["metrics_added_us"] = added
-    return conclude(options, NAME, started, lines, document)
+    return conclude(options, lines, document)

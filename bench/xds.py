@@ -68,7 +68,6 @@ def reconnects(ads: AdsServer, node: SidecarProcess, down_s: float) -> tuple[lis
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
     down_s = options.duration_s or DOWN_S
     ads = AdsServer().start()
     nodes: list[SidecarProcess] = []
@@ -101,4 +100,4 @@ def run(options: Options) -> Outcome:
     document = {"push_seconds": pushed, "push_p50_s": p50, "push_p99_s": p99, "down_s": down_s,
                 "reconnect_attempts_per_minute": per_minute,
                 "answered_while_down": answered}  # fmt: skip
-    return conclude(options, NAME, started, lines, document, verdicts=[p99 < TARGET_P99_S, bounded])
+    return conclude(options, lines, document, [p99 < TARGET_P99_S, bounded])
