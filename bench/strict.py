@@ -11,7 +11,7 @@ Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -22,17 +22,15 @@ from bench.algorithms import unreachable_limit
 from bench.load import runs
 from bench.load.clients import H2load
 from bench.load.runs import Bench, Run
-from bench.load.servers import ServerProcess, local_address, samples, sidecar_args
-from bench.per_request_redis import redis_beside_clients
+from bench.load.servers import ServerProcess, local_address, sidecar_args
+from bench.per_request_redis import MAX_KEYS, WARM_UP_S, redis_beside_clients
 from bench.report import Options, Outcome, conclude, fmt
 from bench.workload import hot_10, rules_dir, rules_yaml
 from ratelimit_sidecar.config.model import AlgorithmName
 
 NAME = "strict"
 ROUNDS = 4
-WARM_UP_S = 1.5
 RETRY_BUDGET_S = 60.0
-MAX_KEYS = 10_000
 TARGET_RATIO = 1.0
 BASELINE = "limits"
 STRICT_METRIC = 'ratelimit_sidecar_strict_checks_total{result="'
@@ -61,7 +59,7 @@ class RedisClient(ServerProcess):
     def counters(self) -> dict[str, int]:
         found = script_counts(self.redis.info("commandstats"))
         if self.metrics_url:
-            found |= {k.removesuffix('"}'): int(v) for k, v in self.metrics(STRICT_METRIC).items()}
+            found |= strict_counts(self.metrics(STRICT_METRIC))
         return found
 
 
@@ -74,9 +72,9 @@ def strict_sidecar(
     return RedisClient(f"strict {algorithm.text}", args, address, bench, client)
 
 
-def strict_counts(lines: Sequence[str]) -> dict[str, int]:
-    """Strict checks by result from Prometheus text lines."""
-    return {k.removesuffix('"}'): int(v) for k, v in samples(lines, STRICT_METRIC).items()}
+def strict_counts(found: Mapping[str, float]) -> dict[str, int]:
+    """Strict checks by result, from the samples of STRICT_METRIC."""
+    return {k.removesuffix('"}'): int(v) for k, v in found.items()}
 
 
 def script_counts(commandstats: dict[str, Any]) -> dict[str, int]:
@@ -91,10 +89,6 @@ def script_us(row: Run) -> float | None:
     return row.counters.get(SCRIPT_USEC, 0) / calls if calls else None
 
 
-def script_cell(row: Run) -> str:
-    return fmt(script_us(row), 1)
-
-
 def checks_cell(row: Run) -> str:
     found = {k: v for k, v in row.counters.items() if k not in (SCRIPT_CALLS, SCRIPT_USEC) and v}
     return " ".join(f"{name} {count:,}" for name, count in sorted(found.items()))
@@ -104,11 +98,6 @@ def undecided(row: Run) -> tuple[int, str]:
     """Strict checks that failed or were refused by the open breaker during the runs."""
     lost = sum(row.counters.get(result, 0) for result in NOT_DECIDED)
     return lost, f"{lost} strict checks failed or breaker-refused"
-
-
-def counted_failures(measured: Sequence[Run]) -> list[Run]:
-    """The runs, each sidecar's failed strict checks added to its failed requests."""
-    return runs.with_failures(measured, undecided)
 
 
 def measure(bench: Bench, redis_url: str, rounds: int) -> list[Run]:
@@ -129,10 +118,13 @@ def run(options: Options) -> Outcome:
     measured: list[Run] = []
     with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
         if runs.usable([H2load()], skipped):
-            measured = counted_failures(measure(bench, store.url, rounds))
+            measured = runs.with_failures(measure(bench, store.url, rounds), undecided)
     names = [f"strict {a.text}" for a in AlgorithmName]
     found = compare.against(measured, BASELINE, names, target=TARGET_RATIO, p99_no_worse=True)
-    columns = [("Redis µs/call", script_cell), ("strict checks", checks_cell)]
+    columns = [
+        ("Redis µs/call", lambda row: fmt(script_us(row), 1)),
+        ("strict checks", checks_cell),
+    ]
     lines, document = compare.report(
         bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
     )
