@@ -70,12 +70,10 @@ class Fleet(ServerProcess):
 
     def counters(self) -> dict[str, int]:
         """Decisions counted by each worker so far (from its own /metrics)."""
-        return {
-            f"worker {i + 1}": int(
-                sum(self.metrics(DECISIONS_METRIC, self.url(i, "/metrics")).values())
-            )
-            for i in range(self.workers)
-        }
+        found = [
+            self.metrics(DECISIONS_METRIC, self.url(i, "/metrics")) for i in range(self.workers)
+        ]
+        return {f"worker {i + 1}": int(sum(one.values())) for i, one in enumerate(found)}
 
 
 def split(row: Run) -> str:
@@ -107,12 +105,10 @@ def metrics_added_us() -> float:
 
 
 def summary(measured: list[Run], added: float) -> list[str]:
-    lines = []
-    gains = runs.ratios(measured, "2 workers", "1 worker", H2load.name)
-    if gains:
-        lines.append(
-            f"workers: 2 workers give {runs.median(gains):.2f}x the RPS of 1 (median of rounds)"
-        )
+    gains = runs.median(runs.ratios(measured, "2 workers", "1 worker", H2load.name))
+    lines = (
+        [f"workers: 2 workers give {gains:.2f}x the RPS of 1 (median of rounds)"] if gains else []
+    )
     text = f"metrics add {added:.2f} µs per request (histogram + counters, timed in-process)"
     one = next((row for row in runs.rows(measured) if row.server == "1 worker"), None)
     if one is not None and (per_request := one.cpu_us()):
