@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.report import Options, Outcome, conclude, passing, table
 from bench.workload import request, rules_dir, rules_yaml
 from harness.answer import answer_now
-from harness.redis_servers import ServerGroup
+from harness.redis_servers import server_group
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
@@ -107,11 +107,8 @@ def run(options: Options) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="rls-bench-flood-") as tmp:
         rules_path = rules_dir(Path(tmp), RULES, "gateway")
         modes = {"local-only": local_only(rules_path)}
-        group = ServerGroup(Path(tmp) / "redis")
-        try:
+        with server_group(Path(tmp) / "redis") as group:
             modes["redis"] = asyncio.run(with_redis(rules_path, group.standalone().url))
-        finally:
-            group.stop_all()
     rows, verdicts, document = [], [], {}
     for mode, (admitted, tracked) in modes.items():
         minutes = per_minute(admitted)

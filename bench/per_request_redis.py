@@ -34,8 +34,8 @@ from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, passing, table
 from bench.workload import Workload, hot_10, rules_dir, unframe
-from harness.redis_servers import ServerGroup
 from harness.redis_servers import ServerProcess as Redis
+from harness.redis_servers import server_group
 from ratelimit_sidecar._proto import wire
 
 NAME = "per-request-redis"
@@ -85,11 +85,8 @@ def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
 def redis_beside_clients(bench: Bench) -> Iterator[Redis]:
     """A Redis with every thread on the load generators' CPU (in production it runs on another
     host: a server's core is its own); stopped on leaving."""
-    group = ServerGroup(bench.workdir / "redis")
-    try:
+    with server_group(bench.workdir / "redis") as group:
         yield pin(group.standalone(), bench.pinning)
-    finally:
-        group.stop_all()
 
 
 def pin(redis: Redis, pinning: Pinning) -> Redis:

@@ -27,7 +27,7 @@ from bench import sync_scenarios
 from bench.report import Options, Outcome, conclude, table
 from bench.workload import handler, request
 from harness.answer import answer_now
-from harness.redis_servers import ServerGroup
+from harness.redis_servers import server_group
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter, Hit, Limiter
 from ratelimit_sidecar.metrics import Metrics
@@ -143,15 +143,10 @@ async def measure(url: str, client: redis.Redis) -> dict[str, Any]:
 def report(data: dict[str, Any]) -> tuple[str, bool]:
     header = ("active keys", "round trips/span", "Redis commands/span", "sync ms", "span share")
     rows = [
-        [
-            f"{span['keys']:,}",
-            str(span["round_trips"]),
-            f"{span['redis_commands']:,}",
-            f"{span['sync_s'] * 1000:.0f}",
-            f"{span['share_of_span']:.1%}",
-        ]
+        [f"{span['keys']:,}", str(span["round_trips"]), f"{span['redis_commands']:,}",
+         f"{span['sync_s'] * 1000:.0f}", f"{span['share_of_span']:.1%}"]
         for span in data["spans"]
-    ]
+    ]  # fmt: skip
     low, high = (data["commands_per_s"][rate] for rate in RATES)
     change, biggest = (high / low - 1 if low else float("inf")), data["spans"][-1]
     lines = [
@@ -173,17 +168,16 @@ def report(data: dict[str, Any]) -> tuple[str, bool]:
 
 
 def run(options: Options) -> Outcome:
-    with tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp:
-        group = ServerGroup(Path(tmp))
-        try:
-            server = group.standalone()
-            with server.client() as client:
-                data = asyncio.run(measure(server.url, client))
-            scenarios = [sync_scenarios.long_tail(), sync_scenarios.hot()]
-            quiet = group.standalone("--hz", "1")  # sync_scenarios.py: a low floor
-            data["scenarios"] = [sync_scenarios.measure(Path(tmp), quiet, s) for s in scenarios]
-        finally:
-            group.stop_all()
+    with (
+        tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp,
+        server_group(Path(tmp)) as group,
+    ):
+        server = group.standalone()
+        with server.client() as client:
+            data = asyncio.run(measure(server.url, client))
+        scenarios = [sync_scenarios.long_tail(), sync_scenarios.hot()]
+        quiet = group.standalone("--hz", "1")  # sync_scenarios.py: a low floor
+        data["scenarios"] = [sync_scenarios.measure(Path(tmp), quiet, s) for s in scenarios]
     data["bytes_per_key"] = memory_per_key()
     text, met = report(data)
     lines, scenarios_met = sync_scenarios.report(data["scenarios"])
