@@ -52,9 +52,8 @@ class RedisClient(ServerProcess):
     def __init__(
         self, name: str, args: list[str], address: str, bench: Bench, client: redis.Redis
     ) -> None:
-        super().__init__(name, args, address, bench.workdir, bench.pinning)
         self.redis = client
-        self.wait_ready()
+        super().__init__(name, args, address, bench.workdir, bench.pinning)
 
     def counters(self) -> dict[str, int]:
         found = script_counts(self.redis.info("commandstats"))

@@ -50,7 +50,6 @@ class Fleet(ServerProcess):
         args[args.index("--metrics-address") + 1] = f"127.0.0.1:{self.metrics_port}"
         name = f"{workers} worker" + "s" * (workers > 1)
         super().__init__(name, args, address, bench.workdir, bench.pinning)
-        self.wait_ready()
 
     def url(self, index: int, path: str) -> str:
         return f"http://127.0.0.1:{self.metrics_port + index}{path}"

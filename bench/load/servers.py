@@ -32,7 +32,7 @@ def children(pid: int) -> list[int]:
 
 class ServerProcess:
     """`python -m MODULE …` under `taskset`, output in `<name>.log`, leading its own process
-    group, so that signals reach any worker process it forks."""
+    group (so that signals reach any worker process it forks); ready once made."""
 
     def __init__(
         self,
@@ -53,6 +53,7 @@ class ServerProcess:
         argv = pinning.taskset(python_module(*module_args), pinning.server_cpus)
         env = {**os.environ, "GRPC_VERBOSITY": "NONE", **(env or {})}
         self.proc = launch(argv, self.log, env=env, new_session=True)
+        self.wait_ready()
 
     @property
     def pids(self) -> list[int]:
@@ -120,15 +121,11 @@ def start_sidecar(
     """The sidecar, named `name` in tables and in its log file's name; `env` added to ours."""
     address = local_address()
     args = sidecar_args(address, rules, *extra)
-    server = ServerProcess(name, args, address, workdir, pinning, env=env)
-    server.wait_ready()
-    return server
+    return ServerProcess(name, args, address, workdir, pinning, env=env)
 
 
 def start_service(workdir: Path, pinning: Pinning, kind: str, *extra: str) -> ServerProcess:
     """One of bench/services.py's services, named after its kind."""
     address = local_address()
     args = ["bench.services", kind, "--address", address, *extra]
-    server = ServerProcess(kind, args, address, workdir, pinning)
-    server.wait_ready()
-    return server
+    return ServerProcess(kind, args, address, workdir, pinning)
