@@ -168,9 +168,8 @@ def details(measured: Sequence[Run]) -> dict[str, Any]:
 
 def measure(bench: Bench, rounds: int) -> list[Run]:
     wrk = Wrk({"x-api-key": API_KEY})
-    warm = partial(runs.warm_up, bench, client=wrk, workload=WORK, seconds=WARM_UP_S)
     starters = [partial(Stack, name, bench) for name in STACKS]
-    return runs.side_by_side(bench, starters, [wrk], WORK, rounds, warm=warm)
+    return runs.side_by_side(bench, starters, [wrk], WORK, rounds, warm=WARM_UP_S)
 
 
 def run(options: Options) -> Outcome:

@@ -105,9 +105,8 @@ def measure(bench: Bench, redis_url: str, rounds: int) -> list[Run]:
     baseline = ["bench.services", BASELINE, "--address", address, "--redis-url", redis_url]
     starters = [partial(RedisClient, BASELINE, baseline, address, bench, client)]
     starters += [partial(strict_sidecar, bench, redis_url, client, a) for a in AlgorithmName]
-    warm = partial(runs.warm_up, bench, client=h2load, workload=work, seconds=WARM_UP_S)
     try:
-        return runs.side_by_side(bench, starters, [h2load], work, rounds, warm=warm)
+        return runs.side_by_side(bench, starters, [h2load], work, rounds, warm=WARM_UP_S)
     finally:
         client.close()
 

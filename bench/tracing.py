@@ -28,8 +28,7 @@ def run(options: Options) -> Outcome:
                     "--tracing-sampling-ratio", ratio, name=f"traced-{ratio}")
             for ratio in RATIOS
         ]  # fmt: skip
-        warm = partial(runs.warm_up, bench, client=H2load(), workload=hot_10(), seconds=2.0)
-        measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), rounds, warm=warm)
+        measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), rounds, warm=2.0)
         spans = len(receiver.spans)
     lines, document = compare.report(bench, measured, rounds, legend=LEGEND)
     lines.append(f"spans received by the OTLP receiver: {spans:,}")

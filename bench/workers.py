@@ -126,8 +126,7 @@ def run(options: Options) -> Outcome:
     with runs.session(options, RETRY_BUDGET_S, SHAPE, pin=False) as bench:
         if clients := runs.usable([H2load()], skipped):
             work, starters = hot_10(), [partial(Fleet, count, bench) for count in WORKER_COUNTS]
-            warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
-            measured = runs.side_by_side(bench, starters, clients, work, rounds, warm=warm)
+            measured = runs.side_by_side(bench, starters, clients, work, rounds, warm=WARM_UP_S)
     lines, document = compare.report(
         bench, measured, rounds, columns=[("split", split)], legend=LEGEND, skipped=skipped
     )

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -247,9 +248,12 @@ def side_by_side(
     workload: Workload,
     rounds: int,
     *,
-    warm: Callable[[S], object],
+    warm: float | Callable[[S], object],
 ) -> list[Run]:
-    """The servers `started`, then `alternate`."""
+    """The servers `started`, each warmed up by `warm` (seconds: by the first client), then
+    `alternate`."""
+    if not callable(warm):
+        warm = partial(warm_up, bench, client=clients[0], workload=workload, seconds=warm)
     with started(starters, warm) as servers:
         return alternate(bench, servers, clients, workload, rounds)
 
