@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from bench.latency import h2load
@@ -31,24 +32,18 @@ FLOOD_FRAMES = 20_000
 BODY = request("abuser").SerializeToString()
 
 
-def ping_flood(port: int, stop: threading.Event) -> None:
-    _until_closed(port, stop, lambda _raw: f.frame(f.PING, 0, 0, b"12345678") * FLOOD_FRAMES)
+def ping_flood(_raw: RawH2) -> bytes:
+    return f.frame(f.PING, 0, 0, b"12345678") * FLOOD_FRAMES
 
 
-def rapid_reset(port: int, stop: threading.Event) -> None:
-    def burst(raw: RawH2) -> bytes:
-        ids = range(1, 2 * FLOOD_FRAMES, 2)
-        return b"".join(raw.headers(i) + f.rst_stream(i, ErrorCode.CANCEL) for i in ids)
-
-    _until_closed(port, stop, burst)
+def rapid_reset(raw: RawH2) -> bytes:
+    ids = range(1, 2 * FLOOD_FRAMES, 2)
+    return b"".join(raw.headers(i) + f.rst_stream(i, ErrorCode.CANCEL) for i in ids)
 
 
-def continuation_flood(port: int, stop: threading.Event) -> None:
-    def burst(raw: RawH2) -> bytes:
-        opening = f.frame(f.HEADERS, 0, 1, raw.encoder.encode([(":method", "POST")]))
-        return opening + f.frame(f.CONTINUATION, 0, 1, b"\0" * 16_000) * 8
-
-    _until_closed(port, stop, burst)
+def continuation_flood(raw: RawH2) -> bytes:
+    opening = f.frame(f.HEADERS, 0, 1, raw.encoder.encode([(":method", "POST")]))
+    return opening + f.frame(f.CONTINUATION, 0, 1, b"\0" * 16_000) * 8
 
 
 def slow_reader(port: int, stop: threading.Event) -> None:
@@ -60,7 +55,8 @@ def slow_reader(port: int, stop: threading.Event) -> None:
     raw.close()
 
 
-def _until_closed(port: int, stop: threading.Event, burst: Callable[[RawH2], bytes]) -> None:
+def until_closed(burst: Callable[[RawH2], bytes], port: int, stop: threading.Event) -> None:
+    """`burst` on a fresh connection, again each time the server closes it, until `stop`."""
     while not stop.is_set():
         raw = RawH2(port)
         try:
@@ -74,12 +70,13 @@ def _until_closed(port: int, stop: threading.Event, burst: Callable[[RawH2], byt
 
 
 Abuser = Callable[[int, threading.Event], None]
-ABUSERS: dict[str, Abuser] = {
+BURSTS = {
     "ping flood": ping_flood,
     "rapid reset": rapid_reset,
     "continuation flood": continuation_flood,
-    "slow reader": slow_reader,
 }
+ABUSERS: dict[str, Abuser] = {name: partial(until_closed, burst) for name, burst in BURSTS.items()}
+ABUSERS["slow reader"] = slow_reader
 
 
 def beside(

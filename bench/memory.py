@@ -36,12 +36,8 @@ def send_keys(port: int, values: list[str]) -> None:
             batch = values[start : start + IN_FLIGHT]
             ids = list(range(stream_id, stream_id + 2 * len(batch), 2))
             stream_id = ids[-1] + 2
-            client.send(
-                *(
-                    client.call(sid, request(value).SerializeToString())
-                    for sid, value in zip(ids, batch, strict=True)
-                )
-            )
+            bodies = [request(value).SerializeToString() for value in batch]
+            client.send(*(client.call(sid, body) for sid, body in zip(ids, bodies, strict=True)))
             for sid, answer in client.responses(ids, timeout_s=30).items():
                 if answer.status != 0:
                     raise RuntimeError(f"call {sid}: grpc-status {answer.status} {answer.message}")
