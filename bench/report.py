@@ -30,12 +30,7 @@ class Options:
     started: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """`met` is False when a target was measured and missed; None when nothing was judged."""
-
-    met: bool | None
-    results_file: Path | None = None
+Outcome = bool | None  # a section's: False if a target was measured and missed, None: not judged
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
@@ -125,4 +120,4 @@ def conclude(
     path.write_text(json.dumps(_clean(full), indent=2, default=str) + "\n")
     print(f"results: {path}")
     judged = [v for v in verdicts if v is not None]
-    return Outcome(all(judged) if judged else None, path)
+    return all(judged) if judged else None
