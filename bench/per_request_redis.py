@@ -91,7 +91,8 @@ def redis_beside_clients(bench: Bench) -> Iterator[Redis]:
 
 def pin(redis: Redis, pinning: Pinning) -> Redis:
     if pinning.pinned and redis.proc is not None:  # every thread of the running process
-        argv = pinning.taskset(["-a", "-p", str(redis.proc.pid)], pinning.client_cpus)
+        cpus = ",".join(str(c) for c in sorted(pinning.client_cpus))
+        argv = ["taskset", "-a", "-p", "-c", cpus, str(redis.proc.pid)]
         subprocess.run(argv, check=True, capture_output=True)
     return redis
 
