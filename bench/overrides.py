@@ -31,7 +31,7 @@ from bench.workload import DOMAIN, KEY, UNREACHABLE, key_values, rules_dir
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
-from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
+from ratelimit_sidecar.config.overrides import Override, OverrideBounds, parse_override
 from ratelimit_sidecar.service.overrides import AppliedOverrides
 from ratelimit_sidecar.storage.overrides_file import FILE_NAME, FORMAT
 
@@ -146,25 +146,21 @@ def _histogram(metrics: str) -> tuple[float, float]:
     return found.get("count", 0.0), found.get("sum", 0.0)
 
 
+def overrides(values: Sequence[str]) -> list[Override]:
+    """One override per value at the bench rule's limit, as the admin API parses it."""
+    limit = {"unit": "second", "requests_per_unit": UNREACHABLE}
+    bodies = [{"domain": DOMAIN, "descriptor": [{"key": KEY, "value": v}]} for v in values]
+    return [parse_override({**body, "rate_limit": limit}, OverrideBounds()) for body in bodies]
+
+
 def write_state(directory: Path, values: Sequence[str]) -> Path:
-    """A `--state-dir` whose override file holds one override per value (the bench rule's
-    limit), as the file store keeps it: loaded at start, no history."""
+    """A `--state-dir` whose override file holds `values`' overrides as the file store keeps
+    them: loaded at start, no history."""
     directory.mkdir(parents=True, exist_ok=True)
-    documents = {}
-    for value in values:
-        document = dict(parse_override(_body(value), OverrideBounds()).document)
-        documents[str(document["id"])] = document
+    documents = {str(o.document["id"]): dict(o.document) for o in overrides(values)}
     state = {"format": FORMAT, "version": 1, "documents": documents, "changes": []}
     (directory / FILE_NAME).write_text(json.dumps(state))
     return directory
-
-
-def _body(value: str) -> dict[str, object]:
-    return {
-        "domain": DOMAIN,
-        "descriptor": [{"key": KEY, "value": value}],
-        "rate_limit": {"unit": "second", "requests_per_unit": UNREACHABLE},
-    }
 
 
 def loaded_values() -> list[str]:
@@ -175,9 +171,7 @@ def loaded_values() -> list[str]:
 
 def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrides:
     """`values`' overrides as the keeper hands them to the request path."""
-    bounds = OverrideBounds()
-    parsed = [parse_override(_body(value), bounds) for value in values]
-    return AppliedOverrides.of(parsed, version)
+    return AppliedOverrides.of(overrides(values), version)
 
 
 def run(options: Options) -> Outcome:
