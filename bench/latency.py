@@ -9,6 +9,7 @@ transports; the table shows each value's range.
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from bench.load.clients import H2load, LoadShape, percentile
@@ -44,23 +45,21 @@ def run(options: Options) -> Outcome:
     half_grpcio = 0.0
     with tempfile.TemporaryDirectory(prefix="rls-bench-latency-") as tmp:
         workdir = Path(tmp)
+        rules = rules_dir(workdir)
         for round_no in range(rounds):
             for transport in TRANSPORTS if round_no % 2 == 0 else TRANSPORTS[::-1]:
                 flags = ("--transport", transport)
-                sidecar = start_sidecar(
-                    workdir, pinning, rules_dir(workdir), *flags, name=transport
-                )
+                sidecar = start_sidecar(workdir, pinning, rules, *flags, name=transport)
+                load = partial(h2load, sidecar.address, workdir, pinning)
                 try:
-                    full, _ = h2load(sidecar.address, workdir, pinning, seconds=FULL_S)
+                    full, _ = load(seconds=FULL_S)
                     paced = {transport: full / 2}
                     if transport == "grpcio":
                         half_grpcio = full / 2
                     elif half_grpcio:
                         paced["fast at grpcio's half"] = half_grpcio
                     for name, rps in paced.items():
-                        rate, lat = h2load(
-                            sidecar.address, workdir, pinning, seconds=PACED_S, rps=int(rps)
-                        )
+                        rate, lat = load(seconds=PACED_S, rps=int(rps))
                         rows.setdefault(name, []).append((full, rate, percentile(lat, 99)))
                         p99 = rows[name][-1][2]
                         cells = f"full {full:,.0f}, paced {rate:,.0f} req/s, p99 {p99:.2f} ms"
