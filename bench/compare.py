@@ -198,14 +198,10 @@ def report(
     lines += [f"  note: {n}" for row in pooled for n in notes(bench, row)]
     lines += [f"  not measured: {s}" for s in skipped]
     document = {
-        "skipped": list(skipped),
-        "pinning": bench.pinning.describe(),
-        "shape": asdict(shape),
-        "rounds": rounds,
-        "rows": [run_json(row) for row in pooled],
-        "runs": [run_json(run) for run in measured],
-        "comparisons": [as_json(c) for c in found],
-    }
+        "skipped": list(skipped), "pinning": bench.pinning.describe(), "shape": asdict(shape),
+        "rounds": rounds, "rows": [run_json(row) for row in pooled],
+        "runs": [run_json(run) for run in measured], "comparisons": [as_json(c) for c in found],
+    }  # fmt: skip
     return [*lines, "", comparison_table(found)] if found else lines, document
 
 

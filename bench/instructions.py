@@ -202,11 +202,8 @@ def rows(counts: Counts, trees: Sequence[str], cases: Sequence[str]) -> list[lis
 
 
 def render(counts: Counts, trees: Sequence[str], cases: Sequence[str]) -> str:
-    header = [
-        "case",
-        *(f"{t} instr/decision" for t in trees),
-        *(f"{t}/{trees[0]}" for t in trees[1:]),
-    ]
+    first, others = trees[0], trees[1:]
+    header = ["case", *(f"{t} instr/decision" for t in trees), *(f"{t}/{first}" for t in others)]
     lines = [header, *rows(counts, trees, cases)]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 

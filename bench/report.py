@@ -73,19 +73,13 @@ def version(argv: Sequence[str]) -> str | None:
 
 
 def machine() -> dict[str, Any]:
-    model = None
     with open("/proc/cpuinfo", encoding="utf-8") as info:
-        model = next(
-            (ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), None
-        )
+        models = [ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")]
     return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        **{tool: version([tool, flag]) for tool, flag in TOOL_VERSIONS},
-    }
+        "cpus": os.cpu_count(), "cpu_model": models[0] if models else None,
+        "kernel": platform.release(), "python": platform.python_version(),
+        "grpcio": grpc.__version__, **{tool: version([tool, flag]) for tool, flag in TOOL_VERSIONS},
+    }  # fmt: skip
 
 
 TOOL_VERSIONS = (("h2load", "--version"), ("node", "--version"), ("wrk", "-v"))

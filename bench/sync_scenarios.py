@@ -204,15 +204,13 @@ def measure(
     housekeeping = cpu_per_s(reference[1], reference[2])
     idle = between(idle_from, ours[0], housekeeping)  # the fleet idle until the window
     return {
-        "scenario": scenario.name,
-        "requests": len(requests),
-        "admitted": admitted,
+        "scenario": scenario.name, "requests": len(requests), "admitted": admitted,
         "redis_idle_cpu_ms_per_s": housekeeping * 1000,
         "idle_commands_per_s": idle["all_commands"] / idle["seconds"],
         "idle_client_commands_per_s": idle["client_commands"] / idle["seconds"],
         "ours": between(ours[0], ours[2], housekeeping),
         "reference": between(reference[0], reference[2], housekeeping),
-    }
+    }  # fmt: skip
 
 
 def report(results: list[dict[str, Any]]) -> tuple[list[str], bool]:

@@ -218,16 +218,12 @@ class Node(Client):
         latency_file = workdir / "node-latencies.bin"
         latency_file.unlink(missing_ok=True)
         config = {
-            "url": f"http://{address}",
-            "path": wire.METHOD_PATH,
-            "frames": str(frames),
+            "url": f"http://{address}", "path": wire.METHOD_PATH, "frames": str(frames),
             "offset": self.offsets.get(rotation, 0) % len(workload.frames),
-            "connections": shape.connections,
-            "streams": shape.streams,
-            "settleS": shape.settle_s,
-            "durationS": shape.duration_s,
+            "connections": shape.connections, "streams": shape.streams,
+            "settleS": shape.settle_s, "durationS": shape.duration_s,
             "latencyFile": str(latency_file),
-        }
+        }  # fmt: skip
 
         def read(done: list[Output]) -> RawResult:
             (out, err, failure), result = done[0], RawResult()
