@@ -94,11 +94,6 @@ def between(a: dict[str, Any], b: dict[str, Any], idle_cpu_per_s: float) -> dict
     }
 
 
-def cpu_per_s(a: dict[str, Any], b: dict[str, Any]) -> float:
-    """Redis's CPU seconds per second from `a` to `b`."""
-    return float(b["cpu_s"] - a["cpu_s"]) / float(b["at"] - a["at"])
-
-
 def per_node(requests: list[Request], nodes: int, act: Callable[[int, str], object]) -> None:
     """`act(node, user)` for every request, one thread per node, each node's in order."""
 
@@ -143,13 +138,6 @@ def replay_reference(clients: list[redis.Redis], requests: list[Request], window
     per_node(requests, len(clients), count)
 
 
-def sleep_until_window(window_s: int, at_least_s: float) -> None:
-    """Until a window starts at least `at_least_s` from now (+20 ms)."""
-    now = time.time()
-    start = (int((now + at_least_s) // window_s) + 1) * window_s
-    time.sleep(start - now + 0.02)
-
-
 @contextmanager
 def fleet(workdir: Path, scenario: Scenario, redis_url: str) -> Iterator[list[SidecarProcess]]:
     spread = f"unit_multiplier: {scenario.window_s}, spans: {scenario.spans}"
@@ -169,12 +157,13 @@ def over_a_window(
 ) -> tuple[list[dict[str, Any]], object]:
     """Readings at a window start at least `wait_s` away, once `send_all()` returned, and once
     that window has ended and the sync after it has run; and `send_all()`'s answer."""
-    sleep_until_window(scenario.window_s, wait_s)
+    now, window_s = time.time(), scenario.window_s  # to the first window start after `wait_s`
+    time.sleep((int((now + wait_s) // window_s) + 1) * window_s - now + 0.02)
     start = read()
     answer = send_all()
     sent = read()
-    span_s = scenario.window_s / scenario.spans
-    time.sleep(scenario.window_s + span_s + SETTLE_S - time.time() % scenario.window_s)
+    span_s = window_s / scenario.spans
+    time.sleep(window_s + span_s + SETTLE_S - time.time() % window_s)
     return [start, sent, read()], answer
 
 
@@ -201,7 +190,8 @@ def measure(
         reference, _ = over_a_window(read, scenario, replay)
         for replayer in replayers:
             replayer.close()
-    housekeeping = cpu_per_s(reference[1], reference[2])
+    after_replay = between(reference[1], reference[2], 0.0)  # expiries, housekeeping
+    housekeeping = after_replay["cpu_ms"] / 1000 / after_replay["seconds"]
     idle = between(idle_from, ours[0], housekeeping)  # the fleet idle until the window
     return {
         "scenario": scenario.name, "requests": len(requests), "admitted": admitted,
