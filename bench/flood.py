@@ -119,7 +119,7 @@ def run(options: Options) -> Outcome:
         rows.append([mode, counts, str(worst), f"{tracked:,}", passing(held)])
         document[mode] = {"per_minute": minutes, "worst": worst, "tracked_keys": tracked}
     header = ["mode", "heavy clients' admitted per minute", "worst", "tracked keys", "≤ 63"]
-    lines = [f"[{NAME}] {FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "
+    lines = [f"{FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "
              f"{HEAVY_RPS}/s against {LIMIT}/min, --max-keys {MAX_KEYS:,}",
              table(header, rows, left=2)]  # fmt: skip
     return conclude(options, lines, document, verdicts)

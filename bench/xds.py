@@ -94,7 +94,7 @@ def run(options: Options) -> Outcome:
         ["answered its last rules while down", str(answered), "True"],
     ]  # fmt: skip
     lines = [
-        f"[{NAME}] {PUSHES} pushes to {NODES} sidecars; then the control plane down {down_s:g} s",
+        f"{PUSHES} pushes to {NODES} sidecars; then the control plane down {down_s:g} s",
         table(["measure", "value", "target"], rows, left=1),
     ]
     document = {"push_seconds": pushed, "push_p50_s": p50, "push_p99_s": p99, "down_s": down_s,
