@@ -63,9 +63,7 @@ class Empty(wire.RateLimitServiceServicer):
         self.answers = [answer(n) for n in range(PREBUILT + 1)]
 
     async def ShouldRateLimit(  # the gRPC method name
-        self,
-        request: wire.RateLimitRequest,
-        context: grpc.aio.ServicerContext,  # noqa: ARG002 - the servicer signature
+        self, request: wire.RateLimitRequest, _context: grpc.aio.ServicerContext
     ) -> wire.RateLimitResponse:
         count = len(request.descriptors) if self.per_descriptor else 1
         return self.answers[count] if count <= PREBUILT else answer(count)
@@ -119,7 +117,7 @@ class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
     async def StreamRateLimitQuotas(  # the gRPC method name
         self,
         request_iterator: AsyncIterator[rlqs_pb2.RateLimitQuotaUsageReports],
-        context: grpc.aio.ServicerContext,  # noqa: ARG002 - the servicer signature
+        _context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
         async for reports in request_iterator:
             actions = [
