@@ -54,18 +54,13 @@ SECTIONS: dict[str, tuple[str, Callable[[Options], Outcome]]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("sections", nargs="*", metavar="section", help="default: all")
     parser.add_argument("--list", action="store_true", help="list the sections and exit")
     parser.add_argument("--duration", type=float, help="seconds measured per run (override)")
     parser.add_argument("--rounds", type=int, help="alternating rounds per workload (override)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     args = parser.parse_args(argv)
     if args.list:
         for name, (description, _) in SECTIONS.items():
