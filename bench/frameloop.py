@@ -13,6 +13,7 @@ from typing import Any
 
 import hpack
 
+from harness.h2raw import grpc_message
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.connection import H2Connection
@@ -78,9 +79,8 @@ def reads(bodies: Sequence[bytes], count: int, calls: int) -> list[bytes]:
         frames = []
         for body in (bodies[(index * calls + i) % len(bodies)] for i in range(calls)):
             block = encoder.encode(HEADERS)
-            message = b"\0" + len(body).to_bytes(4) + body
             frames.append(f.frame(f.HEADERS, f.END_HEADERS, stream, block))
-            frames.append(f.frame(f.DATA, f.END_STREAM, stream, message))
+            frames.append(f.frame(f.DATA, f.END_STREAM, stream, grpc_message(body)))
             stream += 2
         out.append(b"".join(frames))
     return out

@@ -31,9 +31,9 @@ from limits import RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.errors import StorageError
 
+from harness.rlqs_server import Action, assignment, blanket
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
-from ratelimit_sidecar._proto.envoy.type.v3 import ratelimit_strategy_pb2
 from ratelimit_sidecar.server.transport.server import FastServer
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
@@ -102,13 +102,7 @@ class Limits(wire.RateLimitServiceServicer):
         return int(await self.storage.incr(key, self.item.get_expiry()))
 
 
-Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
-ALLOW_ALL_FOR_AN_HOUR = Action.QuotaAssignmentAction(
-    rate_limit_strategy=ratelimit_strategy_pb2.RateLimitStrategy(
-        blanket_rule=ratelimit_strategy_pb2.RateLimitStrategy.ALLOW_ALL
-    )
-)
-ALLOW_ALL_FOR_AN_HOUR.assignment_time_to_live.FromSeconds(3600)
+ALLOW_ALL_FOR_AN_HOUR = assignment(blanket("ALLOW_ALL"), 3600)
 
 
 class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):

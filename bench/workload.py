@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.h2raw import grpc_message
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleDefaults, RuleSet
@@ -63,11 +64,6 @@ def key_values(count: int, prefix: str = "c") -> list[str]:
     return [f"{prefix}{i:0{width}d}" for i in range(count)]
 
 
-def grpc_frame(message: bytes) -> bytes:
-    """gRPC message framing: compressed flag 0, 4-byte big-endian length, the message."""
-    return struct.pack(">BI", 0, len(message)) + message
-
-
 def unframe(frame: bytes) -> bytes:
     flag, length = struct.unpack(">BI", frame[:5])
     if flag != 0 or length != len(frame) - 5:
@@ -76,7 +72,7 @@ def unframe(frame: bytes) -> bytes:
 
 
 def workload(name: str, values: Iterable[str]) -> Workload:
-    return Workload(name, [grpc_frame(request(v).SerializeToString()) for v in values])
+    return Workload(name, [grpc_message(request(v).SerializeToString()) for v in values])
 
 
 def hot_10() -> Workload:
