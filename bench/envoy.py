@@ -20,7 +20,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from bench import compare
@@ -44,8 +43,6 @@ TARGET_RATIO = 0.90
 STACKS = ("empty", "empty-4", "sidecar", "sidecar-grpcio", "plain")
 SERVICES = {"rlqs-allow-all": "rlqs-allow"}  # stack -> bench.services kind, where they differ
 MAX_CPU_VS_PLAIN = 2.5
-FILTER_START = "                  - name: envoy.filters.http.ratelimit\n"
-FILTER_END = "                  - name: envoy.filters.http.router\n"
 DOMAIN, API_KEY = "gateway", "bench"
 # The template sends four descriptors for this request: api_key, api_key+path, remote_address
 # and generic_key. Only the API key has a rule, with a limit no run can reach; the other three
@@ -83,7 +80,7 @@ class Stack:
             self.envoy = EnvoyProcess(
                 bench.workdir, port, f"envoy-{name}", domain=DOMAIN,
                 wrap=partial(bench.pinning.taskset, cpus=bench.pinning.server_cpus),
-                template=template if self.service else without_filter(bench),
+                template=template, tune=None if self.service else without_filter,
             ).wait_ready()  # fmt: skip
         except BaseException:
             if self.service is not None:
@@ -114,13 +111,12 @@ class Stack:
             self.service.stop()
 
 
-def without_filter(bench: Bench) -> Path:
-    """The project's Envoy template less its rate limit filter."""
-    text = TEMPLATE.read_text()
-    start = text.index(FILTER_START)
-    path = bench.workdir / "envoy-plain.yaml.tmpl"
-    path.write_text(text[:start] + text[text.index(FILTER_END, start) :])
-    return path
+def without_filter(bootstrap: dict[str, Any]) -> None:
+    """The project's Envoy bootstrap less its rate limit filter (plain Envoy)."""
+    for listener in bootstrap["static_resources"]["listeners"]:
+        manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        filters = manager["http_filters"]
+        filters[:] = [f for f in filters if f["name"] != "envoy.filters.http.ratelimit"]
 
 
 def rls_failures(run: Run) -> tuple[int, str]:
