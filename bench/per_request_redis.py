@@ -28,12 +28,13 @@ import grpc
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import Client, H2load, Node, should_rate_limit
+from bench.load.clients import Client, H2load, Node
 from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, passing, table
 from bench.workload import Workload, hot_10, rules_dir, unframe
+from harness.grpc_client import rls_stub
 from harness.redis_servers import ServerProcess as Redis
 from harness.redis_servers import server_group
 from ratelimit_sidecar._proto import wire
@@ -73,9 +74,9 @@ def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
     """One request on a connected, otherwise idle server: (status, seconds, error detail)."""
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=5.0)  # connecting is not timed
-        started = time.perf_counter()
+        message, started = wire.RateLimitRequest.FromString(unframe(frame)), time.perf_counter()
         try:
-            reply = should_rate_limit(channel)(unframe(frame), timeout=ANSWER_TIMEOUT_S)
+            reply = rls_stub(channel).ShouldRateLimit(message, timeout=ANSWER_TIMEOUT_S)
         except grpc.RpcError as exc:
             return exc.code().name, time.perf_counter() - started, exc.details() or ""
         return wire.Code.Name(reply.overall_code), time.perf_counter() - started, ""

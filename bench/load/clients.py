@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from bench.workload import Workload, unframe
+from harness.grpc_client import rls_stub
 from ratelimit_sidecar._proto import wire
 
 NODE_SCRIPT = Path(__file__).parents[1] / "grpc_load.js"
@@ -107,13 +108,6 @@ def spawn(argvs: Iterable[list[str]], read: Callable[[list[Output]], RawResult])
     return Load(procs, read)
 
 
-def should_rate_limit(channel: grpc.Channel) -> grpc.UnaryUnaryMultiCallable:
-    """ShouldRateLimit on `channel`, sending request bodies as they are."""
-    return channel.unary_unary(
-        wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
-    )
-
-
 class Client:
     """A load generator: `check` sends a few requests as the load would and raises if one is
     not answered OK; `start` begins a run, its command lines prefixed with `prefix` (taskset)."""
@@ -133,9 +127,10 @@ class Client:
         step = max(1.0, (len(frames) - 1) / (PROBE_SAMPLES - 1))
         sample = [frames[round(i * step)] for i in range(min(len(frames), PROBE_SAMPLES))]
         with grpc.insecure_channel(address) as channel:
-            call = should_rate_limit(channel)
+            call = rls_stub(channel).ShouldRateLimit
             for frame in sample:
-                code = call(unframe(frame), timeout=5.0).overall_code
+                message = wire.RateLimitRequest.FromString(unframe(frame))
+                code = call(message, timeout=5.0).overall_code
                 if code != wire.Code.OK:
                     raise RuntimeError(f"{address}: {wire.Code.Name(code)}, expected OK")
 
