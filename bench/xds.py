@@ -19,6 +19,7 @@ import grpc
 
 from bench.report import Options, Outcome, conclude, fmt, table
 from harness.grpc_client import request, rls_stub
+from harness.process import wait_ready
 from harness.sidecar import SidecarProcess
 from harness.xds_server import GATEWAY_DOMAIN, GATEWAY_PREFIX, AdsServer, gateway_config
 
@@ -56,8 +57,7 @@ def reconnects(ads: AdsServer, node: SidecarProcess, down_s: float) -> tuple[lis
     """Attempts per minute (the last one partial) while the control plane is down; whether the
     node answered its last limit at every check."""
     ads.push([gateway_config(42)], "before-down")
-    while limit_seen(node, 1) != 42:
-        time.sleep(0.05)
+    wait_ready(lambda: limit_seen(node, 1) == 42, None, 10)
     ads.stop()
     counts, answered, started = [node.metric("xds_connect_attempts_total")], True, time.monotonic()
     while (elapsed := time.monotonic() - started) < down_s:
