@@ -63,8 +63,7 @@ class Bench:
 
     def load(self, seconds: float) -> Bench:
         """The same, with `seconds` measured and no settle time."""
-        shape = LoadShape(self.shape.connections, self.shape.streams, 0.0, seconds)
-        return Bench(shape, self.pinning, self.workdir, self.retry_until)
+        return replace(self, shape=replace(self.shape, settle_s=0.0, duration_s=seconds))
 
 
 @dataclass(slots=True)
