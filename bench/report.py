@@ -8,7 +8,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -62,8 +61,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 3) -
 
 def version(argv: Sequence[str]) -> str | None:
     """The first line a tool prints for its version, None if it is not installed."""
-    if shutil.which(argv[0]) is None:
-        return None
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):

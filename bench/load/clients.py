@@ -155,20 +155,17 @@ class H2load(Client):
         per_body, rest = divmod(shape.connections, len(workload.frames))
         if rest or not per_body:
             raise ValueError(f"h2load cannot spread {shape.connections} connections evenly")
-        argvs, logs = [], []
+        argv = [*prefix, "h2load", "-t", "1", "-c", str(per_body), "-m", str(shape.streams)]
+        argv += ["-D", f"{round(shape.duration_s * 1000)}ms"]
+        argv += ["--rps", str(max(1, shape.rps // shape.connections))] if shape.rps else []
+        argv += ["--warm-up-time", f"{round(shape.settle_s * 1000)}ms"] if shape.settle_s else []
+        argv += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+        argvs, logs, url = [], [], f"http://{address}{wire.METHOD_PATH}"
         for index, frame in enumerate(workload.frames):
             body, log = workdir / f"h2load-body-{index}.bin", workdir / f"h2load-{index}.log"
             body.write_bytes(frame)
             log.unlink(missing_ok=True)
-            argv = [*prefix, "h2load", "-t", "1", "-c", str(per_body), "-m", str(shape.streams)]
-            argv += ["-D", f"{round(shape.duration_s * 1000)}ms"]
-            if shape.rps:
-                argv += ["--rps", str(max(1, shape.rps // shape.connections))]
-            if shape.settle_s > 0:
-                argv += ["--warm-up-time", f"{round(shape.settle_s * 1000)}ms"]
-            argv += ["-d", str(body), "--log-file", str(log)]
-            argv += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-            argvs.append([*argv, f"http://{address}{wire.METHOD_PATH}"])
+            argvs.append([*argv, "-d", str(body), "--log-file", str(log), url])
             logs.append(log)
         return spawn(argvs, lambda done: self.read(logs, done))
 
