@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.load import runs
 from bench.load.runs import SATURATED_PCT, Bench, Run
-from bench.report import fmt, pct, table
+from bench.report import fmt, passing, pct, table
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +51,8 @@ class Comparison:
     def verdict(self) -> str:
         if self.target is None:
             return "-"
-        if self.passed is not None:
-            return "PASS" if self.passed else "FAIL"
-        if self.ratio is None:
-            return "NOT MEASURED"
+        if self.passed is not None or self.ratio is None:
+            return passing(self.passed)
         return "INVALID (failed requests)" if self.errors else "INCONCLUSIVE (other load)"
 
 
