@@ -1,9 +1,7 @@
-"""p99 of honest calls while another connection abuses the fast transport.
-
-h2load paced at PACED_RPS against the pinned sidecar, while one abuser (from
-test_transport_abuse.py) loops on the load generators' core, a fresh connection each time: a PING
-flood, rapid reset, a CONTINUATION flood, a slow reader. Each row beside a run without. No
-target.
+"""p99 of honest calls while another connection abuses the fast transport: h2load paced at
+PACED_RPS against the pinned sidecar, beside one abuser (from test_transport_abuse.py) looping on
+the load generators' core on fresh connections: a PING flood, rapid reset, a CONTINUATION flood,
+a slow reader; and a run without. No target.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""End to end through Envoy: wrk → Envoy → a rate limit service, against the same Envoy calling
-other services or none. `bench rlqs` builds its stacks here too.
+"""End to end: wrk → Envoy → a rate limit service, against the same Envoy calling other services
+or none (`bench rlqs` builds its stacks here too).
 
-A stack is an Envoy (`--concurrency 1`, one of the project's templates) and its own service,
-both on the server CPU; wrk (HTTP/1.1, `x-api-key: bench`) and this driver on the other. By name:
-empty (`bench.services empty`: the target's baseline); empty-4 (one status per descriptor, as
-the sidecar answers the template's four: a like-for-like cross-check); sidecar (local-only, a
-limit no run reaches on the API key; sidecar-grpcio on grpcio); plain (no rate limit filter: the
-gateway's own cost); rlqs-… (envoy/envoy-rlqs.yaml.tmpl instead). One stack runs at a time.
-Envoy fails open, so its ratelimit counters are read per run: errors, fail-open decisions,
-OVER_LIMIT answers or fewer OK answers than requests count as failed requests.
+A stack is an Envoy (`--concurrency 1`, a project template) and its own service on the server
+CPU; wrk (HTTP/1.1, `x-api-key: bench`) and this driver on the other. By name: empty (the
+target's baseline); empty-4 (one status per descriptor, as the sidecar answers the template's
+four: a like-for-like cross-check); sidecar (local-only, a limit no run reaches on the API key;
+sidecar-grpcio on grpcio); plain (no rate limit filter: the gateway's own cost); rlqs-… (the
+rate_limit_quota template). One stack runs at a time. Envoy fails open, so its ratelimit counters
+are read per run: errors, fail-open decisions, OVER_LIMIT or missing answers are failed requests.
 
 Targets: the sidecar stack reaches 90 % of the empty stack's RPS, and at most 2.5 times plain
 Envoy's CPU per request (Envoy's and the sidecar's, from /proc).

@@ -1,9 +1,8 @@
 """A flood of fresh descriptor values against a few heavy clients: are they held to their limit?
-
 A tester's reset attempt: `--max-keys 50000`, 300,000 random `api_key` values at about 2,700/s,
-and five heavy clients at 2/s against 60 a minute. Target: every heavy client admitted at most 63
-(x 1.05) in every whole minute, local-only and with Redis, the key table bounded. Local-only runs
-in-process on a fake clock; with Redis on the real clock (about two minutes).
+five heavy clients at 2/s against 60 a minute. Target: every heavy client admitted at most 63
+(x 1.05) in every whole minute, local-only (in-process, fake clock) and with Redis (real clock,
+about two minutes), the key table bounded.
 """
 
 from __future__ import annotations

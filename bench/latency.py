@@ -1,9 +1,7 @@
 """p99 of a decision at half the saturation rate, per transport (sidecar pinned, h2load on the
-other core).
-
-Per transport and round: a full-speed run gives the saturation rate, a run paced at half of it
-the percentiles; a third paces grpcio's half rate on the fast transport. Rounds alternate the
-transports; the table shows each value's range.
+other core). Per transport and round: a full-speed run gives the saturation rate, a run paced at
+half of it the percentiles; a third paces grpcio's half rate on the fast transport. Rounds
+alternate the transports; the table shows each value's range.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""Runtime overrides (issue #15): how fast a change reaches every node, and what a large set
-costs the request path.
+"""Runtime overrides (issue #15): how fast a change reaches every node, and what a large set costs
+the request path.
 
 - propagation: three sidecars on one Redis; `CHANGES` PUTs, each on the next node in turn, timed
-  until each other node shows the new version in /debug/rules (polled: an upper bound including the
-  PUT's round trip); beside it each node's `overrides_propagation_seconds` histogram. Target: p99
-  under 1 s.
-- overhead: `bench overhead`'s load against a sidecar without overrides and one with `LOADED` (from
-  a `--state-dir` file: no Redis), alternating rounds. The overrides cover every hot-10 value and
-  the first distinct-100k values with the bench rule's limit, so requests both meet and miss them.
-  Target: ratio at least `TARGET_RATIO` (bench.compare).
+  until each other node shows the new version in /debug/rules (polled: an upper bound with the
+  PUT's round trip), beside each node's `overrides_propagation_seconds`. Target: p99 under 1 s.
+- overhead: `bench overhead`'s load against a sidecar without overrides and one with `LOADED`
+  (a `--state-dir` file, no Redis) covering every hot-10 value and the first distinct-100k ones,
+  so requests both meet and miss them. Target: ratio at least `TARGET_RATIO` (bench.compare).
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""What the background sync costs Redis, and what a tracked key costs memory.
+"""What the background sync costs Redis, and what a tracked key costs memory; the real limiter and
+sync loop against a real Redis:
 
-The real limiter and sync loop against a real Redis started here:
-* one span at 1k / 10k / 100k active keys: round trips, Redis commands, sync time (target:
-  100k keys synced in at most 25 % of a 10 s span, in one round trip);
+* one span at 1k / 10k / 100k active keys: round trips, Redis commands, sync time (target: 100k
+  keys in one round trip and at most 25 % of a 10 s span);
 * Redis commands per second at R and 2R requests per second over the same keys (target: equal
-  within ±5 %): the sync cost follows the number of active keys, not the traffic;
-* long tail and hot keys, three sidecars against envoyproxy/ratelimit's per-request commands
-  (sync_scenarios.py): Redis commands per request and Redis CPU;
-* memory per tracked key with tracemalloc, counter state plus the compiled request the handler
-  keeps for it (target: at most 1 KiB).
+  within ±5 %): the cost follows the active keys, not the traffic;
+* long tail and hot keys on three sidecars against envoyproxy/ratelimit's per-request commands
+  (sync_scenarios.py);
+* memory per tracked key (tracemalloc: counter state and compiled request; target ≤ 1 KiB).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Strict rules against the per-request-Redis baseline, on the same stack and the same Redis.
-
-The baseline is `bench per-request-redis`'s `limits` service (per descriptor one INCRBY + EXPIRE
-call). Each sidecar runs the bench rule strict (`on_store_failure: deny`, so a failed check
-cannot pass for a decision) for one algorithm: every request waits for one `strict.lua` call.
-Hot-10 with h2load in alternating rounds; Redis on the load generators' core. A failed or
-breaker-refused strict check (from /metrics) counts as a failed request.
+"""Strict rules against `bench per-request-redis`'s `limits` service (one INCRBY + EXPIRE per
+descriptor), on the same stack and Redis (on the load generators' core). Each sidecar runs the
+bench rule strict for one algorithm with `on_store_failure: deny` (a failed check cannot pass for
+a decision): every request waits for one `strict.lua` call. Hot-10 with h2load in alternating
+rounds; a failed or breaker-refused strict check (from /metrics) is a failed request.
 
 Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medians over rounds).
 """

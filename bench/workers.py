@@ -1,10 +1,8 @@
-"""What `--workers 2` gives over `--workers 1` on this machine, and what the metrics cost.
-
-The real CLI (local-only, the bench rule) under h2load's hot-10 over 20 connections: SO_REUSEPORT
-spreads connections, not requests, so each worker's /metrics tells the split it served. Unpinned:
-2 workers need both cores, so the load generator shares them (the report says how much it took).
-The metrics' cost per request is timed in-process against 1 worker's CPU time per request. No
-target.
+"""What `--workers 2` gives over `--workers 1` on this machine, and what the metrics cost. The real
+CLI (local-only) under h2load's hot-10 over 20 connections: SO_REUSEPORT spreads connections,
+not requests, so each worker's /metrics tells its share. Unpinned: 2 workers need both cores,
+so the load generator shares them. The metrics' cost is timed in-process against 1 worker's CPU
+time per request. No target.
 """
 
 from __future__ import annotations

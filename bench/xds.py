@@ -3,10 +3,10 @@ while its control plane is down.
 
 - propagation: three sidecars on one ADS server; `PUSHES` pushes, each timed until every node
   answers the new limit (polled: an upper bound). Target: p99 under 1 s.
-- reconnects: one sidecar with the default backoff (3 s doubling to 60 s, jittered in its upper
-  half); the control plane stopped, `xds_connect_attempts_total` read every minute for `DOWN_S`
-  (`--duration`). Target: at most `MAX_FIRST_MINUTE` attempts in the first minute and
-  `MAX_LATER_MINUTE` after, answering from its last rules all along.
+- reconnects: one sidecar with the default backoff (3 s doubling to 60 s, jittered); the control
+  plane stopped, `xds_connect_attempts_total` read every minute for `DOWN_S` (`--duration`).
+  Target: at most `MAX_FIRST_MINUTE` attempts in the first minute and `MAX_LATER_MINUTE` after,
+  answering from its last rules all along.
 """
 
 from __future__ import annotations
