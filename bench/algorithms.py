@@ -39,14 +39,14 @@ def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
 
 
 def run(options: Options) -> Outcome:
-    rounds, skipped = options.rounds or ROUNDS, list[str]()
+    rounds = options.rounds or ROUNDS
     with runs.session(options, RETRY_BUDGET_S) as bench:
         starters = [partial(start_service, bench.workdir, bench.pinning, "empty")]
         starters += [partial(start_algorithm, bench, algorithm) for algorithm in AlgorithmName]
-        measured = each_plan(bench, plans(full=False), starters, rounds, skipped)
+        measured = each_plan(bench, plans(full=False), starters, rounds)
     names = [a.text for a in AlgorithmName]
     found = compare.against(measured, "empty", names, target=TARGET_RATIO, by_cpu=True)
-    lines, document = compare.report(bench, measured, rounds, found, legend=LEGEND, skipped=skipped)
+    lines, document = compare.report(bench, measured, rounds, found, legend=LEGEND)
     return conclude(options, lines, document, compare.verdicts(found))
 
 

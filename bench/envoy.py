@@ -132,14 +132,13 @@ def rls_failures(run: Run) -> tuple[int, str]:
 
 def gateway(
     options: Options, shape: LoadShape, retry_s: float, measure: Callable[[Bench], list[Run]]
-) -> tuple[Bench, list[Run], list[str]]:
-    """The section's runs (none without wrk or Envoy: `skipped` says why), failures counted."""
-    skipped: list[str] = []
-    found = runs.usable([Wrk({})], skipped) and envoy_found(skipped)
+) -> tuple[Bench, list[Run]]:
+    """The section's runs (none without wrk or Envoy: the bench says why), failures counted."""
     whole_seconds = replace(options, duration_s=math.ceil(options.duration_s or shape.duration_s))
     with runs.session(whole_seconds, retry_s, shape) as bench:
+        found = runs.usable(bench, [Wrk({})]) and envoy_found(bench.skipped)
         measured = runs.with_failures(measure(bench), rls_failures) if found else []
-    return bench, measured, skipped
+    return bench, measured
 
 
 def envoy_found(skipped: list[str]) -> bool:
@@ -170,7 +169,7 @@ def measure(bench: Bench, rounds: int) -> list[Run]:
 def run(options: Options) -> Outcome:
     rounds = options.rounds or ROUNDS
     shape, measure_all = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S), partial(measure, rounds=rounds)
-    bench, measured, skipped = gateway(options, shape, RETRY_BUDGET_S, measure_all)
+    bench, measured = gateway(options, shape, RETRY_BUDGET_S, measure_all)
     found = [
         compare.compare(measured, "sidecar", "empty", WORK.name, Wrk.name, target=TARGET_RATIO),
         compare.compare(measured, "sidecar", "empty-4", WORK.name, Wrk.name),
@@ -183,9 +182,7 @@ def run(options: Options) -> Outcome:
         return "" if not plain or own is None or row.server == "plain" else f"{own / plain:.2f}x"
 
     columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
-    lines, document = compare.report(
-        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
-    )
+    lines, document = compare.report(bench, measured, rounds, found, columns=columns, legend=LEGEND)
     document |= details(measured)
     verdicts = [*compare.verdicts(found), passed]
     return conclude(options, [*lines, text], document, verdicts)

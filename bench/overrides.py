@@ -179,15 +179,14 @@ def run(options: Options) -> Outcome:
     lines = propagation_table(propagation)
     print("\n".join(lines))
     print(f"  request path under load with {LOADED:,} overrides loaded vs none")
-    skipped: list[str] = []
     with runs.session(options, overhead.RETRY_BUDGET_S) as bench:
         state = write_state(bench.workdir / "state", loaded_values())
         at, flags = (bench.workdir, bench.pinning), ("--max-keys", str(overhead.MAX_KEYS))
         start = partial(start_sidecar, *at, rules_dir(bench.workdir), *flags)
         loaded = partial(start, "--state-dir", str(state), name="with-10k")
-        measured = each_plan(bench, plans(full=False), [start, loaded], rounds, skipped)
+        measured = each_plan(bench, plans(full=False), [start, loaded], rounds)
     found = compare.against(measured, "sidecar", ["with-10k"], target=TARGET_RATIO, by_cpu=True)
-    load_lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    load_lines, document = compare.report(bench, measured, rounds, found)
     lines += load_lines
     document["propagation"] = asdict(propagation)
     verdicts = [propagation_met(propagation), *compare.verdicts(found)]

@@ -173,11 +173,10 @@ gRPC status checked) during the outage."""
 
 
 def run(options: Options) -> Outcome:
-    rounds, skipped = options.rounds or ROUNDS, list[str]()
-    clients = runs.usable([H2load(), Node()], skipped)
+    rounds = options.rounds or ROUNDS
     measured, outages = list[Run](), list[Outage]()
     with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
-        if clients:
+        if clients := runs.usable(bench, [H2load(), Node()]):
             outage_s = options.duration_s or OUTAGE_S
             measured, outages = measure(bench, redis, clients, rounds, outage_s)
     found = [
@@ -188,7 +187,7 @@ def run(options: Options) -> Outcome:
                                ("empty", None))
     ]  # fmt: skip
     judged = [judge_outage(outages, redis) for redis in ("hung", "down")]
-    lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    lines, document = compare.report(bench, measured, rounds, found)
     lines += ["", outage_table(outages), LEGEND]
     lines += [text for _, text in judged]
     document["outages"] = [

@@ -72,7 +72,7 @@ def measure(bench: Bench, rounds: int, problems_found: list[str]) -> list[Run]:
 
 def run(options: Options) -> Outcome:
     rounds, problems_found = options.rounds or ROUNDS, list[str]()
-    bench, measured, skipped = gateway(
+    bench, measured = gateway(
         options, SHAPE, 0.0, partial(measure, rounds=rounds, problems_found=problems_found)
     )
     found = [
@@ -81,9 +81,7 @@ def run(options: Options) -> Outcome:
     ]
     columns = [("RPS per core", lambda r: fmt(r.per_cpu_second))]
     columns += [role_us("envoy"), role_us("service")]
-    lines, document = compare.report(
-        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
-    )
+    lines, document = compare.report(bench, measured, rounds, found, columns=columns, legend=LEGEND)
     lines += [f"  INVALID: {p}" for p in problems_found]
     document |= details(measured) | {"problems": problems_found}
     verdicts = [False if problems_found else found[0].passed]

@@ -110,10 +110,10 @@ def measure(bench: Bench, redis_url: str, rounds: int) -> list[Run]:
 
 
 def run(options: Options) -> Outcome:
-    rounds, skipped = options.rounds or ROUNDS, list[str]()
+    rounds = options.rounds or ROUNDS
     measured: list[Run] = []
     with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
-        if runs.usable([H2load()], skipped):
+        if runs.usable(bench, [H2load()]):
             measured = runs.with_failures(measure(bench, store.url, rounds), undecided)
     names = [f"strict {a.text}" for a in AlgorithmName]
     found = compare.against(measured, BASELINE, names, target=TARGET_RATIO, p99_no_worse=True)
@@ -121,9 +121,7 @@ def run(options: Options) -> Outcome:
         ("Redis µs/call", lambda row: fmt(script_us(row), 1)),
         ("strict checks", checks_cell),
     ]
-    lines, document = compare.report(
-        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
-    )
+    lines, document = compare.report(bench, measured, rounds, found, columns=columns, legend=LEGEND)
     return conclude(options, lines, document, compare.verdicts(found))
 
 

@@ -119,14 +119,14 @@ on the machine; split = decisions per worker (each worker's /metrics)."""
 
 
 def run(options: Options) -> Outcome:
-    rounds, skipped = options.rounds or ROUNDS, list[str]()
+    rounds = options.rounds or ROUNDS
     added, measured = metrics_added_us(), list[Run]()
     with runs.session(options, RETRY_BUDGET_S, SHAPE, pin=False) as bench:
-        if clients := runs.usable([H2load()], skipped):
+        if clients := runs.usable(bench, [H2load()]):
             work, starters = hot_10(), [partial(Fleet, count, bench) for count in WORKER_COUNTS]
             measured = runs.side_by_side(bench, starters, clients, work, rounds, warm=WARM_UP_S)
     lines, document = compare.report(
-        bench, measured, rounds, columns=[("split", split)], legend=LEGEND, skipped=skipped
+        bench, measured, rounds, columns=[("split", split)], legend=LEGEND
     )
     lines += summary(measured, added)
     document["metrics_added_us"] = added

@@ -60,6 +60,7 @@ class Bench:
     pinning: cpu.Pinning
     workdir: Path
     retry_until: float  # time.monotonic(): noisy runs are repeated only before this
+    skipped: list[str] = field(default_factory=list)  # what was not measured, and why
 
     def load(self, seconds: float) -> Bench:
         """The same, with `seconds` measured and no settle time."""
@@ -116,11 +117,11 @@ def session(
         yield Bench(shape, pinning, Path(tmp), time.monotonic() + retry_s)
 
 
-def usable(clients: Sequence[Client], skipped: list[str], label: str = "") -> list[Client]:
-    """The clients installed here; why each other one is not, added to `skipped`."""
+def usable(bench: Bench, clients: Sequence[Client], label: str = "") -> list[Client]:
+    """The clients installed here; why each other one is not, added to the bench's skipped."""
     found = [client for client in clients if client.unavailable() is None]
     missing = [client for client in clients if client not in found]
-    skipped += [f"{label}{client.name}: {client.unavailable()}" for client in missing]
+    bench.skipped.extend(f"{label}{client.name}: {client.unavailable()}" for client in missing)
     return found
 
 
