@@ -39,14 +39,13 @@ def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
 
 
 def run(options: Options) -> Outcome:
-    rounds = options.rounds or ROUNDS
-    with runs.session(options, RETRY_BUDGET_S) as bench:
+    with runs.session(options, RETRY_BUDGET_S, ROUNDS) as bench:
         starters = [partial(start_service, bench.workdir, bench.pinning, "empty")]
         starters += [partial(start_algorithm, bench, algorithm) for algorithm in AlgorithmName]
-        measured = each_plan(bench, plans(full=False), starters, rounds)
+        measured = each_plan(bench, plans(full=False), starters)
     names = [a.text for a in AlgorithmName]
     found = compare.against(measured, "empty", names, target=TARGET_RATIO, by_cpu=True)
-    lines, document = compare.report(bench, measured, rounds, found, legend=LEGEND)
+    lines, document = compare.report(bench, measured, found, legend=LEGEND)
     return conclude(options, lines, document, compare.verdicts(found))
 
 

@@ -174,7 +174,6 @@ def run_json(run: Run) -> dict[str, Any]:
 def report(
     bench: Bench,
     measured: Sequence[Run],
-    rounds: int,
     found: Sequence[Comparison] = (),
     *,
     columns: Sequence[Column] = (),
@@ -187,7 +186,7 @@ def report(
     body = [cells(row) + [cell(row) for _, cell in columns] for row in pooled]
     settle = f" (after {shape.settle_s:g} s settle)" if shape.settle_s else ""
     lines = [
-        f"\n{shape.connections} connections x {shape.streams} in flight; {rounds} rounds of "
+        f"\n{shape.connections} connections x {shape.streams} in flight; {bench.rounds} rounds of "
         f"{shape.duration_s:g} s per row{settle}; pinning: {bench.pinning.describe()}",
         table((*LOAD_HEADER, *(name for name, _ in columns)), body),
         LOAD_LEGEND + (f"\n{legend}" if legend else ""),
@@ -196,7 +195,7 @@ def report(
     lines += [f"  not measured: {s}" for s in skipped]
     document = {
         "skipped": list(skipped), "pinning": bench.pinning.describe(), "shape": asdict(shape),
-        "rounds": rounds, "rows": [run_json(row) for row in pooled],
+        "rounds": bench.rounds, "rows": [run_json(row) for row in pooled],
         "runs": [run_json(run) for run in measured], "comparisons": [as_json(c) for c in found],
     }  # fmt: skip
     return [*lines, "", comparison_table(found)] if found else lines, document

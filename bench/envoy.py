@@ -50,6 +50,7 @@ RULES_YAML = rules_yaml(domain=DOMAIN, key="api_key")
 STATS = ("ok", "error", "failure_mode_allowed", "over_limit")
 STATS_PREFIX = "cluster.backend.ratelimit."  # the route's cluster keeps the filter's counters
 WORK = Workload("api-key", [])  # wrk sends one request: GET / with the API key
+Measure = Callable[[Bench], list[Run]]
 
 
 def calls_rls(stack: str) -> bool:
@@ -131,11 +132,11 @@ def rls_failures(run: Run) -> tuple[int, str]:
 
 
 def gateway(
-    options: Options, shape: LoadShape, retry_s: float, measure: Callable[[Bench], list[Run]]
+    options: Options, shape: LoadShape, retry_s: float, rounds: int, measure: Measure
 ) -> tuple[Bench, list[Run]]:
     """The section's runs (none without wrk or Envoy: the bench says why), failures counted."""
     whole_seconds = replace(options, duration_s=math.ceil(options.duration_s or shape.duration_s))
-    with runs.session(whole_seconds, retry_s, shape) as bench:
+    with runs.session(whole_seconds, retry_s, rounds, shape) as bench:
         found = runs.usable(bench, [Wrk({})]) and envoy_found(bench.skipped)
         measured = runs.with_failures(measure(bench), rls_failures) if found else []
     return bench, measured
@@ -160,16 +161,15 @@ def details(measured: Sequence[Run]) -> dict[str, Any]:
     return {"envoy": envoy, "sidecar_rules": RULES_YAML}
 
 
-def measure(bench: Bench, rounds: int) -> list[Run]:
+def measure(bench: Bench) -> list[Run]:
     wrk = Wrk({"x-api-key": API_KEY})
     starters = [partial(Stack, name, bench) for name in STACKS]
-    return runs.side_by_side(bench, starters, [wrk], WORK, rounds, warm=WARM_UP_S)
+    return runs.side_by_side(bench, starters, [wrk], WORK, warm=WARM_UP_S)
 
 
 def run(options: Options) -> Outcome:
-    rounds = options.rounds or ROUNDS
-    shape, measure_all = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S), partial(measure, rounds=rounds)
-    bench, measured = gateway(options, shape, RETRY_BUDGET_S, measure_all)
+    shape = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S)
+    bench, measured = gateway(options, shape, RETRY_BUDGET_S, ROUNDS, measure)
     found = [
         compare.compare(measured, "sidecar", "empty", WORK.name, Wrk.name, target=TARGET_RATIO),
         compare.compare(measured, "sidecar", "empty-4", WORK.name, Wrk.name),
@@ -182,7 +182,7 @@ def run(options: Options) -> Outcome:
         return "" if not plain or own is None or row.server == "plain" else f"{own / plain:.2f}x"
 
     columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
-    lines, document = compare.report(bench, measured, rounds, found, columns=columns, legend=LEGEND)
+    lines, document = compare.report(bench, measured, found, columns=columns, legend=LEGEND)
     document |= details(measured)
     verdicts = [*compare.verdicts(found), passed]
     return conclude(options, [*lines, text], document, verdicts)

@@ -92,7 +92,6 @@ def each_plan(
     bench: Bench,
     all_plans: Sequence[Plan],
     starters: Sequence[Callable[[], ServerProcess]],
-    rounds: int,
 ) -> list[Run]:
     """Per plan whose clients are installed, the servers side by side, each warmed up with the
     plan's first client."""
@@ -100,9 +99,7 @@ def each_plan(
     for plan in all_plans:
         if clients := runs.usable(bench, plan.clients, f"{plan.workload.name} with "):
             warm = partial(warm_up, bench, client=clients[0], plan=plan)
-            measured += runs.side_by_side(
-                bench, starters, clients, plan.workload, rounds, warm=warm
-            )
+            measured += runs.side_by_side(bench, starters, clients, plan.workload, warm=warm)
     return measured
 
 
@@ -168,9 +165,9 @@ def ceiling(versus_empty: compare.Comparison, empty: Run | None, bare_us: float)
 
 
 def run(options: Options) -> Outcome:
-    all_plans, rounds = plans(), options.rounds or ROUNDS
-    with runs.session(options, RETRY_BUDGET_S) as bench:
-        measured = each_plan(bench, all_plans, starters(bench), rounds)
+    all_plans = plans()
+    with runs.session(options, RETRY_BUDGET_S, ROUNDS) as bench:
+        measured = each_plan(bench, all_plans, starters(bench))
         cpus = bench.pinning.server_cpus
         costs = {p.workload.name: stage_costs(p.workload, cpus) for p in all_plans if p.judged}
     found = [
@@ -178,7 +175,7 @@ def run(options: Options) -> Outcome:
                         target=goal if plan.judged and client is plan.clients[0] else None)
         for plan in all_plans for client in plan.clients for base, goal in TARGETS
     ]  # fmt: skip
-    lines, document = compare.report(bench, measured, rounds, found)
+    lines, document = compare.report(bench, measured, found)
     empty = {(r.workload, r.client): r for r in runs.rows(measured) if r.server == "empty-fast"}
     for name, stages in costs.items():
         shown = ", ".join(f"{stage} {us:.2f}" for stage, us in stages.items())

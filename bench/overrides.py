@@ -173,20 +173,19 @@ def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrid
 
 
 def run(options: Options) -> Outcome:
-    rounds = options.rounds or ROUNDS
     print(f"  propagation over {CHANGES} changes across {NODES} nodes")
     propagation = measure_propagation()
     lines = propagation_table(propagation)
     print("\n".join(lines))
     print(f"  request path under load with {LOADED:,} overrides loaded vs none")
-    with runs.session(options, overhead.RETRY_BUDGET_S) as bench:
+    with runs.session(options, overhead.RETRY_BUDGET_S, ROUNDS) as bench:
         state = write_state(bench.workdir / "state", loaded_values())
         at, flags = (bench.workdir, bench.pinning), ("--max-keys", str(overhead.MAX_KEYS))
         start = partial(start_sidecar, *at, rules_dir(bench.workdir), *flags)
         loaded = partial(start, "--state-dir", str(state), name="with-10k")
-        measured = each_plan(bench, plans(full=False), [start, loaded], rounds)
+        measured = each_plan(bench, plans(full=False), [start, loaded])
     found = compare.against(measured, "sidecar", ["with-10k"], target=TARGET_RATIO, by_cpu=True)
-    load_lines, document = compare.report(bench, measured, rounds, found)
+    load_lines, document = compare.report(bench, measured, found)
     lines += load_lines
     document["propagation"] = asdict(propagation)
     verdicts = [propagation_met(propagation), *compare.verdicts(found)]

@@ -83,11 +83,14 @@ def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
 
 
 @contextmanager
-def redis_beside_clients(bench: Bench) -> Iterator[Redis]:
-    """A Redis with every thread on the load generators' CPU (in production it runs on another
-    host: a server's core is its own); stopped on leaving."""
-    with server_group(bench.workdir / "redis") as group:
-        yield pin(group.standalone(), bench.pinning)
+def redis_session(options: Options, retry_s: float, rounds: int) -> Iterator[tuple[Bench, Redis]]:
+    """A section's bench, and a Redis with every thread on the load generators' CPU (in
+    production it runs on another host: a server's core is its own); stopped on leaving."""
+    with (
+        runs.session(options, retry_s, rounds) as bench,
+        server_group(bench.workdir / "redis") as group,
+    ):
+        yield bench, pin(group.standalone(), bench.pinning)
 
 
 def pin(redis: Redis, pinning: Pinning) -> Redis:
@@ -116,7 +119,7 @@ def outage(
 
 
 def measure(
-    bench: Bench, redis: Redis, clients: list[Client], rounds: int, outage_s: float
+    bench: Bench, redis: Redis, clients: list[Client], outage_s: float
 ) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
     work, at = hot_10(), (bench.workdir, bench.pinning)
@@ -129,7 +132,7 @@ def measure(
     ]
     warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
     with runs.started(starters, warm) as servers:
-        measured = runs.alternate(bench, servers, clients, work, rounds)
+        measured = runs.alternate(bench, servers, clients, work)
         sidecar_first, quick = [servers[1], servers[0]], bench.load(outage_s)
         redis.pause()
         try:
@@ -173,12 +176,11 @@ gRPC status checked) during the outage."""
 
 
 def run(options: Options) -> Outcome:
-    rounds = options.rounds or ROUNDS
     measured, outages = list[Run](), list[Outage]()
-    with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
+    with redis_session(options, RETRY_BUDGET_S, ROUNDS) as (bench, redis):
         if clients := runs.usable(bench, [H2load(), Node()]):
             outage_s = options.duration_s or OUTAGE_S
-            measured, outages = measure(bench, redis, clients, rounds, outage_s)
+            measured, outages = measure(bench, redis, clients, outage_s)
     found = [
         compare.compare(measured, server, "limits", "hot-10", client.name, target=target,
                         p99_no_worse=target is not None)
@@ -187,7 +189,7 @@ def run(options: Options) -> Outcome:
                                ("empty", None))
     ]  # fmt: skip
     judged = [judge_outage(outages, redis) for redis in ("hung", "down")]
-    lines, document = compare.report(bench, measured, rounds, found)
+    lines, document = compare.report(bench, measured, found)
     lines += ["", outage_table(outages), LEGEND]
     lines += [text for _, text in judged]
     document["outages"] = [

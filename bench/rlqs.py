@@ -54,13 +54,13 @@ def problems(stack: Stack) -> list[str]:
     return wrong + ([f"Envoy refused {denied:.0f} requests"] if denied else [])
 
 
-def measure(bench: Bench, rounds: int, problems_found: list[str]) -> list[Run]:
+def measure(bench: Bench, problems_found: list[str]) -> list[Run]:
     wrk, measured = Wrk({"x-api-key": API_KEY}), list[Run]()
     with runs.started([partial(Stack, name, bench) for name in STACKS], lambda _: None) as stacks:
         for stack in stacks:
             stack.resume()
         runs.timed_run(bench.load(WARM_UP_S), stacks, wrk, WORK, check=False)  # warm-up
-        for round_no in range(rounds):
+        for round_no in range(bench.rounds):
             found = runs.timed_run(bench, stacks, wrk, WORK, check=False)
             found = [replace(r, round_no=round_no) for r in found]
             cells = [f"{r.server} {r.rps:,.0f} ({fmt(r.per_cpu_second)}/core)" for r in found]
@@ -71,17 +71,16 @@ def measure(bench: Bench, rounds: int, problems_found: list[str]) -> list[Run]:
 
 
 def run(options: Options) -> Outcome:
-    rounds, problems_found = options.rounds or ROUNDS, list[str]()
-    bench, measured = gateway(
-        options, SHAPE, 0.0, partial(measure, rounds=rounds, problems_found=problems_found)
-    )
+    problems_found: list[str] = []
+    measure_all = partial(measure, problems_found=problems_found)
+    bench, measured = gateway(options, SHAPE, 0.0, ROUNDS, measure_all)
     found = [
         compare.compare(measured, stack, base, WORK.name, Wrk.name, target=goal, by_cpu=True)
         for stack, base, goal in COMPARISONS
     ]
     columns = [("RPS per core", lambda r: fmt(r.per_cpu_second))]
     columns += [role_us("envoy"), role_us("service")]
-    lines, document = compare.report(bench, measured, rounds, found, columns=columns, legend=LEGEND)
+    lines, document = compare.report(bench, measured, found, columns=columns, legend=LEGEND)
     lines += [f"  INVALID: {p}" for p in problems_found]
     document |= details(measured) | {"problems": problems_found}
     verdicts = [False if problems_found else found[0].passed]

@@ -21,7 +21,7 @@ from bench.load import runs
 from bench.load.clients import H2load
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, local_address, sidecar_args
-from bench.per_request_redis import MAX_KEYS, WARM_UP_S, redis_beside_clients
+from bench.per_request_redis import MAX_KEYS, WARM_UP_S, redis_session
 from bench.report import Options, Outcome, conclude, fmt
 from bench.workload import hot_10, rules_dir, rules_yaml
 from ratelimit_sidecar.config.model import AlgorithmName
@@ -97,31 +97,30 @@ def undecided(row: Run) -> tuple[int, str]:
     return lost, f"{lost} strict checks failed or breaker-refused"
 
 
-def measure(bench: Bench, redis_url: str, rounds: int) -> list[Run]:
+def measure(bench: Bench, redis_url: str) -> list[Run]:
     work, h2load, client = hot_10(), H2load(), redis.Redis.from_url(redis_url)
     address = local_address()
     baseline = ["bench.services", BASELINE, "--address", address, "--redis-url", redis_url]
     starters = [partial(RedisClient, BASELINE, baseline, address, bench, client)]
     starters += [partial(strict_sidecar, bench, redis_url, client, a) for a in AlgorithmName]
     try:
-        return runs.side_by_side(bench, starters, [h2load], work, rounds, warm=WARM_UP_S)
+        return runs.side_by_side(bench, starters, [h2load], work, warm=WARM_UP_S)
     finally:
         client.close()
 
 
 def run(options: Options) -> Outcome:
-    rounds = options.rounds or ROUNDS
     measured: list[Run] = []
-    with runs.session(options, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
+    with redis_session(options, RETRY_BUDGET_S, ROUNDS) as (bench, store):
         if runs.usable(bench, [H2load()]):
-            measured = runs.with_failures(measure(bench, store.url, rounds), undecided)
+            measured = runs.with_failures(measure(bench, store.url), undecided)
     names = [f"strict {a.text}" for a in AlgorithmName]
     found = compare.against(measured, BASELINE, names, target=TARGET_RATIO, p99_no_worse=True)
     columns = [
         ("Redis µs/call", lambda row: fmt(script_us(row), 1)),
         ("strict checks", checks_cell),
     ]
-    lines, document = compare.report(bench, measured, rounds, found, columns=columns, legend=LEGEND)
+    lines, document = compare.report(bench, measured, found, columns=columns, legend=LEGEND)
     return conclude(options, lines, document, compare.verdicts(found))
 
 

@@ -20,17 +20,16 @@ RATIOS = ("0.01", "1")
 
 
 def run(options: Options) -> Outcome:
-    rounds = options.rounds or ROUNDS
-    with OtlpReceiver() as receiver, runs.session(options, 60.0) as bench:
+    with OtlpReceiver() as receiver, runs.session(options, 60.0, ROUNDS) as bench:
         start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
         starters = [start] + [
             partial(start, "--tracing", "--tracing-endpoint", receiver.grpc_endpoint,
                     "--tracing-sampling-ratio", ratio, name=f"traced-{ratio}")
             for ratio in RATIOS
         ]  # fmt: skip
-        measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), rounds, warm=2.0)
+        measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), warm=2.0)
         spans = len(receiver.spans)
-    lines, document = compare.report(bench, measured, rounds, legend=LEGEND)
+    lines, document = compare.report(bench, measured, legend=LEGEND)
     lines.append(f"spans received by the OTLP receiver: {spans:,}")
     document["spans"] = spans
     return conclude(options, lines, document, [])

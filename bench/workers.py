@@ -119,15 +119,12 @@ on the machine; split = decisions per worker (each worker's /metrics)."""
 
 
 def run(options: Options) -> Outcome:
-    rounds = options.rounds or ROUNDS
     added, measured = metrics_added_us(), list[Run]()
-    with runs.session(options, RETRY_BUDGET_S, SHAPE, pin=False) as bench:
+    with runs.session(options, RETRY_BUDGET_S, ROUNDS, SHAPE, pin=False) as bench:
         if clients := runs.usable(bench, [H2load()]):
             work, starters = hot_10(), [partial(Fleet, count, bench) for count in WORKER_COUNTS]
-            measured = runs.side_by_side(bench, starters, clients, work, rounds, warm=WARM_UP_S)
-    lines, document = compare.report(
-        bench, measured, rounds, columns=[("split", split)], legend=LEGEND
-    )
+            measured = runs.side_by_side(bench, starters, clients, work, warm=WARM_UP_S)
+    lines, document = compare.report(bench, measured, columns=[("split", split)], legend=LEGEND)
     lines += summary(measured, added)
     document["metrics_added_us"] = added
     return conclude(options, lines, document)

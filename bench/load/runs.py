@@ -60,6 +60,7 @@ class Bench:
     pinning: cpu.Pinning
     workdir: Path
     retry_until: float  # time.monotonic(): noisy runs are repeated only before this
+    rounds: int  # of alternating order, per workload
     skipped: list[str] = field(default_factory=list)  # what was not measured, and why
 
     def load(self, seconds: float) -> Bench:
@@ -105,16 +106,16 @@ class Run:
 
 @contextmanager
 def session(
-    options: Options, retry_s: float, shape: LoadShape = SHAPE, *, pin: bool = True
+    options: Options, retry_s: float, rounds: int, shape: LoadShape = SHAPE, *, pin: bool = True
 ) -> Iterator[Bench]:
-    """A section's Bench (`--duration` replacing the shape's), with a scratch directory for its
-    runs; pinned, this process moves to the load generators' CPU (and so does every process it
-    starts, Redis included)."""
+    """A section's Bench (`--duration` and `--rounds` replacing its own), with a scratch directory
+    for its runs; pinned, this process moves to the load generators' CPU (and so does every
+    process it starts, Redis included)."""
     shape = replace(shape, duration_s=options.duration_s or shape.duration_s)
     pinning = cpu.choose_pinning(pin)
     pinning.pin_self()
     with tempfile.TemporaryDirectory(prefix="rls-bench-") as tmp:
-        yield Bench(shape, pinning, Path(tmp), time.monotonic() + retry_s)
+        yield Bench(shape, pinning, Path(tmp), time.monotonic() + retry_s, options.rounds or rounds)
 
 
 def usable(bench: Bench, clients: Sequence[Client], label: str = "") -> list[Client]:
@@ -201,15 +202,11 @@ def warm_up(
 
 
 def alternate(
-    bench: Bench,
-    servers: Sequence[Server],
-    clients: Sequence[Client],
-    workload: Workload,
-    rounds: int,
+    bench: Bench, servers: Sequence[Server], clients: Sequence[Client], workload: Workload
 ) -> list[Run]:
-    """`rounds` rounds; in each, every client against every server, in alternating order."""
+    """The bench's rounds; in each, every client against every server, in alternating order."""
     runs = []
-    for round_no in range(rounds):
+    for round_no in range(bench.rounds):
         for client in clients:
             for server in servers if round_no % 2 == 0 else servers[::-1]:
                 label = f"{workload.name:<14} {client.name:<11} {server.name:<9}"
@@ -246,7 +243,6 @@ def side_by_side(
     starters: Sequence[Callable[[], S]],
     clients: Sequence[Client],
     workload: Workload,
-    rounds: int,
     *,
     warm: float | Callable[[S], object],
 ) -> list[Run]:
@@ -255,7 +251,7 @@ def side_by_side(
     if not callable(warm):
         warm = partial(warm_up, bench, client=clients[0], workload=workload, seconds=warm)
     with started(starters, warm) as servers:
-        return alternate(bench, servers, clients, workload, rounds)
+        return alternate(bench, servers, clients, workload)
 
 
 def with_failures(measured: Sequence[Run], failed: Callable[[Run], tuple[int, str]]) -> list[Run]:
