@@ -6,19 +6,18 @@ a slow reader; and a run without. No target.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 from bench.latency import h2load
+from bench.load import runs
 from bench.load.clients import percentile
-from bench.load.cpu import Pinning, choose_pinning
+from bench.load.runs import Bench
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, table
-from bench.workload import request, rules_dir
+from bench.workload import request
 from harness.h2raw import RawH2
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.frames import ErrorCode
@@ -68,41 +67,35 @@ def until_closed(burst: Callable[[RawH2], bytes], port: int, stop: threading.Eve
 
 
 Abuser = Callable[[int, threading.Event], None]
-BURSTS = {
-    "ping flood": ping_flood,
-    "rapid reset": rapid_reset,
-    "continuation flood": continuation_flood,
+ABUSERS: dict[str, Abuser] = {
+    "ping flood": partial(until_closed, ping_flood),
+    "rapid reset": partial(until_closed, rapid_reset),
+    "continuation flood": partial(until_closed, continuation_flood),
+    "slow reader": slow_reader,
 }
-ABUSERS: dict[str, Abuser] = {name: partial(until_closed, burst) for name, burst in BURSTS.items()}
-ABUSERS["slow reader"] = slow_reader
 
 
-def beside(
-    abuser: Abuser | None, address: str, workdir: Path, pinning: Pinning
-) -> tuple[float, list[float]]:
+def beside(abuser: Abuser | None, address: str, bench: Bench) -> tuple[float, list[float]]:
     """h2load's rate and latencies with `abuser` (if any) looping on its own connections."""
     stop, port = threading.Event(), int(address.rsplit(":", 1)[1])
     thread = threading.Thread(target=abuser or stop.wait, args=(port, stop) if abuser else ())
     thread.start()
     time.sleep(0.5 if abuser else 0.0)
     try:
-        return h2load(address, workdir, pinning, seconds=RUN_S, rps=PACED_RPS)
+        return h2load(address, bench, seconds=RUN_S, rps=PACED_RPS)
     finally:
         stop.set()
         thread.join(15)
 
 
 def run(options: Options) -> Outcome:
-    pinning = choose_pinning()
-    pinning.pin_self()  # the abusers run beside h2load, not on the server's core
-    print(f"  at {PACED_RPS:,} req/s; pinning: {pinning.describe()}")
     rows = []
-    with tempfile.TemporaryDirectory(prefix="rls-bench-abuse-") as tmp:
-        workdir = Path(tmp)
-        sidecar = start_sidecar(workdir, pinning, rules_dir(workdir), "--transport", "fast")
+    with runs.session(options, 0.0, 1) as bench:  # the abusers run beside h2load
+        print(f"  at {PACED_RPS:,} req/s; pinning: {bench.pinning.describe()}")
+        sidecar = start_sidecar(bench, "--transport", "fast")
         try:
             for name, abuser in {"none": None, **ABUSERS}.items():
-                rate, lat = beside(abuser, sidecar.address, workdir, pinning)
+                rate, lat = beside(abuser, sidecar.address, bench)
                 rows.append((name, rate, percentile(lat, 50), percentile(lat, 99)))
                 print(
                     f"  {name}: {rate:,.0f} req/s, p50 {rows[-1][2]:.2f}, p99 {rows[-1][3]:.2f} ms"

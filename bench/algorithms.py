@@ -35,12 +35,12 @@ def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
     (home := bench.workdir / algorithm.text).mkdir(exist_ok=True)
     rules = rules_dir(home, rules_yaml(unreachable_limit(algorithm)))
     extra = ("--max-keys", str(MAX_KEYS), "--default-algorithm", algorithm.text)
-    return start_sidecar(bench.workdir, bench.pinning, rules, *extra, name=algorithm.text)
+    return start_sidecar(bench, *extra, rules=rules, name=algorithm.text)
 
 
 def run(options: Options) -> Outcome:
     with runs.session(options, RETRY_BUDGET_S, ROUNDS) as bench:
-        starters = [partial(start_service, bench.workdir, bench.pinning, "empty")]
+        starters = [partial(start_service, bench, "empty")]
         starters += [partial(start_algorithm, bench, algorithm) for algorithm in AlgorithmName]
         measured = each_plan(bench, plans(full=False), starters)
     names = [a.text for a in AlgorithmName]

@@ -59,14 +59,13 @@ def calls_rls(stack: str) -> bool:
 
 
 def start_service_of(stack: str, bench: Bench) -> ServerProcess | None:
-    workdir, pinning = bench.workdir, bench.pinning
     if stack == "plain":
         return None
     if "sidecar" not in stack:
-        return start_service(workdir, pinning, SERVICES.get(stack, stack))
+        return start_service(bench, SERVICES.get(stack, stack))
     transport = ("--transport", "grpcio") if stack.endswith("grpcio") else ()
-    rules = rules_dir(workdir, RULES_YAML, DOMAIN)
-    return start_sidecar(workdir, pinning, rules, *transport, name=stack)
+    rules = rules_dir(bench.workdir, RULES_YAML, DOMAIN)
+    return start_sidecar(bench, *transport, rules=rules, name=stack)
 
 
 class Stack:

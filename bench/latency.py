@@ -6,15 +6,14 @@ alternate the transports; the table shows each value's range.
 
 from __future__ import annotations
 
-import tempfile
 from functools import partial
-from pathlib import Path
 
+from bench.load import runs
 from bench.load.clients import H2load, LoadShape, percentile
-from bench.load.cpu import Pinning, choose_pinning
+from bench.load.runs import Bench
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, table
-from bench.workload import Workload, hot_10, rules_dir
+from bench.workload import Workload, hot_10
 
 NAME = "latency"
 CONNECTIONS, STREAMS = 8, 16
@@ -23,13 +22,11 @@ FULL_S, PACED_S = 3, 4
 TRANSPORTS = ("grpcio", "fast")
 
 
-def h2load(
-    address: str, workdir: Path, pinning: Pinning, *, seconds: int, rps: int = 0
-) -> tuple[float, list[float]]:
+def h2load(address: str, bench: Bench, *, seconds: int, rps: int = 0) -> tuple[float, list[float]]:
     """(requests per second, sorted latencies in ms) of one h2load run of one hot-10 body."""
     shape = LoadShape(CONNECTIONS, STREAMS, 0.0, seconds, rps)
-    prefix = pinning.taskset([], pinning.client_cpus)
-    load = H2load().start(address, Workload("hot-1", hot_10().frames[:1]), shape, workdir, prefix)
+    prefix, hot_1 = bench.pinning.taskset([], bench.pinning.client_cpus), hot_10().frames[:1]
+    load = H2load().start(address, Workload("hot-1", hot_1), shape, bench.workdir, prefix)
     raw = load.finish(seconds + 30)
     if not raw.requests:
         raise RuntimeError(f"h2load answered nothing: {raw.first_error}")
@@ -37,18 +34,14 @@ def h2load(
 
 
 def run(options: Options) -> Outcome:
-    rounds, pinning = options.rounds or ROUNDS, choose_pinning()
-    print(f"  pinning: {pinning.describe()}")
     rows: dict[str, list[tuple[float, float, float]]] = {}
     half_grpcio = 0.0
-    with tempfile.TemporaryDirectory(prefix="rls-bench-latency-") as tmp:
-        workdir = Path(tmp)
-        rules = rules_dir(workdir)
-        for round_no in range(rounds):
+    with runs.session(options, 0.0, ROUNDS) as bench:
+        print(f"  pinning: {bench.pinning.describe()}")
+        for round_no in range(bench.rounds):
             for transport in TRANSPORTS if round_no % 2 == 0 else TRANSPORTS[::-1]:
-                flags = ("--transport", transport)
-                sidecar = start_sidecar(workdir, pinning, rules, *flags, name=transport)
-                load = partial(h2load, sidecar.address, workdir, pinning)
+                sidecar = start_sidecar(bench, "--transport", transport, name=transport)
+                load = partial(h2load, sidecar.address, bench)
                 try:
                     full, _ = load(seconds=FULL_S)
                     paced = {transport: full / 2}

@@ -31,7 +31,7 @@ from bench.load.clients import Client, H2load, Node
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, pct
-from bench.workload import Workload, handler, hot_10, key_values, rules_dir, unframe, workload
+from bench.workload import Workload, handler, hot_10, key_values, unframe, workload
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.grpc_api import RateLimitServicer
 from ratelimit_sidecar.server.storeclock import StoreClock
@@ -105,9 +105,8 @@ def each_plan(
 
 def starters(bench: Bench) -> list[partial[ServerProcess]]:
     """empty, empty-fast, the sidecar on each transport, and `sidecar-before` if asked for."""
-    at, rules = (bench.workdir, bench.pinning), rules_dir(bench.workdir)
-    sidecar = partial(start_sidecar, *at, rules, "--max-keys", str(MAX_KEYS))
-    found = [partial(start_service, *at, "empty"), partial(start_service, *at, "empty-fast")]
+    sidecar = partial(start_sidecar, bench, "--max-keys", str(MAX_KEYS))
+    found = [partial(start_service, bench, "empty"), partial(start_service, bench, "empty-fast")]
     found += [sidecar, partial(sidecar, "--transport", "grpcio", name="sidecar-grpcio")]
     if before := os.environ.get(BEFORE_TREE):  # that tree first on PYTHONPATH
         found.append(partial(sidecar, name="sidecar-before", env={"PYTHONPATH": before}))

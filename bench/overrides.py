@@ -25,7 +25,7 @@ from bench.load.clients import percentile
 from bench.load.servers import samples, start_sidecar
 from bench.overhead import each_plan, plans
 from bench.report import Options, Outcome, conclude, fmt, passing, table
-from bench.workload import DOMAIN, KEY, UNREACHABLE, key_values, rules_dir
+from bench.workload import DOMAIN, KEY, UNREACHABLE, key_values
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
@@ -180,8 +180,7 @@ def run(options: Options) -> Outcome:
     print(f"  request path under load with {LOADED:,} overrides loaded vs none")
     with runs.session(options, overhead.RETRY_BUDGET_S, ROUNDS) as bench:
         state = write_state(bench.workdir / "state", loaded_values())
-        at, flags = (bench.workdir, bench.pinning), ("--max-keys", str(overhead.MAX_KEYS))
-        start = partial(start_sidecar, *at, rules_dir(bench.workdir), *flags)
+        start = partial(start_sidecar, bench, "--max-keys", str(overhead.MAX_KEYS))
         loaded = partial(start, "--state-dir", str(state), name="with-10k")
         measured = each_plan(bench, plans(full=False), [start, loaded])
     found = compare.against(measured, "sidecar", ["with-10k"], target=TARGET_RATIO, by_cpu=True)

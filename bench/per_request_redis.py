@@ -33,7 +33,7 @@ from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, passing, table
-from bench.workload import Workload, hot_10, rules_dir, unframe
+from bench.workload import Workload, hot_10, unframe
 from harness.grpc_client import rls_stub
 from harness.redis_servers import ServerProcess as Redis
 from harness.redis_servers import server_group
@@ -122,13 +122,13 @@ def measure(
     bench: Bench, redis: Redis, clients: list[Client], outage_s: float
 ) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
-    work, at = hot_10(), (bench.workdir, bench.pinning)
+    work = hot_10()
     node = next((c for c in clients if isinstance(c, Node)), None)
     extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
     starters = [
-        partial(start_service, *at, "limits", "--redis-url", redis.url),
-        partial(start_sidecar, *at, rules_dir(bench.workdir), *extra),
-        partial(start_service, *at, "empty"),
+        partial(start_service, bench, "limits", "--redis-url", redis.url),
+        partial(start_sidecar, bench, *extra),
+        partial(start_service, bench, "empty"),
     ]
     warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
     with runs.started(starters, warm) as servers:

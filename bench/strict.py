@@ -51,7 +51,7 @@ class RedisClient(ServerProcess):
         self, name: str, args: list[str], address: str, bench: Bench, client: redis.Redis
     ) -> None:
         self.redis = client
-        super().__init__(name, args, address, bench.workdir, bench.pinning)
+        super().__init__(name, args, address, bench)
 
     def counters(self) -> dict[str, int]:
         found = script_counts(self.redis.info("commandstats"))

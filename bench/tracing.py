@@ -11,7 +11,7 @@ from bench.load import runs
 from bench.load.clients import H2load
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude
-from bench.workload import hot_10, rules_dir
+from bench.workload import hot_10
 from harness.otlp import OtlpReceiver
 
 NAME = "tracing"
@@ -21,7 +21,7 @@ RATIOS = ("0.01", "1")
 
 def run(options: Options) -> Outcome:
     with OtlpReceiver() as receiver, runs.session(options, 60.0, ROUNDS) as bench:
-        start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
+        start = partial(start_sidecar, bench)
         starters = [start] + [
             partial(start, "--tracing", "--tracing-endpoint", receiver.grpc_endpoint,
                     "--tracing-sampling-ratio", ratio, name=f"traced-{ratio}")

@@ -47,7 +47,7 @@ class Fleet(ServerProcess):
         args = sidecar_args(address, rules, "--workers", str(workers), "--max-keys", str(MAX_KEYS))
         args[args.index("--metrics-address") + 1] = f"127.0.0.1:{self.metrics_port}"
         name = f"{workers} worker" + "s" * (workers > 1)
-        super().__init__(name, args, address, bench.workdir, bench.pinning)
+        super().__init__(name, args, address, bench)
 
     def url(self, index: int, path: str) -> str:
         return f"http://127.0.0.1:{self.metrics_port + index}{path}"

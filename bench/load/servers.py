@@ -11,7 +11,8 @@ from pathlib import Path
 
 import grpc
 
-from bench.load.cpu import Pinning
+from bench.load.runs import Bench
+from bench.workload import rules_dir
 from harness.net import free_port, wait_grpc_serving
 from harness.process import launch, pause, python_module, resume, stop_process
 from harness.sidecar import serve_args
@@ -39,18 +40,17 @@ class ServerProcess:
         name: str,
         module_args: list[str],
         address: str,
-        workdir: Path,
-        pinning: Pinning,
+        bench: Bench,
         *,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.name, self.address = name, address
-        self.log = workdir / f"{name}.log"
+        self.log = bench.workdir / f"{name}.log"
         self.metrics_url = ""  # a sidecar's: where it serves /metrics
         if "--metrics-address" in module_args:
             at = module_args.index("--metrics-address") + 1
             self.metrics_url = f"http://{module_args[at]}/metrics"
-        argv = pinning.taskset(python_module(*module_args), pinning.server_cpus)
+        argv = bench.pinning.taskset(python_module(*module_args), bench.pinning.server_cpus)
         env = {**os.environ, "GRPC_VERBOSITY": "NONE", **(env or {})}
         self.proc = launch(argv, self.log, env=env, new_session=True)
         self.wait_ready()
@@ -111,21 +111,21 @@ def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:
 
 
 def start_sidecar(
-    workdir: Path,
-    pinning: Pinning,
-    rules: Path,
+    bench: Bench,
     *extra: str,
+    rules: Path | None = None,
     name: str = "sidecar",
     env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """The sidecar, named `name` in tables and in its log file's name; `env` added to ours."""
+    """The sidecar (the bench rule unless `rules`), named `name` in tables and in its log
+    file's name; `env` added to ours."""
     address = local_address()
-    args = sidecar_args(address, rules, *extra)
-    return ServerProcess(name, args, address, workdir, pinning, env=env)
+    args = sidecar_args(address, rules or rules_dir(bench.workdir), *extra)
+    return ServerProcess(name, args, address, bench, env=env)
 
 
-def start_service(workdir: Path, pinning: Pinning, kind: str, *extra: str) -> ServerProcess:
+def start_service(bench: Bench, kind: str, *extra: str) -> ServerProcess:
     """One of bench/services.py's services, named after its kind."""
     address = local_address()
     args = ["bench.services", kind, "--address", address, *extra]
-    return ServerProcess(kind, args, address, workdir, pinning)
+    return ServerProcess(kind, args, address, bench)
