@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.h2raw import grpc_message
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.config.model import RuleDefaults, RuleSet
+from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -87,10 +87,10 @@ def rules_dir(workdir: Path, text: str = RULES_YAML, domain: str = DOMAIN) -> Pa
     return directory
 
 
-def bench_rules(text: str = RULES_YAML, defaults: RuleDefaults | None = None) -> RuleSet:
-    """`text` loaded as `serve` would, with the flags' `defaults` (e.g. the default algorithm)."""
+def bench_rules(text: str = RULES_YAML) -> RuleSet:
+    """`text` loaded as `serve` would."""
     with tempfile.TemporaryDirectory(prefix="rls-bench-rules-") as tmp:
-        return load_rules(rules_dir(Path(tmp), text), defaults=defaults or RuleDefaults())
+        return load_rules(rules_dir(Path(tmp), text))
 
 
 def handler(max_keys: int, clock_ms: Callable[[], int], metrics: Metrics) -> RateLimitHandler:
