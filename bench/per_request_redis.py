@@ -42,7 +42,6 @@ from ratelimit_sidecar._proto import wire
 NAME = "per-request-redis"
 ROUNDS = 3
 WARM_UP_S = 1.5
-OUTAGE_S = 2.0  # each server's load run while Redis is hung or down
 RETRY_BUDGET_S = 30.0
 MAX_KEYS = 10_000
 TARGET_RATIO = 2.0
@@ -118,9 +117,7 @@ def outage(
     return found
 
 
-def measure(
-    bench: Bench, redis: Redis, clients: list[Client], outage_s: float
-) -> tuple[list[Run], list[Outage]]:
+def measure(bench: Bench, redis: Redis, clients: list[Client]) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
     work = hot_10()
     node = next((c for c in clients if isinstance(c, Node)), None)
@@ -133,7 +130,8 @@ def measure(
     warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
     with runs.started(starters, warm) as servers:
         measured = runs.alternate(bench, servers, clients, work)
-        sidecar_first, quick = [servers[1], servers[0]], bench.load(outage_s)
+        # each server's load run while Redis is hung or down: as long as a round's, unsettled
+        sidecar_first, quick = [servers[1], servers[0]], bench.load(bench.shape.duration_s)
         redis.pause()
         try:
             outages = outage(quick, "hung", sidecar_first, node, work)
@@ -179,8 +177,7 @@ def run(options: Options) -> Outcome:
     measured, outages = list[Run](), list[Outage]()
     with redis_session(options, RETRY_BUDGET_S, ROUNDS) as (bench, redis):
         if clients := runs.usable(bench, [H2load(), Node()]):
-            outage_s = options.duration_s or OUTAGE_S
-            measured, outages = measure(bench, redis, clients, outage_s)
+            measured, outages = measure(bench, redis, clients)
     found = [
         compare.compare(measured, server, "limits", "hot-10", client.name, target=target,
                         p99_no_worse=target is not None)
