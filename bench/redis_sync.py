@@ -43,15 +43,12 @@ SPAN_S = 10  # a one-minute rule in six spans
 MAX_SPAN_SHARE, MAX_RATE_CHANGE, MAX_BYTES_PER_KEY = 0.25, 0.05, 1024
 
 
-def rule(window_s: int, spans: int) -> Rule:
+def every_key_synced(keys: int, window_s: int, spans: int) -> tuple[FleetLimiter, Rule, list[str]]:
+    """`keys` users of a rule of `spans` spans in `window_s`, on a limiter that holds no quiet
+    key back (core/quiet_keys.py): the cost of syncing every key, as when all are near limits."""
     rate = RateLimit(10**9, Unit.SECOND, unit_multiplier=window_s, spans=spans)
-    return Rule("bench", (("client", ""),), rate)
-
-
-def every_key_synced(max_keys: int) -> FleetLimiter:
-    """A limiter that holds no quiet key back (core/quiet_keys.py): the cost of syncing every
-    key, as when all of them are near their limits."""
-    return FleetLimiter(max_keys, quiet_share=0.0)
+    limits = FleetLimiter(keys + 1, quiet_share=0.0)
+    return limits, Rule("bench", (("client", ""),), rate), users(keys)
 
 
 def users(count: int) -> list[str]:
@@ -70,7 +67,7 @@ def commands(client: redis.Redis) -> int:
 async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[str, float]:
     """What syncing `keys` keys that stay active costs, in their second span."""
     now = [int(time.time() * 1000) // 60_000 * 60_000]  # both spans inside one window
-    limits, counted, values = every_key_synced(keys + 1), rule(60, 6), users(keys)
+    limits, counted, values = every_key_synced(keys, 60, 6)
     sync = SyncLoop(limits, store, lambda: now[0], timeout_ms=10_000)
     hit_all(limits, counted, values, now[0])
     now[0] += SPAN_S * 1000
@@ -91,7 +88,7 @@ async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[
 
 async def command_rate(store: RedisStorage, client: redis.Redis, rate: int) -> float:
     """Redis commands per second while `rate` requests/s hit RATE_KEYS keys (500 ms spans)."""
-    limits, counted, values = every_key_synced(RATE_KEYS + 1), rule(2, 4), users(RATE_KEYS)
+    limits, counted, values = every_key_synced(RATE_KEYS, 2, 4)
     sync = SyncLoop(limits, store, timeout_ms=1000)
     running = asyncio.create_task(sync.run())
     hit_all(limits, counted, values, int(time.time() * 1000))
