@@ -24,13 +24,6 @@ def local_address() -> str:
     return f"127.0.0.1:{free_port()}"
 
 
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 class ServerProcess:
     """`python -m MODULE …` under `taskset`, output in `<name>.log`, leading its own process
     group (so that signals reach any worker process it forks); ready once made."""
@@ -57,7 +50,12 @@ class ServerProcess:
 
     @property
     def pids(self) -> list[int]:
-        return [self.proc.pid, *children(self.proc.pid)]
+        """Its process and any worker process it forked."""
+        pid = self.proc.pid
+        try:
+            return [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+        except OSError:
+            return [pid]
 
     def roles(self) -> dict[str, list[int]]:
         return {"server": self.pids}
