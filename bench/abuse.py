@@ -22,7 +22,6 @@ from harness.h2raw import RawH2
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.frames import ErrorCode
 
-NAME = "abuse"
 PACED_RPS = 10_000
 RUN_S = 4
 FLOOD_FRAMES = 20_000

@@ -19,7 +19,6 @@ from bench.workload import UNREACHABLE, rules_dir, rules_yaml
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
 from ratelimit_sidecar.config.model import AlgorithmName
 
-NAME = "algorithms"
 ROUNDS = 4  # five servers per round: fewer rounds than `overhead`, the same run length
 RETRY_BUDGET_S = 90.0
 TARGET_RATIO = 0.90  # each algorithm's RPS over the empty grpc.aio handler's

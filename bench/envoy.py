@@ -32,7 +32,6 @@ from harness.envoy import RLQS_TEMPLATE, TEMPLATE, EnvoyProcess, envoy_binary
 from harness.net import free_port
 from harness.process import pause, resume
 
-NAME = "envoy"
 CONNECTIONS = 16  # HTTP/1.1: one request in flight each
 DURATION_S = 2  # wrk runs whole seconds; short runs, many rounds (a VM's speed drifts)
 ROUNDS = 4

@@ -29,7 +29,6 @@ from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
-NAME = "flood"
 LIMIT, MAX_KEYS, FLOOD, FLOOD_RPS, HEAVY, HEAVY_RPS = 60, 50_000, 300_000, 2_700, 5, 2
 TARGET = LIMIT * 1.05
 RULES = rules_yaml(LIMIT, domain="gateway", key="api_key", unit="minute")

@@ -15,7 +15,6 @@ from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, table
 from bench.workload import Workload, hot_10
 
-NAME = "latency"
 CONNECTIONS, STREAMS = 8, 16
 ROUNDS = 3
 FULL_S, PACED_S = 3, 4

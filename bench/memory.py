@@ -14,7 +14,6 @@ from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import key_values, request
 from harness.h2raw import RawH2
 
-NAME = "memory"
 KEYS = 100_000
 IN_FLIGHT = 200
 SETTLE_S = 1.0

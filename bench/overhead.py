@@ -36,7 +36,6 @@ from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.grpc_api import RateLimitServicer
 from ratelimit_sidecar.server.storeclock import StoreClock
 
-NAME = "overhead"
 ROUNDS = 6  # short runs, many rounds: a VM's CPU speed drifts within seconds
 WARM_UP_S = 2.0
 WARM_UP_MAX_S = 60.0  # warm-up goes on until every body was sent once, at most this long

@@ -33,7 +33,6 @@ from ratelimit_sidecar.config.overrides import Override, OverrideBounds, parse_o
 from ratelimit_sidecar.service.overrides import AppliedOverrides
 from ratelimit_sidecar.storage.overrides_file import FILE_NAME, FORMAT
 
-NAME = "overrides"
 CHANGES = 200
 NODES = 3
 VALUES = 50  # distinct overridden values the changes cycle through

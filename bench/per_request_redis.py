@@ -39,7 +39,6 @@ from harness.redis_servers import ServerProcess as Redis
 from harness.redis_servers import server_group
 from ratelimit_sidecar._proto import wire
 
-NAME = "per-request-redis"
 ROUNDS = 3
 WARM_UP_S = 1.5
 RETRY_BUDGET_S = 30.0

@@ -34,7 +34,6 @@ from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
-NAME = "redis-sync"
 KEY_COUNTS = (1_000, 10_000, 100_000)
 RATES = (500, 1_000)  # requests per second over RATE_KEYS keys
 RATE_KEYS = 1_000

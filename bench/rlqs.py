@@ -24,7 +24,6 @@ from bench.load.clients import LoadShape, Wrk
 from bench.load.runs import Bench, Run
 from bench.report import Options, Outcome, conclude, fmt
 
-NAME = "rlqs"
 SHAPE = LoadShape(connections=8, streams=1, settle_s=0.0, duration_s=3.0)  # per stack
 ROUNDS = 8
 WARM_UP_S = 2  # the RLQS stacks' first report and assignment land in it

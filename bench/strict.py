@@ -26,7 +26,6 @@ from bench.report import Options, Outcome, conclude, fmt
 from bench.workload import hot_10, rules_dir, rules_yaml
 from ratelimit_sidecar.config.model import AlgorithmName
 
-NAME = "strict"
 ROUNDS = 4
 RETRY_BUDGET_S = 60.0
 TARGET_RATIO = 1.0

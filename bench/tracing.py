@@ -14,7 +14,6 @@ from bench.report import Options, Outcome, conclude
 from bench.workload import hot_10
 from harness.otlp import OtlpReceiver
 
-NAME = "tracing"
 ROUNDS = 4
 RATIOS = ("0.01", "1")
 

@@ -26,7 +26,6 @@ from ratelimit_sidecar.core import Hit, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.grpc_api import TIMED_EVERY
 
-NAME = "workers"
 WORKER_COUNTS = (1, 2)
 SHAPE = LoadShape(connections=20, streams=4, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4

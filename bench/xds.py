@@ -23,7 +23,6 @@ from harness.process import wait_ready
 from harness.sidecar import SidecarProcess
 from harness.xds_server import GATEWAY_DOMAIN, GATEWAY_PREFIX, AdsServer, gateway_config
 
-NAME = "xds"
 PUSHES = 30
 NODES = 3
 DOWN_S = 180.0
