@@ -101,11 +101,8 @@ def samples(lines: Sequence[str], prefix: str) -> dict[str, float]:
 
 def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:
     """`serve` for the rules directory, local-only unless `extra` adds a store."""
-    metrics = local_address()
-    return [
-        "ratelimit_sidecar",
-        *serve_args(rules, address, metrics, "--log-level", "warning", *extra),
-    ]
+    flags = ("--log-level", "warning", *extra)
+    return ["ratelimit_sidecar", *serve_args(rules, address, local_address(), *flags)]
 
 
 def start_sidecar(
