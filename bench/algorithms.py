@@ -15,7 +15,7 @@ from bench.load.runs import Bench
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.overhead import MAX_KEYS, each_plan, plans
 from bench.report import Options, Outcome, conclude
-from bench.workload import UNREACHABLE, rules_dir, rules_yaml
+from bench.workload import UNREACHABLE, rules_yaml
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
 from ratelimit_sidecar.config.model import AlgorithmName
 
@@ -31,8 +31,7 @@ def unreachable_limit(algorithm: AlgorithmName) -> int:
 
 def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
     """A local-only sidecar whose rule (naming no algorithm) runs `algorithm`."""
-    (home := bench.workdir / algorithm.text).mkdir(exist_ok=True)
-    rules = rules_dir(home, rules_yaml(unreachable_limit(algorithm)))
+    rules = rules_yaml(unreachable_limit(algorithm))
     extra = ("--max-keys", str(MAX_KEYS), "--default-algorithm", algorithm.text)
     return start_sidecar(bench, *extra, rules=rules, name=algorithm.text)
 

@@ -27,7 +27,7 @@ from bench.load.clients import LoadShape, Wrk
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, passing, version
-from bench.workload import Workload, rules_dir, rules_yaml
+from bench.workload import Workload, rules_yaml
 from harness.envoy import RLQS_TEMPLATE, TEMPLATE, EnvoyProcess, envoy_binary
 from harness.net import free_port
 from harness.process import pause, resume
@@ -63,8 +63,7 @@ def start_service_of(stack: str, bench: Bench) -> ServerProcess | None:
     if "sidecar" not in stack:
         return start_service(bench, SERVICES.get(stack, stack))
     transport = ("--transport", "grpcio") if stack.endswith("grpcio") else ()
-    rules = rules_dir(bench.workdir, RULES_YAML, DOMAIN)
-    return start_sidecar(bench, *transport, rules=rules, name=stack)
+    return start_sidecar(bench, *transport, rules=RULES_YAML, name=stack)
 
 
 class Stack:

@@ -62,8 +62,10 @@ class RedisClient(ServerProcess):
 def strict_sidecar(
     bench: Bench, redis_url: str, client: redis.Redis, algorithm: AlgorithmName
 ) -> RedisClient:
-    (home := bench.workdir / f"strict-{algorithm.text}").mkdir(exist_ok=True)
-    rules, address = rules_dir(home, strict_rule(algorithm)), local_address()
+    rules, address = (
+        rules_dir(bench.workdir, strict_rule(algorithm), algorithm.text),
+        local_address(),
+    )
     args = sidecar_args(address, rules, "--max-keys", str(MAX_KEYS), "--redis-url", redis_url)
     return RedisClient(f"strict {algorithm.text}", args, address, bench, client)
 

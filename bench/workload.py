@@ -79,11 +79,11 @@ def hot_10() -> Workload:
     return workload("hot-10", key_values(10))
 
 
-def rules_dir(workdir: Path, text: str = RULES_YAML, domain: str = DOMAIN) -> Path:
-    """A rules directory holding one file, for `serve --config`."""
-    directory = workdir / f"rules-{domain}"
+def rules_dir(workdir: Path, text: str = RULES_YAML, name: str = DOMAIN) -> Path:
+    """A rules directory holding one file, for `serve --config` (one per `name` in `workdir`)."""
+    directory = workdir / f"rules-{name}"
     directory.mkdir(exist_ok=True)
-    (directory / f"{domain}.yaml").write_text(text)
+    (directory / "rules.yaml").write_text(text)
     return directory
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from bench.load.runs import Bench
-from bench.workload import rules_dir
+from bench.workload import RULES_YAML, rules_dir
 from harness.net import free_port, wait_grpc_serving
 from harness.process import launch, pause, python_module, resume, stop_process
 from harness.sidecar import serve_args
@@ -108,14 +108,14 @@ def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:
 def start_sidecar(
     bench: Bench,
     *extra: str,
-    rules: Path | None = None,
+    rules: str = RULES_YAML,
     name: str = "sidecar",
     env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """The sidecar (the bench rule unless `rules`), named `name` in tables and in its log
-    file's name; `env` added to ours."""
+    """The sidecar on the `rules` text, named `name` in tables and in its log and rules
+    directory's name; `env` added to ours."""
     address = local_address()
-    args = sidecar_args(address, rules or rules_dir(bench.workdir), *extra)
+    args = sidecar_args(address, rules_dir(bench.workdir, rules, name), *extra)
     return ServerProcess(name, args, address, bench, env=env)
 
 
