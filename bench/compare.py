@@ -179,9 +179,8 @@ def report(
     columns: Sequence[Column] = (),
     legend: str = "",
 ) -> tuple[list[str], dict[str, Any]]:
-    """The load, its pooled rows as a table with the section's columns, the legend and the
-    notes, then the comparisons if any; the results document: the setup, the pooled rows,
-    every run and the comparisons."""
+    """The load, its pooled rows (with the section's columns), legend and notes, then the
+    comparisons if any; the results document with the setup, rows, runs and comparisons."""
     shape, pooled, skipped = bench.shape, runs.rows(measured), bench.skipped
     body = [cells(row) + [cell(row) for _, cell in columns] for row in pooled]
     settle = f" (after {shape.settle_s:g} s settle)" if shape.settle_s else ""

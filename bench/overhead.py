@@ -92,8 +92,7 @@ def each_plan(
     all_plans: Sequence[Plan],
     starters: Sequence[Callable[[], ServerProcess]],
 ) -> list[Run]:
-    """Per plan whose clients are installed, the servers side by side, each warmed up with the
-    plan's first client."""
+    """Per plan whose clients are installed, the servers side by side, warmed up as `warm_up`."""
     measured: list[Run] = []
     for plan in all_plans:
         if clients := runs.usable(bench, plan.clients, f"{plan.workload.name} with "):

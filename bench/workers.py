@@ -48,7 +48,7 @@ class Fleet(ServerProcess):
         name = f"{workers} worker" + "s" * (workers > 1)
         super().__init__(name, args, address, bench)
 
-    def url(self, index: int, path: str) -> str:
+    def url(self, index: int, path: str = "/metrics") -> str:
         return f"http://127.0.0.1:{self.metrics_port + index}{path}"
 
     def wait_ready(self) -> None:
@@ -66,9 +66,7 @@ class Fleet(ServerProcess):
 
     def counters(self) -> dict[str, int]:
         """Decisions counted by each worker so far (from its own /metrics)."""
-        found = [
-            self.metrics(DECISIONS_METRIC, self.url(i, "/metrics")) for i in range(self.workers)
-        ]
+        found = [self.metrics(DECISIONS_METRIC, self.url(i)) for i in range(self.workers)]
         return {f"worker {i + 1}": int(sum(one.values())) for i, one in enumerate(found)}
 
 

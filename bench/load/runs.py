@@ -104,9 +104,8 @@ class Run:
 def session(
     options: Options, retry_s: float, rounds: int, shape: LoadShape = SHAPE, *, pin: bool = True
 ) -> Iterator[Bench]:
-    """A section's Bench (`--duration` and `--rounds` replacing its own), with a scratch directory
-    for its runs; pinned, this process moves to the load generators' CPU (and so does every
-    process it starts, Redis included)."""
+    """A section's Bench (`--duration` and `--rounds` replacing its own) and scratch directory;
+    pinned, this process and all it starts (Redis too) move to the load generators' CPU."""
     shape = replace(shape, duration_s=options.duration_s or shape.duration_s)
     pinning = cpu.choose_pinning(pin)
     pinning.pin_self()

@@ -4,6 +4,7 @@ the server CPUs, stopped while another is measured.
 
 from __future__ import annotations
 
+import itertools
 import os
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -39,10 +40,8 @@ class ServerProcess:
     ) -> None:
         self.name, self.address = name, address
         self.log = bench.workdir / f"{name}.log"
-        self.metrics_url = ""  # a sidecar's: where it serves /metrics
-        if "--metrics-address" in module_args:
-            at = module_args.index("--metrics-address") + 1
-            self.metrics_url = f"http://{module_args[at]}/metrics"
+        metrics = dict(itertools.pairwise(module_args)).get("--metrics-address")
+        self.metrics_url = f"http://{metrics}/metrics" if metrics else ""  # a sidecar's
         argv = bench.pinning.taskset(python_module(*module_args), bench.pinning.server_cpus)
         env = {**os.environ, "GRPC_VERBOSITY": "NONE", **(env or {})}
         self.proc = launch(argv, self.log, env=env, new_session=True)
