@@ -30,10 +30,9 @@ HEADERS = [
 
 def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
     """The hot path cut after each stage (cumulative): `lookup` finds the compiled request,
-    `decision` adds the clock and the core's `hit_one`, `encoding` the answer's bytes (together
-    the bare decision: what any implementation of the API does per call), `handler` is the
-    handler's whole answer (the metrics' counters too); `call` is one Python call, whose cost
-    the others include."""
+    `decision` adds the clock and the core's `hit_one`, `encoding` the answer's bytes (the bare
+    decision: what any implementation of the API does per call), `handler` the metrics' counters
+    (the handler's whole answer); `call` is one Python call, whose cost the others include."""
     get, limiter, encoder = decider._compiled.get, decider.limiter, decider._encoder
     now = decider._clock_ms
 

@@ -112,10 +112,9 @@ def starters(bench: Bench) -> list[partial[ServerProcess]]:
 
 
 def stage_costs(load: Workload, cpus: frozenset[int]) -> dict[str, float]:
-    """µs per call of the handler's stages (bench/frameloop.py's, less one Python call's cost,
-    and `servicer`: what the fast transport calls, adding the sampled timing and the error
-    mapping), in this process pinned to the servers' CPU, on the workload's bodies (each
-    decided once first: the steady state)."""
+    """µs per call of bench/frameloop.py's stages less one Python call's cost, and `servicer`
+    (what the fast transport calls: the sampled timing, the error mapping); pinned to the
+    servers' CPU, on the workload's bodies each decided once first (the steady state)."""
     clock, metrics = StoreClock(), Metrics()
     decider = handler(MAX_KEYS, clock.now_ms, metrics)
     servicer = RateLimitServicer(decider, metrics.decision_seconds.observe)

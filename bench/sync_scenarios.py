@@ -170,9 +170,8 @@ def over_a_window(
 def measure(
     workdir: Path, server: ServerProcess, scenario: Scenario, idle_min_s: float = IDLE_MIN_S
 ) -> dict[str, Any]:
-    """Ours (idle beforehand, then the scenario) and the reference's replay over the same
-    length of time, in one run. Redis's own housekeeping is learnt from the reference's
-    window after its replay (nothing but expiries left to do) and taken off both sides."""
+    """Ours (idle first, then the scenario) and the reference's replay over as long, in one run;
+    Redis's housekeeping, learnt after the replay (only expiries left), taken off both sides."""
     requests = scenario.requests
     with server.client() as client, CommandCounter(server.port) as relay:
         client.flushall()

@@ -192,8 +192,7 @@ class H2load(Client):
 class Node(Client):
     """bench/grpc_load.js: cycles through all of a workload's bodies (so it can send 100,000
     distinct values) and checks every response (HTTP 200, grpc-status 0, overall_code OK).
-    Successive runs against one server continue the rotation where the last one stopped, so
-    together they send every body rather than the first few thousand again and again."""
+    Runs against one server continue the rotation, so together they send every body."""
 
     name, binary, package = "node-http2", "node", "nodejs"
 

@@ -133,9 +133,8 @@ def timed_run(
     *,
     check: bool = True,
 ) -> list[Run]:
-    """One run of the servers at once, each loaded by its own `client` processes (in a directory
-    of its own when several), their use of the server CPU not counted as other load; `check`
-    False skips the correctness check (a failing server cannot pass it)."""
+    """One run of the servers at once, each loaded by its own `client` (in its own directory when
+    several; their CPU not counted as other load); `check` False: no correctness check first."""
     for server in servers if check else ():
         client.check(server.address, workload)
     shape, before = bench.shape, [server.counters() for server in servers]
