@@ -95,10 +95,9 @@ def run(options: Options) -> Outcome:
         try:
             for name, abuser in {"none": None, **ABUSERS}.items():
                 rate, lat = beside(abuser, sidecar.address, bench)
-                rows.append((name, rate, percentile(lat, 50), percentile(lat, 99)))
-                print(
-                    f"  {name}: {rate:,.0f} req/s, p50 {rows[-1][2]:.2f}, p99 {rows[-1][3]:.2f} ms"
-                )
+                p50, p99 = percentile(lat, 50), percentile(lat, 99)
+                rows.append((name, rate, p50, p99))
+                print(f"  {name}: {rate:,.0f} req/s, p50 {p50:.2f}, p99 {p99:.2f} ms")
         finally:
             sidecar.stop()
     cells = [[n, fmt(r), fmt(p50, 2), fmt(p99, 2)] for n, r, p50, p99 in rows]

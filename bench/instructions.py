@@ -104,10 +104,9 @@ def make_handler(case: str) -> Any:
     extra = PENALTY if case == "penalised" else ""
     text = rules_yaml(1, extra) if blocking else rules_yaml()
     rules = bench_rules(text.replace("unit: second", "unit: hour") if blocking else text)
-    limiter = (FleetLimiter if case.endswith("-fleet") else LocalLimiter)(2 * DECISIONS)
-    decider = RateLimitHandler(
-        rules, limiter, FixedClock(), observer=Metrics(), cache_entries=2 * DECISIONS
-    )
+    keys = 2 * DECISIONS
+    limiter = (FleetLimiter if case.endswith("-fleet") else LocalLimiter)(keys)
+    decider = RateLimitHandler(rules, limiter, FixedClock(), observer=Metrics(), cache_entries=keys)
     if case.endswith("-10k"):
         from bench.overrides import applied_overrides
 

@@ -68,9 +68,8 @@ def propagation_rows(result: Propagation) -> list[list[str]]:
     rows = []
     for name, lags in [*sorted(result.lags_s.items()), ("all", result.every)]:
         histogram = result.histogram if name == "all" else {name: result.histogram.get(name)}
-        rows.append(
-            [name, str(len(lags)), *(ms(lags, q) for q in (50, 99, 100)), _mean_ms(histogram)]
-        )
+        cells = [ms(lags, q) for q in (50, 99, 100)]
+        rows.append([name, str(len(lags)), *cells, _mean_ms(histogram)])
     return rows
 
 

@@ -73,10 +73,8 @@ class Limits(wire.RateLimitServiceServicer):
     """One `limits` Redis call per descriptor per request; a Redis error is UNAVAILABLE."""
 
     def __init__(self, redis_url: str) -> None:
-        # wrap_exceptions: redis-py's errors arrive as limits' StorageError
-        self.storage = RedisStorage(
-            f"async+{redis_url}", wrap_exceptions=True, implementation="redispy"
-        )
+        url = f"async+{redis_url}"  # wrap_exceptions: redis-py's errors arrive as StorageError
+        self.storage = RedisStorage(url, wrap_exceptions=True, implementation="redispy")
         self.item = RateLimitItemPerSecond(LIMIT)
 
     async def ShouldRateLimit(  # the gRPC method name
@@ -85,10 +83,8 @@ class Limits(wire.RateLimitServiceServicer):
         try:
             counts = [await self._incr(request.domain, d) for d in request.descriptors]
         except StorageError as exc:
-            error = exc.storage_error
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"redis: {type(error).__name__}: {error}"
-            )
+            why = f"redis: {type(exc.storage_error).__name__}: {exc.storage_error}"
+            await context.abort(grpc.StatusCode.UNAVAILABLE, why)
         over = any(n > LIMIT for n in counts)
         return wire.RateLimitResponse(
             overall_code=wire.Code.OVER_LIMIT if over else wire.Code.OK,

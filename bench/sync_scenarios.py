@@ -60,9 +60,8 @@ def long_tail(users: int = 4000, window_s: int = 60, spans: int = 6) -> Scenario
 
 def hot(users: int = 20, each: int = 400, window_s: int = 60, spans: int = 6) -> Scenario:
     """Round robin over the nodes; `users` prime to NODES spreads each user over all of them."""
-    return Scenario(
-        "hot", [(n % NODES, f"h{n % users}") for n in range(users * each)], window_s, spans
-    )
+    requests = [(n % NODES, f"h{n % users}") for n in range(users * each)]
+    return Scenario("hot", requests, window_s, spans)
 
 
 def reading(client: redis.Redis, relay: CommandCounter) -> dict[str, Any]:
@@ -142,9 +141,8 @@ def replay_reference(clients: list[redis.Redis], requests: list[Request], window
 def fleet(workdir: Path, scenario: Scenario, redis_url: str) -> Iterator[list[SidecarProcess]]:
     spread = f"unit_multiplier: {scenario.window_s}, spans: {scenario.spans}"
     rules = rules_dir(workdir, rules_yaml(LIMIT, spread))
-    nodes = [
-        SidecarProcess(rules, "--redis-url", redis_url, "--node-id", f"n{i}") for i in range(NODES)
-    ]
+    store = ("--redis-url", redis_url)
+    nodes = [SidecarProcess(rules, *store, "--node-id", f"n{i}") for i in range(NODES)]
     try:
         yield [node.wait_ready() for node in nodes]
     finally:
@@ -212,9 +210,8 @@ def report(results: list[dict[str, Any]]) -> tuple[list[str], bool]:
         ours, ref, n = r["ours"], r["reference"], r["requests"]
         ratio = ours["net_cpu_ms"] / ref["net_cpu_ms"]
         per_request, cpu_target = TARGETS[r["scenario"]]
-        met &= ratio <= cpu_target and (
-            per_request is None or ours["all_commands"] / n <= per_request
-        )
+        few_commands = per_request is None or ours["all_commands"] / n <= per_request
+        met &= ratio <= cpu_target and few_commands
         target = (f"≤{per_request} cmds/req, " if per_request else "") + f"≤{cpu_target}x CPU"
         rows.append([
             r["scenario"],

@@ -99,9 +99,8 @@ def metrics_added_us() -> float:
 
 def summary(measured: list[Run], added: float) -> list[str]:
     gains = runs.median(runs.ratios(measured, "2 workers", "1 worker", H2load.name))
-    lines = (
-        [f"workers: 2 workers give {gains:.2f}x the RPS of 1 (median of rounds)"] if gains else []
-    )
+    gain = f"workers: 2 workers give {gains:.2f}x the RPS of 1 (median of rounds)"
+    lines = [gain] if gains else []
     text = f"metrics add {added:.2f} µs per request (histogram + counters, timed in-process)"
     one = next((row for row in runs.rows(measured) if row.server == "1 worker"), None)
     if one is not None and (per_request := one.cpu_us()):
