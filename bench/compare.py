@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
-from functools import partial
 from typing import Any
 
 from bench.load import runs
@@ -85,18 +84,12 @@ def compare(
 
 
 def against(
-    measured: Sequence[Run],
-    baseline: str,
-    servers: Sequence[str],
-    *,
-    target: float | None = None,
-    by_cpu: bool = False,
-    p99_no_worse: bool = False,
+    measured: Sequence[Run], baseline: str, servers: Sequence[str], **judged: Any
 ) -> list[Comparison]:
-    """Each of `servers` against `baseline`, in every workload and client measured."""
+    """Each of `servers` against `baseline` (`compare`'s `judged` keywords), in every workload
+    and client measured."""
     where = dict.fromkeys((r.workload, r.client) for r in measured)
-    judged = partial(compare, target=target, by_cpu=by_cpu, p99_no_worse=p99_no_worse)
-    return [judged(measured, s, baseline, w, c) for w, c in where for s in servers]
+    return [compare(measured, s, baseline, w, c, **judged) for w, c in where for s in servers]
 
 
 def as_json(c: Comparison) -> dict[str, object]:
