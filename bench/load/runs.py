@@ -286,12 +286,11 @@ def rows(runs: Sequence[Run]) -> list[Run]:
     return [pool(group) for group in groups.values()]
 
 
+Value = Callable[[Run], float | None]  # what a ratio compares: RPS, RPS per CPU-second, p99
+
+
 def ratios(
-    runs: Sequence[Run],
-    server: str,
-    baseline: str,
-    client: str,
-    value: Callable[[Run], float | None] = lambda r: r.rps,
+    runs: Sequence[Run], server: str, baseline: str, client: str, value: Value = lambda r: r.rps
 ) -> tuple[float, ...]:
     """`server`'s value over `baseline`'s, per round and workload in which `client` measured
     both."""
