@@ -88,9 +88,7 @@ def warm_up(bench: Bench, server: ServerProcess, client: Client, plan: Plan) -> 
 
 
 def each_plan(
-    bench: Bench,
-    all_plans: Sequence[Plan],
-    starters: Sequence[Callable[[], ServerProcess]],
+    bench: Bench, all_plans: Sequence[Plan], starters: Sequence[Callable[[], ServerProcess]]
 ) -> list[Run]:
     """Per plan whose clients are installed, the servers side by side, warmed up as `warm_up`."""
     measured: list[Run] = []

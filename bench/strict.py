@@ -117,10 +117,7 @@ def run(options: Options) -> Outcome:
             measured = runs.with_failures(measure(bench, store.url), undecided)
     names = [f"strict {a.text}" for a in AlgorithmName]
     found = compare.against(measured, BASELINE, names, target=TARGET_RATIO, p99_no_worse=True)
-    columns = [
-        ("Redis µs/call", lambda row: fmt(script_us(row), 1)),
-        ("strict checks", checks_cell),
-    ]
+    columns = [("Redis µs/call", lambda r: fmt(script_us(r), 1)), ("strict checks", checks_cell)]
     lines, document = compare.report(bench, measured, found, columns=columns, legend=LEGEND)
     return conclude(options, lines, document, compare.verdicts(found))
 
