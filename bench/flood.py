@@ -1,9 +1,8 @@
 """A flood of fresh descriptor values against a few heavy clients: are they held to their limit?
-
 A tester's reset attempt: `--max-keys 50000`, 300,000 random `api_key` values at about 2,700/s,
-and five heavy clients at 2/s against 60 a minute. Target: every heavy client admitted at most 63
-(x 1.05) in every whole minute, local-only and with Redis, the key table bounded. Local-only runs
-in-process on a fake clock; with Redis on the real clock (about two minutes).
+five heavy clients at 2/s against 60 a minute. Target: every heavy client admitted at most 63
+(x 1.05) in every whole minute, local-only (in-process, fake clock) and with Redis (real clock,
+about two minutes), the key table bounded.
 """
 
 from __future__ import annotations
@@ -18,11 +17,10 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from bench.report import Options, Outcome, conclude, table
-from bench.workload import rules_dir
+from bench.report import Options, Outcome, conclude, passing, table
+from bench.workload import request, rules_dir, rules_yaml
 from harness.answer import answer_now
-from harness.grpc_client import request
-from harness.redis_servers import ServerGroup
+from harness.redis_servers import server_group
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
@@ -31,22 +29,16 @@ from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
-NAME = "flood"
 LIMIT, MAX_KEYS, FLOOD, FLOOD_RPS, HEAVY, HEAVY_RPS = 60, 50_000, 300_000, 2_700, 5, 2
 TARGET = LIMIT * 1.05
-RULES = f"""\
-domain: gateway
-descriptors:
-  - key: api_key
-    rate_limit: {{unit: minute, requests_per_unit: {LIMIT}}}
-"""
+RULES = rules_yaml(LIMIT, domain="gateway", key="api_key", unit="minute")
 TICK_MS = 10  # requests are sent in ticks: 27 flood requests, and heavy ones every 500 ms
 Decide = Callable[[bytes], bytes]
 Admitted = Counter[tuple[str, int]]  # (heavy client, minute) -> admitted
 
 
 def body(value: str) -> bytes:
-    return request("gateway", [("api_key", value)]).SerializeToString()
+    return request(value, "gateway", "api_key").SerializeToString()
 
 
 class Flood:
@@ -110,15 +102,11 @@ def per_minute(admitted: Admitted) -> dict[str, list[int]]:
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rls-bench-flood-") as tmp:
         rules_path = rules_dir(Path(tmp), RULES, "gateway")
         modes = {"local-only": local_only(rules_path)}
-        group = ServerGroup(Path(tmp) / "redis")
-        try:
+        with server_group(Path(tmp) / "redis") as group:
             modes["redis"] = asyncio.run(with_redis(rules_path, group.standalone().url))
-        finally:
-            group.stop_all()
     rows, verdicts, document = [], [], {}
     for mode, (admitted, tracked) in modes.items():
         minutes = per_minute(admitted)
@@ -126,10 +114,10 @@ def run(options: Options) -> Outcome:
         held = worst > 0 and worst <= TARGET and tracked <= MAX_KEYS
         verdicts.append(held)
         counts = " | ".join(" ".join(str(c) for c in counts) for counts in minutes.values())
-        rows.append([mode, counts, str(worst), f"{tracked:,}", "PASS" if held else "FAIL"])
+        rows.append([mode, counts, str(worst), f"{tracked:,}", passing(held)])
         document[mode] = {"per_minute": minutes, "worst": worst, "tracked_keys": tracked}
     header = ["mode", "heavy clients' admitted per minute", "worst", "tracked keys", "≤ 63"]
-    lines = [f"[{NAME}] {FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "
+    lines = [f"{FLOOD:,} fresh values at {FLOOD_RPS:,}/s, {HEAVY} clients at "
              f"{HEAVY_RPS}/s against {LIMIT}/min, --max-keys {MAX_KEYS:,}",
              table(header, rows, left=2)]  # fmt: skip
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)

@@ -1,7 +1,7 @@
-"""The fast transport's frame loop in one process, without sockets: one HTTP/2 connection fed
-reads of gRPC calls as h2load sends them (HEADERS from one HPACK encoder, then one DATA frame
-that ends the stream), its answers written to a sink. What bench/instructions.py counts for
-the transport's share of a call."""
+"""The request path in one process, without sockets: the handler cut after each of its stages,
+and the fast transport's frame loop (one HTTP/2 connection fed reads of gRPC calls as h2load
+sends them: HEADERS from one HPACK encoder, then one DATA frame that ends the stream; its answers
+written to a sink). What bench/instructions.py counts and `bench overhead` times per call."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import hpack
 
+from harness.h2raw import grpc_message
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.server.transport import frames as f
 from ratelimit_sidecar.server.transport.connection import H2Connection
@@ -25,6 +26,32 @@ HEADERS = [
     (b":authority", b"127.0.0.1"), (b"te", b"trailers"), (b"content-type", b"application/grpc"),
     (b"grpc-timeout", b"20S"),
 ]  # fmt: skip
+
+
+def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
+    """The hot path cut after each stage (cumulative): `lookup` finds the compiled request,
+    `decision` adds the clock and the core's `hit_one`, `encoding` the answer's bytes (the bare
+    decision: what any implementation of the API does per call), `handler` the metrics' counters
+    (the handler's whole answer); `call` is one Python call, whose cost the others include."""
+    get, limiter, encoder = decider._compiled.get, decider.limiter, decider._encoder
+    now = decider._clock_ms
+
+    def decision(body: bytes) -> Any:
+        c = get(body)
+        return limiter.hit_one(now(), c.hits[c.counted])
+
+    def encoding(body: bytes) -> bytes:
+        c = get(body)
+        verdict = limiter.hit_one(now(), c.hits[c.counted])
+        return encoder.admitted(c.before, c.head, verdict, c.after)  # type: ignore[no-any-return]
+
+    return {
+        "call": lambda body: body,
+        "lookup": lambda body: get(body),  # noqa: PLW0108 - one Python call, as the others
+        "decision": decision,
+        "encoding": encoding,
+        "handler": decider.respond_now,
+    }
 
 
 class Sink(asyncio.Transport):
@@ -51,9 +78,8 @@ def reads(bodies: Sequence[bytes], count: int, calls: int) -> list[bytes]:
         frames = []
         for body in (bodies[(index * calls + i) % len(bodies)] for i in range(calls)):
             block = encoder.encode(HEADERS)
-            message = b"\0" + len(body).to_bytes(4) + body
             frames.append(f.frame(f.HEADERS, f.END_HEADERS, stream, block))
-            frames.append(f.frame(f.DATA, f.END_STREAM, stream, message))
+            frames.append(f.frame(f.DATA, f.END_STREAM, stream, grpc_message(body)))
             stream += 2
         out.append(b"".join(frames))
     return out

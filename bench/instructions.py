@@ -1,25 +1,21 @@
 """Instructions per decision, counted by valgrind's callgrind: a measure of the request path that
-other load on the machine does not move, for comparing two source trees (before and after a
-change) where wall-clock runs are too noisy.
+other load does not move, for comparing two source trees where wall-clock runs are too noisy.
 
     python bench/instructions.py --tree before=/path/to/old/tree --tree after=.
 
-For each tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH and the
-same interpreter: the set-up, then `DECISIONS` decisions through `RateLimitServicer.answer` (the
-fast transport's entry point), consumed by `deque(map(answer, bodies), maxlen=0)`. Callgrind
-collects only inside that deque's `consume_iterator` (a C function nothing else here calls), so
-the count is the decisions' alone: not the interpreter's start, the imports or the set-up (whose
-count moves by millions from run to run with where memory lands). PYTHONHASHSEED is fixed and the
-clock is a fake one that starts at a fixed instant, so a count repeats to within a few
-instructions per decision.
+Per tree and case, `DRIVER` runs under callgrind with that tree first on PYTHONPATH: the set-up,
+then `DECISIONS` decisions through `RateLimitServicer.answer` (what the fast transport calls) in
+`deque(map(answer, bodies), maxlen=0)`. Callgrind collects only inside that deque's
+`consume_iterator`, so the count is the decisions' alone (not the start, imports or set-up,
+which move by millions with where memory lands). With PYTHONHASHSEED fixed and a fake clock from
+a fixed instant, a count repeats to within a few instructions per decision.
 
-Cases: `hot` (10 hot keys, admitted), `blocked` (one hot key refused under its block), `distinct`
-(every request new: parse, match, a new counter), `seen` (the same requests, each decided once
-before: the steady state of `bench overhead`'s distinct-100k); `hot-10k`, `blocked-10k`,
-`distinct-10k`, with 10,000 runtime overrides loaded (half of the distinct requests meet one);
-`penalised` (a blocked key of a rule with a penalty, each request an offence): these four only
-on a tree that has overrides and penalties; `hot-fleet`, `blocked-fleet`: the limiter of a node
-with Redis (`FleetLimiter`, without its sync loop).
+Cases: `hot` (10 keys, admitted), `blocked` (one key refused under its block), `distinct` (every
+request new: parse, match, a new counter), `seen` (those requests each decided once before: the
+steady state of `bench overhead`'s distinct-100k); `hot-10k`, `blocked-10k`, `distinct-10k` with
+10,000 runtime overrides loaded (half the distinct requests meet one) and `penalised` (a blocked
+key of a rule with a penalty), only on a tree that has overrides; `hot-fleet`, `blocked-fleet`:
+the limiter of a node with Redis (`FleetLimiter`, no sync loop).
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,73 +95,35 @@ def overridden_values() -> list[str]:
 
 def make_handler(case: str) -> Any:
     """The handler for `case`, warmed up: blocked keys already blocked."""
-    from bench.workload import bench_rules, fleet_limiter, handler, rules_yaml
+    from bench.workload import bench_rules, rules_yaml
+    from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
     from ratelimit_sidecar.metrics import Metrics
     from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 
     blocking = _base(case) in ("blocked", "penalised")
     extra = PENALTY if case == "penalised" else ""
     text = rules_yaml(1, extra) if blocking else rules_yaml()
-    text = text.replace("unit: second", "unit: hour") if blocking else text
-    rules = bench_rules(text)
-    if case.endswith("-fleet"):
-        limiter = fleet_limiter(2 * DECISIONS)
-        decider = RateLimitHandler(
-            rules, limiter, FixedClock(), observer=Metrics(), cache_entries=2 * DECISIONS
-        )
-    else:
-        decider = handler(2 * DECISIONS, FixedClock(), metrics=Metrics(), rules=rules)
+    rules = bench_rules(text.replace("unit: second", "unit: hour") if blocking else text)
+    keys = 2 * DECISIONS
+    limiter = (FleetLimiter if case.endswith("-fleet") else LocalLimiter)(keys)
+    decider = RateLimitHandler(rules, limiter, FixedClock(), observer=Metrics(), cache_entries=keys)
     if case.endswith("-10k"):
         from bench.overrides import applied_overrides
 
         decider.swap_overrides(applied_overrides(overridden_values()))
     warm_up = {"distinct": 0, "seen": DECISIONS}.get(_base(case), 20)
-    deque(answers(decider, bodies(case, warm_up)), maxlen=0)
+    deque(map(answerer(decider), bodies(case, warm_up)), maxlen=0)
     return decider
 
 
-def answers(handler: Any, requests: Iterable[bytes]) -> Iterator[bytes]:
-    """The handler's answers, as the fast transport gets them (see `_answerers`)."""
-    return map(next(iter(_answerers(handler))), requests)
+def answerer(handler: Any) -> Callable[[bytes], Any]:
+    """What the fast transport calls: `RateLimitServicer.answer` (the decision histogram's
+    timing included); on a tree from before the fast transport, `decide`."""
+    from ratelimit_sidecar.server.grpc_api import RateLimitServicer
 
-
-def _answerers(handler: Any) -> Iterator[Callable[[bytes], Any]]:
-    """`RateLimitServicer.answer` (the decision histogram's timing included), on a tree that
-    has it; else `decide`."""
-    try:
-        from ratelimit_sidecar.server.grpc_api import RateLimitServicer
-    except ImportError:  # a tree from before the fast transport
-        yield handler.decide
-        return
     observer = getattr(handler, "_observer", None)
-    observe = None if observer is None else observer.decision_seconds.observe
-    yield RateLimitServicer(handler, observe).answer
-
-
-def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
-    """The hot path cut after each stage: `lookup` finds the compiled request, `decision` adds
-    the clock and the core's `hit_one`, `encoding` the answer's bytes (together the bare
-    decision: what any implementation of the API does per call), `handler` is the handler's
-    whole answer (the metrics' counters too); `call` is one Python call, for reference."""
-    get, limiter, encoder = decider._compiled.get, decider.limiter, decider._encoder
-    now = decider._clock_ms
-
-    def decision(body: bytes) -> Any:
-        c = get(body)
-        return limiter.hit_one(now(), c.hits[c.counted])
-
-    def encoding(body: bytes) -> bytes:
-        c = get(body)
-        verdict = limiter.hit_one(now(), c.hits[c.counted])
-        return encoder.admitted(c.before, c.head, verdict, c.after)  # type: ignore[no-any-return]
-
-    return {
-        "call": lambda body: body,
-        "lookup": lambda body: get(body),  # noqa: PLW0108 - one Python call, as the others
-        "decision": decision,
-        "encoding": encoding,
-        "handler": getattr(decider, "respond_now", None) or _stepped(decider.respond),
-    }
+    servicer = RateLimitServicer(handler, observer and observer.decision_seconds.observe)
+    return getattr(servicer, "answer", None) or handler.decide  # type: ignore[no-any-return]
 
 
 def _frameloop() -> Any:
@@ -177,19 +135,6 @@ def _frameloop() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _stepped(respond: Callable[[bytes], Any]) -> Callable[[bytes], bytes]:
-    """A tree whose `respond` is a coroutine that completes on its first step."""
-
-    def answer(body: bytes) -> bytes:
-        try:
-            respond(body).send(None)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        raise AssertionError("respond suspended")
-
-    return answer
 
 
 def drive(case: str, decisions: int) -> None:
@@ -206,13 +151,14 @@ def drive(case: str, decisions: int) -> None:
     if not Path(ratelimit_sidecar.__file__).resolve().is_relative_to(Path.cwd().resolve()):
         raise SystemExit(f"{ratelimit_sidecar.__file__} is not from the tree in {Path.cwd()}")
     handler, requests = make_handler(case), bodies(case, decisions)
+    answer = answerer(handler)
     if case in TRANSPORT_CASES:
-        frame_loop = _frameloop().frame_loop
         empty = wire.RateLimitResponse(overall_code=wire.Code.OK).SerializeToString()
-        answer = (lambda _body: empty) if case == "empty-fast" else next(iter(_answerers(handler)))
-        frame_loop(answer, requests, FRAME_CALLS)  # counts its own loop of reads
+        answer = (lambda _body: empty) if case == "empty-fast" else answer
+        _frameloop().frame_loop(answer, requests, FRAME_CALLS)  # counts its own loop of reads
         return
-    answer = stages(handler)[case.split("/")[1]] if "/" in case else next(iter(_answerers(handler)))
+    if "/" in case:
+        answer = _frameloop().stages(handler)[case.split("/")[1]]
     gc.collect()
     gc.freeze()  # as the server does after start-up
     deque(map(answer, requests), maxlen=0)  # what callgrind counts
@@ -255,11 +201,8 @@ def rows(counts: Counts, trees: Sequence[str], cases: Sequence[str]) -> list[lis
 
 
 def render(counts: Counts, trees: Sequence[str], cases: Sequence[str]) -> str:
-    header = [
-        "case",
-        *(f"{t} instr/decision" for t in trees),
-        *(f"{t}/{trees[0]}" for t in trees[1:]),
-    ]
+    first, others = trees[0], trees[1:]
+    header = ["case", *(f"{t} instr/decision" for t in trees), *(f"{t}/{first}" for t in others)]
     lines = [header, *rows(counts, trees, cases)]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 

@@ -1,37 +1,31 @@
 """p99 of a decision at half the saturation rate, per transport (sidecar pinned, h2load on the
-other core).
-
-Per transport and round: a full-speed run gives the saturation rate, a run paced at half of it
-the percentiles; a third paces grpcio's half rate on the fast transport. Rounds alternate the
-transports; the table shows each value's range.
+other core). Per transport and round: a full-speed run gives the saturation rate, a run paced at
+half of it the percentiles; a third paces grpcio's half rate on the fast transport. Rounds
+alternate the transports; the table shows each value's range.
 """
 
 from __future__ import annotations
 
-import tempfile
-import time
-from pathlib import Path
+from functools import partial
 
+from bench.load import runs
 from bench.load.clients import H2load, LoadShape, percentile
-from bench.load.cpu import Pinning, choose_pinning
+from bench.load.runs import Bench
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, table
-from bench.workload import Workload, hot_10, rules_dir
+from bench.workload import Workload, hot_10
 
-NAME = "latency"
 CONNECTIONS, STREAMS = 8, 16
 ROUNDS = 3
 FULL_S, PACED_S = 3, 4
 TRANSPORTS = ("grpcio", "fast")
 
 
-def h2load(
-    address: str, workdir: Path, pinning: Pinning, *, seconds: int, rps: int = 0
-) -> tuple[float, list[float]]:
+def h2load(address: str, bench: Bench, *, seconds: int, rps: int = 0) -> tuple[float, list[float]]:
     """(requests per second, sorted latencies in ms) of one h2load run of one hot-10 body."""
     shape = LoadShape(CONNECTIONS, STREAMS, 0.0, seconds, rps)
-    prefix = pinning.taskset([], pinning.client_cpus)
-    load = H2load().start(address, Workload("hot-1", hot_10().frames[:1]), shape, workdir, prefix)
+    prefix, hot_1 = bench.pinning.taskset([], bench.pinning.client_cpus), hot_10().frames[:1]
+    load = H2load().start(address, Workload("hot-1", hot_1), shape, bench.workdir, prefix)
     raw = load.finish(seconds + 30)
     if not raw.requests:
         raise RuntimeError(f"h2load answered nothing: {raw.first_error}")
@@ -39,29 +33,23 @@ def h2load(
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, pinning = time.monotonic(), options.rounds or ROUNDS, choose_pinning()
-    print(f"[{NAME}] p99 at half the saturation rate, per transport ({pinning.describe()})")
     rows: dict[str, list[tuple[float, float, float]]] = {}
     half_grpcio = 0.0
-    with tempfile.TemporaryDirectory(prefix="rls-bench-latency-") as tmp:
-        workdir = Path(tmp)
-        for round_no in range(rounds):
+    with runs.session(options, 0.0, ROUNDS) as bench:
+        print(f"  pinning: {bench.pinning.describe()}")
+        for round_no in range(bench.rounds):
             for transport in TRANSPORTS if round_no % 2 == 0 else TRANSPORTS[::-1]:
-                flags = ("--transport", transport)
-                sidecar = start_sidecar(
-                    workdir, pinning, rules_dir(workdir), *flags, name=transport
-                )
+                sidecar = start_sidecar(bench, "--transport", transport, name=transport)
+                load = partial(h2load, sidecar.address, bench)
                 try:
-                    full, _ = h2load(sidecar.address, workdir, pinning, seconds=FULL_S)
+                    full, _ = load(seconds=FULL_S)
                     paced = {transport: full / 2}
                     if transport == "grpcio":
                         half_grpcio = full / 2
                     elif half_grpcio:
                         paced["fast at grpcio's half"] = half_grpcio
                     for name, rps in paced.items():
-                        rate, lat = h2load(
-                            sidecar.address, workdir, pinning, seconds=PACED_S, rps=int(rps)
-                        )
+                        rate, lat = load(seconds=PACED_S, rps=int(rps))
                         rows.setdefault(name, []).append((full, rate, percentile(lat, 99)))
                         p99 = rows[name][-1][2]
                         cells = f"full {full:,.0f}, paced {rate:,.0f} req/s, p99 {p99:.2f} ms"
@@ -74,7 +62,7 @@ def run(options: Options) -> Outcome:
         for name, values in rows.items()
     ]
     document = {"rows": rows, "connections": CONNECTIONS, "streams": STREAMS}
-    return conclude(options, NAME, started, [table(header, body, left=1)], document)
+    return conclude(options, [table(header, body, left=1)], document)
 
 
 def span(values: list[float], spec: str) -> str:

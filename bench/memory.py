@@ -4,16 +4,16 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
+from bench.load import runs
+from bench.load.runs import Bench
+from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, table
-from bench.workload import key_values, request, rules_dir
+from bench.workload import key_values, request
 from harness.h2raw import RawH2
-from harness.sidecar import SidecarProcess
 
-NAME = "memory"
 KEYS = 100_000
 IN_FLIGHT = 200
 SETTLE_S = 1.0
@@ -36,12 +36,8 @@ def send_keys(port: int, values: list[str]) -> None:
             batch = values[start : start + IN_FLIGHT]
             ids = list(range(stream_id, stream_id + 2 * len(batch), 2))
             stream_id = ids[-1] + 2
-            client.send(
-                *(
-                    client.call(sid, request(value).SerializeToString())
-                    for sid, value in zip(ids, batch, strict=True)
-                )
-            )
+            bodies = [request(value).SerializeToString() for value in batch]
+            client.send(*(client.call(sid, body) for sid, body in zip(ids, bodies, strict=True)))
             for sid, answer in client.responses(ids, timeout_s=30).items():
                 if answer.status != 0:
                     raise RuntimeError(f"call {sid}: grpc-status {answer.status} {answer.message}")
@@ -49,16 +45,14 @@ def send_keys(port: int, values: list[str]) -> None:
         client.close()
 
 
-def measure(transport: str, workdir: Path) -> tuple[int, int]:
+def measure(transport: str, bench: Bench) -> tuple[int, int]:
     """(idle, with KEYS keys) RSS in KiB of a sidecar on `transport`."""
-    rules = rules_dir(workdir)
-    sidecar = SidecarProcess(
-        rules, "--max-keys", str(2 * KEYS), "--log-level", "warning", transport=transport
-    ).wait_ready()
+    flags = ("--max-keys", str(2 * KEYS), "--transport", transport)
+    sidecar = start_sidecar(bench, *flags, name=transport)
     try:
         time.sleep(SETTLE_S)
         idle = rss_kib(sidecar.proc.pid)
-        send_keys(sidecar.port, key_values(KEYS))
+        send_keys(int(sidecar.address.rsplit(":", 1)[1]), key_values(KEYS))
         time.sleep(SETTLE_S)
         return idle, rss_kib(sidecar.proc.pid)
     finally:
@@ -66,16 +60,12 @@ def measure(transport: str, workdir: Path) -> tuple[int, int]:
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
-    print(f"[{NAME}] resident memory, idle and with {KEYS:,} keys, per transport")
-    rows = {}
-    with tempfile.TemporaryDirectory(prefix="rls-bench-memory-") as tmp:
-        for transport in TRANSPORTS:
-            rows[transport] = measure(transport, Path(tmp))
+    with runs.session(options, 0.0, 1) as bench:
+        rows = {transport: measure(transport, bench) for transport in TRANSPORTS}
     cells = [
         [t, fmt(idle / 1024, 1), fmt(full / 1024, 1), fmt((full - idle) * 1024 / KEYS)]
         for t, (idle, full) in rows.items()
     ]
     lines = [table(("transport", "idle MiB", "100k keys MiB", "per key B"), cells, left=1)]
     document = {"keys": KEYS, "rss_kib": {t: {"idle": i, "keys": k} for t, (i, k) in rows.items()}}
-    return conclude(options, NAME, started, lines, document)
+    return conclude(options, lines, document)

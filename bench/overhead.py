@@ -1,22 +1,18 @@
-"""The sidecar against empty handlers, each on one pinned core, driven by the same load
-generator at the same concurrency, side by side in the same rounds: the sidecar on its fast
-transport (the default), an empty handler on that transport (`empty-fast`, its ceiling), the
-sidecar on grpcio (`--transport grpcio`, `sidecar-grpcio`) and an empty grpc.aio handler
-(`empty`, grpcio's ceiling). In three workloads:
+"""The sidecar against empty handlers, each on one pinned core, the same load generator and
+concurrency, side by side in the same rounds: the sidecar on its fast transport, an empty
+handler on it (`empty-fast`, its ceiling), the sidecar on grpcio (`sidecar-grpcio`) and an empty
+grpc.aio handler (`empty`, grpcio's ceiling). Workloads:
 
-* hot-10: 10 descriptor values. h2load (10 processes, one body and one connection each) decides;
-  the Node http2 client cycling the same 10 bodies cross-checks.
-* distinct-100k: 100,000 distinct values, cycled by the Node client (h2load cannot vary its
-  body). The warm-up sends every value once, and each run continues the rotation where the last
-  stopped: the steady state of 100,000 clients that keep coming back.
-* fresh-300k: 300,000 values, more than a section sends, so every request is one the sidecar
-  has never seen (a flood of random values). No target: it shows what such a flood costs.
+* hot-10: 10 values. h2load (one process, body and connection per value) decides; the Node
+  http2 client cycling the same bodies cross-checks.
+* distinct-100k: 100,000 values cycled by Node (h2load cannot vary its body). The warm-up sends
+  each once, each run continues the rotation: 100,000 clients that keep coming back.
+* fresh-300k: more values than a section sends, every request new (a flood of random values).
+  No target: it shows what such a flood costs.
 
-Targets, in hot-10 and distinct-100k, each the median over rounds of the ratio within a round:
-the sidecar's RPS is at least 80 % of empty-fast's, and at least 4 times sidecar-grpcio's and
-empty's. When a server was not CPU-bound its RPS
-understates what it can do, and the ratio of RPS per second of server CPU decides instead. A
-workload with other load on the server CPU is reported but not judged.
+Targets in hot-10 and distinct-100k (bench/compare.py's median over rounds of the ratio within a
+round; RPS per second of server CPU when a server was not CPU-bound; not judged under other
+load): the sidecar's RPS at least 80 % of empty-fast's and 4 times sidecar-grpcio's and empty's.
 """
 
 from __future__ import annotations
@@ -25,22 +21,21 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from bench import compare, frameloop
 from bench.load import runs
-from bench.load.clients import Client, H2load, LoadShape, Node
-from bench.load.runs import SATURATED_PCT, Bench, Run
+from bench.load.clients import Client, H2load, Node
+from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, pct
-from bench.workload import Workload, handler, hot_10, key_values, rules_dir, unframe, workload
+from bench.workload import Workload, handler, hot_10, key_values, unframe, workload
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.grpc_api import RateLimitServicer
 from ratelimit_sidecar.server.storeclock import StoreClock
 
-NAME = "overhead"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 6  # short runs, many rounds: a VM's CPU speed drifts within seconds
 WARM_UP_S = 2.0
 WARM_UP_MAX_S = 60.0  # warm-up goes on until every body was sent once, at most this long
@@ -52,29 +47,27 @@ RETRY_BUDGET_S = 60.0
 BEFORE_TREE = "BENCH_BEFORE_TREE"
 STAGE_REPEATS = 7  # in-process timing loops per stage: the fastest counts
 STAGE_CALLS = 100_000  # calls per loop
-# (server, baseline, target ratio): what the sidecar's RPS is judged against
-TARGETS = (
-    ("sidecar", "empty-fast", 0.80),
-    ("sidecar", "empty", 4.0),
-    ("sidecar", "sidecar-grpcio", 4.0),
-)
+TARGETS = (("empty-fast", 0.80), ("empty", 4.0), ("sidecar-grpcio", 4.0))  # the sidecar's
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     workload: Workload
-    clients: tuple[Client, ...]
+    clients: tuple[Client, ...]  # the first decides, the others cross-check
     judged: bool  # False: shown without a target
     warm_every_body: bool = True  # False: the runs must meet bodies the sidecar never saw
 
 
-def plans() -> list[Plan]:
+def plans(full: bool = True) -> list[Plan]:
+    """hot-10 (h2load; with `full`, Node cross-checks), distinct-100k (Node) and with `full`
+    fresh-300k (Node)."""
     h2load, node = H2load(), Node()
-    return [
-        Plan(hot_10(), (h2load, node), judged=True),
+    found = [
+        Plan(hot_10(), (h2load, node) if full else (h2load,), judged=True),
         Plan(workload("distinct-100k", key_values(100_000)), (node,), judged=True),
-        Plan(workload("fresh-300k", key_values(300_000, "n")), (node,), False, False),
     ]
+    fresh = Plan(workload("fresh-300k", key_values(300_000, "n")), (node,), False, False)
+    return [*found, fresh] if full else found
 
 
 def warm_up(bench: Bench, server: ServerProcess, client: Client, plan: Plan) -> None:
@@ -94,120 +87,39 @@ def warm_up(bench: Bench, server: ServerProcess, client: Client, plan: Plan) -> 
         print(f"  warm-up of {server.name} sent {sent:,} of {bodies:,}")
 
 
-def measure_plan(bench: Bench, plan: Plan, clients: Sequence[Client], rounds: int) -> list[Run]:
-    """Both servers, each warmed up, then `rounds` alternating rounds per client."""
-    max_keys = ("--max-keys", str(MAX_KEYS))
-    rules = rules_dir(bench.workdir)
-    servers = [start_service(bench.workdir, bench.pinning, "empty")]
-    try:
-        servers.append(start_service(bench.workdir, bench.pinning, "empty-fast"))
-        servers.append(start_sidecar(bench.workdir, bench.pinning, rules, *max_keys))
-        grpcio = ("--transport", "grpcio")
-        servers.append(
-            start_sidecar(
-                bench.workdir, bench.pinning, rules, *max_keys, *grpcio, name="sidecar-grpcio"
-            )
-        )
-        if before := os.environ.get(BEFORE_TREE):
-            servers.append(_sidecar_from(before, bench, rules, *max_keys))
-        for server in servers:
-            warm_up(bench, server, clients[0], plan)
-            server.pause()
-        return runs.alternate(bench, servers, clients, plan.workload, rounds)
-    finally:
-        for server in servers:
-            server.stop()
+def each_plan(
+    bench: Bench, all_plans: Sequence[Plan], starters: Sequence[Callable[[], ServerProcess]]
+) -> list[Run]:
+    """Per plan whose clients are installed, the servers side by side, warmed up as `warm_up`."""
+    measured: list[Run] = []
+    for plan in all_plans:
+        if clients := runs.usable(bench, plan.clients, f"{plan.workload.name} with "):
+            warm = partial(warm_up, bench, client=clients[0], plan=plan)
+            measured += runs.side_by_side(bench, starters, clients, plan.workload, warm=warm)
+    return measured
 
 
-def _sidecar_from(tree: str, bench: Bench, rules: Path, *extra: str) -> ServerProcess:
-    """`sidecar-before`: the sidecar of another source tree (first on PYTHONPATH)."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = tree
-    try:
-        return start_sidecar(bench.workdir, bench.pinning, rules, *extra, name="sidecar-before")
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    workload: str
-    client: str
-    baseline: str
-    passed: bool | None  # None: not judged (no target, cross-check, invalid or noisy)
-    ratio: float | None  # the deciding median over rounds of sidecar / empty
-    summary: str
-
-
-def judge(
-    measured: Sequence[Run], plan: Plan, client: str, target: tuple[str, str, float]
-) -> Verdict:
-    name, (mine, base, goal) = plan.workload.name, target
-    found = {r.server: r for r in runs.rows(measured) if (r.workload, r.client) == (name, client)}
-    baseline, sidecar = found.get(base), found.get(mine)
-    head = f"{name} [{client}] {mine}/{base}"
-    if baseline is None or sidecar is None or not baseline.rps:
-        return Verdict(name, client, base, None, None, f"{head}: NOT MEASURED")
-    rounds = [r for r in measured if r.workload == name]
-    rps = runs.ratios(rounds, mine, base, client)
-    per_cpu = runs.ratios(rounds, mine, base, client, lambda r: r.per_cpu_second)
-    saturated = min(baseline.cpu.server_pct, sidecar.cpu.server_pct) >= SATURATED_PCT
-    ratio = runs.median(rps if saturated else per_cpu)
-    passed = ratio is not None and ratio >= goal
-    word, noisy = ("PASS" if passed else "FAIL"), baseline.cpu.noisy or sidecar.cpu.noisy
-    primary = plan.judged and client == plan.clients[0].name
-    if noisy:
-        word = f"INCONCLUSIVE (other load on the server CPU; would be {word})"
-    elif not primary:
-        word = f"{'cross-check' if plan.judged else 'no target'}, would be {word}"
-    if baseline.errors or sidecar.errors:
-        primary, word = False, "INVALID: failed requests (see notes)"
-    basis = "RPS" if saturated else "RPS per server CPU-second: a server was not CPU-bound"
-    text = (
-        f"{head}: {word}: {pct(ratio)} ({basis}; median of {len(rps)} rounds;"
-        f" target {pct(goal)}); pooled RPS {sidecar.rps:,.0f} / {baseline.rps:,.0f}"
-    )
-    if rps:
-        text += f"; RPS ratio per round {min(rps):.1%} .. {max(rps):.1%}"
-    return Verdict(name, client, base, passed if primary and not noisy else None, ratio, text)
+def starters(bench: Bench) -> list[partial[ServerProcess]]:
+    """empty, empty-fast, the sidecar on each transport, and `sidecar-before` if asked for."""
+    sidecar = partial(start_sidecar, bench, "--max-keys", str(MAX_KEYS))
+    found = [partial(start_service, bench, "empty"), partial(start_service, bench, "empty-fast")]
+    found += [sidecar, partial(sidecar, "--transport", "grpcio", name="sidecar-grpcio")]
+    if before := os.environ.get(BEFORE_TREE):  # that tree first on PYTHONPATH
+        found.append(partial(sidecar, name="sidecar-before", env={"PYTHONPATH": before}))
+    return found
 
 
 def stage_costs(load: Workload, cpus: frozenset[int]) -> dict[str, float]:
-    """µs per call of the handler's stages, in this process pinned to the servers' CPU, on the
-    workload's bodies (each decided once first: the steady state). Cumulative: `lookup` finds
-    the compiled request; `decision` adds the clock and the core's `hit_one`; `encoding` adds
-    the answer's bytes (the bare decision: what any implementation of the API must do per
-    call); `handler` is `respond_now` (adds the metrics' counters); `servicer` is what the
-    fast transport calls (adds the sampled timing and the error mapping)."""
+    """µs per call of bench/frameloop.py's stages less one Python call's cost, and `servicer`
+    (what the fast transport calls: the sampled timing, the error mapping); pinned to the
+    servers' CPU, on the workload's bodies each decided once first (the steady state)."""
     clock, metrics = StoreClock(), Metrics()
-    decider = handler(MAX_KEYS, clock.now_ms, metrics=metrics)
+    decider = handler(MAX_KEYS, clock.now_ms, metrics)
     servicer = RateLimitServicer(decider, metrics.decision_seconds.observe)
     bodies = [unframe(frame) for frame in load.frames]
     calls = [bodies[i % len(bodies)] for i in range(max(STAGE_CALLS, len(bodies)))]
     deque(map(servicer.answer, bodies), maxlen=0)
-    get, limiter, encoder = decider._compiled.get, decider.limiter, decider._encoder
-
-    def decision(body: bytes) -> Any:
-        c = get(body)
-        return limiter.hit_one(clock.now_ms(), c.hits[c.counted])  # type: ignore[union-attr]
-
-    def encoding(body: bytes) -> bytes:
-        c = get(body)
-        verdict = limiter.hit_one(clock.now_ms(), c.hits[c.counted])  # type: ignore[union-attr]
-        return encoder.admitted(c.before, c.head, verdict, c.after)  # type: ignore[union-attr]
-
-    stages: dict[str, Callable[[bytes], Any]] = {
-        # Each stage is one Python call per body, as `call`, whose cost is subtracted.
-        "call": lambda body: body,
-        "lookup": lambda body: get(body),  # noqa: PLW0108
-        "decision": decision,
-        "encoding": encoding,
-        "handler": decider.respond_now,
-        "servicer": servicer.answer,
-    }
+    stages = {**frameloop.stages(decider), "servicer": servicer.answer}
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)
     try:
@@ -225,71 +137,45 @@ def _loop(stage: Callable[[bytes], Any], calls: Sequence[bytes]) -> float:
     return (time.perf_counter() - started) / len(calls) * 1e6
 
 
-def ceiling(measured: Sequence[Run], load: str, client: str, bare_us: float) -> str:
+def ceiling(versus_empty: compare.Comparison, empty: Run | None, bare_us: float) -> str:
     """The best sidecar rate this transport allows: empty-fast's cost per call plus the bare
     decision's (`stage_costs`, encoding); the sidecar's rate as a share of it."""
-    found = {r.server: r for r in runs.rows(measured) if (r.workload, r.client) == (load, client)}
-    empty, sidecar = found.get("empty-fast"), found.get("sidecar")
+    c, sidecar = versus_empty, versus_empty.server_row
+    head = f"{c.workload} [{c.client}] ceiling"
     if empty is None or sidecar is None:
-        return f"{load} [{client}] ceiling: NOT MEASURED"
-    saturated = min(empty.cpu.server_pct, sidecar.cpu.server_pct) >= SATURATED_PCT
-    rate: Callable[[Run], float] = lambda r: r.rps if saturated else r.per_cpu_second or 0.0  # noqa: E731
+        return f"{head}: NOT MEASURED"
+    by_rps = c.basis == "RPS"  # compare.py's: the sidecar or empty-fast was not CPU-bound
+    rate: Callable[[Run], float] = lambda r: r.rps if by_rps else r.per_cpu_second or 0.0  # noqa: E731
     if not rate(empty) or not rate(sidecar):
-        return f"{load} [{client}] ceiling: NOT MEASURED (no rate)"
+        return f"{head}: NOT MEASURED (no rate)"
     empty_us = 1e6 / rate(empty)
     best = 1e6 / (empty_us + bare_us)
-    basis = "RPS" if saturated else "RPS per server CPU-second"
     return (
-        f"{load} [{client}] ceiling: empty-fast {empty_us:.1f} µs + bare decision {bare_us:.1f}"
-        f" µs = {best:,.0f} ({basis}); sidecar {rate(sidecar):,.0f} = {pct(rate(sidecar) / best)}"
+        f"{head}: empty-fast {empty_us:.1f} µs + bare decision {bare_us:.1f} µs = {best:,.0f}"
+        f" ({c.basis}); sidecar {rate(sidecar):,.0f} = {pct(rate(sidecar) / best)}"
         f" of the ceiling (criterion: {pct(rate(sidecar) / rate(empty))} of empty-fast, target"
         f" 80 %; the ceiling is {pct(best / rate(empty))} of empty-fast)"
     )
 
 
 def run(options: Options) -> Outcome:
-    started, all_plans, skipped = time.monotonic(), plans(), list[str]()
-    rounds = options.rounds or ROUNDS
-    print(f"[{NAME}] sidecar vs empty handlers, fast transport and grpcio, under load")
-    measured: list[Run] = []
-    costs: dict[str, dict[str, float]] = {}
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench:
-        for plan in all_plans:
-            if clients := runs.usable(plan.clients, skipped, f"{plan.workload.name} with "):
-                measured += measure_plan(bench, plan, clients, rounds)
-                if plan.judged:
-                    costs[plan.workload.name] = stage_costs(
-                        plan.workload, bench.pinning.server_cpus
-                    )
-    verdicts = [
-        judge(measured, plan, c.name, target)
-        for plan in all_plans
-        for c in plan.clients
-        for target in TARGETS
-    ]
-    ratio = {(v.workload, v.client, v.baseline): pct(v.ratio) for v in verdicts}
-
-    def versus(baseline: str) -> Callable[[Run], str]:
-        def cell(row: Run) -> str:
-            key = (row.workload, row.client, baseline)
-            return ratio.get(key, "") if row.server == "sidecar" else ""
-
-        return cell
-
-    columns = [(f"vs {base}", versus(base)) for _, base, _ in TARGETS]
-    lines = runs.render(bench, measured, rounds, columns, LEGEND)
-    lines += [f"  not measured: {s}" for s in skipped] + [v.summary for v in verdicts]
+    all_plans = plans()
+    with runs.session(options, RETRY_BUDGET_S, ROUNDS) as bench:
+        measured = each_plan(bench, all_plans, starters(bench))
+        cpus = bench.pinning.server_cpus
+        costs = {p.workload.name: stage_costs(p.workload, cpus) for p in all_plans if p.judged}
+    found = [
+        compare.compare(measured, "sidecar", base, plan.workload.name, client.name, by_cpu=True,
+                        target=goal if plan.judged and client is plan.clients[0] else None)
+        for plan in all_plans for client in plan.clients for base, goal in TARGETS
+    ]  # fmt: skip
+    lines, document = compare.report(bench, measured, found)
+    empty = {(r.workload, r.client): r for r in runs.rows(measured) if r.server == "empty-fast"}
     for name, stages in costs.items():
         shown = ", ".join(f"{stage} {us:.2f}" for stage, us in stages.items())
         lines.append(f"{name} handler stages in process (µs per call, cumulative): {shown}")
-        plan = next(p for p in all_plans if p.workload.name == name)
-        lines += [ceiling(measured, name, c.name, stages["encoding"]) for c in plan.clients]
-    document = {**runs.document(bench, measured, rounds), "skipped": skipped, "stages": costs}
-    document["verdicts"] = [asdict(v) for v in verdicts]
-    return conclude(options, NAME, started, lines, document, verdicts=[v.passed for v in verdicts])
-
-
-LEGEND = """\
-vs X = median over rounds of sidecar / X in the same round: RPS, or RPS per second of server
-CPU when a server was not CPU-bound (its RPS then understates what it can do)."""
+        for c in found:
+            if c.workload == name and c.baseline == "empty-fast":
+                lines.append(ceiling(c, empty.get((name, c.client)), stages["encoding"]))
+    document["stages"] = costs
+    return conclude(options, lines, document, compare.verdicts(found))

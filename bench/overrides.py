@@ -1,14 +1,12 @@
-"""Runtime overrides (issue #15): how fast a change reaches every node, and what a large set
-costs the request path.
+"""Runtime overrides (issue #15): how fast a change reaches every node, and what a large set costs
+the request path.
 
 - propagation: three sidecars on one Redis; `CHANGES` PUTs, each on the next node in turn, timed
-  until each other node shows the new version in /debug/rules (polled: an upper bound including the
-  PUT's round trip); beside it each node's `overrides_propagation_seconds` histogram. Target: p99
-  under 1 s.
-- overhead: `bench overhead`'s load against a sidecar without overrides and one with `LOADED` (from
-  a `--state-dir` file: no Redis), alternating rounds. The overrides cover every hot-10 value and
-  the first distinct-100k values with the bench rule's limit, so requests both meet and miss them.
-  Target: ratio at least `TARGET_RATIO` (bench.compare).
+  until each other node shows the new version in /debug/rules (polled: an upper bound with the
+  PUT's round trip), beside each node's `overrides_propagation_seconds`. Target: p99 under 1 s.
+- overhead: `bench overhead`'s load against a sidecar without overrides and one with `LOADED`
+  (a `--state-dir` file, no Redis) covering every hot-10 value and the first distinct-100k ones,
+  so requests both meet and miss them. Target: ratio at least `TARGET_RATIO` (bench.compare).
 """
 
 from __future__ import annotations
@@ -17,27 +15,24 @@ import json
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
 from bench import compare, overhead
-from bench.algorithms import each_plan
 from bench.load import runs
-from bench.load.clients import H2load, Node
-from bench.load.clients import percentile as nearest_rank
+from bench.load.clients import percentile
 from bench.load.servers import samples, start_sidecar
-from bench.overhead import Plan
-from bench.report import Options, Outcome, conclude, fmt, table
-from bench.workload import DOMAIN, KEY, UNREACHABLE, hot_10, key_values, rules_dir, workload
+from bench.overhead import each_plan, plans
+from bench.report import Options, Outcome, conclude, fmt, passing, table
+from bench.workload import DOMAIN, KEY, UNREACHABLE, key_values
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
-from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
+from ratelimit_sidecar.config.overrides import Override, OverrideBounds, parse_override
 from ratelimit_sidecar.service.overrides import AppliedOverrides
 from ratelimit_sidecar.storage.overrides_file import FILE_NAME, FORMAT
 
-NAME = "overrides"
 CHANGES = 200
 NODES = 3
 VALUES = 50  # distinct overridden values the changes cycle through
@@ -58,24 +53,23 @@ class Propagation:
     histogram: Mapping[str, tuple[float, float]]  # node -> (count, sum) of its lag histogram
 
     @property
-    def p99_s(self) -> float | None:
-        return percentile([lag for lags in self.lags_s.values() for lag in lags], 0.99)
+    def every(self) -> list[float]:
+        return sorted(lag for lags in self.lags_s.values() for lag in lags)
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The `q` quantile (0..1), nearest rank; None without values."""
-    return nearest_rank(sorted(values), q * 100) if values else None
+def ms(values: Sequence[float], q: float) -> str:
+    """The `q` percentile of `values` (seconds) in ms, nearest rank; "-" without values."""
+    return fmt(1000 * percentile(sorted(values), q), 1)
 
 
 def propagation_rows(result: Propagation) -> list[list[str]]:
     """One row per receiving node and one for all: changes, p50, p99, max (ms), and the mean of
     the nodes' own lag histograms."""
-    every = [lag for lags in result.lags_s.values() for lag in lags]
     rows = []
-    for name, lags in [*sorted(result.lags_s.items()), ("all", every)]:
+    for name, lags in [*sorted(result.lags_s.items()), ("all", result.every)]:
         histogram = result.histogram if name == "all" else {name: result.histogram.get(name)}
-        cells = [percentile(lags, q) for q in (0.5, 0.99, 1.0)]
-        rows.append([name, str(len(lags)), *(fmt(_ms(c), 1) for c in cells), _mean_ms(histogram)])
+        cells = [ms(lags, q) for q in (50, 99, 100)]
+        rows.append([name, str(len(lags)), *cells, _mean_ms(histogram)])
     return rows
 
 
@@ -83,20 +77,15 @@ def propagation_table(result: Propagation) -> list[str]:
     header = ["node", "changes", "p50 ms", "p99 ms", "max ms", "histogram mean ms"]
     return [
         table(header, propagation_rows(result), left=1),
-        f"PUT round trip p50 {fmt(_ms(percentile(result.put_s, 0.5)), 1)} ms; "
+        f"PUT round trip p50 {ms(result.put_s, 50)} ms; "
         f"missed (not applied within {WAIT_S:.0f} s): {result.missed}; "
-        f"p99 {fmt(_ms(result.p99_s), 1)} ms, target < {TARGET_P99_S * 1000:.0f} ms: "
-        f"{'PASS' if propagation_met(result) else 'FAIL'}",
+        f"p99 {ms(result.every, 99)} ms, target < {TARGET_P99_S * 1000:.0f} ms: "
+        f"{passing(propagation_met(result))}",
     ]
 
 
 def propagation_met(result: Propagation) -> bool:
-    p99 = result.p99_s
-    return result.missed == 0 and p99 is not None and p99 < TARGET_P99_S
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000
+    return result.missed == 0 and percentile(result.every, 99) < TARGET_P99_S  # NaN: none
 
 
 def _mean_ms(histogram: Mapping[str, tuple[float, float] | None]) -> str:
@@ -153,25 +142,21 @@ def _histogram(metrics: str) -> tuple[float, float]:
     return found.get("count", 0.0), found.get("sum", 0.0)
 
 
+def overrides(values: Sequence[str]) -> list[Override]:
+    """One override per value at the bench rule's limit, as the admin API parses it."""
+    limit = {"unit": "second", "requests_per_unit": UNREACHABLE}
+    bodies = [{"domain": DOMAIN, "descriptor": [{"key": KEY, "value": v}]} for v in values]
+    return [parse_override({**body, "rate_limit": limit}, OverrideBounds()) for body in bodies]
+
+
 def write_state(directory: Path, values: Sequence[str]) -> Path:
-    """A `--state-dir` whose override file holds one override per value (the bench rule's
-    limit), as the file store keeps it: loaded at start, no history."""
+    """A `--state-dir` whose override file holds `values`' overrides as the file store keeps
+    them: loaded at start, no history."""
     directory.mkdir(parents=True, exist_ok=True)
-    documents = {}
-    for value in values:
-        document = dict(parse_override(_body(value), OverrideBounds()).document)
-        documents[str(document["id"])] = document
+    documents = {str(o.document["id"]): dict(o.document) for o in overrides(values)}
     state = {"format": FORMAT, "version": 1, "documents": documents, "changes": []}
     (directory / FILE_NAME).write_text(json.dumps(state))
     return directory
-
-
-def _body(value: str) -> dict[str, object]:
-    return {
-        "domain": DOMAIN,
-        "descriptor": [{"key": KEY, "value": value}],
-        "rate_limit": {"unit": "second", "requests_per_unit": UNREACHABLE},
-    }
 
 
 def loaded_values() -> list[str]:
@@ -182,31 +167,23 @@ def loaded_values() -> list[str]:
 
 def applied_overrides(values: Sequence[str], version: int = 1) -> AppliedOverrides:
     """`values`' overrides as the keeper hands them to the request path."""
-    bounds = OverrideBounds()
-    parsed = [parse_override(_body(value), bounds) for value in values]
-    return AppliedOverrides.of(parsed, version)
+    return AppliedOverrides.of(overrides(values), version)
 
 
 def run(options: Options) -> Outcome:
-    started, rounds = time.monotonic(), options.rounds or ROUNDS
-    print(f"[{NAME}] propagation over {CHANGES} changes across {NODES} nodes")
+    print(f"  propagation over {CHANGES} changes across {NODES} nodes")
     propagation = measure_propagation()
     lines = propagation_table(propagation)
     print("\n".join(lines))
-    print(f"[{NAME}] request path under load with {LOADED:,} overrides loaded vs none")
-    shape = replace(overhead.SHAPE, duration_s=options.duration_s or overhead.SHAPE.duration_s)
-    distinct = workload("distinct-100k", key_values(100_000))
-    plans = [Plan(hot_10(), (H2load(),), judged=True), Plan(distinct, (Node(),), judged=True)]
-    skipped: list[str] = []
-    with runs.session(shape, overhead.RETRY_BUDGET_S) as bench:
+    print(f"  request path under load with {LOADED:,} overrides loaded vs none")
+    with runs.session(options, overhead.RETRY_BUDGET_S, ROUNDS) as bench:
         state = write_state(bench.workdir / "state", loaded_values())
-        flags = ("--max-keys", str(overhead.MAX_KEYS))
-        start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
-        loaded = partial(start, *flags, "--state-dir", str(state), name="with-10k")
-        measured = each_plan(bench, plans, [partial(start, *flags), loaded], rounds, skipped)
+        start = partial(start_sidecar, bench, "--max-keys", str(overhead.MAX_KEYS))
+        loaded = partial(start, "--state-dir", str(state), name="with-10k")
+        measured = each_plan(bench, plans(full=False), [start, loaded])
     found = compare.against(measured, "sidecar", ["with-10k"], target=TARGET_RATIO, by_cpu=True)
-    load_lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    load_lines, document = compare.report(bench, measured, found)
     lines += load_lines
     document["propagation"] = asdict(propagation)
     verdicts = [propagation_met(propagation), *compare.verdicts(found)]
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)

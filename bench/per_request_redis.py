@@ -1,18 +1,16 @@
 """The sidecar against the design it replaces: a service that calls Redis on every request.
 
-The baseline (`python -m bench.services limits`) makes one `limits` async-Redis call per
-descriptor per request, on the sidecar's own grpc.aio + uvloop stack, as the reference Go
-service does. The sidecar decides from memory and syncs to the same Redis in the background.
-Both run on the server CPU; Redis gets the load generators' CPU (in production it runs on
-another host: the baseline's core is its own). An empty handler runs alongside as the reference:
-its RPS over the baseline's is the most any server on this stack could reach.
+The baseline (`bench.services limits`) makes one `limits` async-Redis call per descriptor per
+request, on the sidecar's own stack, as the reference Go service does; the sidecar decides from
+memory and syncs to the same Redis in the background. Both on the server CPU, Redis on the load
+generators' (in production another host's). An empty handler alongside shows the most any
+server on this stack could reach.
 
-1. Redis up: hot-10 with h2load (decides) and the Node client (checks every gRPC status), in
-   alternating rounds. Target: sidecar RPS at least 2x the baseline's (median of the rounds'
-   ratios) and a p99 no worse.
-2. Redis hung (SIGSTOP: connections open, nothing answers), then down (SIGKILL): per server one
-   request on the idle server (its status and time), then a short Node run counting OK answers
-   and gRPC errors (h2load cannot see gRPC statuses). Target: the sidecar keeps answering OK
+1. Redis up: hot-10 with h2load (decides) and Node (checks every gRPC status), alternating
+   rounds. Target: sidecar RPS at least 2x the baseline's (median of the rounds' ratios), p99
+   no worse.
+2. Redis hung (SIGSTOP), then down (SIGKILL): per server one request on the idle server, then a
+   short Node run counting OK answers and gRPC errors. Target: the sidecar keeps answering OK
    while the baseline errors or stalls.
 3. Redis restarted: one request per server shows whether each recovers.
 """
@@ -23,28 +21,26 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import grpc
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import Client, H2load, LoadShape, Node
+from bench.load.clients import Client, H2load, Node
 from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
-from bench.report import Options, Outcome, conclude, fmt, table
-from bench.workload import Workload, hot_10, rules_dir, unframe
-from harness.redis_servers import ServerGroup
+from bench.report import Options, Outcome, conclude, fmt, passing, table
+from bench.workload import Workload, hot_10, unframe
+from harness.grpc_client import rls_stub
 from harness.redis_servers import ServerProcess as Redis
+from harness.redis_servers import server_group
 from ratelimit_sidecar._proto import wire
 
-NAME = "per-request-redis"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 3
 WARM_UP_S = 1.5
-OUTAGE_S = 2.0  # each server's load run while Redis is hung or down
 RETRY_BUDGET_S = 30.0
 MAX_KEYS = 10_000
 TARGET_RATIO = 2.0
@@ -61,10 +57,6 @@ class Outage:
     detail: str
     load: Run | None  # None: no load run (restarted, or no Node client)
 
-    def first(self) -> str:
-        took = f"{self.seconds * 1000:.1f} ms" if self.seconds < 1 else f"{self.seconds:.1f} s"
-        return f"{self.code} in {took}"
-
     @property
     def state(self) -> str:
         """ "answers OK" (the single request and every request of the load run), else "stalls"
@@ -80,30 +72,27 @@ def first_answer(address: str, frame: bytes) -> tuple[str, float, str]:
     """One request on a connected, otherwise idle server: (status, seconds, error detail)."""
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=5.0)  # connecting is not timed
-        call = channel.unary_unary(
-            wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
-        )
-        started = time.perf_counter()
+        message, started = wire.RateLimitRequest.FromString(unframe(frame)), time.perf_counter()
         try:
-            reply = call(unframe(frame), timeout=ANSWER_TIMEOUT_S)
+            reply = rls_stub(channel).ShouldRateLimit(message, timeout=ANSWER_TIMEOUT_S)
         except grpc.RpcError as exc:
             return exc.code().name, time.perf_counter() - started, exc.details() or ""
         return wire.Code.Name(reply.overall_code), time.perf_counter() - started, ""
 
 
 @contextmanager
-def redis_beside_clients(bench: Bench) -> Iterator[Redis]:
-    """A Redis with every thread on the load generators' CPU (in production it runs on another
-    host: a server's core is its own); stopped on leaving."""
-    group = ServerGroup(bench.workdir / "redis")
-    try:
-        yield pin(group.standalone(), bench.pinning)
-    finally:
-        group.stop_all()
+def redis_session(options: Options, retry_s: float, rounds: int) -> Iterator[tuple[Bench, Redis]]:
+    """A section's bench, and a Redis with every thread on the load generators' CPU (in
+    production it runs on another host: a server's core is its own); stopped on leaving."""
+    with (
+        runs.session(options, retry_s, rounds) as bench,
+        server_group(bench.workdir / "redis") as group,
+    ):
+        yield bench, pin(group.standalone(), bench.pinning)
 
 
 def pin(redis: Redis, pinning: Pinning) -> Redis:
-    if pinning.pinned and redis.proc is not None:
+    if pinning.pinned and redis.proc is not None:  # every thread of the running process
         cpus = ",".join(str(c) for c in sorted(pinning.client_cpus))
         argv = ["taskset", "-a", "-p", "-c", cpus, str(redis.proc.pid)]
         subprocess.run(argv, check=True, capture_output=True)
@@ -119,7 +108,7 @@ def outage(
         server.resume()
         try:
             code, seconds, detail = first_answer(server.address, work.frames[0])
-            load = None if node is None else runs.timed_run(bench, server, node, work, check=False)
+            load = runs.timed_run(bench, [server], node, work, check=False)[0] if node else None
         finally:
             server.pause()
         found.append(Outage(redis, server.name, code, seconds, detail, load))
@@ -127,22 +116,21 @@ def outage(
     return found
 
 
-def measure(
-    bench: Bench, redis: Redis, clients: list[Client], rounds: int, outage_s: float
-) -> tuple[list[Run], list[Outage]]:
+def measure(bench: Bench, redis: Redis, clients: list[Client]) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
-    work, at = hot_10(), (bench.workdir, bench.pinning)
+    work = hot_10()
     node = next((c for c in clients if isinstance(c, Node)), None)
     extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
     starters = [
-        partial(start_service, *at, "limits", "--redis-url", redis.url),
-        partial(start_sidecar, *at, rules_dir(bench.workdir), *extra),
-        partial(start_service, *at, "empty"),
+        partial(start_service, bench, "limits", "--redis-url", redis.url),
+        partial(start_sidecar, bench, *extra),
+        partial(start_service, bench, "empty"),
     ]
     warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
     with runs.started(starters, warm) as servers:
-        measured = runs.alternate(bench, servers, clients, work, rounds)
-        sidecar_first, quick = [servers[1], servers[0]], bench.load(outage_s)
+        measured = runs.alternate(bench, servers, clients, work)
+        # each server's load run while Redis is hung or down: as long as a round's, unsettled
+        sidecar_first, quick = [servers[1], servers[0]], bench.load(bench.shape.duration_s)
         redis.pause()
         try:
             outages = outage(quick, "hung", sidecar_first, node, work)
@@ -161,8 +149,8 @@ def judge_outage(outages: Sequence[Outage], redis: str) -> tuple[bool | None, st
     if "sidecar" not in found or "limits" not in found:
         return None, f"Redis {redis}: NOT MEASURED"
     passed = found["sidecar"] == "answers OK" and found["limits"] != "answers OK"
-    word = "PASS" if passed else "FAIL"
-    return passed, f"Redis {redis}: {word}: sidecar {found['sidecar']}; limits {found['limits']}"
+    states = f"sidecar {found['sidecar']}; limits {found['limits']}"
+    return passed, f"Redis {redis}: {passing(passed)}: {states}"
 
 
 def outage_table(outages: Sequence[Outage]) -> str:
@@ -172,7 +160,8 @@ def outage_table(outages: Sequence[Outage]) -> str:
         load, rate = o.load, ["-"] * 3
         if load is not None:
             rate = [fmt(load.rps), fmt(load.errors / load.duration_s), fmt(load.latency.p99_ms, 2)]
-        rows.append([o.redis, o.server, o.state, o.first(), *rate])
+        took = f"{o.seconds * 1000:.1f} ms" if o.seconds < 1 else f"{o.seconds:.1f} s"
+        rows.append([o.redis, o.server, o.state, f"{o.code} in {took}", *rate])
     return table(header, rows, left=4)
 
 
@@ -184,16 +173,10 @@ gRPC status checked) during the outage."""
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] sidecar vs a per-request-Redis `limits` service; Redis up, hung, down")
-    clients = runs.usable([H2load(), Node()], skipped)
-    measured: list[Run] = []
-    outages: list[Outage] = []
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as redis:
-        if clients:
-            outage_s = options.duration_s or OUTAGE_S
-            measured, outages = measure(bench, redis, clients, rounds, outage_s)
+    measured, outages = list[Run](), list[Outage]()
+    with redis_session(options, RETRY_BUDGET_S, ROUNDS) as (bench, redis):
+        if clients := runs.usable(bench, [H2load(), Node()]):
+            measured, outages = measure(bench, redis, clients)
     found = [
         compare.compare(measured, server, "limits", "hot-10", client.name, target=target,
                         p99_no_worse=target is not None)
@@ -202,11 +185,12 @@ def run(options: Options) -> Outcome:
                                ("empty", None))
     ]  # fmt: skip
     judged = [judge_outage(outages, redis) for redis in ("hung", "down")]
-    lines, document = compare.report(bench, measured, rounds, found, skipped=skipped)
+    lines, document = compare.report(bench, measured, found)
     lines += ["", outage_table(outages), LEGEND]
     lines += [text for _, text in judged]
     document["outages"] = [
-        {**asdict(o), "load": o.load and runs.run_json(o.load), "state": o.state} for o in outages
+        {**asdict(o), "load": o.load and compare.run_json(o.load), "state": o.state}
+        for o in outages
     ]
     verdicts = [*compare.verdicts(found), *(passed for passed, _ in judged)]
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)

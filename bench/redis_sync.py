@@ -1,14 +1,13 @@
-"""What the background sync costs Redis, and what a tracked key costs memory.
+"""What the background sync costs Redis, and what a tracked key costs memory; the real limiter and
+sync loop against a real Redis:
 
-The real limiter and sync loop against a real Redis started here:
-* one span at 1k / 10k / 100k active keys: round trips, Redis commands, sync time (target:
-  100k keys synced in at most 25 % of a 10 s span, in one round trip);
+* one span at 1k / 10k / 100k active keys: round trips, Redis commands, sync time (target: 100k
+  keys in one round trip and at most 25 % of a 10 s span);
 * Redis commands per second at R and 2R requests per second over the same keys (target: equal
-  within ±5 %): the sync cost follows the number of active keys, not the traffic;
-* long tail and hot keys, three sidecars against envoyproxy/ratelimit's per-request commands
-  (sync_scenarios.py): Redis commands per request and Redis CPU;
-* memory per tracked key with tracemalloc, counter state plus the compiled request the handler
-  keeps for it (target: at most 1 KiB).
+  within ±5 %): the cost follows the active keys, not the traffic;
+* long tail and hot keys on three sidecars against envoyproxy/ratelimit's per-request commands
+  (sync_scenarios.py);
+* memory per tracked key (tracemalloc: counter state and compiled request; target ≤ 1 KiB).
 """
 
 from __future__ import annotations
@@ -24,10 +23,10 @@ from typing import Any
 import redis
 
 from bench import sync_scenarios
-from bench.report import Options, Outcome, table, write_results
+from bench.report import Options, Outcome, conclude, table
 from bench.workload import handler, request
 from harness.answer import answer_now
-from harness.redis_servers import ServerGroup
+from harness.redis_servers import server_group
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter, Hit, Limiter
 from ratelimit_sidecar.metrics import Metrics
@@ -35,7 +34,6 @@ from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
-NAME = "redis-sync"
 KEY_COUNTS = (1_000, 10_000, 100_000)
 RATES = (500, 1_000)  # requests per second over RATE_KEYS keys
 RATE_KEYS = 1_000
@@ -44,15 +42,12 @@ SPAN_S = 10  # a one-minute rule in six spans
 MAX_SPAN_SHARE, MAX_RATE_CHANGE, MAX_BYTES_PER_KEY = 0.25, 0.05, 1024
 
 
-def rule(window_s: int, spans: int) -> Rule:
+def every_key_synced(keys: int, window_s: int, spans: int) -> tuple[FleetLimiter, Rule, list[str]]:
+    """`keys` users of a rule of `spans` spans in `window_s`, on a limiter that holds no quiet
+    key back (core/quiet_keys.py): the cost of syncing every key, as when all are near limits."""
     rate = RateLimit(10**9, Unit.SECOND, unit_multiplier=window_s, spans=spans)
-    return Rule("bench", (("client", ""),), rate)
-
-
-def every_key_synced(max_keys: int) -> FleetLimiter:
-    """A limiter that holds no quiet key back (core/quiet_keys.py): the cost of syncing every
-    key, as when all of them are near their limits."""
-    return FleetLimiter(max_keys, quiet_share=0.0)
+    limits = FleetLimiter(keys + 1, quiet_share=0.0)
+    return limits, Rule("bench", (("client", ""),), rate), users(keys)
 
 
 def users(count: int) -> list[str]:
@@ -71,7 +66,7 @@ def commands(client: redis.Redis) -> int:
 async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[str, float]:
     """What syncing `keys` keys that stay active costs, in their second span."""
     now = [int(time.time() * 1000) // 60_000 * 60_000]  # both spans inside one window
-    limits, counted, values = every_key_synced(keys + 1), rule(60, 6), users(keys)
+    limits, counted, values = every_key_synced(keys, 60, 6)
     sync = SyncLoop(limits, store, lambda: now[0], timeout_ms=10_000)
     hit_all(limits, counted, values, now[0])
     now[0] += SPAN_S * 1000
@@ -92,11 +87,7 @@ async def one_span(store: RedisStorage, client: redis.Redis, keys: int) -> dict[
 
 async def command_rate(store: RedisStorage, client: redis.Redis, rate: int) -> float:
     """Redis commands per second while `rate` requests/s hit RATE_KEYS keys (500 ms spans)."""
-    limits, counted, values = (
-        every_key_synced(RATE_KEYS + 1),
-        rule(2, 4),
-        users(RATE_KEYS),
-    )
+    limits, counted, values = every_key_synced(RATE_KEYS, 2, 4)
     sync = SyncLoop(limits, store, timeout_ms=1000)
     running = asyncio.create_task(sync.run())
     hit_all(limits, counted, values, int(time.time() * 1000))
@@ -122,7 +113,7 @@ def memory_per_key() -> float:
     """Bytes a tracked key costs the server: its counter state in the limiter plus the compiled
     request the handler keeps for it (request bytes, matched rule, counter name, metric slot)."""
     now_ms = int(time.time() * 1000)
-    decide = partial(answer_now, handler(MEMORY_KEYS, lambda: now_ms, metrics=Metrics()))
+    decide = partial(answer_now, handler(MEMORY_KEYS, lambda: now_ms, Metrics()))
     bodies = [request(v).SerializeToString() for v in users(MEMORY_KEYS)]
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -147,15 +138,10 @@ async def measure(url: str, client: redis.Redis) -> dict[str, Any]:
 def report(data: dict[str, Any]) -> tuple[str, bool]:
     header = ("active keys", "round trips/span", "Redis commands/span", "sync ms", "span share")
     rows = [
-        [
-            f"{span['keys']:,}",
-            str(span["round_trips"]),
-            f"{span['redis_commands']:,}",
-            f"{span['sync_s'] * 1000:.0f}",
-            f"{span['share_of_span']:.1%}",
-        ]
+        [f"{span['keys']:,}", str(span["round_trips"]), f"{span['redis_commands']:,}",
+         f"{span['sync_s'] * 1000:.0f}", f"{span['share_of_span']:.1%}"]
         for span in data["spans"]
-    ]
+    ]  # fmt: skip
     low, high = (data["commands_per_s"][rate] for rate in RATES)
     change, biggest = (high / low - 1 if low else float("inf")), data["spans"][-1]
     lines = [
@@ -177,21 +163,17 @@ def report(data: dict[str, Any]) -> tuple[str, bool]:
 
 
 def run(options: Options) -> Outcome:
-    print(f"[{NAME}] what the sync costs Redis; memory per tracked key")
-    with tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp:
-        group = ServerGroup(Path(tmp))
-        try:
-            server = group.standalone()
-            with server.client() as client:
-                data = asyncio.run(measure(server.url, client))
-            scenarios = [sync_scenarios.long_tail(), sync_scenarios.hot()]
-            quiet = group.standalone("--hz", "1")  # sync_scenarios.py: a low floor
-            data["scenarios"] = [sync_scenarios.measure(Path(tmp), quiet, s) for s in scenarios]
-        finally:
-            group.stop_all()
+    with (
+        tempfile.TemporaryDirectory(prefix="rls-bench-redis-") as tmp,
+        server_group(Path(tmp)) as group,
+    ):
+        server = group.standalone()
+        with server.client() as client:
+            data = asyncio.run(measure(server.url, client))
+        scenarios = [sync_scenarios.long_tail(), sync_scenarios.hot()]
+        quiet = group.standalone("--hz", "1")  # sync_scenarios.py: a low floor
+        data["scenarios"] = [sync_scenarios.measure(Path(tmp), quiet, s) for s in scenarios]
     data["bytes_per_key"] = memory_per_key()
     text, met = report(data)
     lines, scenarios_met = sync_scenarios.report(data["scenarios"])
-    text, met = "\n".join([text, "", *lines]), met and scenarios_met
-    print(f"\n{text}")
-    return Outcome(met, write_results(options, NAME, {**data, "report": text, "met": met}))
+    return conclude(options, [text, "", *lines], data, [met, scenarios_met])

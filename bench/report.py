@@ -8,7 +8,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -26,20 +25,21 @@ class Options:
     results_dir: Path = RESULTS_DIR
     duration_s: float | None = None  # overrides a section's measured seconds per run
     rounds: int | None = None  # overrides a section's number of rounds
+    section: str = ""  # the section running (its results file's name), since `started`
+    started: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """`met` is False when a target was measured and missed; None when nothing was judged."""
-
-    met: bool | None
-    results_file: Path | None = None
+Outcome = bool | None  # a section's: False if a target was measured and missed, None: not judged
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
     if value is None or math.isnan(value):
         return "-"
     return f"{value:,.{digits}f}"
+
+
+def passing(passed: bool | None) -> str:
+    return "NOT MEASURED" if passed is None else "PASS" if passed else "FAIL"
 
 
 def pct(value: float | None) -> str:
@@ -61,8 +61,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 3) -
 
 def version(argv: Sequence[str]) -> str | None:
     """The first line a tool prints for its version, None if it is not installed."""
-    if shutil.which(argv[0]) is None:
-        return None
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -72,19 +70,13 @@ def version(argv: Sequence[str]) -> str | None:
 
 
 def machine() -> dict[str, Any]:
-    model = None
     with open("/proc/cpuinfo", encoding="utf-8") as info:
-        model = next(
-            (ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), None
-        )
+        models = [ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")]
     return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        **{tool: version([tool, flag]) for tool, flag in TOOL_VERSIONS},
-    }
+        "cpus": os.cpu_count(), "cpu_model": models[0] if models else None,
+        "kernel": platform.release(), "python": platform.python_version(),
+        "grpcio": grpc.__version__, **{tool: version([tool, flag]) for tool, flag in TOOL_VERSIONS},
+    }  # fmt: skip
 
 
 TOOL_VERSIONS = (("h2load", "--version"), ("node", "--version"), ("wrk", "-v"))
@@ -103,28 +95,20 @@ def _clean(value: Any) -> Any:
 
 def conclude(
     options: Options,
-    section: str,
-    started: float,
     lines: Sequence[str],
     document: dict[str, Any],
-    *,
     verdicts: Sequence[bool | None] = (),
 ) -> Outcome:
-    """Print the section's report and time, write its results; the target is met when every
-    judged verdict (not None) passed."""
-    text = "\n".join(lines)
-    print(f"{text}\nsection time: {time.monotonic() - started:.0f} s")
-    judged = [v for v in verdicts if v is not None]
-    path = write_results(options, section, {**document, "report": text})
-    return Outcome(all(judged) if judged else None, path)
-
-
-def write_results(options: Options, section: str, document: dict[str, Any]) -> Path:
-    """`<section>.json` in the results directory: the document plus when and where it ran."""
+    """Print the section's report and time, write `<section>.json` in the results directory
+    (the document, the report, when and where it ran); the target is met when every judged
+    verdict (not None) passed."""
+    text, section = "\n".join(lines), options.section
+    print(f"{text}\nsection time: {time.monotonic() - options.started:.0f} s")
     options.results_dir.mkdir(parents=True, exist_ok=True)
     path = options.results_dir / f"{section}.json"
     header = {"section": section, "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    full = {**header, "machine": machine(), **document}
+    full = {**header, "machine": machine(), **document, "report": text}
     path.write_text(json.dumps(_clean(full), indent=2, default=str) + "\n")
     print(f"results: {path}")
-    return path
+    judged = [v for v in verdicts if v is not None]
+    return all(judged) if judged else None

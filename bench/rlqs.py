@@ -1,35 +1,29 @@
 """End to end, Envoy's Rate Limit Quota Service against the other ways through Envoy.
 
-Four stacks (bench/envoy.py), each an Envoy (`--concurrency 1`) and but for plain its own
-service: plain (no rate limit filter), rlqs-allow-all (rate_limit_quota, a server answering
-ALLOW_ALL: the ceiling), rlqs-sidecar (the same filter, the sidecar's real assignments) and
-rls-sidecar (ratelimit, ShouldRateLimit to the sidecar per request). One wrk per stack loads all
-four AT ONCE, every Envoy and service pinned to one core and the wrks to the other: on a noisy
-machine that gives steadier ratios than alternating runs, since a slowdown hits every stack of a
-round alike. Sharing the core, no stack is CPU-bound: they compare by RPS per second of their own
-CPU (their capacity on a core of their own).
+Four stacks (bench/envoy.py): plain (no filter), rlqs-allow-all (rate_limit_quota, a server
+answering ALLOW_ALL: the ceiling), rlqs-sidecar (the same filter, the sidecar's assignments) and
+rls-sidecar (ratelimit, ShouldRateLimit per request). One wrk per stack loads all four AT ONCE,
+the stacks on one core and the wrks on the other: on a noisy machine a slowdown hits every stack
+of a round alike. Sharing the core, they compare by RPS per second of their own CPU.
 
-A run is valid when wrk saw only 2xx and no socket errors and the RLS stack's Envoy counted every
-call answered; after the runs the RLQS stacks must hold their stream open and the sidecar must
-have sent token buckets, received usage and refused nothing. Target: rlqs-sidecar serves at least
-95 % of rlqs-allow-all per core.
+A run is valid when wrk saw only 2xx and the RLS stack's Envoy counted every call answered;
+after the runs the RLQS stacks must hold their stream open and the sidecar must have sent token
+buckets, received usage and refused nothing. Target: rlqs-sidecar at least 95 % of
+rlqs-allow-all per core.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
 from bench import compare
 from bench.envoy import API_KEY, WORK, Stack, details, gateway, role_us
-from bench.load import cpu, runs
-from bench.load.clients import Load, LoadShape, Wrk
-from bench.load.runs import SAMPLE_MARGIN_S, Bench, Run
+from bench.load import runs
+from bench.load.clients import LoadShape, Wrk
+from bench.load.runs import Bench, Run
 from bench.report import Options, Outcome, conclude, fmt
 
-NAME = "rlqs"
 SHAPE = LoadShape(connections=8, streams=1, settle_s=0.0, duration_s=3.0)  # per stack
 ROUNDS = 8
 WARM_UP_S = 2  # the RLQS stacks' first report and assignment land in it
@@ -59,51 +53,15 @@ def problems(stack: Stack) -> list[str]:
     return wrong + ([f"Envoy refused {denied:.0f} requests"] if denied else [])
 
 
-def start_all(bench: Bench, stacks: Sequence[Stack], wrk: Wrk) -> list[Load]:
-    """A wrk per stack, each in a directory of its own (wrk rewrites its script at every start)."""
-    prefix, loads = bench.pinning.taskset([], bench.pinning.client_cpus), []
-    for stack in stacks:
-        (workdir := bench.workdir / f"wrk-{stack.name}").mkdir(exist_ok=True)
-        loads.append(wrk.start(stack.address, WORK, bench.shape, workdir, prefix))
-    return loads
-
-
-def measure_round(bench: Bench, stacks: Sequence[Stack], wrk: Wrk) -> list[Run]:
-    """Every stack loaded at once; each one's CPU sampled inside the window, the other stacks'
-    use of the core not counted as other load."""
-    seconds = bench.shape.duration_s
-    before = [stack.counters() for stack in stacks]
-    loads = start_all(bench, stacks, wrk)
-    pids = [pid for load in loads for pid in load.pids]
-    try:
-        time.sleep(SAMPLE_MARGIN_S)
-        first = [cpu.snapshot(bench.pinning, s.roles(), pids) for s in stacks]
-        time.sleep(max(0.1, seconds - 2 * SAMPLE_MARGIN_S))
-        last = [cpu.snapshot(bench.pinning, s.roles(), pids) for s in stacks]
-    finally:
-        raws = [load.finish(seconds + runs.FINISH_GRACE_S) for load in loads]
-    windows = [cpu.window(a, b, bench.pinning) for a, b in zip(first, last, strict=True)]
-    busy = windows[0].other_on_server_cpu_pct + windows[0].server_pct
-    other = max(0.0, busy - sum(w.server_pct for w in windows))
-    found = []
-    for stack, raw, window, counted in zip(stacks, raws, windows, before, strict=True):
-        after = stack.counters()
-        counters = {name: after[name] - counted.get(name, 0) for name in after}
-        sampled = replace(window, other_on_server_cpu_pct=other)
-        names = (WORK.name, wrk.name, stack.name)
-        found.append(runs.as_run(names, raw, sampled, counters, seconds))
-    return found
-
-
-def measure(bench: Bench, rounds: int, problems_found: list[str]) -> list[Run]:
+def measure(bench: Bench, problems_found: list[str]) -> list[Run]:
     wrk, measured = Wrk({"x-api-key": API_KEY}), list[Run]()
     with runs.started([partial(Stack, name, bench) for name in STACKS], lambda _: None) as stacks:
         for stack in stacks:
             stack.resume()
-        for load in start_all(bench.load(WARM_UP_S), stacks, wrk):
-            load.finish(WARM_UP_S + runs.FINISH_GRACE_S)
-        for round_no in range(rounds):
-            found = [replace(r, round_no=round_no) for r in measure_round(bench, stacks, wrk)]
+        runs.timed_run(bench.load(WARM_UP_S), stacks, wrk, WORK, check=False)  # warm-up
+        for round_no in range(bench.rounds):
+            found = runs.timed_run(bench, stacks, wrk, WORK, check=False)
+            found = [replace(r, round_no=round_no) for r in found]
             cells = [f"{r.server} {r.rps:,.0f} ({fmt(r.per_cpu_second)}/core)" for r in found]
             print(f"  round {round_no + 1}: {'  '.join(cells)}", flush=True)
             measured += found
@@ -112,24 +70,20 @@ def measure(bench: Bench, rounds: int, problems_found: list[str]) -> list[Run]:
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, problems_found = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] wrk → {{{', '.join(STACKS)}}}, all loaded at once")
-    bench, measured, skipped = gateway(
-        options, SHAPE, 0.0, partial(measure, rounds=rounds, problems_found=problems_found)
-    )
+    problems_found: list[str] = []
+    measure_all = partial(measure, problems_found=problems_found)
+    bench, measured = gateway(options, SHAPE, 0.0, ROUNDS, measure_all)
     found = [
         compare.compare(measured, stack, base, WORK.name, Wrk.name, target=goal, by_cpu=True)
         for stack, base, goal in COMPARISONS
     ]
     columns = [("RPS per core", lambda r: fmt(r.per_cpu_second))]
     columns += [role_us("envoy"), role_us("service")]
-    lines, document = compare.report(
-        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
-    )
+    lines, document = compare.report(bench, measured, found, columns=columns, legend=LEGEND)
     lines += [f"  INVALID: {p}" for p in problems_found]
     document |= details(measured) | {"problems": problems_found}
     verdicts = [False if problems_found else found[0].passed]
-    return conclude(options, NAME, started, lines, document, verdicts=verdicts)
+    return conclude(options, lines, document, verdicts)
 
 
 LEGEND = """\

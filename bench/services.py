@@ -1,23 +1,18 @@
-"""The services the sidecar is compared with, each on the sidecar's own stack (grpc.aio server,
-generated servicer, uvloop, gRPC health service). Run one as its own process:
+"""The services the sidecar is compared with, on the sidecar's own stack (grpc.aio server,
+generated servicer, uvloop, gRPC health service), each its own process:
 
     python -m bench.services KIND --address 127.0.0.1:PORT [--redis-url URL]
 
-KIND is one of:
-
-* empty: ShouldRateLimit answers one prebuilt OK status, whatever the request: the least any
-  service on this stack can do.
-* empty-fast: `empty` on the sidecar's fast transport (ratelimit_sidecar/server/transport/):
-  the prebuilt answer's bytes, whatever the request, with the transport's health service.
-* empty-4: one prebuilt OK status per descriptor, like the sidecar's answer. Envoy turns every
-  status into x-ratelimit headers, so behind Envoy this does the sidecar's share of Envoy's work.
-* limits: the design the sidecar replaces, a rate limit service asking Redis on every request:
-  per descriptor one call of the `limits` library's async Redis storage (redis-py), the fixed
-  window's INCRBY+EXPIRE. A Redis error answers UNAVAILABLE. redis-py's defaults are kept on
-  purpose (5 s socket timeouts, retries with backoff): the benchmark reports how such a service
-  behaves when Redis goes away.
-* rlqs-allow: the Rate Limit Quota Service answering every bucket of every report ALLOW_ALL
-  (for an hour): what Envoy's rate_limit_quota filter costs with the least a server can say.
+* empty: one prebuilt OK status whatever the request: the least a service on this stack can do;
+* empty-fast: the same bytes on the sidecar's fast transport (ratelimit_sidecar/server/transport/);
+* empty-4: one OK status per descriptor, as the sidecar answers (behind Envoy, which turns every
+  status into x-ratelimit headers, this does the sidecar's share of Envoy's work);
+* limits: the design the sidecar replaces: per descriptor one call of the `limits` library's
+  async Redis storage (the fixed window's INCRBY+EXPIRE); a Redis error answers UNAVAILABLE.
+  redis-py's defaults are kept on purpose (5 s socket timeouts, retries with backoff): the
+  bench shows how such a service behaves when Redis goes away;
+* rlqs-allow: the Rate Limit Quota Service answering every bucket ALLOW_ALL for an hour: what
+  Envoy's rate_limit_quota filter costs with the least a server can say.
 """
 
 from __future__ import annotations
@@ -31,32 +26,35 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import uvloop
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from limits import RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.errors import StorageError
 
+from harness.rlqs_server import Action, assignment, blanket
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
-from ratelimit_sidecar._proto.envoy.type.v3 import ratelimit_strategy_pb2
 from ratelimit_sidecar.server.transport.server import FastServer
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
 PREBUILT = 16  # empty-4 builds its answers for 1..16 descriptors once
+KINDS = ("empty", "empty-fast", "empty-4", "limits", "rlqs-allow")
 
 
-def ok_status() -> wire.DescriptorStatus:
-    """An OK status with a limit, remaining count and reset: the sidecar's usual answer size."""
-    limit = wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND)
-    status = wire.DescriptorStatus(
-        code=wire.Code.OK, current_limit=limit, limit_remaining=LIMIT - 1
+def status(count: int) -> wire.DescriptorStatus:
+    """The status of a descriptor counted `count` times against LIMIT."""
+    return wire.DescriptorStatus(
+        code=wire.Code.OK if count <= LIMIT else wire.Code.OVER_LIMIT,
+        current_limit=wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND),
+        limit_remaining=max(0, LIMIT - count),
     )
-    status.duration_until_reset.FromMilliseconds(500)
-    return status
 
 
 def answer(count: int) -> wire.RateLimitResponse:
-    return wire.RateLimitResponse(overall_code=wire.Code.OK, statuses=[ok_status()] * count)
+    """`count` OK statuses with a limit, remaining count and reset: the sidecar's usual size."""
+    ok = status(1)
+    ok.duration_until_reset.FromMilliseconds(500)
+    return wire.RateLimitResponse(overall_code=wire.Code.OK, statuses=[ok] * count)
 
 
 class Empty(wire.RateLimitServiceServicer):
@@ -65,9 +63,7 @@ class Empty(wire.RateLimitServiceServicer):
         self.answers = [answer(n) for n in range(PREBUILT + 1)]
 
     async def ShouldRateLimit(  # the gRPC method name
-        self,
-        request: wire.RateLimitRequest,
-        context: grpc.aio.ServicerContext,  # noqa: ARG002 - the servicer signature
+        self, request: wire.RateLimitRequest, _context: grpc.aio.ServicerContext
     ) -> wire.RateLimitResponse:
         count = len(request.descriptors) if self.per_descriptor else 1
         return self.answers[count] if count <= PREBUILT else answer(count)
@@ -77,10 +73,8 @@ class Limits(wire.RateLimitServiceServicer):
     """One `limits` Redis call per descriptor per request; a Redis error is UNAVAILABLE."""
 
     def __init__(self, redis_url: str) -> None:
-        # wrap_exceptions: redis-py's errors arrive as limits' StorageError
-        self.storage = RedisStorage(
-            f"async+{redis_url}", wrap_exceptions=True, implementation="redispy"
-        )
+        url = f"async+{redis_url}"  # wrap_exceptions: redis-py's errors arrive as StorageError
+        self.storage = RedisStorage(url, wrap_exceptions=True, implementation="redispy")
         self.item = RateLimitItemPerSecond(LIMIT)
 
     async def ShouldRateLimit(  # the gRPC method name
@@ -89,22 +83,12 @@ class Limits(wire.RateLimitServiceServicer):
         try:
             counts = [await self._incr(request.domain, d) for d in request.descriptors]
         except StorageError as exc:
-            error = exc.storage_error
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"redis: {type(error).__name__}: {error}"
-            )
-        limit = wire.RateLimit(requests_per_unit=LIMIT, unit=wire.Unit.SECOND)
-        statuses = [
-            wire.DescriptorStatus(
-                code=wire.Code.OK if n <= LIMIT else wire.Code.OVER_LIMIT,
-                current_limit=limit,
-                limit_remaining=max(0, LIMIT - n),
-            )
-            for n in counts
-        ]
+            why = f"redis: {type(exc.storage_error).__name__}: {exc.storage_error}"
+            await context.abort(grpc.StatusCode.UNAVAILABLE, why)
         over = any(n > LIMIT for n in counts)
         return wire.RateLimitResponse(
-            overall_code=wire.Code.OVER_LIMIT if over else wire.Code.OK, statuses=statuses
+            overall_code=wire.Code.OVER_LIMIT if over else wire.Code.OK,
+            statuses=[status(n) for n in counts],
         )
 
     async def _incr(self, domain: str, descriptor: wire.RateLimitDescriptor) -> int:
@@ -114,13 +98,7 @@ class Limits(wire.RateLimitServiceServicer):
         return int(await self.storage.incr(key, self.item.get_expiry()))
 
 
-Action = rlqs_pb2.RateLimitQuotaResponse.BucketAction
-ALLOW_ALL_FOR_AN_HOUR = Action.QuotaAssignmentAction(
-    rate_limit_strategy=ratelimit_strategy_pb2.RateLimitStrategy(
-        blanket_rule=ratelimit_strategy_pb2.RateLimitStrategy.ALLOW_ALL
-    )
-)
-ALLOW_ALL_FOR_AN_HOUR.assignment_time_to_live.FromSeconds(3600)
+ALLOW_ALL_FOR_AN_HOUR = assignment(blanket("ALLOW_ALL"), 3600)
 
 
 class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
@@ -129,7 +107,7 @@ class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
     async def StreamRateLimitQuotas(  # the gRPC method name
         self,
         request_iterator: AsyncIterator[rlqs_pb2.RateLimitQuotaUsageReports],
-        context: grpc.aio.ServicerContext,  # noqa: ARG002 - the servicer signature
+        _context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
         async for reports in request_iterator:
             actions = [
@@ -139,69 +117,47 @@ class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
             yield rlqs_pb2.RateLimitQuotaResponse(bucket_action=actions)
 
 
-Servicer = wire.RateLimitServiceServicer | AllowAll
+def server_of(kind: str, address: str, redis_url: str) -> grpc.aio.Server | FastServer:
+    """The server of `kind`, its service added (and the gRPC health service), not started."""
+    if kind == "empty-fast":
+        server: grpc.aio.Server | FastServer = FastServer(address, False, 4 * 1024 * 1024)
+        prebuilt = answer(1).SerializeToString()
+        server.add_fast_unary(wire.METHOD_PATH, lambda _request: prebuilt)
+    else:
+        server = grpc.aio.server()
+        if server.add_insecure_port(address) == 0:
+            raise SystemExit(f"cannot listen on {address}")
+    if kind == "rlqs-allow":
+        rlqs_pb2_grpc.add_RateLimitQuotaServiceServicer_to_server(AllowAll(), server)  # type: ignore[no-untyped-call]
+    elif kind != "empty-fast":
+        servicer = Limits(redis_url) if kind == "limits" else Empty(kind == "empty-4")
+        wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    return server
 
 
-async def serve_fast(address: str) -> int:
-    """`empty` on the fast transport, until SIGTERM or SIGINT."""
-    server = FastServer(address, False, 4 * 1024 * 1024)
-    prebuilt = answer(1).SerializeToString()
-    server.add_fast_unary(wire.METHOD_PATH, lambda _request: prebuilt)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+async def serve(kind: str, address: str, redis_url: str) -> int:
+    """Until SIGTERM or SIGINT (made on the running loop, as the `limits` Redis client must be)."""
+    server, stop = server_of(kind, address, redis_url), asyncio.Event()
     await server.start()
-    await _until_stopped()
-    await server.stop(1.0)
-    return 0
-
-
-async def _until_stopped() -> None:
-    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
-
-
-async def serve(address: str, servicer: Servicer) -> int:
-    """Until SIGTERM or SIGINT."""
-    server = grpc.aio.server()
-    if isinstance(servicer, AllowAll):
-        rlqs_pb2_grpc.add_RateLimitQuotaServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    else:
-        wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if server.add_insecure_port(address) == 0:
-        print(f"cannot listen on {address}", file=sys.stderr)
-        return 1
-    await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await _until_stopped()
     await server.stop(1.0)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.services")
-    parser.add_argument("kind", choices=("empty", "empty-fast", "empty-4", "limits", "rlqs-allow"))
+    parser.add_argument("kind", choices=KINDS)
     parser.add_argument("--address", required=True, help="host:port to listen on")
     parser.add_argument("--redis-url", help="redis://host:port/db (limits only)")
     args = parser.parse_args(argv)
     if args.kind == "limits" and not args.redis_url:
         parser.error("limits needs --redis-url")
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-
-    async def run() -> int:  # the servicer's Redis client must be made on the running loop
-        if args.kind == "rlqs-allow":
-            return await serve(args.address, AllowAll())
-        if args.kind == "empty-fast":
-            return await serve_fast(args.address)
-        limits = args.kind == "limits"
-        servicer = Limits(args.redis_url) if limits else Empty(args.kind == "empty-4")
-        return await serve(args.address, servicer)
-
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run())
+        return runner.run(serve(args.kind, args.address, args.redis_url))
 
 
 if __name__ == "__main__":

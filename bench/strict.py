@@ -1,19 +1,15 @@
-"""Strict rules against the per-request-Redis baseline, on the same stack and the same Redis.
-
-The baseline is `bench per-request-redis`'s `limits` service (per descriptor one INCRBY + EXPIRE
-call). Each sidecar runs the bench rule strict (`on_store_failure: deny`, so a failed check
-cannot pass for a decision) for one algorithm: every request waits for one `strict.lua` call.
-Hot-10 with h2load in alternating rounds; Redis on the load generators' core. A failed or
-breaker-refused strict check (from /metrics) counts as a failed request.
+"""Strict rules against `bench per-request-redis`'s `limits` service (one INCRBY + EXPIRE per
+descriptor), on the same stack and Redis (on the load generators' core). Each sidecar runs the
+bench rule strict for one algorithm with `on_store_failure: deny` (a failed check cannot pass for
+a decision): every request waits for one `strict.lua` call. Hot-10 with h2load in alternating
+rounds; a failed or breaker-refused strict check (from /metrics) is a failed request.
 
 Target: each strict sidecar at least the baseline's RPS and a p99 no worse (medians over rounds).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -22,20 +18,16 @@ import redis
 from bench import compare
 from bench.algorithms import unreachable_limit
 from bench.load import runs
-from bench.load.clients import H2load, LoadShape
+from bench.load.clients import H2load
 from bench.load.runs import Bench, Run
-from bench.load.servers import ServerProcess, local_address, samples, sidecar_args
-from bench.per_request_redis import redis_beside_clients
+from bench.load.servers import ServerProcess, local_address, sidecar_args
+from bench.per_request_redis import MAX_KEYS, WARM_UP_S, redis_session
 from bench.report import Options, Outcome, conclude, fmt
 from bench.workload import hot_10, rules_dir, rules_yaml
 from ratelimit_sidecar.config.model import AlgorithmName
 
-NAME = "strict"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4
-WARM_UP_S = 1.5
 RETRY_BUDGET_S = 60.0
-MAX_KEYS = 10_000
 TARGET_RATIO = 1.0
 BASELINE = "limits"
 STRICT_METRIC = 'ratelimit_sidecar_strict_checks_total{result="'
@@ -57,29 +49,30 @@ class RedisClient(ServerProcess):
     def __init__(
         self, name: str, args: list[str], address: str, bench: Bench, client: redis.Redis
     ) -> None:
-        super().__init__(name, args, address, bench.workdir, bench.pinning)
         self.redis = client
-        self.wait_ready()
+        super().__init__(name, args, address, bench)
 
     def counters(self) -> dict[str, int]:
         found = script_counts(self.redis.info("commandstats"))
         if self.metrics_url:
-            found |= {k.removesuffix('"}'): int(v) for k, v in self.metrics(STRICT_METRIC).items()}
+            found |= strict_counts(self.metrics(STRICT_METRIC))
         return found
 
 
 def strict_sidecar(
     bench: Bench, redis_url: str, client: redis.Redis, algorithm: AlgorithmName
 ) -> RedisClient:
-    (home := bench.workdir / f"strict-{algorithm.text}").mkdir(exist_ok=True)
-    rules, address = rules_dir(home, strict_rule(algorithm)), local_address()
+    rules, address = (
+        rules_dir(bench.workdir, strict_rule(algorithm), algorithm.text),
+        local_address(),
+    )
     args = sidecar_args(address, rules, "--max-keys", str(MAX_KEYS), "--redis-url", redis_url)
     return RedisClient(f"strict {algorithm.text}", args, address, bench, client)
 
 
-def strict_counts(lines: Sequence[str]) -> dict[str, int]:
-    """Strict checks by result from Prometheus text lines."""
-    return {k.removesuffix('"}'): int(v) for k, v in samples(lines, STRICT_METRIC).items()}
+def strict_counts(found: Mapping[str, float]) -> dict[str, int]:
+    """Strict checks by result, from the samples of STRICT_METRIC."""
+    return {k.removesuffix('"}'): int(v) for k, v in found.items()}
 
 
 def script_counts(commandstats: dict[str, Any]) -> dict[str, int]:
@@ -94,10 +87,6 @@ def script_us(row: Run) -> float | None:
     return row.counters.get(SCRIPT_USEC, 0) / calls if calls else None
 
 
-def script_cell(row: Run) -> str:
-    return fmt(script_us(row), 1)
-
-
 def checks_cell(row: Run) -> str:
     found = {k: v for k, v in row.counters.items() if k not in (SCRIPT_CALLS, SCRIPT_USEC) and v}
     return " ".join(f"{name} {count:,}" for name, count in sorted(found.items()))
@@ -109,39 +98,28 @@ def undecided(row: Run) -> tuple[int, str]:
     return lost, f"{lost} strict checks failed or breaker-refused"
 
 
-def counted_failures(measured: Sequence[Run]) -> list[Run]:
-    """The runs, each sidecar's failed strict checks added to its failed requests."""
-    return runs.with_failures(measured, undecided)
-
-
-def measure(bench: Bench, redis_url: str, rounds: int) -> list[Run]:
+def measure(bench: Bench, redis_url: str) -> list[Run]:
     work, h2load, client = hot_10(), H2load(), redis.Redis.from_url(redis_url)
     address = local_address()
     baseline = ["bench.services", BASELINE, "--address", address, "--redis-url", redis_url]
     starters = [partial(RedisClient, BASELINE, baseline, address, bench, client)]
     starters += [partial(strict_sidecar, bench, redis_url, client, a) for a in AlgorithmName]
-    warm = partial(runs.warm_up, bench, client=h2load, workload=work, seconds=WARM_UP_S)
     try:
-        return runs.side_by_side(bench, starters, [h2load], work, rounds, warm=warm)
+        return runs.side_by_side(bench, starters, [h2load], work, warm=WARM_UP_S)
     finally:
         client.close()
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] strict rules vs the per-request-Redis `limits` service, same Redis")
     measured: list[Run] = []
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S) as bench, redis_beside_clients(bench) as store:
-        if runs.usable([H2load()], skipped):
-            measured = counted_failures(measure(bench, store.url, rounds))
+    with redis_session(options, RETRY_BUDGET_S, ROUNDS) as (bench, store):
+        if runs.usable(bench, [H2load()]):
+            measured = runs.with_failures(measure(bench, store.url), undecided)
     names = [f"strict {a.text}" for a in AlgorithmName]
     found = compare.against(measured, BASELINE, names, target=TARGET_RATIO, p99_no_worse=True)
-    columns = [("Redis µs/call", script_cell), ("strict checks", checks_cell)]
-    lines, document = compare.report(
-        bench, measured, rounds, found, columns=columns, legend=LEGEND, skipped=skipped
-    )
-    return conclude(options, NAME, started, lines, document, verdicts=compare.verdicts(found))
+    columns = [("Redis µs/call", lambda r: fmt(script_us(r), 1)), ("strict checks", checks_cell)]
+    lines, document = compare.report(bench, measured, found, columns=columns, legend=LEGEND)
+    return conclude(options, lines, document, compare.verdicts(found))
 
 
 LEGEND = """\

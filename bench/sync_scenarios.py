@@ -1,23 +1,17 @@
 """Redis's bill for two kinds of traffic: the sidecars' sync against a per-request replay.
 
-Three real sidecars share one real Redis; a one-minute limit of 100 in six spans. From the
-first request (at a window start) until the window has ended and the sync after it has run,
-every Redis command and Redis's CPU time are counted; then the same requests are replayed as
-envoyproxy/ratelimit sends them (one pipelined INCRBY + EXPIRE per request) against the same
-Redis, flushed, and measured the same way.
+Three real sidecars share one real Redis; a one-minute limit of 100 in six spans. From the first
+request (at a window start) until the window has ended and the sync after it has run, Redis's
+commands and CPU are counted; then the same requests are replayed as envoyproxy/ratelimit sends
+them (one pipelined INCRBY + EXPIRE each) against the flushed Redis, measured over the same
+length of time (so both bills hold the later expiries).
 
 * long tail: 4,000 users x 2 requests, each user's two on two different nodes;
 * hot: 20 users x 400 requests spread over the nodes (over the limit).
 
-Both sides are measured over the same length of time (a window and a span), so Redis's later
-work for the keys each wrote (expiring them) is on both bills.
-
-Redis counts the commands its Lua scripts run in INFO commandstats and
-total_commands_processed alike ("all commands"); what clients sent is counted by a relay in
-front of Redis (harness/command_counter.py). Redis's CPU (INFO cpu, user + sys) includes its
-own housekeeping whoever its clients are: its rate once the reference's replay is over is taken
-off both sides ("net"). The Redis runs with `hz 1` so that this floor, the same for both
-designs, stays small against what they cost.
+"all commands" (INFO) include those Lua scripts run; what clients sent is counted by a relay in
+front of Redis (harness/command_counter.py). Redis's CPU (user + sys) includes its housekeeping:
+its rate after the replay is taken off both sides ("net"), and `hz 1` keeps that floor small.
 """
 
 from __future__ import annotations
@@ -35,16 +29,18 @@ import grpc
 import redis
 
 from bench.report import table
+from bench.workload import DOMAIN, KEY, request, rules_dir, rules_yaml
 from harness.command_counter import CommandCounter
-from harness.grpc_client import request, rls_stub
+from harness.grpc_client import rls_stub
 from harness.redis_servers import ServerProcess
-from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
+from ratelimit_sidecar._proto import wire
 
-NODES, LIMIT, DOMAIN, KEY = 3, 100, "bench", "user"
+NODES, LIMIT = 3, 100
 IDLE_MIN_S, SETTLE_S = 10.0, 1.5
 TARGETS = {"long tail": (0.25, 0.25), "hot": (None, 0.10)}  # commands/request, CPU ratio
 Request = tuple[int, str]  # (node, user)
+Reading = Callable[[], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,74 +60,66 @@ def long_tail(users: int = 4000, window_s: int = 60, spans: int = 6) -> Scenario
 
 def hot(users: int = 20, each: int = 400, window_s: int = 60, spans: int = 6) -> Scenario:
     """Round robin over the nodes; `users` prime to NODES spreads each user over all of them."""
-    return Scenario(
-        "hot", [(n % NODES, f"h{n % users}") for n in range(users * each)], window_s, spans
-    )
+    requests = [(n % NODES, f"h{n % users}") for n in range(users * each)]
+    return Scenario("hot", requests, window_s, spans)
 
 
-def rules_text(scenario: Scenario) -> str:
-    rate = f"unit: second, unit_multiplier: {scenario.window_s}, requests_per_unit: {LIMIT}"
-    return (
-        f"domain: {DOMAIN}\ndescriptors:\n  - key: {KEY}\n"
-        f"    rate_limit: {{{rate}, spans: {scenario.spans}}}\n"
-    )
+def reading(client: redis.Redis, relay: CommandCounter) -> dict[str, Any]:
+    """Redis's counters in one INFO call, and the commands clients sent through `relay`."""
+    info = client.info("stats", "cpu", "commandstats")
+    return {
+        "at": time.monotonic(),
+        "all": int(info["total_commands_processed"]),
+        "calls": {k[8:]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")},
+        "cpu_s": float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
+        "sent": relay.commands,
+    }
 
 
-class Meter:
-    """Redis's counters read in one INFO call; `relay` counts what clients sent."""
-
-    def __init__(self, client: redis.Redis, relay: CommandCounter) -> None:
-        self.client, self.relay = client, relay
-
-    def read(self) -> dict[str, Any]:
-        info = self.client.info("stats", "cpu", "commandstats")
-        calls = {k[8:]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
-        cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-        return {
-            "at": time.monotonic(),
-            "all": int(info["total_commands_processed"]),
-            "calls": calls,
-            "cpu_s": cpu,
-            "sent": self.relay.commands,
-        }
-
-    def between(
-        self, a: dict[str, Any], b: dict[str, Any], idle_cpu_per_s: float
-    ) -> dict[str, Any]:
-        """What happened from `a` to `b`, without the meter's own INFO commands (nobody else
-        sends one)."""
-        seconds = b["at"] - a["at"]
-        calls = {k: n - a["calls"].get(k, 0) for k, n in b["calls"].items()}
-        infos = calls.pop("info", 0)
-        raw_cpu = b["cpu_s"] - a["cpu_s"]
-        return {
-            "seconds": seconds,
-            "all_commands": b["all"] - a["all"] - infos,
-            "client_commands": b["sent"] - a["sent"],  # the meter's INFO goes around the relay
-            "by_command": {k: n for k, n in sorted(calls.items()) if n},
-            "cpu_ms": raw_cpu * 1000,
-            "net_cpu_ms": (raw_cpu - idle_cpu_per_s * seconds) * 1000,
-        }
+def between(a: dict[str, Any], b: dict[str, Any], idle_cpu_per_s: float) -> dict[str, Any]:
+    """What happened from reading `a` to `b`, without the readings' own INFO commands (nobody
+    else sends one)."""
+    seconds = b["at"] - a["at"]
+    calls = {k: n - a["calls"].get(k, 0) for k, n in b["calls"].items()}
+    infos = calls.pop("info", 0)
+    raw_cpu = b["cpu_s"] - a["cpu_s"]
+    return {
+        "seconds": seconds,
+        "all_commands": b["all"] - a["all"] - infos,
+        "client_commands": b["sent"] - a["sent"],  # the INFO goes around the relay
+        "by_command": {k: n for k, n in sorted(calls.items()) if n},
+        "cpu_ms": raw_cpu * 1000,
+        "net_cpu_ms": (raw_cpu - idle_cpu_per_s * seconds) * 1000,
+    }
 
 
-def cpu_per_s(a: dict[str, Any], b: dict[str, Any]) -> float:
-    """Redis's CPU seconds per second from `a` to `b`."""
-    return float(b["cpu_s"] - a["cpu_s"]) / float(b["at"] - a["at"])
+def per_node(requests: list[Request], nodes: int, act: Callable[[int, str], object]) -> None:
+    """`act(node, user)` for every request, one thread per node, each node's in order."""
+
+    def node_load(index: int) -> None:
+        for node, user in requests:
+            if node == index:
+                act(node, user)
+
+    threads = [threading.Thread(target=node_load, args=(index,)) for index in range(nodes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
 
 
 def send(addresses: list[str], requests: list[Request]) -> int:
-    """Every request to its node (one thread per node, in order); the OK answers."""
-    ok = [0] * len(addresses)
+    """Every request to its node; the OK answers."""
+    channels = [grpc.insecure_channel(address) for address in addresses]
+    stubs, ok = [rls_stub(channel) for channel in channels], list[bool]()
 
-    def node_load(index: int) -> None:
-        with grpc.insecure_channel(addresses[index]) as channel:
-            stub = rls_stub(channel)
-            for node, user in requests:
-                if node == index:
-                    reply = stub.ShouldRateLimit(request(DOMAIN, [(KEY, user)]), timeout=5)
-                    ok[index] += reply.overall_code == 1
+    def decide(node: int, user: str) -> None:
+        reply = stubs[node].ShouldRateLimit(request(user), timeout=5)
+        ok.append(reply.overall_code == wire.Code.OK)
 
-    run_threads([partial(node_load, i) for i in range(len(addresses))])
+    per_node(requests, len(stubs), decide)
+    for channel in channels:
+        channel.close()
     return sum(ok)
 
 
@@ -139,39 +127,22 @@ def replay_reference(clients: list[redis.Redis], requests: list[Request], window
     """Per request one pipeline INCRBY + EXPIRE on its node's connection, as the reference."""
     window = int(time.time()) // window_s * window_s
 
-    def node_load(index: int) -> None:
-        for node, user in requests:
-            if node == index:
-                key = f"{DOMAIN}_{KEY}_{user}_{window}"
-                pipe = clients[index].pipeline(transaction=False)
-                pipe.incrby(key, 1)
-                pipe.expire(key, window_s)
-                pipe.execute()
+    def count(node: int, user: str) -> None:
+        key = f"{DOMAIN}_{KEY}_{user}_{window}"
+        pipe = clients[node].pipeline(transaction=False)
+        pipe.incrby(key, 1)
+        pipe.expire(key, window_s)
+        pipe.execute()
 
-    run_threads([partial(node_load, i) for i in range(len(clients))])
-
-
-def run_threads(targets: list[Callable[[], None]]) -> None:
-    threads = [threading.Thread(target=t) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=600)
-
-
-def sleep_until_window(window_s: int, at_least_s: float) -> None:
-    """Until a window starts at least `at_least_s` from now (+20 ms)."""
-    now = time.time()
-    start = (int((now + at_least_s) // window_s) + 1) * window_s
-    time.sleep(start - now + 0.02)
+    per_node(requests, len(clients), count)
 
 
 @contextmanager
 def fleet(workdir: Path, scenario: Scenario, redis_url: str) -> Iterator[list[SidecarProcess]]:
-    rules = write_rules(workdir, rules_text(scenario), name=f"{DOMAIN}.yaml")
-    nodes = [
-        SidecarProcess(rules, "--redis-url", redis_url, "--node-id", f"n{i}") for i in range(NODES)
-    ]
+    spread = f"unit_multiplier: {scenario.window_s}, spans: {scenario.spans}"
+    rules = rules_dir(workdir, rules_yaml(LIMIT, spread))
+    store = ("--redis-url", redis_url)
+    nodes = [SidecarProcess(rules, *store, "--node-id", f"n{i}") for i in range(NODES)]
     try:
         yield [node.wait_ready() for node in nodes]
     finally:
@@ -180,54 +151,53 @@ def fleet(workdir: Path, scenario: Scenario, redis_url: str) -> Iterator[list[Si
 
 
 def over_a_window(
-    meter: Meter, scenario: Scenario, send_all: Callable[[], object], wait_s: float = 0.0
+    read: Reading, scenario: Scenario, send_all: Callable[[], object], wait_s: float = 0.0
 ) -> tuple[list[dict[str, Any]], object]:
-    """Counters at a window start at least `wait_s` away, once `send_all()` returned, and once
+    """Readings at a window start at least `wait_s` away, once `send_all()` returned, and once
     that window has ended and the sync after it has run; and `send_all()`'s answer."""
-    sleep_until_window(scenario.window_s, wait_s)
-    start = meter.read()
+    now, window_s = time.time(), scenario.window_s  # to the first window start after `wait_s`
+    time.sleep((int((now + wait_s) // window_s) + 1) * window_s - now + 0.02)
+    start = read()
     answer = send_all()
-    sent = meter.read()
-    span_s = scenario.window_s / scenario.spans
-    time.sleep(scenario.window_s + span_s + SETTLE_S - time.time() % scenario.window_s)
-    return [start, sent, meter.read()], answer
+    sent = read()
+    span_s = window_s / scenario.spans
+    time.sleep(window_s + span_s + SETTLE_S - time.time() % window_s)
+    return [start, sent, read()], answer
 
 
 def measure(
     workdir: Path, server: ServerProcess, scenario: Scenario, idle_min_s: float = IDLE_MIN_S
 ) -> dict[str, Any]:
-    """Ours (idle beforehand, then the scenario) and the reference's replay over the same
-    length of time, in one run. Redis's own housekeeping is learnt from the reference's
-    window after its replay (nothing but expiries left to do) and taken off both sides."""
+    """Ours (idle first, then the scenario) and the reference's replay over as long, in one run;
+    Redis's housekeeping, learnt after the replay (only expiries left), taken off both sides."""
     requests = scenario.requests
     with server.client() as client, CommandCounter(server.port) as relay:
         client.flushall()
-        meter = Meter(client, relay)
+        read = partial(reading, client, relay)
         with fleet(workdir, scenario, relay.url) as nodes:
             time.sleep(SETTLE_S)
-            idle_from, addresses = meter.read(), [n.address for n in nodes]
+            idle_from, addresses = read(), [n.address for n in nodes]
             load = partial(send, addresses, requests)
-            ours, admitted = over_a_window(meter, scenario, load, idle_min_s)
+            ours, admitted = over_a_window(read, scenario, load, idle_min_s)
         client.flushall()
         replayers = [redis.Redis.from_url(relay.url) for _ in range(NODES)]
         for replayer in replayers:
             replayer.ping()  # connected before counting, as a running service is
         replay = partial(replay_reference, replayers, requests, scenario.window_s)
-        reference, _ = over_a_window(meter, scenario, replay)
+        reference, _ = over_a_window(read, scenario, replay)
         for replayer in replayers:
             replayer.close()
-    housekeeping = cpu_per_s(reference[1], reference[2])
-    idle = meter.between(idle_from, ours[0], housekeeping)  # the fleet idle until the window
+    after_replay = between(reference[1], reference[2], 0.0)  # expiries, housekeeping
+    housekeeping = after_replay["cpu_ms"] / 1000 / after_replay["seconds"]
+    idle = between(idle_from, ours[0], housekeeping)  # the fleet idle until the window
     return {
-        "scenario": scenario.name,
-        "requests": len(requests),
-        "admitted": admitted,
+        "scenario": scenario.name, "requests": len(requests), "admitted": admitted,
         "redis_idle_cpu_ms_per_s": housekeeping * 1000,
         "idle_commands_per_s": idle["all_commands"] / idle["seconds"],
         "idle_client_commands_per_s": idle["client_commands"] / idle["seconds"],
-        "ours": meter.between(ours[0], ours[2], housekeeping),
-        "reference": meter.between(reference[0], reference[2], housekeeping),
-    }
+        "ours": between(ours[0], ours[2], housekeeping),
+        "reference": between(reference[0], reference[2], housekeeping),
+    }  # fmt: skip
 
 
 def report(results: list[dict[str, Any]]) -> tuple[list[str], bool]:
@@ -240,9 +210,8 @@ def report(results: list[dict[str, Any]]) -> tuple[list[str], bool]:
         ours, ref, n = r["ours"], r["reference"], r["requests"]
         ratio = ours["net_cpu_ms"] / ref["net_cpu_ms"]
         per_request, cpu_target = TARGETS[r["scenario"]]
-        met &= ratio <= cpu_target and (
-            per_request is None or ours["all_commands"] / n <= per_request
-        )
+        few_commands = per_request is None or ours["all_commands"] / n <= per_request
+        met &= ratio <= cpu_target and few_commands
         target = (f"≤{per_request} cmds/req, " if per_request else "") + f"≤{cpu_target}x CPU"
         rows.append([
             r["scenario"],

@@ -4,40 +4,34 @@ and 1, side by side (hot-10, h2load), exporting to an in-process OTLP receiver.
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
+from bench import compare
 from bench.load import runs
-from bench.load.clients import H2load, LoadShape
+from bench.load.clients import H2load
 from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude
-from bench.workload import hot_10, rules_dir
+from bench.workload import hot_10
 from harness.otlp import OtlpReceiver
 
-NAME = "tracing"
-SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4
 RATIOS = ("0.01", "1")
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
-    rounds = options.rounds or ROUNDS
-    print(f"[{NAME}] the sidecar without tracing, and traced at ratios {', '.join(RATIOS)}")
-    with OtlpReceiver() as receiver, runs.session(SHAPE, 60.0) as bench:
-        start = partial(start_sidecar, bench.workdir, bench.pinning, rules_dir(bench.workdir))
+    with OtlpReceiver() as receiver, runs.session(options, 60.0, ROUNDS) as bench:
+        start = partial(start_sidecar, bench)
         starters = [start] + [
             partial(start, "--tracing", "--tracing-endpoint", receiver.grpc_endpoint,
                     "--tracing-sampling-ratio", ratio, name=f"traced-{ratio}")
             for ratio in RATIOS
         ]  # fmt: skip
-        warm = partial(runs.warm_up, bench, client=H2load(), workload=hot_10(), seconds=2.0)
-        measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), rounds, warm=warm)
+        measured = runs.side_by_side(bench, starters, (H2load(),), hot_10(), warm=2.0)
         spans = len(receiver.spans)
-    lines = runs.render(bench, measured, rounds, [], LEGEND)
+    lines, document = compare.report(bench, measured, legend=LEGEND)
     lines.append(f"spans received by the OTLP receiver: {spans:,}")
-    document = {**runs.document(bench, measured, rounds), "spans": spans}
-    return conclude(options, NAME, started, lines, document, verdicts=[])
+    document["spans"] = spans
+    return conclude(options, lines, document, [])
 
 
 LEGEND = """\

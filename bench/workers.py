@@ -1,10 +1,8 @@
-"""What `--workers 2` gives over `--workers 1` on this machine, and what the metrics cost.
-
-The real CLI (local-only, the bench rule) under h2load's hot-10 over 20 connections: SO_REUSEPORT
-spreads connections, not requests, so each worker's /metrics tells the split it served. Unpinned:
-2 workers need both cores, so the load generator shares them (the report says how much it took).
-The metrics' cost per request is timed in-process against 1 worker's CPU time per request. No
-target.
+"""What `--workers 2` gives over `--workers 1` on this machine, and what the metrics cost. The real
+CLI (local-only) under h2load's hot-10 over 20 connections: SO_REUSEPORT spreads connections,
+not requests, so each worker's /metrics tells its share. Unpinned: 2 workers need both cores,
+so the load generator shares them. The metrics' cost is timed in-process against 1 worker's CPU
+time per request. No target.
 """
 
 from __future__ import annotations
@@ -12,23 +10,22 @@ from __future__ import annotations
 import time
 import timeit
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 
+from bench import compare
 from bench.load import runs
 from bench.load.clients import H2load, LoadShape
 from bench.load.runs import Bench, Run
 from bench.load.servers import READY_TIMEOUT_S, ServerProcess, local_address, sidecar_args
 from bench.report import Options, Outcome, conclude
-from bench.workload import DOMAIN, KEY, bench_rules, hot_10, limiter, rules_dir
+from bench.workload import DOMAIN, KEY, bench_rules, hot_10, rules_dir
 from harness.net import consecutive_free_ports, http_ok
 from harness.process import NotReady, wait_ready
 from ratelimit_sidecar.config.matcher import match
-from ratelimit_sidecar.core import Hit
+from ratelimit_sidecar.core import Hit, LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.server.grpc_api import TIMED_EVERY
 
-NAME = "workers"
 WORKER_COUNTS = (1, 2)
 SHAPE = LoadShape(connections=20, streams=4, settle_s=0.5, duration_s=2.0)
 ROUNDS = 4
@@ -49,10 +46,9 @@ class Fleet(ServerProcess):
         args = sidecar_args(address, rules, "--workers", str(workers), "--max-keys", str(MAX_KEYS))
         args[args.index("--metrics-address") + 1] = f"127.0.0.1:{self.metrics_port}"
         name = f"{workers} worker" + "s" * (workers > 1)
-        super().__init__(name, args, address, bench.workdir, bench.pinning)
-        self.wait_ready()
+        super().__init__(name, args, address, bench)
 
-    def url(self, index: int, path: str) -> str:
+    def url(self, index: int, path: str = "/metrics") -> str:
         return f"http://127.0.0.1:{self.metrics_port + index}{path}"
 
     def wait_ready(self) -> None:
@@ -70,12 +66,8 @@ class Fleet(ServerProcess):
 
     def counters(self) -> dict[str, int]:
         """Decisions counted by each worker so far (from its own /metrics)."""
-        return {
-            f"worker {i + 1}": int(
-                sum(self.metrics(DECISIONS_METRIC, self.url(i, "/metrics")).values())
-            )
-            for i in range(self.workers)
-        }
+        found = [self.metrics(DECISIONS_METRIC, self.url(i)) for i in range(self.workers)]
+        return {f"worker {i + 1}": int(sum(one.values())) for i, one in enumerate(found)}
 
 
 def split(row: Run) -> str:
@@ -84,15 +76,14 @@ def split(row: Run) -> str:
 
 
 def metrics_added_us() -> float:
-    """µs the metrics add to a request, best of REPEAT timings: the histogram's two clock
-    reads and observe() for one call in TIMED_EVERY, and the counters' one call per request
-    (one descriptor, the bench rule)."""
+    """µs the metrics add to a request (one descriptor), best of REPEAT timings: the histogram's
+    two clock reads and observe() for one call in TIMED_EVERY, and the counters' every call."""
     rules, metrics = bench_rules(), Metrics()
     observe = metrics.decision_seconds.observe
     domain = rules.domain(DOMAIN)
     assert domain is not None
     hits = [Hit(match(domain, [(KEY, "c0")]), (DOMAIN, KEY, "c0"), 1)]
-    verdict = limiter(max_keys=10).hit(int(time.time() * 1000), hits).verdicts[0]
+    verdict = LocalLimiter(max_keys=10).hit(int(time.time() * 1000), hits).verdicts[0]
     tally = metrics.tally(DOMAIN, hits)  # once per distinct request, kept with it
 
     def servicer_timing() -> None:  # what the servicer does around respond()
@@ -107,12 +98,9 @@ def metrics_added_us() -> float:
 
 
 def summary(measured: list[Run], added: float) -> list[str]:
-    lines = []
-    gains = runs.ratios(measured, "2 workers", "1 worker", H2load.name)
-    if gains:
-        lines.append(
-            f"workers: 2 workers give {runs.median(gains):.2f}x the RPS of 1 (median of rounds)"
-        )
+    gains = runs.median(runs.ratios(measured, "2 workers", "1 worker", H2load.name))
+    gain = f"workers: 2 workers give {gains:.2f}x the RPS of 1 (median of rounds)"
+    lines = [gain] if gains else []
     text = f"metrics add {added:.2f} µs per request (histogram + counters, timed in-process)"
     one = next((row for row in runs.rows(measured) if row.server == "1 worker"), None)
     if one is not None and (per_request := one.cpu_us()):
@@ -126,17 +114,12 @@ on the machine; split = decisions per worker (each worker's /metrics)."""
 
 
 def run(options: Options) -> Outcome:
-    started, rounds, skipped = time.monotonic(), options.rounds or ROUNDS, list[str]()
-    print(f"[{NAME}] sidecar --workers 1 vs 2, unpinned; metrics cost per request")
     added, measured = metrics_added_us(), list[Run]()
-    shape = replace(SHAPE, duration_s=options.duration_s or SHAPE.duration_s)
-    with runs.session(shape, RETRY_BUDGET_S, pin=False) as bench:
-        if clients := runs.usable([H2load()], skipped):
+    with runs.session(options, RETRY_BUDGET_S, ROUNDS, SHAPE, pin=False) as bench:
+        if clients := runs.usable(bench, [H2load()]):
             work, starters = hot_10(), [partial(Fleet, count, bench) for count in WORKER_COUNTS]
-            warm = partial(runs.warm_up, bench, client=clients[0], workload=work, seconds=WARM_UP_S)
-            measured = runs.side_by_side(bench, starters, clients, work, rounds, warm=warm)
-    lines = runs.render(bench, measured, rounds, [("split", split)], LEGEND, skipped=skipped)
+            measured = runs.side_by_side(bench, starters, clients, work, warm=WARM_UP_S)
+    lines, document = compare.report(bench, measured, columns=[("split", split)], legend=LEGEND)
     lines += summary(measured, added)
-    document = runs.document(bench, measured, rounds, skipped)
     document["metrics_added_us"] = added
-    return conclude(options, NAME, started, lines, document)
+    return conclude(options, lines, document)

@@ -1,5 +1,5 @@
-"""What the benchmarks send (the bench rule, ShouldRateLimit bodies), and the limiter and handler
-in-process measurements decide with.
+"""What the benchmarks send (the bench rule, ShouldRateLimit bodies), and the handler in-process
+measurements decide with.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.h2raw import grpc_message
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.config.model import RuleDefaults, RuleSet
-from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
+from ratelimit_sidecar.config.model import RuleSet
+from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 
@@ -22,12 +23,19 @@ KEY = "client"
 UNREACHABLE = 1_000_000_000  # per second: no run comes near it, every answer is OK
 
 
-def rules_yaml(requests_per_unit: int = UNREACHABLE, extra: str = "") -> str:
+def rules_yaml(
+    requests_per_unit: int = UNREACHABLE,
+    extra: str = "",
+    *,
+    domain: str = DOMAIN,
+    key: str = KEY,
+    unit: str = "second",
+) -> str:
     """The bench rule: value-less `client`, one limit per second; `extra` adds fields to it
-    (e.g. "consistency: strict")."""
-    fields = f"unit: second, requests_per_unit: {requests_per_unit}"
+    (e.g. "consistency: strict"); other sections' rules name their own domain, key and unit."""
+    fields = f"unit: {unit}, requests_per_unit: {requests_per_unit}"
     return (
-        f"domain: {DOMAIN}\ndescriptors:\n  - key: {KEY}\n"
+        f"domain: {domain}\ndescriptors:\n  - key: {key}\n"
         f"    rate_limit: {{{fields}{', ' + extra if extra else ''}}}\n"
     )
 
@@ -56,11 +64,6 @@ def key_values(count: int, prefix: str = "c") -> list[str]:
     return [f"{prefix}{i:0{width}d}" for i in range(count)]
 
 
-def grpc_frame(message: bytes) -> bytes:
-    """gRPC message framing: compressed flag 0, 4-byte big-endian length, the message."""
-    return struct.pack(">BI", 0, len(message)) + message
-
-
 def unframe(frame: bytes) -> bytes:
     flag, length = struct.unpack(">BI", frame[:5])
     if flag != 0 or length != len(frame) - 5:
@@ -69,51 +72,31 @@ def unframe(frame: bytes) -> bytes:
 
 
 def workload(name: str, values: Iterable[str]) -> Workload:
-    return Workload(name, [grpc_frame(request(v).SerializeToString()) for v in values])
+    return Workload(name, [grpc_message(request(v).SerializeToString()) for v in values])
 
 
 def hot_10() -> Workload:
     return workload("hot-10", key_values(10))
 
 
-def rules_dir(workdir: Path, text: str = RULES_YAML, domain: str = DOMAIN) -> Path:
-    """A rules directory holding one file, for `serve --config`."""
-    directory = workdir / f"rules-{domain}"
+def rules_dir(workdir: Path, text: str = RULES_YAML, name: str = DOMAIN) -> Path:
+    """A rules directory holding one file, for `serve --config` (one per `name` in `workdir`)."""
+    directory = workdir / f"rules-{name}"
     directory.mkdir(exist_ok=True)
-    (directory / f"{domain}.yaml").write_text(text)
+    (directory / "rules.yaml").write_text(text)
     return directory
 
 
-def bench_rules(text: str = RULES_YAML, defaults: RuleDefaults | None = None) -> RuleSet:
-    """`text` loaded as `serve` would, with the flags' `defaults` (e.g. the default algorithm)."""
+def bench_rules(text: str = RULES_YAML) -> RuleSet:
+    """`text` loaded as `serve` would."""
     with tempfile.TemporaryDirectory(prefix="rls-bench-rules-") as tmp:
-        return load_rules(rules_dir(Path(tmp), text), defaults=defaults or RuleDefaults())
+        return load_rules(rules_dir(Path(tmp), text))
 
 
-def limiter(max_keys: int) -> LocalLimiter:
-    """A local-only limiter, as `serve` runs without Redis."""
-    return LocalLimiter(max_keys)
-
-
-def fleet_limiter(max_keys: int) -> FleetLimiter:
-    """A limiter whose counts a sync loop pushes to a shared store."""
-    return FleetLimiter(max_keys)
-
-
-def handler(
-    max_keys: int,
-    clock_ms: Callable[[], int],
-    *,
-    metrics: Metrics | None = None,
-    rules: RuleSet | None = None,
-    cache_entries: int | None = None,
-) -> RateLimitHandler:
-    """The server's request handler (the bench rule unless `rules`); by default it caches as
-    many compiled requests as the limiter tracks keys."""
+def handler(max_keys: int, clock_ms: Callable[[], int], metrics: Metrics) -> RateLimitHandler:
+    """The server's request handler for the bench rule, local-only (as `serve` runs without
+    Redis), caching as many compiled requests as the limiter tracks keys."""
+    limiter = LocalLimiter(max_keys)
     return RateLimitHandler(
-        rules or bench_rules(),
-        limiter(max_keys),
-        clock_ms,
-        observer=metrics,
-        cache_entries=cache_entries or max_keys,
+        bench_rules(), limiter, clock_ms, observer=metrics, cache_entries=max_keys
     )

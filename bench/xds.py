@@ -3,10 +3,10 @@ while its control plane is down.
 
 - propagation: three sidecars on one ADS server; `PUSHES` pushes, each timed until every node
   answers the new limit (polled: an upper bound). Target: p99 under 1 s.
-- reconnects: one sidecar with the default backoff (3 s doubling to 60 s, jittered in its upper
-  half); the control plane stopped, `xds_connect_attempts_total` read every minute for `DOWN_S`
-  (`--duration`). Target: at most `MAX_FIRST_MINUTE` attempts in the first minute and
-  `MAX_LATER_MINUTE` after, answering from its last rules all along.
+- reconnects: one sidecar with the default backoff (3 s doubling to 60 s, jittered); the control
+  plane stopped, `xds_connect_attempts_total` read every minute for `DOWN_S` (`--duration`).
+  Target: at most `MAX_FIRST_MINUTE` attempts in the first minute and `MAX_LATER_MINUTE` after,
+  answering from its last rules all along.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import grpc
 
 from bench.report import Options, Outcome, conclude, fmt, table
 from harness.grpc_client import request, rls_stub
+from harness.process import wait_ready
 from harness.sidecar import SidecarProcess
 from harness.xds_server import GATEWAY_DOMAIN, GATEWAY_PREFIX, AdsServer, gateway_config
 
-NAME = "xds"
 PUSHES = 30
 NODES = 3
 DOWN_S = 180.0
@@ -56,8 +56,7 @@ def reconnects(ads: AdsServer, node: SidecarProcess, down_s: float) -> tuple[lis
     """Attempts per minute (the last one partial) while the control plane is down; whether the
     node answered its last limit at every check."""
     ads.push([gateway_config(42)], "before-down")
-    while limit_seen(node, 1) != 42:
-        time.sleep(0.05)
+    wait_ready(lambda: limit_seen(node, 1) == 42, None, 10)
     ads.stop()
     counts, answered, started = [node.metric("xds_connect_attempts_total")], True, time.monotonic()
     while (elapsed := time.monotonic() - started) < down_s:
@@ -68,7 +67,6 @@ def reconnects(ads: AdsServer, node: SidecarProcess, down_s: float) -> tuple[lis
 
 
 def run(options: Options) -> Outcome:
-    started = time.monotonic()
     down_s = options.duration_s or DOWN_S
     ads = AdsServer().start()
     nodes: list[SidecarProcess] = []
@@ -95,10 +93,10 @@ def run(options: Options) -> Outcome:
         ["answered its last rules while down", str(answered), "True"],
     ]  # fmt: skip
     lines = [
-        f"[{NAME}] {PUSHES} pushes to {NODES} sidecars; then the control plane down {down_s:g} s",
+        f"{PUSHES} pushes to {NODES} sidecars; then the control plane down {down_s:g} s",
         table(["measure", "value", "target"], rows, left=1),
     ]
     document = {"push_seconds": pushed, "push_p50_s": p50, "push_p99_s": p99, "down_s": down_s,
                 "reconnect_attempts_per_minute": per_minute,
                 "answered_while_down": answered}  # fmt: skip
-    return conclude(options, NAME, started, lines, document, verdicts=[p99 < TARGET_P99_S, bounded])
+    return conclude(options, lines, document, [p99 < TARGET_P99_S, bounded])

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from bench.workload import Workload, unframe
+from harness.grpc_client import rls_stub
 from ratelimit_sidecar._proto import wire
 
 NODE_SCRIPT = Path(__file__).parents[1] / "grpc_load.js"
@@ -126,11 +127,10 @@ class Client:
         step = max(1.0, (len(frames) - 1) / (PROBE_SAMPLES - 1))
         sample = [frames[round(i * step)] for i in range(min(len(frames), PROBE_SAMPLES))]
         with grpc.insecure_channel(address) as channel:
-            call = channel.unary_unary(
-                wire.METHOD_PATH, response_deserializer=wire.RateLimitResponse.FromString
-            )
+            call = rls_stub(channel).ShouldRateLimit
             for frame in sample:
-                code = call(unframe(frame), timeout=5.0).overall_code
+                message = wire.RateLimitRequest.FromString(unframe(frame))
+                code = call(message, timeout=5.0).overall_code
                 if code != wire.Code.OK:
                     raise RuntimeError(f"{address}: {wire.Code.Name(code)}, expected OK")
 
@@ -155,20 +155,17 @@ class H2load(Client):
         per_body, rest = divmod(shape.connections, len(workload.frames))
         if rest or not per_body:
             raise ValueError(f"h2load cannot spread {shape.connections} connections evenly")
-        argvs, logs = [], []
+        argv = [*prefix, "h2load", "-t", "1", "-c", str(per_body), "-m", str(shape.streams)]
+        argv += ["-D", f"{round(shape.duration_s * 1000)}ms"]
+        argv += ["--rps", str(max(1, shape.rps // shape.connections))] if shape.rps else []
+        argv += ["--warm-up-time", f"{round(shape.settle_s * 1000)}ms"] if shape.settle_s else []
+        argv += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+        argvs, logs, url = [], [], f"http://{address}{wire.METHOD_PATH}"
         for index, frame in enumerate(workload.frames):
             body, log = workdir / f"h2load-body-{index}.bin", workdir / f"h2load-{index}.log"
             body.write_bytes(frame)
             log.unlink(missing_ok=True)
-            argv = [*prefix, "h2load", "-t", "1", "-c", str(per_body), "-m", str(shape.streams)]
-            argv += ["-D", f"{round(shape.duration_s * 1000)}ms"]
-            if shape.rps:
-                argv += ["--rps", str(max(1, shape.rps // shape.connections))]
-            if shape.settle_s > 0:
-                argv += ["--warm-up-time", f"{round(shape.settle_s * 1000)}ms"]
-            argv += ["-d", str(body), "--log-file", str(log)]
-            argv += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-            argvs.append([*argv, f"http://{address}{wire.METHOD_PATH}"])
+            argvs.append([*argv, "-d", str(body), "--log-file", str(log), url])
             logs.append(log)
         return spawn(argvs, lambda done: self.read(logs, done))
 
@@ -195,8 +192,7 @@ class H2load(Client):
 class Node(Client):
     """bench/grpc_load.js: cycles through all of a workload's bodies (so it can send 100,000
     distinct values) and checks every response (HTTP 200, grpc-status 0, overall_code OK).
-    Successive runs against one server continue the rotation where the last one stopped, so
-    together they send every body rather than the first few thousand again and again."""
+    Runs against one server continue the rotation, so together they send every body."""
 
     name, binary, package = "node-http2", "node", "nodejs"
 
@@ -213,16 +209,12 @@ class Node(Client):
         latency_file = workdir / "node-latencies.bin"
         latency_file.unlink(missing_ok=True)
         config = {
-            "url": f"http://{address}",
-            "path": wire.METHOD_PATH,
-            "frames": str(frames),
+            "url": f"http://{address}", "path": wire.METHOD_PATH, "frames": str(frames),
             "offset": self.offsets.get(rotation, 0) % len(workload.frames),
-            "connections": shape.connections,
-            "streams": shape.streams,
-            "settleS": shape.settle_s,
-            "durationS": shape.duration_s,
+            "connections": shape.connections, "streams": shape.streams,
+            "settleS": shape.settle_s, "durationS": shape.duration_s,
             "latencyFile": str(latency_file),
-        }
+        }  # fmt: skip
 
         def read(done: list[Output]) -> RawResult:
             (out, err, failure), result = done[0], RawResult()
@@ -260,20 +252,15 @@ class Wrk(Client):
     def __init__(self, headers: dict[str, str]) -> None:
         self.headers = headers
 
-    def check(self, address: str, workload: Workload) -> None:  # noqa: ARG002
+    def check(self, address: str, _workload: Workload) -> None:
         """One request answered 200 (whether the service decided it, a section's counters say)."""
         request = urllib.request.Request(f"http://{address}/", headers=self.headers)
         with urllib.request.urlopen(request, timeout=5) as reply:
             if reply.status != 200:
                 raise RuntimeError(f"{address}: HTTP {reply.status}")
 
-    def start(
-        self,
-        address: str,
-        workload: Workload,  # noqa: ARG002 - wrk sends one request
-        shape: LoadShape,
-        workdir: Path,
-        prefix: list[str],
+    def start(  # wrk sends one request, whatever the workload
+        self, address: str, _workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
     ) -> Load:
         if shape.settle_s or shape.duration_s != int(shape.duration_s):
             raise ValueError("wrk runs whole seconds, without settle time")

@@ -112,13 +112,10 @@ class Snapshot:
 
 def snapshot(pinning: Pinning, roles: Mapping[str, list[int]], clients: list[int]) -> Snapshot:
     return Snapshot(
-        time.monotonic(),
-        {role: cpu_seconds(pids) for role, pids in roles.items()},
-        cpu_seconds(clients),
-        cpu_seconds([os.getpid()]),
-        busy_ticks(pinning.server_cpus),
-        busy_ticks(pinning.client_cpus),
-    )
+        time.monotonic(), {role: cpu_seconds(pids) for role, pids in roles.items()},
+        cpu_seconds(clients), cpu_seconds([os.getpid()]),
+        busy_ticks(pinning.server_cpus), busy_ticks(pinning.client_cpus),
+    )  # fmt: skip
 
 
 def window(a: Snapshot, b: Snapshot, pinning: Pinning) -> CpuWindow:

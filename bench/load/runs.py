@@ -14,21 +14,21 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from bench.load import cpu
-from bench.load.clients import Client, Latency, LoadShape, RawResult, summarize
-from bench.report import fmt, table
+from bench.load.clients import Client, Latency, LoadShape, summarize
+from bench.report import Options
 from bench.workload import Workload
 
 SAMPLE_MARGIN_S = 0.3
 MAX_ATTEMPTS = 2
 FINISH_GRACE_S = 30.0
 SATURATED_PCT = 95.0  # servers at least this busy are CPU-bound: their RPS is their capacity
-LOADGEN_BUSY_PCT = 90.0
-CLIENT_SHARED_PCT = 20.0
+SHAPE = LoadShape(connections=10, streams=8, settle_s=0.5, duration_s=2.0)  # most sections'
 
 
 class Server(Protocol):
@@ -39,13 +39,9 @@ class Server(Protocol):
     address: str
 
     def roles(self) -> dict[str, list[int]]: ...
-
     def counters(self) -> dict[str, int]: ...
-
     def pause(self) -> None: ...
-
     def resume(self) -> None: ...
-
     def stop(self) -> None: ...
 
 
@@ -60,11 +56,12 @@ class Bench:
     pinning: cpu.Pinning
     workdir: Path
     retry_until: float  # time.monotonic(): noisy runs are repeated only before this
+    rounds: int  # of alternating order, per workload
+    skipped: list[str] = field(default_factory=list)  # what was not measured, and why
 
     def load(self, seconds: float) -> Bench:
         """The same, with `seconds` measured and no settle time."""
-        shape = LoadShape(self.shape.connections, self.shape.streams, 0.0, seconds)
-        return Bench(shape, self.pinning, self.workdir, self.retry_until)
+        return replace(self, shape=replace(self.shape, settle_s=0.0, duration_s=seconds))
 
 
 @dataclass(slots=True)
@@ -104,20 +101,23 @@ class Run:
 
 
 @contextmanager
-def session(shape: LoadShape, retry_s: float, *, pin: bool = True) -> Iterator[Bench]:
-    """A section's Bench, with a scratch directory for its runs; pinned, this process moves to
-    the load generators' CPU (and so does every process it starts, Redis included)."""
+def session(
+    options: Options, retry_s: float, rounds: int, shape: LoadShape = SHAPE, *, pin: bool = True
+) -> Iterator[Bench]:
+    """A section's Bench (`--duration` and `--rounds` replacing its own) and scratch directory;
+    pinned, this process and all it starts (Redis too) move to the load generators' CPU."""
+    shape = replace(shape, duration_s=options.duration_s or shape.duration_s)
     pinning = cpu.choose_pinning(pin)
     pinning.pin_self()
     with tempfile.TemporaryDirectory(prefix="rls-bench-") as tmp:
-        yield Bench(shape, pinning, Path(tmp), time.monotonic() + retry_s)
+        yield Bench(shape, pinning, Path(tmp), time.monotonic() + retry_s, options.rounds or rounds)
 
 
-def usable(clients: Sequence[Client], skipped: list[str], label: str = "") -> list[Client]:
-    """The clients installed here; why each other one is not, added to `skipped`."""
+def usable(bench: Bench, clients: Sequence[Client], label: str = "") -> list[Client]:
+    """The clients installed here; why each other one is not, added to the bench's skipped."""
     found = [client for client in clients if client.unavailable() is None]
     missing = [client for client in clients if client not in found]
-    skipped += [f"{label}{client.name}: {client.unavailable()}" for client in missing]
+    bench.skipped.extend(f"{label}{client.name}: {client.unavailable()}" for client in missing)
     return found
 
 
@@ -126,40 +126,46 @@ def _sleep_until(moment: float) -> None:
 
 
 def timed_run(
-    bench: Bench, server: Server, client: Client, workload: Workload, *, check: bool = True
-) -> Run:
-    """One run; `check` False skips the correctness check (a failing server cannot pass it)."""
-    if check:
+    bench: Bench,
+    servers: Sequence[Server],
+    client: Client,
+    workload: Workload,
+    *,
+    check: bool = True,
+) -> list[Run]:
+    """One run of the servers at once, each loaded by its own `client` (in its own directory when
+    several; their CPU not counted as other load); `check` False: no correctness check first."""
+    for server in servers if check else ():
         client.check(server.address, workload)
-    shape, before = bench.shape, server.counters()
-    prefix = bench.pinning.taskset([], bench.pinning.client_cpus)
+    shape, before = bench.shape, [server.counters() for server in servers]
+    prefix, loads = bench.pinning.taskset([], bench.pinning.client_cpus), []
     window_start = time.monotonic() + shape.settle_s
-    load = client.start(server.address, workload, shape, bench.workdir, prefix)
+    for server in servers:
+        workdir = bench.workdir / f"{client.name}-{server.name}" if servers[1:] else bench.workdir
+        workdir.mkdir(exist_ok=True)
+        loads.append(client.start(server.address, workload, shape, workdir, prefix))
+    pids = [pid for load in loads for pid in load.pids]
     try:
         _sleep_until(window_start + SAMPLE_MARGIN_S)
-        first = cpu.snapshot(bench.pinning, server.roles(), load.pids)
+        first = [cpu.snapshot(bench.pinning, server.roles(), pids) for server in servers]
         _sleep_until(window_start + shape.duration_s - SAMPLE_MARGIN_S)
-        last = cpu.snapshot(bench.pinning, server.roles(), load.pids)
+        last = [cpu.snapshot(bench.pinning, server.roles(), pids) for server in servers]
     finally:
-        raw = load.finish(shape.settle_s + shape.duration_s + FINISH_GRACE_S)
-    after = server.counters()
-    counters = {name: after[name] - before.get(name, 0) for name in after}
-    window = cpu.window(first, last, bench.pinning)
-    names = (workload.name, client.name, server.name)
-    return as_run(names, raw, window, counters, shape.duration_s)
-
-
-def as_run(
-    names: tuple[str, str, str], raw: RawResult, window: cpu.CpuWindow,
-    counters: dict[str, int], seconds: float,
-) -> Run:  # fmt: skip
-    """A run of (workload, client, server), from what the load generator saw and the CPU window
-    sampled in it."""
-    return Run(
-        *names, 0, raw.requests, raw.duration_s or seconds, raw.errors,
-        raw.first_error, raw.latencies_ms, raw.latency or summarize(raw.latencies_ms), window,
-        counters,
-    )  # fmt: skip
+        raws = [load.finish(shape.settle_s + shape.duration_s + FINISH_GRACE_S) for load in loads]
+    windows = [cpu.window(a, b, bench.pinning) for a, b in zip(first, last, strict=True)]
+    busy = windows[0].other_on_server_cpu_pct + windows[0].server_pct
+    other = max(0.0, busy - sum(window.server_pct for window in windows))
+    found = []
+    for server, raw, window, counted in zip(servers, raws, windows, before, strict=True):
+        after = server.counters()
+        found.append(Run(
+            workload.name, client.name, server.name, 0, raw.requests,
+            raw.duration_s or shape.duration_s, raw.errors, raw.first_error, raw.latencies_ms,
+            raw.latency or summarize(raw.latencies_ms),
+            replace(window, other_on_server_cpu_pct=other),
+            {name: after[name] - counted.get(name, 0) for name in after},
+        ))  # fmt: skip
+    return found
 
 
 def measure(bench: Bench, server: Server, client: Client, workload: Workload, round_no: int) -> Run:
@@ -168,7 +174,7 @@ def measure(bench: Bench, server: Server, client: Client, workload: Workload, ro
     for attempt in range(1, MAX_ATTEMPTS + 1):
         own = [pid for pids in server.roles().values() for pid in pids] + [os.getpid()]
         quiet = cpu.wait_for_quiet(bench.pinning, own)
-        run = timed_run(bench, server, client, workload)
+        run = timed_run(bench, [server], client, workload)[0]
         if not quiet:
             run.notes.append("machine busy before the run")
         if best is None or run.cpu.other_on_server_cpu_pct < best.cpu.other_on_server_cpu_pct:
@@ -190,15 +196,11 @@ def warm_up(
 
 
 def alternate(
-    bench: Bench,
-    servers: Sequence[Server],
-    clients: Sequence[Client],
-    workload: Workload,
-    rounds: int,
+    bench: Bench, servers: Sequence[Server], clients: Sequence[Client], workload: Workload
 ) -> list[Run]:
-    """`rounds` rounds; in each, every client against every server, in alternating order."""
+    """The bench's rounds; in each, every client against every server, in alternating order."""
     runs = []
-    for round_no in range(rounds):
+    for round_no in range(bench.rounds):
         for client in clients:
             for server in servers if round_no % 2 == 0 else servers[::-1]:
                 label = f"{workload.name:<14} {client.name:<11} {server.name:<9}"
@@ -235,13 +237,15 @@ def side_by_side(
     starters: Sequence[Callable[[], S]],
     clients: Sequence[Client],
     workload: Workload,
-    rounds: int,
     *,
-    warm: Callable[[S], object],
+    warm: float | Callable[[S], object],
 ) -> list[Run]:
-    """The servers `started`, then `alternate`."""
+    """The servers `started`, each warmed up by `warm` (seconds: by the first client), then
+    `alternate`."""
+    if not callable(warm):
+        warm = partial(warm_up, bench, client=clients[0], workload=workload, seconds=warm)
     with started(starters, warm) as servers:
-        return alternate(bench, servers, clients, workload, rounds)
+        return alternate(bench, servers, clients, workload)
 
 
 def with_failures(measured: Sequence[Run], failed: Callable[[Run], tuple[int, str]]) -> list[Run]:
@@ -282,12 +286,11 @@ def rows(runs: Sequence[Run]) -> list[Run]:
     return [pool(group) for group in groups.values()]
 
 
+Value = Callable[[Run], float | None]  # what a ratio compares: RPS, RPS per CPU-second, p99
+
+
 def ratios(
-    runs: Sequence[Run],
-    server: str,
-    baseline: str,
-    client: str,
-    value: Callable[[Run], float | None] = lambda r: r.rps,
+    runs: Sequence[Run], server: str, baseline: str, client: str, value: Value = lambda r: r.rps
 ) -> tuple[float, ...]:
     """`server`'s value over `baseline`'s, per round and workload in which `client` measured
     both."""
@@ -302,92 +305,3 @@ def ratios(
 
 def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
-
-
-HEADER: tuple[str, ...] = ("workload", "client", "server", "RPS", "p50 ms", "p99 ms")
-HEADER += ("server CPU %", "client CPU %", "other CPU % s/c", "CPU µs/req", "errors")
-
-
-def cells(row: Run) -> list[str]:
-    other = f"{fmt(row.cpu.other_on_server_cpu_pct)}/{fmt(row.cpu.other_on_client_cpu_pct)}"
-    return [
-        row.workload,
-        row.client,
-        row.server,
-        fmt(row.rps),
-        fmt(row.latency.p50_ms, 2),
-        fmt(row.latency.p99_ms, 2),
-        fmt(row.cpu.server_pct),
-        fmt(row.cpu.client_pct),
-        other,
-        fmt(row.cpu_us()),
-        str(row.errors),
-    ]
-
-
-LEGEND = """\
-RPS and CPU pool every round; latency percentiles pool every request (wrk: medians of the
-rounds' percentiles); CPU % of one core; CPU µs/req = server CPU time per request; other CPU %
-s/c = work by anything else on the server's / the load generators' CPU (unpinned: anywhere)."""
-
-
-def notes(bench: Bench, row: Run) -> list[str]:
-    found, load = list(row.notes), row.cpu
-    if row.errors:
-        found.append(f"{row.errors} failed requests, first: {row.first_error}")
-    if load.noisy:
-        found.append(f"other load on the server CPU: {load.other_on_server_cpu_pct:.0f}%")
-    elif bench.pinning.pinned and load.server_pct < SATURATED_PCT:
-        found.append(f"server used {load.server_pct:.0f}% of its core: not saturated")
-    if load.client_pct >= LOADGEN_BUSY_PCT:
-        found.append(f"load generator at {load.client_pct:.0f}% CPU: may be the limit")
-    if (load.other_on_client_cpu_pct or 0.0) >= CLIENT_SHARED_PCT:
-        found.append(f"the load generators' CPU ran {load.other_on_client_cpu_pct:.0f}% other work")
-    return [f"{row.workload}/{row.client}/{row.server}: {note}" for note in found]
-
-
-Column = tuple[str, Callable[[Run], str]]  # a section's extra column: header, cell of a row
-
-
-def render(
-    bench: Bench,
-    measured: Sequence[Run],
-    rounds: int,
-    extra: Sequence[Column] = (),
-    legend: str = "",
-    *,
-    skipped: Sequence[str] = (),
-) -> list[str]:
-    """The load, then the pooled rows as a table with the section's extra columns, the legend,
-    and the notes."""
-    shape, pooled = bench.shape, rows(measured)
-    header = (*HEADER, *(name for name, _ in extra))
-    body = [cells(row) + [cell(row) for _, cell in extra] for row in pooled]
-    settle = f" (after {shape.settle_s:g} s settle)" if shape.settle_s else ""
-    lines = [
-        f"\n{shape.connections} connections x {shape.streams} in flight; {rounds} rounds of "
-        f"{shape.duration_s:g} s per row{settle}; pinning: {bench.pinning.describe()}",
-        table(header, body),
-        LEGEND + (f"\n{legend}" if legend else ""),
-    ]
-    lines += [f"  note: {n}" for row in pooled for n in notes(bench, row)]
-    return lines + [f"  not measured: {s}" for s in skipped]
-
-
-def run_json(run: Run) -> dict[str, Any]:
-    fields = {k: v for k, v in asdict(run).items() if k != "latencies_ms"}
-    return {**fields, "rps": run.rps, "cpu_us_per_request": run.cpu_us(), "noisy": run.cpu.noisy}
-
-
-def document(
-    bench: Bench, runs: Sequence[Run], rounds: int, skipped: Sequence[str] = ()
-) -> dict[str, Any]:
-    """The load part of a section's results: the setup, the pooled rows and every run."""
-    return {
-        "skipped": list(skipped),
-        "pinning": bench.pinning.describe(),
-        "shape": asdict(bench.shape),
-        "rounds": rounds,
-        "rows": [run_json(row) for row in rows(runs)],
-        "runs": [run_json(run) for run in runs],
-    }

@@ -4,14 +4,16 @@ the server CPUs, stopped while another is measured.
 
 from __future__ import annotations
 
+import itertools
 import os
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import grpc
 
-from bench.load.cpu import Pinning
+from bench.load.runs import Bench
+from bench.workload import RULES_YAML, rules_dir
 from harness.net import free_port, wait_grpc_serving
 from harness.process import launch, pause, python_module, resume, stop_process
 from harness.sidecar import serve_args
@@ -23,33 +25,36 @@ def local_address() -> str:
     return f"127.0.0.1:{free_port()}"
 
 
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 class ServerProcess:
     """`python -m MODULE …` under `taskset`, output in `<name>.log`, leading its own process
-    group, so that signals reach any worker process it forks."""
+    group (so that signals reach any worker process it forks); ready once made."""
 
     def __init__(
-        self, name: str, module_args: list[str], address: str, workdir: Path, pinning: Pinning
+        self,
+        name: str,
+        module_args: list[str],
+        address: str,
+        bench: Bench,
+        *,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name, self.address = name, address
-        self.log = workdir / f"{name}.log"
-        self.metrics_url = ""  # a sidecar's: where it serves /metrics
-        if "--metrics-address" in module_args:
-            at = module_args.index("--metrics-address") + 1
-            self.metrics_url = f"http://{module_args[at]}/metrics"
-        argv = pinning.taskset(python_module(*module_args), pinning.server_cpus)
-        env = {**os.environ, "GRPC_VERBOSITY": "NONE"}
+        self.log = bench.workdir / f"{name}.log"
+        metrics = dict(itertools.pairwise(module_args)).get("--metrics-address")
+        self.metrics_url = f"http://{metrics}/metrics" if metrics else ""  # a sidecar's
+        argv = bench.pinning.taskset(python_module(*module_args), bench.pinning.server_cpus)
+        env = {**os.environ, "GRPC_VERBOSITY": "NONE", **(env or {})}
         self.proc = launch(argv, self.log, env=env, new_session=True)
+        self.wait_ready()
 
     @property
     def pids(self) -> list[int]:
-        return [self.proc.pid, *children(self.proc.pid)]
+        """Its process and any worker process it forked."""
+        pid = self.proc.pid
+        try:
+            return [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+        except OSError:
+            return [pid]
 
     def roles(self) -> dict[str, list[int]]:
         return {"server": self.pids}
@@ -95,27 +100,26 @@ def samples(lines: Sequence[str], prefix: str) -> dict[str, float]:
 
 def sidecar_args(address: str, rules: Path, *extra: str) -> list[str]:
     """`serve` for the rules directory, local-only unless `extra` adds a store."""
-    metrics = local_address()
-    return [
-        "ratelimit_sidecar",
-        *serve_args(rules, address, metrics, "--log-level", "warning", *extra),
-    ]
+    flags = ("--log-level", "warning", *extra)
+    return ["ratelimit_sidecar", *serve_args(rules, address, local_address(), *flags)]
 
 
 def start_sidecar(
-    workdir: Path, pinning: Pinning, rules: Path, *extra: str, name: str = "sidecar"
+    bench: Bench,
+    *extra: str,
+    rules: str = RULES_YAML,
+    name: str = "sidecar",
+    env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """The sidecar, named `name` in tables and in its log file's name."""
+    """The sidecar on the `rules` text, named `name` in tables and in its log and rules
+    directory's name; `env` added to ours."""
     address = local_address()
-    server = ServerProcess(name, sidecar_args(address, rules, *extra), address, workdir, pinning)
-    server.wait_ready()
-    return server
+    args = sidecar_args(address, rules_dir(bench.workdir, rules, name), *extra)
+    return ServerProcess(name, args, address, bench, env=env)
 
 
-def start_service(workdir: Path, pinning: Pinning, kind: str, *extra: str) -> ServerProcess:
+def start_service(bench: Bench, kind: str, *extra: str) -> ServerProcess:
     """One of bench/services.py's services, named after its kind."""
     address = local_address()
     args = ["bench.services", kind, "--address", address, *extra]
-    server = ServerProcess(kind, args, address, workdir, pinning)
-    server.wait_ready()
-    return server
+    return ServerProcess(kind, args, address, bench)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.overrides import (
     Propagation,
-    percentile,
+    ms,
     propagation_met,
     propagation_rows,
     propagation_table,
@@ -22,11 +22,11 @@ def result(missed: int = 0, slow: float = 0.2) -> Propagation:
     return Propagation(lags, missed, [0.004, 0.006, 0.005], histogram)
 
 
-def test_percentiles_are_nearest_rank() -> None:
-    values = [float(i) for i in range(1, 101)]
-    assert [percentile(values, q) for q in (0.5, 0.99, 1.0)] == [50.0, 99.0, 100.0]
-    assert percentile([3.0], 0.99) == 3.0
-    assert percentile([], 0.5) is None
+def test_percentiles_are_nearest_rank_in_ms() -> None:
+    values = [i / 1000 for i in range(100, 0, -1)]
+    assert [ms(values, q) for q in (50, 99, 100)] == ["50.0", "99.0", "100.0"]
+    assert ms([0.003], 99) == "3.0"
+    assert ms([], 50) == "-"
 
 
 def test_rows_per_node_and_for_all() -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from bench import algorithms, strict
+from bench.load import runs
 from bench.load.clients import Latency
 from bench.load.cpu import CpuWindow
 from bench.load.runs import Run
+from bench.load.servers import samples
 from bench.workload import RULES_YAML, rules_dir, rules_yaml
 from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.loader import load_rules
@@ -73,7 +75,8 @@ def test_strict_counts_reads_each_result() -> None:
         'ratelimit_sidecar_strict_checks_created{result="failed"} 1.7e9',
         'ratelimit_sidecar_total_hits_total{domain="bench"} 99.0',
     ]
-    assert strict.strict_counts(lines) == {"admitted": 1234, "failed": 2}
+    found = strict.strict_counts(samples(lines, strict.STRICT_METRIC))
+    assert found == {"admitted": 1234, "failed": 2}
 
 
 def test_failed_strict_checks_count_as_failed_requests() -> None:
@@ -92,7 +95,7 @@ def test_failed_strict_checks_count_as_failed_requests() -> None:
         {"admitted": 90, "failed": 4, "breaker_open": 6},
     )
     clean = replace(found, counters={"admitted": 100})
-    marked = strict.counted_failures([found, clean])
+    marked = runs.with_failures([found, clean], strict.undecided)
     assert marked[0].errors == 10
     assert "10 strict checks" in marked[0].first_error
     assert marked[1].errors == 0
@@ -117,6 +120,5 @@ def test_script_counts_and_the_cells_of_a_row() -> None:
         {**counts, "admitted": 40, "failed": 0},
     )
     assert strict.script_us(found) == 2.5
-    assert strict.script_cell(found) == "2.5"
     assert strict.checks_cell(found) == "admitted 40"
     assert strict.script_us(replace(found, counters={})) is None
