@@ -111,10 +111,9 @@ class QuietKeys:
             return state.roll(now_ms)
         self.forget_held(state, now_ms)
         synced = counts.near or counts.pushed
-        limit = state.limit
-        # A block in it says the window was over, even where a blocked node stopped reading.
-        hot = state.blocked_until > state.window * limit.window_ms
-        near = hot or counts.seen >= NEAR_SHARE * limit.requests_per_unit
+        # A block in it says it was over, even where a blocked node stopped reading the total.
+        hot = state.blocked_until > state.window * state.limit.window_ms
+        near = hot or counts.seen >= NEAR_SHARE * state.limit.requests_per_unit
         near = near and window == state.window + 1
         dropped = state.roll(now_ms)
         counts.near = near
@@ -136,9 +135,7 @@ class QuietKeys:
         counts = state.counts
         if isinstance(counts, WindowCounts) and state.window == window:
             counts.seen, counts.near = max(counts.seen, total), True
-            # A new key's burst seen everywhere at once: what this node holds must reach the
-            # others now, not at the span end (a node refusing on the total could hold it back).
-            if counts.alone and state.pending:
+            if counts.alone and state.pending:  # the others need it now (docs/QUIET_KEYS.md)
                 state.next_sync = now_ms
                 self.fleet.want(now_ms)
 
