@@ -21,7 +21,7 @@ from ratelimit_sidecar.core.sliding_log import SlidingLog
 from ratelimit_sidecar.core.sliding_window import SlidingWindow
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.token_bucket import TokenBucket
-from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
+from ratelimit_sidecar.core.types import OK, Code, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, refuse_blocked, unlimited_verdict
 
 DEFAULT_MAX_KEYS = 100_000
@@ -59,14 +59,18 @@ class Limiter(ABC):
 
     def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
         """The one fast path: `hit` of one counted descriptor with one limit."""
-        verdict, state = self._check(now_ms, hit)
-        if state is not None and (verdict is None or verdict.code is Code.OK):
+        rule, hits = hit.rule, hit.hits
+        if rule is None or rule.limit is None:
+            return unlimited_verdict(hit)
+        verdict, state = self._check_limit(now_ms, hit, rule.limit, hit.key)
+        if verdict is None:  # admitted (then it has a counter): the usual answer
+            assert state is not None
             algorithm = self.algorithms[state.limit.algorithm]
-            if hit.hits:  # admitted, or over a shadow rule: counted either way
-                algorithm.count(state, hit.hits, now_ms)
-            if verdict is None:
-                return algorithm.admitted(state, now_ms)
-        assert verdict is not None  # a descriptor without a counter has its verdict
+            if hits:
+                algorithm.count(state, hits, now_ms)
+            return algorithm.admitted(state, now_ms)
+        if state is not None and hits and verdict.code is OK:  # over a shadow rule: counted
+            self.algorithms[state.limit.algorithm].count(state, hits, now_ms)
         return verdict
 
     def count_admitted(
@@ -105,26 +109,22 @@ class Limiter(ABC):
         if hits - late:
             self.algorithms[limit.algorithm].count(state, hits - late, now_ms)
 
-    def _check(self, now_ms: int, hit: Hit) -> Checked:
-        rule = hit.rule
-        if rule is None or rule.limit is None:
-            return unlimited_verdict(hit), None
-        return self._check_limit(now_ms, hit, rule.limit, hit.key)
-
     def _check_all(self, now_ms: int, hit: Hit) -> list[Checked]:
         rule = hit.rule
-        if rule is None or len(rule.limits) < 2:
-            return [self._check(now_ms, hit)]
+        if rule is None or rule.limit is None:
+            return [(unlimited_verdict(hit), None)]
+        if len(rule.limits) < 2:
+            return [self._check_limit(now_ms, hit, rule.limit, hit.key)]
         return [
             self._check_limit(now_ms, hit, limit, limit_key(hit.key, index))
             for index, limit in enumerate(rule.limits)
         ]
 
     def _check_limit(self, now_ms: int, hit: Hit, limit: RateLimit, key: KeyId) -> Checked:
-        rule = hit.rule
+        rule, hits = hit.rule, hit.hits
         assert rule is not None
         if limit.requests_per_unit == 0:
-            return deny_verdict(limit, hit.hits, rule.shadow_mode), None
+            return deny_verdict(limit, hits, rule.shadow_mode), None
         state = self.keys.get(key)
         if state is None or state.limit is not limit:  # new, or its rule was reloaded
             state = self._state(hit, key, limit, now_ms, alone=True)
@@ -136,11 +136,11 @@ class Limiter(ABC):
         elif now_ms >= state.next_sync:
             self._catch_up(state, now_ms)
         if now_ms < state.blocked_until:  # step 1 of every algorithm: the block's Retry-After
-            wait = algorithm.wait_ms(state, hit.hits, now_ms)  # is the algorithm's
-            return refuse_blocked(state, hit.hits, now_ms, wait), state
-        if hit.hits <= 0:  # a check without hits: nothing to refuse
+            wait = algorithm.wait_ms(state, hits, now_ms)  # is the algorithm's
+            return refuse_blocked(state, hits, now_ms, wait), state
+        if hits <= 0:  # a check without hits: nothing to refuse
             return None, state
-        return algorithm.check(state, hit.hits, now_ms), state
+        return algorithm.check(state, hits, now_ms), state
 
     def _answer(self, limits_checked: list[Checked], now_ms: int) -> Verdict:
         """Of several limits: the refusal with the longest wait, else the fewest remaining."""
