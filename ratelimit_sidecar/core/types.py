@@ -23,6 +23,7 @@ class Code(enum.IntEnum):
 # instructions on Python 3.11 (its metaclass has a `__getattr__`), a global ~10.
 OK, OVER_LIMIT = Code.OK, Code.OVER_LIMIT
 
+
 # Hit, Verdict and Decision are built per request: NamedTuples are ten times cheaper to build
 # than frozen dataclasses.
 class Hit(NamedTuple):
