@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.fixed_window import FixedWindow
@@ -62,7 +62,7 @@ class Limiter(ABC):
         rule, hits = hit.rule, hit.hits
         if rule is None or rule.limit is None:
             return unlimited_verdict(hit)
-        verdict, state = self._check_limit(now_ms, hit, rule.limit, hit.key)
+        verdict, state = self._check_limit(now_ms, rule, rule.limit, hit.key, hits)
         if verdict is None:  # admitted (then it has a counter): the usual answer
             assert state is not None
             algorithm = self.algorithms[state.limit.algorithm]
@@ -88,7 +88,7 @@ class Limiter(ABC):
             key = limit_key(hit.key, index) if several else hit.key
             state = None
             if limit.requests_per_unit > 0:
-                state = self._state(hit, key, limit, now_ms)
+                state = self._state(rule, key, limit, now_ms)
             if state is not None:
                 if now_ms >= state.next_sync:
                     self._catch_up(state, now_ms)
@@ -114,20 +114,20 @@ class Limiter(ABC):
         if rule is None or rule.limit is None:
             return [(unlimited_verdict(hit), None)]
         if len(rule.limits) < 2:
-            return [self._check_limit(now_ms, hit, rule.limit, hit.key)]
+            return [self._check_limit(now_ms, rule, rule.limit, hit.key, hit.hits)]
         return [
-            self._check_limit(now_ms, hit, limit, limit_key(hit.key, index))
+            self._check_limit(now_ms, rule, limit, limit_key(hit.key, index), hit.hits)
             for index, limit in enumerate(rule.limits)
         ]
 
-    def _check_limit(self, now_ms: int, hit: Hit, limit: RateLimit, key: KeyId) -> Checked:
-        rule, hits = hit.rule, hit.hits
-        assert rule is not None
+    def _check_limit(
+        self, now_ms: int, rule: Rule, limit: RateLimit, key: KeyId, hits: int
+    ) -> Checked:
         if limit.requests_per_unit == 0:
             return deny_verdict(limit, hits, rule.shadow_mode), None
         state = self.keys.get(key)
         if state is None or state.limit is not limit:  # new, or its rule was reloaded
-            state = self._state(hit, key, limit, now_ms, alone=True)
+            state = self._state(rule, key, limit, now_ms, alone=True)
         algorithm = self.algorithms[limit.algorithm]
         if state is None:  # table full of blocked keys: decide on this request alone, as if
             self.untracked += 1  # on a key new to the node, whose counter is then dropped
@@ -157,11 +157,9 @@ class Limiter(ABC):
         return min(answers, key=lambda verdict: verdict.remaining)
 
     def _state(
-        self, hit: Hit, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
+        self, rule: Rule, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
     ) -> KeyState | None:
         """Made if new; None without room. `alone`: for a request (not an RLQS report)."""
-        rule = hit.rule
-        assert rule is not None
         state = self.keys.get(key)
         if state is not None and state.limit is limit:
             return state

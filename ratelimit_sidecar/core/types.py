@@ -45,6 +45,11 @@ class Verdict(NamedTuple):
     near_limit: bool = False
 
 
+# A Verdict of every field in order, by tuple's constructor: NamedTuple's own `__new__` is Python
+# code (callgrind: ~1,900 instructions more per admitted request). `new_tuple(Verdict, fields)`.
+new_tuple = tuple.__new__
+
+
 class Decision(NamedTuple):
     """The answer to one request: OVER_LIMIT if any descriptor is over (and not shadowed)."""
 
