@@ -59,10 +59,10 @@ class Limiter(ABC):
 
     def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
         """The one fast path: `hit` of one counted descriptor with one limit."""
-        rule, hits = hit.rule, hit.hits
+        rule, key, hits = hit
         if rule is None or rule.limit is None:
             return unlimited_verdict(hit)
-        verdict, state = self._check_limit(now_ms, rule, rule.limit, hit.key, hits)
+        verdict, state = self._check_limit(now_ms, rule, rule.limit, key, hits)
         if verdict is None:  # admitted (then it has a counter): the usual answer
             assert state is not None
             algorithm = self.algorithms[state.limit.algorithm]
