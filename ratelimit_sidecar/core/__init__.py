@@ -8,8 +8,6 @@ from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, Limiter
 from ratelimit_sidecar.core.local import LocalLimiter
 from ratelimit_sidecar.core.schedule import SyncSchedule
 from ratelimit_sidecar.core.types import (
-    OK,
-    OVER_LIMIT,
     Code,
     Decision,
     Hit,
@@ -25,8 +23,6 @@ from ratelimit_sidecar.core.verdicts import unlimited_verdict
 
 __all__ = [
     "DEFAULT_MAX_KEYS",
-    "OK",
-    "OVER_LIMIT",
     "Code",
     "Decision",
     "FixedWindow",

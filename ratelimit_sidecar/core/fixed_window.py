@@ -98,13 +98,12 @@ class FixedWindow:
         return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
-        # Comparisons, not min() and max(): ~1,200 instructions fewer each (3.11).
         if hits < 0:  # quota given back: never more than the window holds
             hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
         state.pending += hits  # `KeyState.counted` inlined (see `check`)
         nodes = state.nodes
         admitted = nodes.admitted + hits
-        nodes.admitted = admitted if admitted > 0 else 0
+        nodes.admitted = admitted if admitted > 0 else 0  # not max(): ~1.2k instructions fewer
         state.last_hit = now_ms
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:

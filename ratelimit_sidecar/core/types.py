@@ -19,11 +19,6 @@ class Code(enum.IntEnum):
     OVER_LIMIT = 2
 
 
-# The members as globals for the request path: reading one off the enum class costs ~900
-# instructions on Python 3.11 (its metaclass has a `__getattr__`), a global ~10.
-OK, OVER_LIMIT = Code.OK, Code.OVER_LIMIT
-
-
 # Hit, Verdict and Decision are built per request: NamedTuples are ten times cheaper to build
 # than frozen dataclasses.
 class Hit(NamedTuple):
@@ -45,8 +40,10 @@ class Verdict(NamedTuple):
     near_limit: bool = False
 
 
-# A Verdict of every field in order, by tuple's constructor: NamedTuple's own `__new__` is Python
-# code (callgrind: ~1,900 instructions more per admitted request). `new_tuple(Verdict, fields)`.
+# For the request path (Python 3.11, callgrind): an enum member read off its class costs ~900
+# instructions (the metaclass has a `__getattr__`), a global ~10; NamedTuple's `__new__` is Python
+# code, so a Verdict of every field in order is `new_tuple(Verdict, fields)`, ~1,900 fewer.
+OK, OVER_LIMIT = Code.OK, Code.OVER_LIMIT
 new_tuple = tuple.__new__
 
 
@@ -55,11 +52,6 @@ class Decision(NamedTuple):
 
     code: Code
     verdicts: tuple[Verdict, ...]
-
-    @property
-    def retry_after_ms(self) -> int:
-        waits = [v.reset_ms for v in self.verdicts if v.code is Code.OVER_LIMIT]
-        return max(waits, default=0)
 
 
 class Push(NamedTuple):

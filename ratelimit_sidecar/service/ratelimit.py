@@ -18,15 +18,8 @@ from google.protobuf.message import DecodeError
 from ratelimit_sidecar._proto.wire import RateLimitDescriptor, RateLimitRequest
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
-from ratelimit_sidecar.core import (
-    OK,
-    OVER_LIMIT,
-    Decision,
-    Hit,
-    Limiter,
-    Verdict,
-    unlimited_verdict,
-)
+from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT
 from ratelimit_sidecar.service.compiled import (
     DEFAULT_MAX_ENTRIES,
     CompiledRequest,
