@@ -21,7 +21,7 @@ from ratelimit_sidecar.core.sliding_log import SlidingLog
 from ratelimit_sidecar.core.sliding_window import SlidingWindow
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.token_bucket import TokenBucket
-from ratelimit_sidecar.core.types import OK, Code, Decision, Hit, KeyId, Verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, refuse_blocked, unlimited_verdict
 
 DEFAULT_MAX_KEYS = 100_000
@@ -48,14 +48,14 @@ class Limiter(ABC):
     def hit(self, now_ms: int, hits: Sequence[Hit], refused: bool = False) -> Decision:
         """Counts only if every descriptor admits; `refused`: a strict limit refused it."""
         checked = [self._check_all(now_ms, hit) for hit in hits]
-        over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
+        over = any(v is not None and v.code is OVER_LIMIT for c in checked for v, _ in c)
         if not (over or refused):
             for limits_checked, hit in zip(checked, hits, strict=True):
                 for _, state in limits_checked:
                     if state is not None and hit.hits:
                         self.algorithms[state.limit.algorithm].count(state, hit.hits, now_ms)
         verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
-        return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
+        return Decision(OVER_LIMIT if over else OK, verdicts)
 
     def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
         """The one fast path: `hit` of one counted descriptor with one limit."""
@@ -278,4 +278,4 @@ def limit_key(key: KeyId, index: int) -> KeyId:
 
 def refusal_order(verdict: Verdict) -> tuple[bool, int]:
     """An enforced refusal before a shadowed one; then the longer wait."""
-    return (verdict.code is Code.OVER_LIMIT, verdict.reset_ms)
+    return (verdict.code is OVER_LIMIT, verdict.reset_ms)

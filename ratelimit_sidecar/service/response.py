@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
-from ratelimit_sidecar.core import Code, Decision, Verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Decision, Verdict
 
 UNLIMITED_REMAINING = 2**32 - 1
 
@@ -82,7 +82,7 @@ class ResponseEncoder:
         self._resets: dict[int, bytes] = {}
 
     def encode(self, decision: Decision) -> bytes:
-        over = decision.code is Code.OVER_LIMIT
+        over = decision.code is OVER_LIMIT
         verdicts = decision.verdicts
         if not over and not self._ietf:  # an OK answer: statuses only
             return _OK_CODE + self.statuses(verdicts)
@@ -128,7 +128,7 @@ class ResponseEncoder:
         return b"".join([self._status_field(v) for v in verdicts])
 
     def _status_field(self, verdict: Verdict) -> bytes:
-        if verdict.limit is None and not verdict.unlimited and verdict.code is Code.OK:
+        if verdict.limit is None and not verdict.unlimited and verdict.code is OK:
             return _UNMATCHED_FIELD  # no rule: the same bytes every time
         return _field(_STATUS, self._status(verdict))
 
@@ -136,7 +136,7 @@ class ResponseEncoder:
         # A shadow rule is reported like any other (OK even when over, by the limiter), so that
         # Envoy's x-ratelimit-* headers describe it, as the reference service does.
         limit = verdict.limit
-        code = b"\x08\x02" if verdict.code is Code.OVER_LIMIT else _OK_STATUS
+        code = b"\x08\x02" if verdict.code is OVER_LIMIT else _OK_STATUS
         if limit is None:
             return code + _REMAINING + varint(UNLIMITED_REMAINING) if verdict.unlimited else code
         remaining = _REMAINING + varint(verdict.remaining) if verdict.remaining else b""
@@ -197,7 +197,7 @@ def _header(key: str, value: str) -> bytes:
 def retry_after_seconds(decision: Decision) -> int:
     """The longest refusal's wait in whole seconds, at least 1, rounded up so a client that
     waits is not rejected again."""
-    wait = max([v.reset_ms for v in decision.verdicts if v.code is Code.OVER_LIMIT], default=0)
+    wait = max([v.reset_ms for v in decision.verdicts if v.code is OVER_LIMIT], default=0)
     return max(1, -(-wait // 1000))
 
 
@@ -208,7 +208,7 @@ def rejection_headers(decision: Decision) -> list[tuple[str, str]]:
 
 def rejection_body(decision: Decision) -> bytes:
     retry = retry_after_seconds(decision)
-    limit = next(v for v in decision.verdicts if v.code is Code.OVER_LIMIT).limit
+    limit = next(v for v in decision.verdicts if v.code is OVER_LIMIT).limit
     error: dict[str, object] = {
         "code": "RATE_LIMITED",
         "message": f"Too many requests; retry in {retry} s.",
