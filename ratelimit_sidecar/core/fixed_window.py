@@ -204,7 +204,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     obedient clients retried into a block."""
     # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
-    at = max(now_ms, state.blocked_until)
+    at = state.blocked_until if state.blocked_until > now_ms else now_ms  # not max(): -1.2k
     if at < end and hits > 0 and _over(state, state.counts, hits):
         at = end
     rearmed = _rearmed_block_end(state, now_ms, end)

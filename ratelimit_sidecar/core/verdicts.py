@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Hit, Verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Hit, Verdict, new_tuple
 
 UNMATCHED = Verdict(OK)
 WaitMs = Callable[[KeyState, int, int], int]  # (state, hits, now_ms) -> Retry-After
@@ -27,7 +27,7 @@ def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
 def refusal(state: KeyState, reset_ms: int) -> Verdict:
     shadow = state.rule.shadow_mode
     code = OK if shadow else OVER_LIMIT
-    return Verdict(code, state.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
+    return new_tuple(Verdict, (code, state.limit, False, 0, reset_ms, shadow, shadow, False))
 
 
 def refuse_for_cooldown(
