@@ -122,7 +122,6 @@ class RateLimit:
     # length depends on the start, and no shared flag may outlive the window.
     cooldown: int = field(init=False, compare=False, repr=False)
     capacity: int = field(init=False, compare=False, repr=False)  # burst or requests_per_unit
-    near_at: float = field(init=False, compare=False, repr=False)  # a count that is near_limit
 
     def __post_init__(self) -> None:
         window = self.unit.seconds * self.unit_multiplier * 1000
@@ -131,7 +130,6 @@ class RateLimit:
         cooldown = 0 if self.cooldown_window_end else self.cooldown_ms or (window if fixed else 0)
         object.__setattr__(self, "cooldown", cooldown)
         object.__setattr__(self, "capacity", self.burst or self.requests_per_unit)
-        object.__setattr__(self, "near_at", self.near_limit_ratio * self.requests_per_unit)
 
     @property
     def window_seconds(self) -> int:

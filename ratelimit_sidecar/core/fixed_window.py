@@ -113,7 +113,7 @@ class FixedWindow:
         if type(remaining) is float:  # a scaled count (int() of an int costs ~550 instructions)
             remaining = int(remaining)
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
-        near = used >= limit.near_at
+        near = used >= limit.near_limit_ratio * rpu
         fields = (OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
         return new_tuple(Verdict, fields)
 
