@@ -63,14 +63,13 @@ class Limiter(ABC):
         if rule is None or rule.limit is None:
             return unlimited_verdict(hit)
         verdict, state = self._check_limit(now_ms, rule, rule.limit, key, hits)
-        if verdict is None:  # admitted (then it has a counter): the usual answer
-            assert state is not None
+        if state is not None and (verdict is None or verdict.code is OK):
             algorithm = self.algorithms[state.limit.algorithm]
-            if hits:
+            if hits:  # admitted, or over a shadow rule: counted either way
                 algorithm.count(state, hits, now_ms)
-            return algorithm.admitted(state, now_ms)
-        if state is not None and hits and verdict.code is OK:  # over a shadow rule: counted
-            self.algorithms[state.limit.algorithm].count(state, hits, now_ms)
+            if verdict is None:
+                return algorithm.admitted(state, now_ms)
+        assert verdict is not None  # a descriptor without a counter has its verdict
         return verdict
 
     def count_admitted(
