@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from ratelimit_sidecar.core.keystate import NEVER, KeyState, WindowCounts
 from ratelimit_sidecar.core.quiet_keys import EarlySync
 from ratelimit_sidecar.core.spans import window_end
-from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict, new_tuple
 from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
 
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
@@ -102,17 +102,20 @@ class FixedWindow:
             hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
         state.pending += hits  # `KeyState.counted` inlined (see `check`)
         nodes = state.nodes
-        nodes.admitted = max(0, nodes.admitted + hits)
+        admitted = nodes.admitted + hits
+        nodes.admitted = admitted if admitted > 0 else 0  # not max(): ~1.2k instructions fewer
         state.last_hit = now_ms
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu, counts = state.limit, state.limit.requests_per_unit, state.counts
         used = counts.seen + counts.resumed + (state.inflight + state.pending) * state.nodes.value
-        remaining = min(rpu, int(rpu - used)) if used < rpu else 0
+        remaining = 0 if used >= rpu else rpu if used <= 0 else rpu - used
+        if type(remaining) is float:  # a scaled count (int() of an int costs ~550 instructions)
+            remaining = int(remaining)
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
         near = used >= limit.near_limit_ratio * rpu
-        # Every field in order, by position: keywords cost a dict per admitted request.
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
+        fields = (OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
+        return new_tuple(Verdict, fields)
 
     def window_count(self, state: KeyState) -> int:
         counts: WindowCounts = state.counts
@@ -201,7 +204,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     obedient clients retried into a block."""
     # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
-    at = max(now_ms, state.blocked_until)
+    at = state.blocked_until if state.blocked_until > now_ms else now_ms  # not max(): -1.2k
     if at < end and hits > 0 and _over(state, state.counts, hits):
         at = end
     rearmed = _rearmed_block_end(state, now_ms, end)

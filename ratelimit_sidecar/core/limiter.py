@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule
 from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.evicted import EvictedCounts, lasting_windows
 from ratelimit_sidecar.core.fixed_window import FixedWindow
@@ -21,7 +21,7 @@ from ratelimit_sidecar.core.sliding_log import SlidingLog
 from ratelimit_sidecar.core.sliding_window import SlidingWindow
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.token_bucket import TokenBucket
-from ratelimit_sidecar.core.types import Code, Decision, Hit, KeyId, Verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Decision, Hit, KeyId, Verdict
 from ratelimit_sidecar.core.verdicts import deny_verdict, refuse_blocked, unlimited_verdict
 
 DEFAULT_MAX_KEYS = 100_000
@@ -48,22 +48,25 @@ class Limiter(ABC):
     def hit(self, now_ms: int, hits: Sequence[Hit], refused: bool = False) -> Decision:
         """Counts only if every descriptor admits; `refused`: a strict limit refused it."""
         checked = [self._check_all(now_ms, hit) for hit in hits]
-        over = any(v is not None and v.code is Code.OVER_LIMIT for c in checked for v, _ in c)
+        over = any(v is not None and v.code is OVER_LIMIT for c in checked for v, _ in c)
         if not (over or refused):
             for limits_checked, hit in zip(checked, hits, strict=True):
                 for _, state in limits_checked:
                     if state is not None and hit.hits:
                         self.algorithms[state.limit.algorithm].count(state, hit.hits, now_ms)
         verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
-        return Decision(Code.OVER_LIMIT if over else Code.OK, verdicts)
+        return Decision(OVER_LIMIT if over else OK, verdicts)
 
     def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
         """The one fast path: `hit` of one counted descriptor with one limit."""
-        verdict, state = self._check(now_ms, hit)
-        if state is not None and (verdict is None or verdict.code is Code.OK):
+        rule, key, hits = hit
+        if rule is None or rule.limit is None:
+            return unlimited_verdict(hit)
+        verdict, state = self._check_limit(now_ms, rule, rule.limit, key, hits)
+        if state is not None and (verdict is None or verdict.code is OK):
             algorithm = self.algorithms[state.limit.algorithm]
-            if hit.hits:  # admitted, or over a shadow rule: counted either way
-                algorithm.count(state, hit.hits, now_ms)
+            if hits:  # admitted, or over a shadow rule: counted either way
+                algorithm.count(state, hits, now_ms)
             if verdict is None:
                 return algorithm.admitted(state, now_ms)
         assert verdict is not None  # a descriptor without a counter has its verdict
@@ -84,7 +87,7 @@ class Limiter(ABC):
             key = limit_key(hit.key, index) if several else hit.key
             state = None
             if limit.requests_per_unit > 0:
-                state = self._state(hit, key, limit, now_ms)
+                state = self._state(rule, key, limit, now_ms)
             if state is not None:
                 if now_ms >= state.next_sync:
                     self._catch_up(state, now_ms)
@@ -105,29 +108,25 @@ class Limiter(ABC):
         if hits - late:
             self.algorithms[limit.algorithm].count(state, hits - late, now_ms)
 
-    def _check(self, now_ms: int, hit: Hit) -> Checked:
-        rule = hit.rule
-        if rule is None or rule.limit is None:
-            return unlimited_verdict(hit), None
-        return self._check_limit(now_ms, hit, rule.limit, hit.key)
-
     def _check_all(self, now_ms: int, hit: Hit) -> list[Checked]:
         rule = hit.rule
-        if rule is None or len(rule.limits) < 2:
-            return [self._check(now_ms, hit)]
+        if rule is None or rule.limit is None:
+            return [(unlimited_verdict(hit), None)]
+        if len(rule.limits) < 2:
+            return [self._check_limit(now_ms, rule, rule.limit, hit.key, hit.hits)]
         return [
-            self._check_limit(now_ms, hit, limit, limit_key(hit.key, index))
+            self._check_limit(now_ms, rule, limit, limit_key(hit.key, index), hit.hits)
             for index, limit in enumerate(rule.limits)
         ]
 
-    def _check_limit(self, now_ms: int, hit: Hit, limit: RateLimit, key: KeyId) -> Checked:
-        rule = hit.rule
-        assert rule is not None
+    def _check_limit(
+        self, now_ms: int, rule: Rule, limit: RateLimit, key: KeyId, hits: int
+    ) -> Checked:
         if limit.requests_per_unit == 0:
-            return deny_verdict(limit, hit.hits, rule.shadow_mode), None
+            return deny_verdict(limit, hits, rule.shadow_mode), None
         state = self.keys.get(key)
         if state is None or state.limit is not limit:  # new, or its rule was reloaded
-            state = self._state(hit, key, limit, now_ms, alone=True)
+            state = self._state(rule, key, limit, now_ms, alone=True)
         algorithm = self.algorithms[limit.algorithm]
         if state is None:  # table full of blocked keys: decide on this request alone, as if
             self.untracked += 1  # on a key new to the node, whose counter is then dropped
@@ -136,11 +135,11 @@ class Limiter(ABC):
         elif now_ms >= state.next_sync:
             self._catch_up(state, now_ms)
         if now_ms < state.blocked_until:  # step 1 of every algorithm: the block's Retry-After
-            wait = algorithm.wait_ms(state, hit.hits, now_ms)  # is the algorithm's
-            return refuse_blocked(state, hit.hits, now_ms, wait), state
-        if hit.hits <= 0:  # a check without hits: nothing to refuse
+            wait = algorithm.wait_ms(state, hits, now_ms)  # is the algorithm's
+            return refuse_blocked(state, hits, now_ms, wait), state
+        if hits <= 0:  # a check without hits: nothing to refuse
             return None, state
-        return algorithm.check(state, hit.hits, now_ms), state
+        return algorithm.check(state, hits, now_ms), state
 
     def _answer(self, limits_checked: list[Checked], now_ms: int) -> Verdict:
         """Of several limits: the refusal with the longest wait, else the fewest remaining."""
@@ -157,11 +156,9 @@ class Limiter(ABC):
         return min(answers, key=lambda verdict: verdict.remaining)
 
     def _state(
-        self, hit: Hit, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
+        self, rule: Rule, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
     ) -> KeyState | None:
         """Made if new; None without room. `alone`: for a request (not an RLQS report)."""
-        rule = hit.rule
-        assert rule is not None
         state = self.keys.get(key)
         if state is not None and state.limit is limit:
             return state
@@ -280,4 +277,4 @@ def limit_key(key: KeyId, index: int) -> KeyId:
 
 def refusal_order(verdict: Verdict) -> tuple[bool, int]:
     """An enforced refusal before a shadowed one; then the longer wait."""
-    return (verdict.code is Code.OVER_LIMIT, verdict.reset_ms)
+    return (verdict.code is OVER_LIMIT, verdict.reset_ms)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import Code, Verdict
+from ratelimit_sidecar.core.types import OK, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 
@@ -59,7 +59,7 @@ class SlidingLog:
         remaining = min(rpu, max(0, rpu - log.total))
         reset = log.times[0] + limit.window_ms - now_ms if log.times else 0
         near = log.total >= limit.near_limit_ratio * rpu
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
+        return Verdict(OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
         log: HitLog = state.counts

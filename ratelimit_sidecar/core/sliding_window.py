@@ -44,7 +44,7 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
-from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its first guess
@@ -99,7 +99,7 @@ class SlidingWindow:
         remaining = max(0, min(rpu, int((rpu * trailing.length - used) // trailing.length)))
         reset = _until_oldest_leaves(state, trailing, now_ms)
         near = used >= limit.near_limit_ratio * rpu * trailing.length
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
+        return Verdict(OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
         """The N spans up to the newest counted one, the store's and this node's own."""

@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratelimit_sidecar.core.keystate import Bucket, KeyState
-from ratelimit_sidecar.core.types import Code, Push, PushResult, Verdict
+from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 
@@ -107,7 +107,7 @@ class TokenBucket:
         remaining = int(max(0, full - debt) // token)
         near = debt >= limit.near_limit_ratio * full
         reset = _ceil_div(debt, rpu)  # until the bucket is full again
-        return Verdict(Code.OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
+        return Verdict(OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
         """The debt as of the last hit (no clock here: the refill since is not credited)."""

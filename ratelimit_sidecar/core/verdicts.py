@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import Code, Hit, Verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Hit, Verdict, new_tuple
 
-UNMATCHED = Verdict(Code.OK)
+UNMATCHED = Verdict(OK)
 WaitMs = Callable[[KeyState, int, int], int]  # (state, hits, now_ms) -> Retry-After
-UNLIMITED = Verdict(Code.OK, unlimited=True)
+UNLIMITED = Verdict(OK, unlimited=True)
 
 
 def unlimited_verdict(hit: Hit) -> Verdict:
@@ -19,15 +19,15 @@ def unlimited_verdict(hit: Hit) -> Verdict:
 
 def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
     """A limit that admits nothing (a deny list), or more hits than it ever admits; no hits: OK."""
-    code = Code.OK if shadow or hits <= 0 else Code.OVER_LIMIT
+    code = OK if shadow or hits <= 0 else OVER_LIMIT
     over = shadow and hits > 0
     return Verdict(code, limit, reset_ms=limit.cooldown, shadow_refused=over, shadow=shadow)
 
 
 def refusal(state: KeyState, reset_ms: int) -> Verdict:
     shadow = state.rule.shadow_mode
-    code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, state.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
+    code = OK if shadow else OVER_LIMIT
+    return new_tuple(Verdict, (code, state.limit, False, 0, reset_ms, shadow, shadow, False))
 
 
 def refuse_for_cooldown(

@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ratelimit_sidecar.core import Code, Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
+from ratelimit_sidecar.core import Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
+from ratelimit_sidecar.core.types import OVER_LIMIT
 from ratelimit_sidecar.metrics.hot import (
     NEAR,
     OVER,
@@ -160,7 +161,7 @@ class Metrics:
             if counts is None:
                 continue
             counts[TOTAL] += 1
-            if verdict.code is Code.OVER_LIMIT:
+            if verdict.code is OVER_LIMIT:
                 counts[OVER] += 1
             elif verdict.shadow_refused:
                 counts[SHADOW] += 1

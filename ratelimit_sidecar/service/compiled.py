@@ -8,7 +8,7 @@ decision one dict lookup. Bounded by entries and bytes, emptied whole at a bound
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from ratelimit_sidecar.core import Hit
 
@@ -17,7 +17,8 @@ DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # request bytes held as keys
 MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
-class CompiledRequest(NamedTuple):
+@dataclass(slots=True)  # not a NamedTuple: a slot is read in ~15 instructions, a field in ~170
+class CompiledRequest:
     """`known` False: no rules for the domain. `counted`: the only descriptor with a (single,
     eventual) limit, else -1: the fast path; `before`, `after` and `head` are the encoded parts
     that never change when it is admitted. `tally`: the observer's counters."""

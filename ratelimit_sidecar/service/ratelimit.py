@@ -18,7 +18,8 @@ from google.protobuf.message import DecodeError
 from ratelimit_sidecar._proto.wire import RateLimitDescriptor, RateLimitRequest
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
-from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict, unlimited_verdict
+from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT
 from ratelimit_sidecar.service.compiled import (
     DEFAULT_MAX_ENTRIES,
     CompiledRequest,
@@ -128,7 +129,7 @@ class RateLimitHandler:
         if counted >= 0:  # one counted descriptor; the others' answers never change
             now = self._clock_ms()
             verdict = self.limiter.hit_one(now, compiled.hits[counted])
-            if verdict.code is Code.OK and not verdict.shadow_refused:  # the usual answer
+            if verdict.code is OK and not verdict.shadow_refused:  # the usual answer
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, counted, verdict)
                 return self._encoder.admitted(
@@ -168,7 +169,7 @@ class RateLimitHandler:
 
     def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
         """The response to a decided request: the overall code, metrics, the encoding."""
-        if decision.code is Code.OVER_LIMIT and self._refusals_may_pass:  # quota or shadow mode
+        if decision.code is OVER_LIMIT and self._refusals_may_pass:  # quota or shadow mode
             decision = self._overall.settle(now, compiled.hits, decision)
         if self._observer is not None:
             self._observer.decided(compiled.tally, decision)

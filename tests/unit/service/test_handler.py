@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,7 @@ class GeneralPathHandler(RateLimitHandler):
     """Every request decided by Limiter.hit and the general encoder (no short path)."""
 
     def _compile(self, raw: bytes) -> CompiledRequest:
-        return super()._compile(raw)._replace(counted=-1)
+        return replace(super()._compile(raw), counted=-1)
 
 
 @pytest.mark.parametrize(
