@@ -67,8 +67,7 @@ class FleetLimiter(Limiter):
     def apply_near(
         self, key: KeyId | None, digest: str, window: int, total: int, now_ms: int
     ) -> None:
-        """A near notice (core/quiet_keys.py): a tracked key syncs from now on; an untracked
-        one's total (`key` None: not indexed here) waits for its first request."""
+        """A near notice (core/quiet_keys.py); an untracked key's total waits for its request."""
         state = None if key is None else self.keys.get(key)
         if state is None:
             self.heard.put(digest, window, total)

@@ -13,8 +13,7 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import KEYS_PER_STEP, Limiter
 from ratelimit_sidecar.core.spans import span_end
 
-# A key costs only memory (bounded by max_keys): kept a minute (or two windows) of silence so a
-# returning client finds its counter.
+# Kept a minute (or two windows) of silence so a returning client finds its counter.
 IDLE_MS = 60_000
 SWEEP_EVERY_MS = IDLE_MS // 4  # how often the server calls `sweep`
 

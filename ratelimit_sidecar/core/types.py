@@ -19,8 +19,7 @@ class Code(enum.IntEnum):
     OVER_LIMIT = 2
 
 
-# Hit, Verdict and Decision are built per request: NamedTuples are ten times cheaper to build
-# than frozen dataclasses.
+# Built per request: NamedTuples are ten times cheaper to build than frozen dataclasses.
 class Hit(NamedTuple):
     rule: Rule | None  # None: no rule matched this descriptor
     key: KeyId

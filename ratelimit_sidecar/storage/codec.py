@@ -41,8 +41,7 @@ from ratelimit_sidecar.storage.keys import (
 from ratelimit_sidecar.storage.scripts import KEY_ERROR, MAX_REASON
 
 CHUNK_KEYS = 1000  # keys per script call: big enough to amortise, small enough not to stall Redis
-# One command per heartbeat, sent with its text (EVAL): a few hundred bytes a span, and no
-# NOSCRIPT to repair outside the sync scripts' path.
+# Sent with its text (EVAL): a few hundred bytes a span, and no NOSCRIPT path of its own.
 HEARTBEAT = scripts.load("heartbeat.lua")
 # The sync script of each algorithm synced per span; a push of any other is never sent.
 SCRIPT_FILES = {
