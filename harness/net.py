@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import time
 import urllib.error
@@ -18,12 +19,30 @@ def free_port() -> int:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free on 127.0.0.1, all distinct (sockets held until all picked)."""
+    """Ports free on 127.0.0.1, all distinct (sockets held until all picked), below the kernel's
+    ephemeral range: a port from that range (what binding port 0 gives) may become an outgoing
+    connection's source port before the server binds it ("Address already in use")."""
+    low = _ephemeral_low()
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+        ports: list[int] = []
+        for _ in range(100 * count):  # bounded: another process may hold a port tried
+            if len(ports) == count:
+                break
+            port = random.randrange(max(1024, low - 20_000), low)
+            with contextlib.suppress(OSError):
+                stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+                ports.append(port)
+        if len(ports) < count:
+            raise RuntimeError(f"no {count} free ports below {low}")
+        return ports
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            return max(int(ranges.read().split()[0]), 2048)
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def consecutive_free_ports(count: int, avoid: tuple[int, ...] = ()) -> int:
