@@ -28,10 +28,15 @@ class Block(NamedTuple):
 Notice = Near | Block
 
 
-def announces_near(limit: RateLimit, total: int, hits: int) -> bool:
-    """sync.lua's rule: a fixed window's push of `hits` that took its total to NEAR_SHARE of MAX."""
-    near = NEAR_SHARE * limit.requests_per_unit
-    return limit.algorithm is AlgorithmName.FIXED_WINDOW and total >= near > total - hits
+def announces_near(limit: RateLimit, total: int, hits: int, announce: bool = False) -> bool:
+    """sync.lua's rule: a fixed window's push of `hits` that took its total to NEAR_SHARE of MAX,
+    or, marked `announce`, added to a total from there up to MAX."""
+    rpu = limit.requests_per_unit
+    near, before = NEAR_SHARE * rpu, total - hits
+    again = announce and before < total <= rpu
+    return (
+        limit.algorithm is AlgorithmName.FIXED_WINDOW and total >= near and (before < near or again)
+    )
 
 
 def announced(batch: SyncBatch, answer: SyncResult) -> list[Notice]:
@@ -39,7 +44,7 @@ def announced(batch: SyncBatch, answer: SyncResult) -> list[Notice]:
     for push, result in zip(batch.pushes, answer.pushes, strict=True):
         if result.error:
             continue
-        if announces_near(push.limit, result.total, push.hits):
+        if announces_near(push.limit, result.total, push.hits, push.announce):
             notices.append(Near(push.key, push.window, result.total))
         if result.block_ms and result.block_ms == push.limit.cooldown:  # started just now
             notices.append(Block(push.key, result.block_ms, push.limit.requests_per_unit))

@@ -188,7 +188,7 @@ class KeySim:
         """The store's near notices (sync.lua, over pub/sub): a push that takes a window to
         near its limit tells every node, handled as the server's fleetblocks.py does."""
         for push, answer in zip(batch.pushes, answers, strict=True):
-            if not announces_near(push.limit, answer.total, push.hits * self.scale):
+            if not announces_near(push.limit, answer.total, push.hits * self.scale, push.announce):
                 continue
             for limiter in self.limiters:
                 limiter.apply_near(push.key, digest(push.key), push.window, answer.total, self.now)

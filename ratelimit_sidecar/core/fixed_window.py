@@ -144,8 +144,9 @@ class FixedWindow:
         total = answer.total
         counts.seen = max(counts.seen, total)
         counts.resumed = 0  # the store's total holds what the key counted before its eviction
-        if self.early is not None and not state.nodes.ratio:
-            _early_share(state, total, self.early.live_nodes)
+        early = self.early
+        if early and not state.nodes.ratio and _early_share(state, total, early.live_nodes):
+            self._push_early(state, now_ms)
         return self.rearm(state, now_ms)
 
     def rearm(self, state: KeyState, now_ms: int) -> bool:
@@ -174,20 +175,22 @@ class FixedWindow:
         state.nodes.caution(counts.ceiling > rpu)
 
 
-def _early_share(state: KeyState, total: int, live_nodes: int) -> None:
+def _early_share(state: KeyState, total: int, live_nodes: int) -> bool:
     """Until a window teaches `nodes`: a key that started alone takes each answer's share (total
-    over pushed, at most the live nodes); one that started shared only rises."""
+    over pushed, at most the live nodes) and re-arms its early push, at each hit once under two
+    a node are left; one that started shared only rises. True: alone, it holds past the mark."""
     nodes, counts, rpu = state.nodes, state.counts, state.limit.requests_per_unit
     pushed = nodes.admitted - state.pending
-    if pushed <= 0:
-        return
-    share = max(1.0, min(total / pushed, live_nodes))
-    if counts.alone:
-        nodes.guess(share)
-        if live_nodes > 1 and total < rpu:
-            counts.early_at = state.pending + (rpu - total) / live_nodes
-    elif share > nodes.value:
-        nodes.set(share)
+    share = max(1.0, min(total / pushed, live_nodes)) if pushed > 0 else 0.0
+    if not counts.alone or not share:
+        if share > nodes.value:
+            nodes.set(share)
+        return False
+    nodes.guess(share)
+    left = (rpu - total) / live_nodes
+    if live_nodes > 1 and left > 0:
+        counts.early_at = left if left >= 2 else 0
+    return share == 1 and state.pending > counts.early_at
 
 
 def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:

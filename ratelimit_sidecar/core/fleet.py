@@ -139,7 +139,8 @@ class FleetLimiter(Limiter):
         if not (held or blocked) and (state.pending or not retried):
             span = push_span(state, ended, now_ms)
             levels = _levels(state, now_ms)
-            push = Push(state.key, state.window, state.pending, limit, span, *levels)
+            alone = isinstance(counts, WindowCounts) and counts.alone and state.nodes.value == 1
+            push = Push(state.key, state.window, state.pending, limit, span, *levels, alone)
             plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
             self.quiet.pushed(state)

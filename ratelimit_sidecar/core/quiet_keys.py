@@ -1,17 +1,15 @@
 """Which fixed-window keys the shared store hears from, and a new key's first window.
 
 Most keys of a per-user or per-IP limit stay far below it: syncing each every span would cost
-the store more than a call per request, so its work follows the keys whose count can matter.
-At a span end a fixed-window key is either:
+the store more than a call per request. At a span end a fixed-window key is either:
 
-- quiet: nothing pushed in this window yet, not near its limit (below), own hits times the live
-  node count under `quiet_share` of MAX. Its hits stay here (no push, flag, expiry or read): the
-  fleet holds under quiet_share x MAX unseen, the most this can over-admit in a window. Hits
-  held at the window's end are never sent (nobody reads a total that never mattered); a shutdown
-  pushes them. Without a live node count (no heartbeat answered yet) nothing is held.
-- or synced: pushed every span, even with nothing to add (the answer carries the total and the
-  block flag) unless blocked without a penalty (it adds nothing: `blocked_alone`), its finished
-  window's total read for the nodes estimate.
+- quiet: nothing pushed in this window yet, not near its limit, own hits times the live node
+  count under `quiet_share` of MAX. Its hits stay here (no push, flag, expiry or read): the
+  fleet holds under quiet_share x MAX unseen, the most this can over-admit in a window. Held
+  hits are dropped at the window's end (no total that never mattered is read), pushed at a
+  shutdown. Without a live node count (no heartbeat answered yet) nothing is held.
+- or synced: pushed every span (the answer carries the total and the flag), unless blocked
+  without a penalty (`blocked_alone`); its finished window's total read for the nodes estimate.
 
 Near its limit: the store announced a push took the window to NEAR_SHARE of MAX (sync.lua), or
 the previous window ended there: synced from the window's start. Totals announced for keys not
@@ -19,9 +17,9 @@ tracked yet are kept (`HeardTotals`): a client moving here does not start over f
 
 A new key of a request assumes its client uses this gateway alone (most do): it may take its
 whole limit here. Past an even share of what is left (MAX less the store's total, over the live
-nodes) its push leaves at once (`EarlySync`), re-armed by each answer at an even share of what
-is then left; the answer's total over what it pushed raises `nodes`, at most to the live node
-count (core/fixed_window.py). A burst every node sees at once over-admits what they admit during
+nodes) its push leaves at once (`EarlySync`), re-armed by each answer; while its answers show it
+alone, the store announces each of its pushes past NEAR_SHARE, so a gateway its client moves to
+starts from all it admitted. A burst every node sees at once over-admits what they admit during
 those round trips. Without a store answering, and for RLQS-reported hits, a new key assumes an
 even split. Sliding windows and token buckets are synced every span: they need every answer.
 """
@@ -133,7 +131,7 @@ class QuietKeys:
 
     def announced(self, state: KeyState, window: int, total: int, now_ms: int) -> None:
         counts = state.counts
-        if isinstance(counts, WindowCounts) and state.window == window:
+        if isinstance(counts, WindowCounts) and state.window == window and not counts.near:
             counts.seen, counts.near = max(counts.seen, total), True
             if counts.alone and state.pending:  # the others need it now (docs/QUIET_KEYS.md)
                 state.next_sync = now_ms

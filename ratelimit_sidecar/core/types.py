@@ -60,6 +60,7 @@ class Push(NamedTuple):
     span: int = -1  # the hits' span number from the epoch; -1: the last span of `window`
     wanted_level: int = 0  # a penalised client offended: the level asked for; 0: none
     blocking_level: int = -1  # the level of the node's own running block; -1: none
+    announce: bool = False  # a key alone here: the store announces its total past NEAR_SHARE
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,12 +116,8 @@ class ResponseEncoder:
         return self._encoded(limit)[2]
 
     def admitted(self, before: bytes, head: bytes, verdict: Verdict, after: bytes) -> bytes:
-        """The usual answer in one step: OK, one counted descriptor admitted (`verdict`, whose
-        status starts with `head`, see `admitted_head`), and the constant statuses of the
-        descriptors no limit applies to, already encoded.
-
-        Only without IETF headers: those are computed from every status (see `encode`).
-        """
+        """The usual answer in one step: one counted descriptor admitted (`verdict`, its status
+        starting with `head`) amid constant statuses already encoded. Without IETF headers."""
         # Every admitted request comes here: one join, the reset field straight from its
         # cache, the status's length from its parts' (one byte unless a name makes it long).
         reset = self._resets.get(verdict.reset_ms) or self._reset(verdict.reset_ms)

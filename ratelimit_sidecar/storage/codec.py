@@ -191,7 +191,8 @@ class SyncCodec:
 def fixed_entry(push: Push) -> str:
     limit = push.limit
     ttl = rules.window_ttl_ms(limit)
-    return _entry(push, push.hits, ttl, limit.requests_per_unit, limit.cooldown)
+    fields = push.hits, ttl, limit.requests_per_unit, limit.cooldown, int(push.announce)
+    return _entry(push, *fields)
 
 
 def sliding_entry(push: Push) -> str:

@@ -5,15 +5,18 @@
 -- KEYS[1]  the first counter of the call: routes the call on Redis Cluster, where the caller
 --          only batches keys of one hash slot (all keys below share KEYS[1]'s slot)
 -- ARGV[1]  the key prefix
--- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms|penalty" entry per key, joined by ";"
+-- ARGV[2]  one "digest|suffix|count|ttl_ms|max|cooldown_ms|announce|penalty" entry per key,
+--          joined by ";"
 --          (counter = prefix{digest}suffix, flag = prefix{digest}:block; count may be 0: the
---          key is only read; negative: quota given back; penalty: empty, or
+--          key is only read; negative: quota given back; announce: 1 for a key its node holds
+--          alone, whose every push past NEAR_SHARE (up to max) is announced; penalty: empty, or
 --          "factor/max_ms/forgive_ms/wanted/blocking" (penalty.lua): the answer then ends with
 --          "|level|block_level")
 -- ARGV[3]  the blocks channel (sync_common.lua)
 -- ARGV[4]  the near channel: a push that takes a window's counter to NEAR_SHARE of max or
---          past it announces "digest|window|total" there (storage/blocks.py `parse_near`), so
---          that every node syncs the key from then on (core/quiet_keys.py); '' or absent: none
+--          past it (or an announced one, see above) publishes "digest|window|total" there
+--          (storage/blocks.py `parse_near`), so that every node syncs the key from then on
+--          and starts it from that total (core/quiet_keys.py); '' or absent: none
 --
 -- Returns one answer per entry, in order, joined by ";": "total,left" (the counter after its
 -- INCRBY, and the remaining ms of its block flag, 0 if none), or "E:<reason>" when nothing was
@@ -28,10 +31,10 @@
 
 local prefix = ARGV[1]
 local near_channel = ARGV[4] or ''
-local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([^|]*)$'
+local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([01])|([^|]*)$'
 
 local function push(text)
-  local digest, suffix, count, ttl, max, cooldown, penalty = string.match(text, entry)
+  local digest, suffix, count, ttl, max, cooldown, announce, penalty = string.match(text, entry)
   if not digest then
     return 'E:malformed entry'
   end
@@ -51,8 +54,9 @@ local function push(text)
   cooldown = tonumber(cooldown)
   local p = penalty_of(penalty)
   max = tonumber(max)
-  local near = {{NEAR_SHARE}} * max
-  if near_channel ~= '' and total >= near and total - tonumber(count) < near then
+  local near, before = {{NEAR_SHARE}} * max, total - tonumber(count)
+  local again = announce == '1' and before < total and total <= max
+  if near_channel ~= '' and total >= near and (before < near or again) then
     local window = string.match(suffix, '(%d+)$')
     redis.pcall('PUBLISH', near_channel, digest .. '|' .. window .. '|' .. total)
   end

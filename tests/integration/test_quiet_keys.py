@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis
@@ -100,28 +101,51 @@ async def test_a_shutdown_pushes_every_held_hit(fleet: Fleet, redis_server: Serv
     assert counters == [b"1"] * 20
 
 
+async def near_notices(fleet: Fleet, admin: Any, pushes: list[int]) -> list[bytes]:
+    """Node 0 admits each of `pushes` hits of one key and syncs: what the near channel said."""
+    listener = admin.pubsub()
+    listener.subscribe(f"{fleet.prefix}events:near")
+    listener.get_message(timeout=1.0)  # the subscription's confirmation
+    for hits in pushes:
+        for _ in range(hits):
+            assert fleet.hit(0, "busy") is Code.OK
+        fleet.now += SPAN_MS
+        await fleet.loops[0].sync_once()
+    said: list[bytes] = []
+    for _ in range(20):
+        message = listener.get_message(ignore_subscribe_messages=True, timeout=0.1)
+        if message is not None:
+            said.append(message["data"])
+    listener.close()
+    return said
+
+
 async def test_a_window_near_its_limit_is_announced_to_every_node(
     fleet: Fleet, redis_server: ServerProcess
 ) -> None:
     blocks = [FleetBlocks(limiter, lambda: fleet.now) for limiter in fleet.limiters]
     with redis_server.client() as admin:
-        listener = admin.pubsub()
-        listener.subscribe(f"{fleet.prefix}events:near")
-        for _ in range(60):  # node 0 alone: 60 of 100, a new key of one gateway
-            assert fleet.hit(0, "busy") is Code.OK
-        fleet.now += SPAN_MS
-        await fleet.loops[0].sync_once()
-        message = None
-        for _ in range(50):
-            message = listener.get_message(ignore_subscribe_messages=True, timeout=0.1)
-            if message is not None:
-                break
-        listener.close()
-    assert message is not None
+        said = await near_notices(fleet, admin, [60])  # node 0 alone: 60 of 100
+    assert len(said) == 1
     for node in (1, 2):  # the other nodes hear it before they ever see the key
-        blocks[node].handle_near(message["data"])
+        blocks[node].handle_near(said[0])
     codes = [fleet.hit(1, "busy") for _ in range(45)]
     assert codes == [Code.OK] * 40 + [Code.OVER_LIMIT] * 5  # 60 + 40 = 100
+
+
+async def test_a_key_alone_has_its_later_pushes_announced_too(
+    fleet: Fleet, redis_server: ServerProcess
+) -> None:
+    """A node not tracking the key yet starts from the last total, not the crossing one."""
+    blocks = FleetBlocks(fleet.limiters[1], lambda: fleet.now)
+    fleet.limiters[0].live_nodes = 3  # its heartbeat came first: it counted itself alone
+    with redis_server.client() as admin:
+        said = await near_notices(fleet, admin, [30, 30, 20])
+    assert [notice.rsplit(b"|", 1)[1] for notice in said] == [b"60", b"80"]
+    for notice in said:
+        blocks.handle_near(notice)
+    codes = [fleet.hit(1, "busy") for _ in range(25)]
+    assert codes == [Code.OK] * 20 + [Code.OVER_LIMIT] * 5  # 80 + 20 = 100
 
 
 async def test_a_refused_heartbeat_is_counted_and_the_node_keeps_syncing(

@@ -138,6 +138,38 @@ def test_a_near_notice_makes_a_new_key_push_what_it_holds_at_once() -> None:
     assert limiter.early.due_ms == T0 + 20 and limiter.next_span_end(T0 + 20) == T0 + 20
 
 
+def test_a_key_alone_keeps_the_store_current_once_little_is_left() -> None:
+    """The demo's gateway A: its last hits reach the store at once, marked for all to hear."""
+    limiter, ten = fleet(live_nodes=3), rule(rpu=10, spans=2)
+    for i in range(4):
+        limiter.hit(T0 + 10 + i, [hit(ten)])
+    batch = limiter.end_span(T0 + 14)  # the early push of 4
+    for i in range(3):  # admitted while it is in flight
+        limiter.hit(T0 + 15 + i, [hit(ten)])
+    limiter.apply_sync(T0 + 20, batch, SyncResult((PushResult(4, 0),)))
+    assert limiter.early.due_ms == T0 + 20  # 3 held, past (10 - 4) / 3: pushed at once
+    batch = limiter.end_span(T0 + 20)
+    assert [(push.hits, push.announce) for push in batch.pushes] == [(3, True)]
+    limiter.apply_sync(T0 + 21, batch, SyncResult((PushResult(7, 0),)))
+    assert limiter.early.due_ms is None
+    limiter.hit(T0 + 30, [hit(ten)])  # (10 - 7) / 3 is under two: each hit goes
+    assert limiter.early.due_ms == T0 + 30
+
+
+def test_a_key_near_already_keeps_its_count_on_a_later_notice() -> None:
+    """Later notices of a window are for nodes that do not track the key yet: here its own
+    total since would count the others' hits twice."""
+    limiter = fleet()
+    limiter.hit(T0 + 1, [hit(RULE)])
+    key, window = hit(RULE).key, T0 // 1000
+    limiter.apply_near(key, "|".join(key), window, 60, T0 + 2)
+    limiter.apply_near(key, "|".join(key), window, 80, T0 + 3)
+    assert state_of(limiter).counts.seen == 60
+    limiter.apply_near(None, "|".join(hit(RULE, "w").key), window, 70, T0 + 4)
+    limiter.apply_near(None, "|".join(hit(RULE, "w").key), window, 90, T0 + 5)
+    assert limiter.heard.take(hit(RULE, "w").key, window) == 90
+
+
 def test_after_its_first_window_a_key_waits_for_its_span_end_on_a_notice() -> None:
     limiter, ten = fleet(live_nodes=3), rule(rpu=10, spans=2)
     limiter.hit(T0 + 10, [hit(ten)])

@@ -31,6 +31,19 @@ def test_only_the_push_that_crosses_half_the_limit_announces_it() -> None:
     assert announced(batch, answer) == [Near(hit(RULE).key, T0 // 1000, 55)]
 
 
+def test_a_key_alone_has_every_push_from_half_the_limit_to_max_announced() -> None:
+    limit = RULE.limits[0]
+    totals = (45, 55, 65, 100, 101)
+    assert [announces_near(limit, total, 10, announce=True) for total in totals] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert not announces_near(limit, 65, 0, announce=True)  # a read adds nothing to tell
+
+
 def test_a_block_is_announced_by_the_push_that_starts_it_only() -> None:
     batch, answer = answered((50, 101, 2_000), (1, 102, 1_990))
     assert announced(batch, answer) == [Block(hit(RULE).key, 2_000, 100)]

@@ -68,12 +68,13 @@ def test_pushes_are_chunked_in_batch_order_on_standalone() -> None:
 
 def test_script_arguments_pack_one_entry_per_push() -> None:
     key = ("gw", "api_key", "secret-value")
-    encoded = codec().encode(SyncBatch(NOW, [push(key, 3), push(("gw", "ip", "1.2.3.4"), -2)]))
+    alone = push(("gw", "ip", "1.2.3.4"), -2)._replace(announce=True)
+    encoded = codec().encode(SyncBatch(NOW, [push(key, 3), alone]))
     numkeys, route, prefix, packed, *_channels = encoded.script_args[0]
     assert (numkeys, route, prefix) == (1, KEYS.counter(key, W), "t:")
     entries = packed.split(";")
-    assert entries[0] == f"{digest(key)}|:gw:api_key:{W}|3|120000|10|5000|"  # no penalty: empty
-    assert entries[1].split("|")[2] == "-2"
+    assert entries[0] == f"{digest(key)}|:gw:api_key:{W}|3|120000|10|5000|0|"  # no penalty: empty
+    assert entries[1].split("|")[2::4] == ["-2", "1"]
     assert "secret-value" not in packed
 
 
