@@ -171,7 +171,7 @@ class Limiter(ABC):
                 )
             state.limit, state.rule = limit, rule
             if isinstance(state.counts, WindowCounts):  # a lenient ceiling was the old MAX's
-                state.counts.ceiling = limit.requests_per_unit
+                state.counts.ceiling = float(limit.requests_per_unit)
             return state
         nodes = self._new_key_nodes(limit, alone)
         fresh = KeyState(key, rule, limit, now_ms, nodes, raised=self.penalties)
