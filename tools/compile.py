@@ -39,12 +39,24 @@ MYPY_FLAGS = ("--no-warn-unused-configs",)
 def sources() -> list[str]:
     """The compiled modules' files, relative to the checkout."""
     found = (path for pattern in SOURCES for path in PACKAGE.glob(pattern))
-    return sorted(str(path.relative_to(ROOT)) for path in found)
+    # Not the packages' own modules: mypyc's build under a group name gives a compiled package
+    # a wrong `__path__` (its submodules are not found); they only re-export names anyway.
+    return sorted(str(path.relative_to(ROOT)) for path in found if path.name != "__init__.py")
 
 
 def built() -> list[Path]:
     """The extension modules a build left in the package."""
     return sorted(PACKAGE.rglob("*.so"))
+
+
+def stale() -> list[Path]:
+    """Built modules older than their source: they would run code the source no longer says."""
+    return [
+        path
+        for path in built()
+        if (source := path.with_name(path.name.split(".")[0] + ".py")).exists()
+        and source.stat().st_mtime > path.stat().st_mtime
+    ]
 
 
 def build() -> None:
