@@ -30,6 +30,7 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 TIMED_EVERY: Final = 16  # calls per call timed for ratelimit_sidecar_decision_seconds
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # server/tracing.py's TracedServicer
 class RateLimitServicer:
     """Delegates to the handler; only maps errors to gRPC statuses, and times a sample of
     calls for the decision histogram."""

@@ -25,15 +25,18 @@ def test_no_built_module_is_older_than_its_source() -> None:
     assert not stale, f"stale compiled modules {stale}: run `make compile` or `make uncompile`"
 
 
-def test_a_built_module_older_than_its_source_is_stale(
+def test_a_source_edited_after_the_build_is_stale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source, built = tmp_path / "limiter.py", tmp_path / "limiter.cpython-311-x86_64-linux-gnu.so"
-    built.write_bytes(b"")
+    package = tmp_path / "ratelimit_sidecar"
+    (package / "core").mkdir(parents=True)
+    source = package / "core" / "limiter.py"
+    library = package / "compiled__mypyc.cpython-311-x86_64-linux-gnu.so"
     source.write_text("")
-    os.utime(built, (1_000, 1_000))
-    monkeypatch.setattr(mypyc_build, "PACKAGE", tmp_path)
-    assert mypyc_build.stale() == [built]
-    os.utime(built, None)
-    os.utime(source, (1_000, 1_000))
+    library.write_bytes(b"")
+    monkeypatch.setattr(mypyc_build, "ROOT", tmp_path)
+    monkeypatch.setattr(mypyc_build, "PACKAGE", package)
+    os.utime(library, (1_000, 1_000))
+    assert mypyc_build.stale() == [source]
+    os.utime(source, (500, 500))
     assert mypyc_build.stale() == []
