@@ -9,7 +9,7 @@ CLIENTS := tests/clients/node_modules/.installed
 GRPCIO_TESTS := tests/e2e tests/integration/test_workers.py tests/integration/test_cli.py \
 	tests/integration/test_rlqs_service.py
 
-.PHONY: install proto lint test test-unit bench run clean
+.PHONY: install proto lint test test-unit bench run clean compile uncompile
 
 install: $(STAMP) $(CLIENTS)
 
@@ -47,5 +47,14 @@ bench: $(STAMP)
 run: $(STAMP)
 	$(PY) -m harness.demo
 
+# Opt-in: the request path compiled with mypyc, in place (tools/compile.py; docs/TRANSPORT.md).
+# The built modules shadow their sources until `make uncompile`: rebuild after editing one.
+compile: $(STAMP)
+	$(PY) -m tools.compile
+
+uncompile:
+	$(PY) -m tools.compile --clean
+
 clean:
+	find ratelimit_sidecar -name '*.so' -delete
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -78,7 +78,7 @@ class SimParams:
         return load * self.max * 1000 / self.window_ms
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: its own would hide the compiled parent's fields
 class MsRateLimit(RateLimit):
     """A limit whose window is not a whole number of seconds (rules cannot say that, the
     simulator can); the core only reads `window_ms`, so this is all it takes."""

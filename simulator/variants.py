@@ -16,7 +16,7 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Verdict
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: its own would hide the compiled parent's `early`
 class FixedWindowVariant(FixedWindow):
     """The shipped fixed window (core/fixed_window.py) with parts of it undone, for the
     comparisons of docs/ACCURACY.md; the defaults are the shipped rule."""

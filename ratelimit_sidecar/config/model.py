@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from mypy_extensions import mypyc_attr
+
 
 class Unit(enum.IntEnum):
     """The numbers are Envoy's `RateLimitResponse.RateLimit.Unit`."""
@@ -94,6 +96,7 @@ class Penalty:
     forgive_after_ms: int
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # simulator/params.py
 @dataclass(frozen=True, slots=True)
 class RateLimit:
     """`requests_per_unit` per window of `unit * unit_multiplier`; `burst` is a token bucket's

@@ -2,45 +2,54 @@
 
 The limiter owns the key table, span bookkeeping and the order of events; an algorithm owns what
 the counts mean (admission, the answer, what a store's answer does) and the key's `counts`.
+Base classes rather than Protocols: a build compiled with mypyc (tools/compile.py) calls their
+methods through a C vtable, a Protocol's through Python's attribute lookup and call.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Push, PushResult, Verdict
 
 
-class Algorithm(Protocol):
+@mypyc_attr(allow_interpreted_subclasses=True)  # the simulator's variants subclass one
+class Algorithm:
+    __slots__ = ()
+
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` (0: none): the key's count in its window before eviction (core/evicted.py)."""
-        ...
+        raise NotImplementedError
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         """For an unblocked key: None if `hits` more are admitted, else the refusal (shadow: OK)."""
-        ...
+        raise NotImplementedError
 
     def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         """A refusal's Retry-After from the counts this node knows; never before the block ends."""
-        ...
+        raise NotImplementedError
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Negative hits give quota back."""
-        ...
+        raise NotImplementedError
 
-    def admitted(self, state: KeyState, now_ms: int) -> Verdict: ...
+    def admitted(self, state: KeyState, now_ms: int) -> Verdict:
+        raise NotImplementedError
 
     def window_count(self, state: KeyState) -> int:
         """What an evicted key leaves behind for `start`."""
-        ...
+        raise NotImplementedError
 
 
-class SharedAlgorithm(Algorithm, Protocol):
+@mypyc_attr(allow_interpreted_subclasses=True)
+class SharedAlgorithm(Algorithm):
     """Counts a shared store can sum (all but the sliding log)."""
+
+    __slots__ = ()
 
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
         """The store's answer, or None (failed: the fallback decides); True if it blocks the key."""
-        ...
+        raise NotImplementedError

@@ -40,7 +40,7 @@ class Bucket:
     __slots__ = ("tat",)
 
     def __init__(self) -> None:
-        self.tat: float = 0  # the full-again time, in ticks of 1/requests_per_unit ms
+        self.tat: float = 0.0  # the full-again time, in ticks of 1/requests_per_unit ms
 
 
 class KeyState:

@@ -38,12 +38,22 @@ class Limiter(ABC):
         self.keys = KeyTable(max_keys)
         # Indexed by AlgorithmName; `fixed_window` replaces the shipped one (simulator variants).
         self.algorithms = all_algorithms(fixed_window)
-        self.live_nodes = 1  # node-level estimate for keys without history
+        self._live_nodes = 1  # node-level estimate for keys without history
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
         self._schedules: set[tuple[int, int]] = set()  # (window_ms, spans) of tracked rules
         self._evicted_counts = EvictedCounts(max_keys)
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
+
+    # A property, as FleetLimiter's: compiled code reads a plain attribute from its slot, past
+    # a subclass's property (mypyc).
+    @property
+    def live_nodes(self) -> int:
+        return self._live_nodes
+
+    @live_nodes.setter
+    def live_nodes(self, nodes: int) -> None:
+        self._live_nodes = nodes
 
     def hit(self, now_ms: int, hits: Sequence[Hit], refused: bool = False) -> Decision:
         """Counts only if every descriptor admits; `refused`: a strict limit refused it."""
@@ -171,7 +181,7 @@ class Limiter(ABC):
                 )
             state.limit, state.rule = limit, rule
             if isinstance(state.counts, WindowCounts):  # a lenient ceiling was the old MAX's
-                state.counts.ceiling = limit.requests_per_unit
+                state.counts.ceiling = float(limit.requests_per_unit)
             return state
         nodes = self._new_key_nodes(limit, alone)
         fresh = KeyState(key, rule, limit, now_ms, nodes, raised=self.penalties)

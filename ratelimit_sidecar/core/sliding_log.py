@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ratelimit_sidecar.core.algorithm import Algorithm
 from ratelimit_sidecar.core.hitlog import HitLog
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import OK, Verdict
@@ -20,7 +21,7 @@ from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 
 @dataclass(frozen=True, slots=True)
-class SlidingLog:
+class SlidingLog(Algorithm):
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` is logged at the return, later than its hits: over-counts, never under."""
         state.counts = HitLog(state.limit.requests_per_unit)
@@ -33,8 +34,7 @@ class SlidingLog:
             return None
         return refuse_for_cooldown(state, hits, now_ms, self.wait_ms, block=limit.cooldown > 0)
 
-    @staticmethod
-    def wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         """Until enough of the oldest entries leave for `hits` to fit, not before a block ends."""
         limit, log = state.limit, _log(state, now_ms)
         fits_at = now_ms

@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.core.algorithm import SharedAlgorithm
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
 from ratelimit_sidecar.core.spans import span_bounds, span_number
@@ -51,7 +52,7 @@ MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its
 
 
 @dataclass(frozen=True, slots=True)
-class SlidingWindow:
+class SlidingWindow(SharedAlgorithm):
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` is counted in the span of the key's return: it leaves later than its hits
         would (over-counts, never under), or the store's total of that span replaces it."""
@@ -74,7 +75,8 @@ class SlidingWindow:
         over = state.limit.cooldown > 0 and not _trailing(state, now_ms, known=True).fits(hits)
         return refuse_for_cooldown(state, hits, now_ms, retry_wait_ms, block=over)
 
-    wait_ms = staticmethod(retry_wait_ms)
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
+        return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         counts: SpanState = state.counts
@@ -158,13 +160,13 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
     limit = state.limit
     span, start, end = _span_at(now_ms, limit)
     leaving = span - limit.spans
-    whole: float = 0
-    oldest: float = 0
-    nodes = 1 if known else state.nodes.check
+    whole: float = 0.0
+    oldest: float = 0.0
+    nodes = 1.0 if known else state.nodes.check
     counts: SpanState = state.counts
     fleet = counts.fleet
     if fleet is not None and known:
-        whole, oldest = fleet.since(leaving + 1), fleet.get(leaving)
+        whole, oldest = float(fleet.since(leaving + 1)), float(fleet.get(leaving))
     elif fleet is not None:
         whole, oldest = fleet.estimate_since(leaving + 1), fleet.estimate(leaving)
     own = counts.own

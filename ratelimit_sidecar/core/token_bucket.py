@@ -43,18 +43,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ratelimit_sidecar.core.algorithm import SharedAlgorithm
 from ratelimit_sidecar.core.keystate import Bucket, KeyState
 from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 
 @dataclass(frozen=True, slots=True)
-class TokenBucket:
+class TokenBucket(SharedAlgorithm):
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` hits of debt from the key's return."""
         limit, bucket = state.limit, Bucket()
         if resumed:
-            bucket.tat = state.last_hit * limit.requests_per_unit + resumed * limit.window_ms
+            bucket.tat = float(state.last_hit * limit.requests_per_unit + resumed * limit.window_ms)
         state.counts = bucket
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
@@ -76,11 +77,10 @@ class TokenBucket:
         block = over and limit.cooldown > 0
         return refuse_for_cooldown(state, hits, now_ms, self.wait_ms, block=block)
 
-    @staticmethod
-    def wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
+    def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         limit, rpu = state.limit, state.limit.requests_per_unit
         now = now_ms * rpu
-        wait: float = 0
+        wait: float = 0.0
         if 0 < hits <= limit.capacity:
             wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
         elif hits > 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import Final
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -17,8 +18,12 @@ from prometheus_client.registry import Collector
 # handler keeps it with the request it has compiled, so counting costs no lookup.
 Tally = tuple[list[int] | None, ...]
 
-# Indexes into a rule's counts, and the metric each one becomes.
-TOTAL, WITHIN, NEAR, OVER, SHADOW = range(5)
+# Indexes into a rule's counts, and the metric each one becomes (Final: C constants when compiled).
+TOTAL: Final = 0
+WITHIN: Final = 1
+NEAR: Final = 2
+OVER: Final = 3
+SHADOW: Final = 4
 DECISION_COUNTERS = (
     ("total_hits", "Descriptors checked against a rule"),
     ("within_limit", "Descriptors answered OK"),

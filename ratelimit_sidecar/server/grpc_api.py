@@ -10,11 +10,12 @@ import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.server.tls import ServerTls
@@ -26,9 +27,10 @@ from ratelimit_sidecar.service.validation import InvalidRequest
 log = logging.getLogger("ratelimit_sidecar.grpc")
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-TIMED_EVERY = 16  # calls per call timed for ratelimit_sidecar_decision_seconds
+TIMED_EVERY: Final = 16  # calls per call timed for ratelimit_sidecar_decision_seconds
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # server/tracing.py's TracedServicer
 class RateLimitServicer:
     """Delegates to the handler; only maps errors to gRPC statuses, and times a sample of
     calls for the decision histogram."""
@@ -118,6 +120,7 @@ def add_rate_limit_service(server: grpc.aio.Server, servicer: RateLimitServicer)
     server.add_registered_method_handlers(wire.SERVICE_NAME, methods)
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of RuntimeError
 class BindError(RuntimeError):
     """The gRPC address could not be bound (taken, or not local)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ratelimit_sidecar.core import Hit
 
@@ -26,7 +27,7 @@ class CompiledRequest:
     domain: str
     hits: tuple[Hit, ...]
     known: bool
-    tally: object = None
+    tally: Any = None  # not `object`: mypyc's dataclass support fails on that annotation
     counted: int = -1
     before: bytes = b""
     after: bytes = b""

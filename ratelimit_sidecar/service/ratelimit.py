@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
+from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar._proto.wire import RateLimitDescriptor, RateLimitRequest
 from ratelimit_sidecar.config.matcher import apply_replaces, match
@@ -69,6 +70,7 @@ class StoreNeeded(Exception):
         self.compiled = compiled
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
 class RateLimitHandler:
     """Answers ShouldRateLimit from the current rules and the limiter."""
 

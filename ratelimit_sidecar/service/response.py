@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Decision, Verdict
@@ -22,10 +23,11 @@ from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Decision, Verdict
 UNLIMITED_REMAINING = 2**32 - 1
 
 # Field tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
-_OVERALL_CODE, _STATUS, _HEADER, _RAW_BODY = b"\x08", b"\x12", b"\x1a", b"\x2a"
+_OVERALL_CODE, _HEADER, _RAW_BODY = b"\x08", b"\x1a", b"\x2a"
+_STATUS: Final = b"\x12"  # Final: a C static when compiled (tools/compile.py), as below
 _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
 _OK_STATUS = b"\x08\x01"
-_OK_CODE = _OVERALL_CODE + b"\x01"
+_OK_CODE: Final = _OVERALL_CODE + b"\x01"
 _UNMATCHED_FIELD = _STATUS + b"\x02" + _OK_STATUS
 MAX_CACHED_RESETS = 65_536  # distinct `duration_until_reset` values kept encoded
 
@@ -43,13 +45,13 @@ class ResponseOptions:
     reference_headers: tuple[str, str, str] | None = None
 
 
-_SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
+_SMALL_VARINTS: Final = tuple(bytes((i,)) for i in range(0x80))
 _CONTINUED = tuple(bytes((i | 0x80,)) for i in range(0x80))  # 7 low bits, more to follow
-_HIGH_PARTS: dict[int, bytes] = {}  # value >> 7 -> its varint: what rarely changes
+_HIGH_PARTS: Final[dict[int, bytes]] = {}  # value >> 7 -> its varint: what rarely changes
 MAX_HIGH_PARTS = 4096
 # The `limit_remaining` field's tag and its count's first byte, together.
-_REMAINING_SMALL = tuple(_REMAINING + v for v in _SMALL_VARINTS)
-_REMAINING_CONTINUED = tuple(_REMAINING + v for v in _CONTINUED)
+_REMAINING_SMALL: Final = tuple(_REMAINING + v for v in _SMALL_VARINTS)
+_REMAINING_CONTINUED: Final = tuple(_REMAINING + v for v in _CONTINUED)
 
 
 def varint(value: int) -> bytes:
