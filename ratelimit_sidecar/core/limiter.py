@@ -45,10 +45,8 @@ class Limiter(ABC):
         self._evicted_counts = EvictedCounts(max_keys)
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
-    # A property, as FleetLimiter's: compiled code reads a plain attribute from its slot, past
-    # a subclass's property (mypyc).
     @property
-    def live_nodes(self) -> int:
+    def live_nodes(self) -> int:  # as FleetLimiter's: compiled, an attribute skips its override
         return self._live_nodes
 
     @live_nodes.setter

@@ -4,12 +4,10 @@ for, the inverse of this node's share (4 on an even split over 4 nodes, 1.67 at 
 total (the store's counter) against what this node counted.
 
 One window alone is a poor sample (docs/ACCURACY.md, "The nodes estimate on boundary bursts"):
-a window of a handful of requests makes the ratio noise, and a burst decided inside one span
-makes it wrong. Nodes that pushed before a window crossed MAX are not told of the block, so they
-alone admit the next window's first span and from its total each sees a fleet of two. And when
-every node refuses on its own estimate, the store counts none of the others' refusals, so a
-node counting its own as offered sees too small a fleet. Too low an estimate lets every node
-admit far more than its share. So:
+a handful of requests makes the ratio noise, a burst inside one span makes it wrong, and when
+every node refuses on its own estimate the store counts none of the others' refusals, so a node
+counting its own as offered sees too small a fleet, and too low an estimate admits far more
+than its share. So:
 
 1. Sums, not one window's ratio: the fleet's totals and own admitted and refused counts are
    summed over windows, the earlier ones' weight halved at each new window (DECAY).
@@ -23,12 +21,9 @@ admit far more than its share. So:
    fleet is believed at once. The first ratio replaces a new key's guess (the live node count,
    an even split) at once.
 
-Sliding windows count no refusals as offered (core/sliding_window.py): 2. is then the plain
-ratio of the sums. A `cautious` check (a fixed window's lenient ceiling, every sliding window)
-scales own hits by the lower of the last two estimates (`check`).
-
-The algorithm counts own hits in, the key's window roll closes a window, and the sync plan
-hands in the fleet's total of that window (`learn`).
+Sliding windows count no refusals as offered: 2. is then the plain ratio of the sums. A
+`cautious` check (a lenient fixed window, every sliding window) scales own hits by the lower of
+the last two estimates (`check`). The sync plan hands in a window's fleet total (`learn`).
 """
 
 from __future__ import annotations

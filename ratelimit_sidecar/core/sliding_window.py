@@ -27,11 +27,9 @@ A span end:
   node has pushed it yet). An answer without spans confirms nothing.
 - The store failed: the hits stay own, scaled by `nodes`, until confirmed or out of the window;
   with a cooldown, an estimate over MAX blocks. Local-only mode: nothing to do.
-- `nodes` is learnt as for the fixed window, but from admitted counts only: over a trailing limit
-  every node refuses on its estimate all the time, and counting its own refusals as offered, and
-  no other node's, makes each see too small a fleet and the fleet admit more than MAX. No lenient
-  ceiling (no window pace to project); every estimate uses the lower of the last two `nodes`
-  (`cautious`): the larger refuses some bursty traffic well under the limit.
+- `nodes` as for the fixed window, from admitted counts only: over a trailing limit every node
+  refuses on its estimate all the time, and its own refusals alone as offered would make a
+  fleet too small. No lenient ceiling; every estimate uses the lower of the last two `nodes`.
 """
 
 from __future__ import annotations

@@ -13,10 +13,8 @@ A request of `hits` (`check`, then `count` and `admitted` when it is admitted):
    and nodes - 1 others spread evenly since TAT was last updated (own hit or store answer):
        projected = max(now, TAT + hits x (nodes - 1) x T) + hits x T
    admitted if projected - now <= capacity x T; alone (nodes = 1) this is GCRA. Others spread
-   over time, not added at once, keep a small bucket usable by many nodes: capacity 1 on 4 nodes
-   admits own hits 4 T apart, as the fleet's bucket would (added at once, they would refuse
-   every second hit of a span). A new key starts full (TAT 0), so a first request is never
-   refused on a guess; the first store answer tells the fleet's debt.
+   over time keep a small bucket usable by many nodes (capacity 1 on 4 nodes: own hits 4 T
+   apart). A new key starts full (TAT 0); the first store answer tells the fleet's debt.
 3. A refusal's Retry-After is when the tokens are there (more than the capacity: when full). It
    blocks only with a cooldown and the bucket over without the others' guessed hits; a refusal
    only the guess makes counts as offered for `nodes`, as the fixed window's do.
@@ -31,8 +29,7 @@ A span end:
   exceed the truth by up to a span's refill: never lenient, but a bucket not much larger than
   that refuses more than it should (more spans help).
 - The store failed: nothing to add (the projection counts each own hit for `nodes`);
-  local-only mode: every hit moved TAT when it was counted.
-- `nodes` is learnt from a finished window's total, as for the fixed window.
+  local-only mode: every hit moved TAT when it was counted. `nodes`: as the fixed window's.
 
 A key is not forgotten while its bucket is not full (KeyState.settled). An evicted key leaves its
 debt, in hits as of its last hit, to core/evicted.py; back in the same window it resumes with that

@@ -1,30 +1,7 @@
-"""Redis key names for counters, block flags and the node heartbeat.
-
-Schema (with the default prefix `rls:`)::
-
-    rls:{<digest>}:<domain>:<keys>:<window>   a window's counter (INCRBY, TTL 2 windows); every
-                                              algorithm's pushes count there (nodes estimate)
-    rls:{<digest>}:<domain>:<keys>:s<span>    sliding window: a span's counter, numbered from the
-                                              epoch (INCRBY, TTL one window + 2 spans)
-    rls:{<digest>}:<domain>:<keys>:tb         token bucket: its TAT, epoch ms with 3 decimals on
-                                              Redis TIME (TTL until the bucket is full)
-    rls:{<digest>}:<domain>:<keys>:log        sliding log (strict only): admitted requests by
-                                              epoch ms (sorted set, TTL one window)
-    rls:{<digest>}:block                      shared block flag (SET NX PX cooldown)
-    rls:nodes                                 heartbeat sorted set: node id -> last sync ms
-    rls:{overrides}:set|version|history       runtime overrides (storage/overrides_redis.py)
-
-`<digest>` is 16 hex digits of BLAKE2b over the whole KeyId, every part length-prefixed (no
-separator inside a value can make two tuples encode alike). It alone identifies a counter, and is
-the Cluster hash tag: a key's counters and flag share a slot (the push script touches both).
-
-`<domain>` and `<keys>` (descriptor key names joined with `.`) are for operators scanning Redis:
-cut short, every character outside `[A-Za-z0-9_./-]` made `_`, so never `:`, `{`, `}`, spaces or
-control characters. Descriptor *values* are never written in clear (API keys, user ids...).
-
-Two KeyIds share a counter only if their 64-bit digests collide: about n^2 / 2^65 for n live
-keys (1e-6 for 6 million); on purpose, a second preimage (2^64 work), as a birthday collision of
-an attacker's own keys only merges their own counters. Length: len(prefix) + at most 100.
+"""Redis key names for counters, block flags and the node heartbeat: the schema, the digest and
+why a collision is harmless are in docs/OPERATIONS.md ("What the sidecar keeps in Redis").
+A counter is `<prefix>{<digest>}:<domain>:<keys>:<suffix>`: the digest alone identifies it and
+is the Cluster hash tag; the names are for operators; descriptor values are never in clear.
 """
 
 from __future__ import annotations
