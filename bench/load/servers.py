@@ -43,8 +43,10 @@ class ServerProcess:
         metrics = dict(itertools.pairwise(module_args)).get("--metrics-address")
         self.metrics_url = f"http://{metrics}/metrics" if metrics else ""  # a sidecar's
         argv = bench.pinning.taskset(python_module(*module_args), bench.pinning.server_cpus)
+        tree = (env or {}).get("PYTHONPATH")  # `-m` puts the cwd first: run in that tree
         env = {**os.environ, "GRPC_VERBOSITY": "NONE", **(env or {})}
-        self.proc = launch(argv, self.log, env=env, new_session=True)
+        cwd = Path(tree) if tree else None
+        self.proc = launch(argv, self.log, env=env, cwd=cwd, new_session=True)
         self.wait_ready()
 
     @property
