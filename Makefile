@@ -8,10 +8,16 @@ CLIENTS := tests/clients/node_modules/.installed
 # uses the fast one); the in-process gRPC and RLQS tests are parametrized over both already.
 GRPCIO_TESTS := tests/e2e tests/integration/test_workers.py tests/integration/test_cli.py \
 	tests/integration/test_rlqs_service.py
+# The request path is compiled with mypyc (tools/compile.py), and rebuilt by every target that runs
+# it once a source changed; `make <target> BUILD=pure` runs the pure-Python sources instead. The
+# package's unit tests also run on the sources alone (SIDECAR_SOURCES_ONLY: tests/unit/conftest.py),
+# so that both builds are tested.
+BUILD ?= compiled
+PACKAGE_UNIT_TESTS := tests/unit --ignore=tests/unit/simulator --ignore=tests/unit/bench
 
 .PHONY: install proto lint test test-unit bench run clean compile uncompile
 
-install: $(STAMP) $(CLIENTS)
+install: $(STAMP) $(CLIENTS) compile
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,26 +37,31 @@ proto: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy ratelimit_sidecar simulator tools harness bench tests
+	$(VENV)/bin/mypy ratelimit_sidecar simulator tools harness bench tests setup.py
 
-test: $(STAMP) $(CLIENTS)
+test: install
+ifneq ($(BUILD),pure)
+	SIDECAR_SOURCES_ONLY=1 $(PY) -m pytest -q $(PACKAGE_UNIT_TESTS)
+endif
 	$(PY) -m pytest tests
 	RLS_TRANSPORT=grpcio $(PY) -m pytest $(GRPCIO_TESTS)
 
-test-unit: $(STAMP)
+test-unit: $(STAMP) compile
 	$(PY) -m pytest tests/unit
 
-bench: $(STAMP)
+bench: $(STAMP) compile
 	bash bench/ensure-tools.sh
 	$(PY) -m bench
 
-run: $(STAMP)
+run: $(STAMP) compile
 	$(PY) -m harness.demo
 
-# Opt-in: the request path compiled with mypyc, in place (tools/compile.py; docs/TRANSPORT.md).
-# The built modules shadow their sources until `make uncompile`: rebuild after editing one.
 compile: $(STAMP)
+ifeq ($(BUILD),pure)
+	$(PY) -m tools.compile --clean
+else
 	$(PY) -m tools.compile
+endif
 
 uncompile:
 	$(PY) -m tools.compile --clean

@@ -1,13 +1,14 @@
-"""An opt-in build of the request path with mypyc: C extensions beside the sources.
+"""The request path compiled with mypyc: C extensions beside the sources.
 
-    python -m tools.compile           # or `make compile`: build them in place
+    python -m tools.compile           # `make install` runs it: build in place, unless up to date
+    python -m tools.compile --force   # build even if up to date
     python -m tools.compile --clean   # or `make uncompile`: back to the pure-Python modules
 
 Python imports an extension module before a `.py` of the same name, so the built modules
 replace the request path's sources in this checkout (an editable install) until cleaned; the
-sources stay the fallback and the reference. A built module does not follow later edits of
-its source: rebuild or clean after changing one. An experiment for the transport's 80 % target
-(docs/TRANSPORT.md, "Compiling the request path"): not part of `make install` or the wheel.
+sources stay the fallback and the reference. A built module does not follow later edits of its
+source: every `make` target that runs code rebuilds what is stale first, and the tests fail on a
+stale build. The wheel is built the same way with RATELIMIT_SIDECAR_COMPILE=1 (setup.py).
 Needs mypy (the dev extra, which ships mypyc) and a C compiler.
 """
 
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ratelimit_sidecar"
@@ -59,15 +61,26 @@ def stale() -> list[Path]:
     return [ROOT / s for s in sources() if (ROOT / s).stat().st_mtime > built_at]
 
 
-def build() -> None:
+def up_to_date() -> bool:
+    """A build is in place, with a module for every compiled source and none stale."""
+    shims = {path.with_suffix("").with_suffix("") for path in built()}
+    wanted = {(ROOT / source).with_suffix("") for source in sources()}
+    return wanted <= shims and not stale()
+
+
+def extensions() -> list[Any]:
+    """The compiled modules as setuptools extensions: for this build and for setup.py's wheel."""
     from mypyc.build import mypycify
+
+    return mypycify([*MYPY_FLAGS, *sources()], opt_level="3", group_name=GROUP)
+
+
+def build() -> None:
     from setuptools import setup  # type: ignore[import-untyped]
 
-    files = sources()
-    modules = mypycify([*MYPY_FLAGS, *files], opt_level="3", group_name=GROUP)
     setup(
         name="ratelimit-sidecar-compiled",
-        ext_modules=modules,
+        ext_modules=extensions(),
         script_args=["build_ext", "--inplace", "--build-temp", "build/mypyc"],
     )
 
@@ -84,9 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args == ["--clean"]:
         print(f"removed {len(clean())} extension modules: the pure-Python request path")
         return 0
-    if args:
+    if args not in ([], ["--force"]):
         print(__doc__, file=sys.stderr)
         return 2
+    if not args and up_to_date():
+        print(f"the compiled request path is up to date ({len(built())} extension modules)")
+        return 0
     started = time.monotonic()
     build()
     took = time.monotonic() - started

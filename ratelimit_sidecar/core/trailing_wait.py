@@ -1,14 +1,13 @@
 """A sliding window's Retry-After: until a refused request fits if nobody sends more, not before
-the block ends.
-
-The walk tries each span start from now on: the spans wholly inside plus the weighted oldest must
-leave room for the hits scaled by `nodes`, as the check scales them (strict.lua walks the same
-way). It is a refusal's costliest part and a blocked key is asked on every request, so its answer
-is kept (`SpanState.retry_memo`) until its counts, `nodes` or block change.
+the block ends. The walk tries each span start from now on: the spans wholly inside plus the
+weighted oldest must leave room for the hits scaled by `nodes`, as the check does (strict.lua
+walks the same way). A blocked key is asked on every request, so the answer is kept
+(`SpanState.retry_memo`) until its counts, `nodes` or block change.
 """
 
 from __future__ import annotations
 
+from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_bounds, span_number
@@ -44,13 +43,21 @@ def _drained_at(state: KeyState, hits: int) -> int:
 
 
 def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
-    limit = state.limit
-    extra, max_hits = hits * state.nodes.check, limit.requests_per_unit
+    """Each span's count from the window's oldest to the newest counted (a store's answer may
+    count a later span: a retried push lands in its window's last span), walked."""
+    span = span_number(now_ms, state.limit)
+    held = [c.newest for c in (state.counts.fleet, state.counts.own) if c is not None]
+    spans = range(span - state.limit.spans, max([span, *held]) + 1)
+    counts = [_span_count(state, j) for j in spans]
+    return walk_wait_ms(state.limit, counts, hits * state.nodes.check, now_ms)
+
+
+def walk_wait_ms(limit: RateLimit, counts: list[float], extra: float, now_ms: int) -> int:
+    """The wait for `extra` (hits times `nodes`) given each span's count, the oldest first."""
+    max_hits = limit.requests_per_unit
     if extra > max_hits:
         return limit.window_ms  # never fits: as long as a window
     span = span_number(now_ms, limit)
-    first = span - limit.spans  # counts[i] is span first + i
-    counts = [_span_count(state, j) for j in range(first, _newest(state, span) + 1)]
     inside = _suffix_sums(counts)  # inside[i]: sum(counts[i:]), one pass, not one per step
     for step in range(len(counts) + 1):
         start, end = span_bounds(span + step, limit)
@@ -79,10 +86,3 @@ def _span_count(state: KeyState, span: int) -> float:
     if fleet is not None:
         counted += fleet.estimate(span)
     return counted
-
-
-def _newest(state: KeyState, span: int) -> int:
-    """A store's answer may count a later span: a retried push lands in its window's last span."""
-    counts: SpanState = state.counts
-    held = [c.newest for c in (counts.fleet, counts.own) if c is not None]
-    return max([span, *held])

@@ -1,12 +1,17 @@
-"""The opt-in mypyc build (tools/compile.py): what it compiles, and no stale module left behind."""
+"""The mypyc build (tools/compile.py): what it compiles, which build the tests run, and no stale
+module left behind."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from ratelimit_sidecar.core import limiter
+from ratelimit_sidecar.service import ratelimit
+from tests.unit.conftest import SOURCES_ONLY
 from tools import compile as mypyc_build
 
 
@@ -17,6 +22,28 @@ def test_the_request_path_is_compiled_and_no_package_init() -> None:
     assert "ratelimit_sidecar/server/grpc_api.py" in sources
     assert not [s for s in sources if s.endswith("__init__.py")]
     assert not [s for s in sources if "/transport/" in s or "/storage/" in s]
+
+
+def test_the_tests_run_the_build_asked_for() -> None:
+    """The sources under SIDECAR_SOURCES_ONLY (`make test`'s pure run), else the build if any."""
+    compiled = bool(mypyc_build.built()) and not SOURCES_ONLY
+    for module in (limiter, ratelimit):
+        assert module.__file__ is not None
+        assert module.__file__.endswith(".so" if compiled else ".py"), module.__file__
+
+
+def test_the_wheel_compiles_the_same_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup.py hands tools/compile.py's extensions to setuptools when asked to compile."""
+    handed: list[object] = []
+    monkeypatch.setattr(sys, "path", list(sys.path))  # setup.py puts its folder first
+    monkeypatch.setattr(mypyc_build, "extensions", lambda: ["the request path"])
+    monkeypatch.setattr("setuptools.setup", lambda **kw: handed.append(kw.get("ext_modules")))
+    monkeypatch.setenv("RATELIMIT_SIDECAR_COMPILE", "1")
+    setup_py = mypyc_build.ROOT / "setup.py"
+    exec(compile(setup_py.read_text(), str(setup_py), "exec"), {"__file__": str(setup_py)})
+    monkeypatch.delenv("RATELIMIT_SIDECAR_COMPILE")
+    exec(compile(setup_py.read_text(), str(setup_py), "exec"), {"__file__": str(setup_py)})
+    assert handed == [["the request path"], None]
 
 
 def test_no_built_module_is_older_than_its_source() -> None:
