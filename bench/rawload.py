@@ -1,15 +1,12 @@
-"""A closed-loop gRPC load generator in one process (stdlib sockets, HTTP/2 frames by hand) that
-saturates the fast transport's core while cycling through 100,000 distinct bodies.
-
-    python bench/rawload.py '{"address", "path", "frames", "offset", "connections", "streams",
-                              "settleS", "durationS", "latencyFile"}'
+"""A closed-loop gRPC load generator in one process (HTTP/2 by hand on stdlib sockets) that keeps
+the fast transport's core busy while cycling through 100,000 distinct bodies. Config (JSON):
+address, path, frames, offset, connections, streams, settleS, durationS, latencyFile.
 
 Connection c sends body offset + c + j * connections of `frames` (back-to-back gRPC frames) on
-stream 2j + 1, encoded CHUNK requests at a time so that k requests leave as one slice and `send`.
-Answers are read by frame headers: an answer's DATA must start with overall_code OK and the
-HEADERS ending its stream be trailers seen to carry grpc-status 0 (new bytes are decoded); a
-reset, GOAWAY or closed connection is an error. Latencies (float64 ms) of the answers inside the
-window (after settleS, for durationS) go to latencyFile; one JSON summary line to stdout.
+stream 2j + 1, encoded CHUNK requests at a time: k requests leave as one slice in one `send`.
+Answers are read by frame headers: an OK one has DATA starting with overall_code OK and ends its
+stream with trailers seen before to carry grpc-status 0 (new ones are decoded). Prints one JSON
+line; writes the latencies (float64 ms) of the answers inside the window to latencyFile.
 """
 
 from __future__ import annotations
@@ -117,11 +114,9 @@ class Tally:
         except hpack.HPACKError as exc:
             return f"undecodable trailers: {exc}"
         fields = {bytes(k).decode(): bytes(v).decode(errors="replace") for k, v in found}
-        if (status := fields.get("grpc-status")) == "0":
+        if (status := fields.get("grpc-status", f"none (HTTP {fields.get(':status')})")) == "0":
             self.good.add(block)
             return ""
-        if status is None:
-            return f"HTTP {fields.get(':status', '?')} without grpc-status"
         return f"grpc-status {status}: {fields.get('grpc-message', '')}"
 
 
@@ -135,25 +130,21 @@ class Conn:
         self.started: dict[int, float] = {}  # stream id -> when sent
         self.bad: set[int] = set()  # streams whose answer was not OK
         self.limit, self.window, self.received = 0, f.DEFAULT_WINDOW, 0
-        self.open, self.closed, self.events = (
-            True,
-            False,
-            READ | WRITE,
-        )  # open: sends; closed: nor reads
+        # open: may send; closed: nor read (EOF); events: what the selector waits for
+        self.open, self.closed, self.events = True, False, READ | WRITE
 
     def read(self, now: float) -> None:
         try:
-            data: bytes | None = self.sock.recv(1 << 18)
+            data = self.sock.recv(1 << 18)
         except BlockingIOError:
-            data = None
+            return
         except OSError:
             data = b""
-        if data == b"":
+        buf = self.inbuf + data if self.inbuf else data
+        self.inbuf = buf[self.parse(buf, now) :]
+        if not data:
             self.lost("connection closed or failed", closed=True)
-        elif data:
-            buf = self.inbuf + data if self.inbuf else data
-            self.inbuf = buf[self.parse(buf, now) :]
-        if self.received > WINDOW // 2:
+        elif self.received > WINDOW // 2:
             self.out += f.window_update(0, self.received)
             self.received = 0
 
@@ -254,8 +245,7 @@ def connect(cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) 
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setblocking(False)
     block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
-    requests = Requests(frames, block, first, cfg["connections"])
-    requests.encode()
+    (requests := Requests(frames, block, first, cfg["connections"])).encode()
     return Conn(sock, requests, cfg["streams"], tally)
 
 
