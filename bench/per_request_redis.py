@@ -118,8 +118,7 @@ def outage(
 
 def measure(bench: Bench, redis: Redis, clients: list[Client]) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
-    work = hot_10()
-    raw = next((c for c in clients if isinstance(c, RawLoad)), None)
+    work, raw = hot_10(), next(c for c in clients if isinstance(c, RawLoad))
     extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
     starters = [
         partial(start_service, bench, "limits", "--redis-url", redis.url),

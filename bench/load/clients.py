@@ -195,13 +195,10 @@ class RawLoad(Client):
     can send 100,000 distinct values) and checks every answer (grpc-status 0, overall_code OK).
     Runs against one server continue the rotation, so together they send every body."""
 
-    name = "raw-http2"
+    name, binary = "raw-http2", sys.executable
 
     def __init__(self) -> None:
         self.offsets: dict[tuple[str, str], int] = {}  # (workload, server) -> next body
-
-    def unavailable(self) -> str | None:
-        return None
 
     def start(
         self, address: str, workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
