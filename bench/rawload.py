@@ -63,6 +63,11 @@ class Requests:
     def __init__(self, frames: list[bytes], block: bytes, first: int, stride: int) -> None:
         self.frames, self.block, self.first, self.stride = frames, block, first, stride
         self.base, self.pos, self.chunk, self.ends, self.data = 0, 0, b"", [0], [0]
+        # the frame headers but their stream ids: HEADERS's before, DATA's after the block
+        self.heads = f.frame(f.HEADERS, f.END_HEADERS, 0, block)[:5]
+        self.middles = {
+            n: block + f.frame(f.DATA, f.END_STREAM, 0, bytes(n))[:5] for n in {*map(len, frames)}
+        }
 
     @property
     def sent(self) -> int:
@@ -72,14 +77,14 @@ class Requests:
         """The next CHUNK: per request its HEADERS frame, then its body in one DATA frame."""
         self.base, self.pos, frames, size = self.sent, 0, self.frames, len(self.block) + 18
         js = range(self.base, self.base + CHUNK)
-        bodies = [frames[(self.first + j * self.stride) % len(frames)] for j in js]
-        pack = struct.Struct(f"!BHBBL{len(self.block)}sBHBBL").pack
-        head = (0, len(self.block), f.HEADERS, f.END_HEADERS)
-        self.chunk = b"".join([
-            pack(*head, 2 * j + 1, self.block, 0, len(body), f.DATA, f.END_STREAM, 2 * j + 1) + body
-            for j, body in zip(js, bodies, strict=True)
-        ])  # fmt: skip
-        self.data = [0, *accumulate(map(len, bodies))]
+        picks = [(self.first + j * self.stride) % len(frames) for j in js]
+        parts: list[bytes] = []
+        for j, pick in zip(js, picks, strict=True):
+            sid = (2 * j + 1).to_bytes(4)
+            body = frames[pick]
+            parts += (self.heads, sid, self.middles[len(body)], sid, body)
+        self.chunk = b"".join(parts)
+        self.data = [0, *accumulate(len(frames[pick]) for pick in picks)]
         self.ends = [data + i * size for i, data in enumerate(self.data)]
 
     def fit(self, room: int, window: int) -> int:
