@@ -254,23 +254,28 @@ def connect(cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) 
     return Conn(sock, requests, cfg["streams"], tally)
 
 
-def run(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Connects, loads until the window ends, awaits the answers in flight (DRAIN_S at most)."""
-    frames, selector, tally = load_frames(cfg["frames"]), selectors.DefaultSelector(), Tally()
-    conns = [connect(cfg, frames, c, tally) for c in range(cfg["connections"])]
+def serve(conns: list[Conn], selector: selectors.BaseSelector, tally: Tally) -> None:
+    """Loads until the window ends, then awaits the answers in flight (DRAIN_S at most)."""
     now = time.perf_counter()
-    tally.start, tally.end = now + cfg["settleS"], now + cfg["settleS"] + cfg["durationS"]
-    for conn in conns:
-        selector.register(conn.sock, conn.events, conn)
     while now < tally.end or (now < tally.end + DRAIN_S and any(c.started for c in conns)):
         events = selector.select(0.01)
-        now = time.perf_counter()
+        now = time.perf_counter()  # when these answers came, and the next requests leave
         for key, mask in events:
             if mask & READ:
                 key.data.read(now)
             if now < tally.end:
                 key.data.fill(now)
             key.data.flush(selector)
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    frames, selector, tally = load_frames(cfg["frames"]), selectors.DefaultSelector(), Tally()
+    conns = [connect(cfg, frames, c, tally) for c in range(cfg["connections"])]
+    tally.start = time.perf_counter() + cfg["settleS"]
+    tally.end = tally.start + cfg["durationS"]
+    for conn in conns:
+        selector.register(conn.sock, conn.events, conn)
+    serve(conns, selector, tally)
     for conn in conns:
         conn.sock.close()
     Path(cfg["latencyFile"]).write_bytes(tally.latencies.tobytes())
