@@ -34,7 +34,8 @@ CHUNK = 512  # requests encoded at a time per connection
 DRAIN_S = 2.0  # after the window, answers still due are awaited this long at most
 MAX_REQUESTS = 50_000_000  # per run, over all connections
 READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
-DATA, HEADERS, END_STREAM, unpack_header = f.DATA, f.HEADERS, f.END_STREAM, f.FRAME_HEADER.unpack_from  # fmt: skip  # noqa: E501
+DATA, HEADERS, END_STREAM = f.DATA, f.HEADERS, f.END_STREAM  # globals: read per frame
+unpack_header = f.FRAME_HEADER.unpack_from
 
 
 def load_frames(path: str) -> list[bytes]:
