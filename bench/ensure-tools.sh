@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the benchmark's load generators if they are missing and we can (root + apt-get):
-#   h2load (nghttp2-client), wrk (wrk), node (nodejs: bench/grpc_load.js, built-in http2 only),
-#   npm (the transport tests' @grpc/grpc-js client, tests/clients).
+#   h2load (nghttp2-client), wrk (wrk), node and npm (nodejs, npm: the transport tests'
+#   @grpc/grpc-js client, tests/clients).
 # Never fails: a tool that cannot be installed is reported, and `python -m bench` then
 # reports the workloads that need it as "not measured".
 set -u

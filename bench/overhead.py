@@ -3,10 +3,10 @@ concurrency, side by side in the same rounds: the sidecar on its fast transport,
 handler on it (`empty-fast`, its ceiling), the sidecar on grpcio (`sidecar-grpcio`) and an empty
 grpc.aio handler (`empty`, grpcio's ceiling). Workloads:
 
-* hot-10: 10 values. h2load (one process, body and connection per value) decides; the Node
-  http2 client cycling the same bodies cross-checks.
-* distinct-100k: 100,000 values cycled by Node (h2load cannot vary its body). The warm-up sends
-  each once, each run continues the rotation: 100,000 clients that keep coming back.
+* hot-10: 10 values. h2load (one process, body and connection per value) decides;
+  bench/rawload.py cycling the same bodies cross-checks.
+* distinct-100k: 100,000 values cycled by rawload (h2load cannot vary its body). The warm-up
+  sends each once, each run continues the rotation: 100,000 clients that keep coming back.
 * fresh-300k: more values than a section sends, every request new (a flood of random values).
   No target: it shows what such a flood costs.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import compare, frameloop
 from bench.load import runs
-from bench.load.clients import Client, H2load, Node
+from bench.load.clients import Client, H2load, RawLoad
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, pct
@@ -59,14 +59,14 @@ class Plan:
 
 
 def plans(full: bool = True) -> list[Plan]:
-    """hot-10 (h2load; with `full`, Node cross-checks), distinct-100k (Node) and with `full`
-    fresh-300k (Node)."""
-    h2load, node = H2load(), Node()
+    """hot-10 (h2load; with `full`, rawload cross-checks), distinct-100k (rawload) and with
+    `full` fresh-300k (rawload)."""
+    h2load, raw = H2load(), RawLoad()
     found = [
-        Plan(hot_10(), (h2load, node) if full else (h2load,), judged=True),
-        Plan(workload("distinct-100k", key_values(100_000)), (node,), judged=True),
+        Plan(hot_10(), (h2load, raw) if full else (h2load,), judged=True),
+        Plan(workload("distinct-100k", key_values(100_000)), (raw,), judged=True),
     ]
-    fresh = Plan(workload("fresh-300k", key_values(300_000, "n")), (node,), False, False)
+    fresh = Plan(workload("fresh-300k", key_values(300_000, "n")), (raw,), False, False)
     return [*found, fresh] if full else found
 
 

@@ -6,11 +6,11 @@ memory and syncs to the same Redis in the background. Both on the server CPU, Re
 generators' (in production another host's). An empty handler alongside shows the most any
 server on this stack could reach.
 
-1. Redis up: hot-10 with h2load (decides) and Node (checks every gRPC status), alternating
+1. Redis up: hot-10 with h2load (decides) and rawload (checks every gRPC status), alternating
    rounds. Target: sidecar RPS at least 2x the baseline's (median of the rounds' ratios), p99
    no worse.
 2. Redis hung (SIGSTOP), then down (SIGKILL): per server one request on the idle server, then a
-   short Node run counting OK answers and gRPC errors. Target: the sidecar keeps answering OK
+   short rawload run counting OK answers and gRPC errors. Target: the sidecar keeps answering OK
    while the baseline errors or stalls.
 3. Redis restarted: one request per server shows whether each recovers.
 """
@@ -28,7 +28,7 @@ import grpc
 
 from bench import compare
 from bench.load import runs
-from bench.load.clients import Client, H2load, Node
+from bench.load.clients import Client, H2load, RawLoad
 from bench.load.cpu import Pinning
 from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
@@ -55,7 +55,7 @@ class Outage:
     code: str  # the single request's gRPC status, or its overall_code when OK
     seconds: float
     detail: str
-    load: Run | None  # None: no load run (restarted, or no Node client)
+    load: Run | None  # None: no load run (restarted)
 
     @property
     def state(self) -> str:
@@ -100,7 +100,7 @@ def pin(redis: Redis, pinning: Pinning) -> Redis:
 
 
 def outage(
-    bench: Bench, redis: str, servers: Sequence[ServerProcess], node: Client | None, work: Workload
+    bench: Bench, redis: str, servers: Sequence[ServerProcess], raw: Client | None, work: Workload
 ) -> list[Outage]:
     """Each server in turn: one request, then (with a client) a short load run, unchecked."""
     found = []
@@ -108,7 +108,7 @@ def outage(
         server.resume()
         try:
             code, seconds, detail = first_answer(server.address, work.frames[0])
-            load = runs.timed_run(bench, [server], node, work, check=False)[0] if node else None
+            load = runs.timed_run(bench, [server], raw, work, check=False)[0] if raw else None
         finally:
             server.pause()
         found.append(Outage(redis, server.name, code, seconds, detail, load))
@@ -118,8 +118,7 @@ def outage(
 
 def measure(bench: Bench, redis: Redis, clients: list[Client]) -> tuple[list[Run], list[Outage]]:
     """Redis up, hung, down, restarted; every server started here is stopped."""
-    work = hot_10()
-    node = next((c for c in clients if isinstance(c, Node)), None)
+    work, raw = hot_10(), next(c for c in clients if isinstance(c, RawLoad))
     extra = ("--max-keys", str(MAX_KEYS), "--redis-url", redis.url)
     starters = [
         partial(start_service, bench, "limits", "--redis-url", redis.url),
@@ -133,11 +132,11 @@ def measure(bench: Bench, redis: Redis, clients: list[Client]) -> tuple[list[Run
         sidecar_first, quick = [servers[1], servers[0]], bench.load(bench.shape.duration_s)
         redis.pause()
         try:
-            outages = outage(quick, "hung", sidecar_first, node, work)
+            outages = outage(quick, "hung", sidecar_first, raw, work)
         finally:
             redis.resume()
         redis.kill()
-        outages += outage(quick, "down", sidecar_first, node, work)
+        outages += outage(quick, "down", sidecar_first, raw, work)
         redis.start()
         pin(redis, bench.pinning)
         outages += outage(quick, "restarted", sidecar_first, None, work)
@@ -168,14 +167,14 @@ def outage_table(outages: Sequence[Outage]) -> str:
 LEGEND = """\
 empty = an empty handler on the same stack: its ratio to `limits` is the most any server on it
 could reach. Redis runs on the load generators' CPU. Redis hung = SIGSTOP, down = SIGKILL:
-first request = one request on the idle server; OK/s, errors/s and p99 from a Node run (every
+first request = one request on the idle server; OK/s, errors/s and p99 from a rawload run (every
 gRPC status checked) during the outage."""
 
 
 def run(options: Options) -> Outcome:
     measured, outages = list[Run](), list[Outage]()
     with redis_session(options, RETRY_BUDGET_S, ROUNDS) as (bench, redis):
-        if clients := runs.usable(bench, [H2load(), Node()]):
+        if clients := runs.usable(bench, [H2load(), RawLoad()]):
             measured, outages = measure(bench, redis, clients)
     found = [
         compare.compare(measured, server, "limits", "hot-10", client.name, target=target,

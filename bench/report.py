@@ -79,7 +79,7 @@ def machine() -> dict[str, Any]:
     }  # fmt: skip
 
 
-TOOL_VERSIONS = (("h2load", "--version"), ("node", "--version"), ("wrk", "-v"))
+TOOL_VERSIONS = (("h2load", "--version"), ("wrk", "-v"))
 
 
 def _clean(value: Any) -> Any:

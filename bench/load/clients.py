@@ -1,4 +1,4 @@
-"""The load generators, each as its own processes: h2load and bench/grpc_load.js (Node http2)
+"""The load generators, each as its own processes: h2load and bench/rawload.py (HTTP/2 by hand)
 send gRPC ShouldRateLimit, wrk HTTP/1.1 through Envoy. A run reports the requests answered in its
 window, their latencies and the failures.
 """
@@ -10,6 +10,7 @@ import math
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 from array import array
@@ -23,7 +24,7 @@ from bench.workload import Workload, unframe
 from harness.grpc_client import rls_stub
 from ratelimit_sidecar._proto import wire
 
-NODE_SCRIPT = Path(__file__).parents[1] / "grpc_load.js"
+RAWLOAD = Path(__file__).parents[1] / "rawload.py"
 PROBE_SAMPLES = 20
 
 
@@ -189,15 +190,15 @@ class H2load(Client):
         return result
 
 
-class Node(Client):
-    """bench/grpc_load.js: cycles through all of a workload's bodies (so it can send 100,000
-    distinct values) and checks every response (HTTP 200, grpc-status 0, overall_code OK).
+class RawLoad(Client):
+    """bench/rawload.py (Python, one process): cycles through all of a workload's bodies (so it
+    can send 100,000 distinct values) and checks every answer (grpc-status 0, overall_code OK).
     Runs against one server continue the rotation, so together they send every body."""
 
-    name, binary, package = "node-http2", "node", "nodejs"
+    name, binary = "raw-http2", sys.executable
 
     def __init__(self) -> None:
-        self.offsets: dict[tuple[str, str], int] = {}  # (workload, server) -> bodies sent
+        self.offsets: dict[tuple[str, str], int] = {}  # (workload, server) -> next body
 
     def start(
         self, address: str, workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
@@ -205,30 +206,28 @@ class Node(Client):
         frames = workdir / f"frames-{workload.name}.bin"
         if not frames.exists():
             frames.write_bytes(b"".join(workload.frames))  # self-delimiting frames
-        rotation = (workload.name, address)
-        latency_file = workdir / "node-latencies.bin"
+        rotation, latency_file = (workload.name, address), workdir / "rawload-latencies.bin"
         latency_file.unlink(missing_ok=True)
         config = {
-            "url": f"http://{address}", "path": wire.METHOD_PATH, "frames": str(frames),
-            "offset": self.offsets.get(rotation, 0) % len(workload.frames),
-            "connections": shape.connections, "streams": shape.streams,
-            "settleS": shape.settle_s, "durationS": shape.duration_s,
+            "address": address, "path": wire.METHOD_PATH, "frames": str(frames),
+            "offset": self.offsets.get(rotation, 0), "connections": shape.connections,
+            "streams": shape.streams, "settleS": shape.settle_s, "durationS": shape.duration_s,
             "latencyFile": str(latency_file),
         }  # fmt: skip
 
         def read(done: list[Output]) -> RawResult:
             (out, err, failure), result = done[0], RawResult()
             if failure or not out.strip():
-                result.fail(1, f"node {failure or 'printed nothing'}: {err[-300:]}")
+                result.fail(1, f"rawload {failure or 'printed nothing'}: {err[-300:]}")
                 return result
             summary = json.loads(out.strip().splitlines()[-1])
             result.latencies_ms = array("d", latency_file.read_bytes()).tolist()  # float64 ms
             result.requests, result.sent = len(result.latencies_ms), int(summary["sent"])
             result.fail(int(summary["errors"]), str(summary["first_error"]))
-            self.offsets[rotation] = self.offsets.get(rotation, 0) + result.sent
+            self.offsets[rotation] = int(summary["next_offset"])
             return result
 
-        return spawn([[*prefix, "node", str(NODE_SCRIPT), json.dumps(config)]], read)
+        return spawn([[*prefix, sys.executable, str(RAWLOAD), json.dumps(config)]], read)
 
 
 WRK_DONE_LUA = """\

@@ -1,0 +1,59 @@
+"""bench/rawload.py's requests on the wire: stream ids, the rotation of bodies, a header block
+that leaves no dynamic-table state, and DATA within the server's window."""
+
+from __future__ import annotations
+
+import hpack
+
+from bench import rawload
+from bench.workload import key_values, workload
+from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.server.transport import frames as f
+
+
+def frames_of(chunk: bytes) -> list[tuple[int, int, int, bytes]]:
+    found, at = [], 0
+    while at < len(chunk):
+        high, low, kind, flags, sid = f.FRAME_HEADER.unpack_from(chunk, at)
+        end = at + 9 + (high << 16 | low)
+        found.append((kind, flags, sid, chunk[at + 9 : end]))
+        at = end
+    return found
+
+
+def test_requests_cycle_the_bodies_with_a_stride_on_odd_stream_ids() -> None:
+    bodies = list(workload("w", key_values(7)).frames)
+    block = rawload.header_block(wire.METHOD_PATH, "127.0.0.1:1")
+    requests = rawload.Requests(bodies, block, first=5, stride=3)  # connection 2 of 3, offset 3
+    requests.encode()
+    sent = frames_of(requests.chunk)
+    assert len(sent) == 2 * rawload.CHUNK
+    heads, datas = sent[0::2], sent[1::2]
+    assert {(k, fl, p) for k, fl, _, p in heads} == {(f.HEADERS, f.END_HEADERS, block)}
+    assert [sid for _, _, sid, _ in heads] == [2 * j + 1 for j in range(rawload.CHUNK)]
+    assert [(k, fl) for k, fl, _, _ in datas] == [(f.DATA, f.END_STREAM)] * rawload.CHUNK
+    assert [p for *_, p in datas[:4]] == [bodies[5], bodies[1], bodies[4], bodies[0]]
+    assert requests.ends[3] == len(b"".join(f.frame(*h[:3], h[3]) for h in sent[:6]))
+    requests.pos = rawload.CHUNK
+    requests.encode()
+    assert frames_of(requests.chunk)[0][2] == 2 * rawload.CHUNK + 1
+
+
+def test_the_header_block_uses_no_dynamic_table() -> None:
+    decoder = hpack.Decoder()
+    block = rawload.header_block(wire.METHOD_PATH, "127.0.0.1:1")
+    assert dict(decoder.decode(block, raw=True)) == {
+        b":method": b"POST", b":scheme": b"http", b":path": wire.METHOD_PATH.encode(),
+        b":authority": b"127.0.0.1:1", b"content-type": b"application/grpc", b"te": b"trailers",
+    }  # fmt: skip
+    assert not decoder.header_table.dynamic_entries
+
+
+def test_a_batch_stops_at_the_connection_window() -> None:
+    bodies = list(workload("w", key_values(3)).frames)
+    requests = rawload.Requests(bodies, b"", first=0, stride=1)
+    requests.encode()
+    size = len(bodies[0])
+    assert requests.fit(room=10, window=3 * size + size - 1) == 3
+    assert requests.fit(room=2, window=100 * size) == 2
+    assert requests.fit(room=10, window=size - 1) == 0
