@@ -1,6 +1,7 @@
 """The sidecar against empty handlers, each on one pinned core, the same load generator and
 concurrency, side by side in the same rounds: the sidecar on its fast transport, an empty
-handler on it (`empty-fast`, its ceiling), the sidecar on grpcio (`sidecar-grpcio`) and an empty
+handler on it (`empty-fast`, its ceiling; `count-fast` also counts each body in a dict, the floor
+of per-client state), the sidecar on grpcio (`sidecar-grpcio`) and an empty
 grpc.aio handler (`empty`, grpcio's ceiling). Workloads:
 
 * hot-10: 10 values. h2load (one process, body and connection per value) decides;
@@ -48,6 +49,7 @@ BEFORE_TREE = "BENCH_BEFORE_TREE"
 STAGE_REPEATS = 7  # in-process timing loops per stage: the fastest counts
 STAGE_CALLS = 100_000  # calls per loop
 TARGETS = (("empty-fast", 0.80), ("empty", 4.0), ("sidecar-grpcio", 4.0))  # the sidecar's
+FLOOR = ("count-fast", None)  # shown, not judged: what per-client state costs any limiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ def each_plan(
 def starters(bench: Bench) -> list[partial[ServerProcess]]:
     """empty, empty-fast, the sidecar on each transport, and `sidecar-before` if asked for."""
     sidecar = partial(start_sidecar, bench, "--max-keys", str(MAX_KEYS))
-    found = [partial(start_service, bench, "empty"), partial(start_service, bench, "empty-fast")]
+    found = [partial(start_service, bench, kind) for kind in ("empty", "empty-fast", "count-fast")]
     found += [sidecar, partial(sidecar, "--transport", "grpcio", name="sidecar-grpcio")]
     if before := os.environ.get(BEFORE_TREE):  # that tree first on PYTHONPATH
         found.append(partial(sidecar, name="sidecar-before", env={"PYTHONPATH": before}))
@@ -167,7 +169,7 @@ def run(options: Options) -> Outcome:
     found = [
         compare.compare(measured, "sidecar", base, plan.workload.name, client.name, by_cpu=True,
                         target=goal if plan.judged and client is plan.clients[0] else None)
-        for plan in all_plans for client in plan.clients for base, goal in TARGETS
+        for plan in all_plans for client in plan.clients for base, goal in (*TARGETS, FLOOR)
     ]  # fmt: skip
     lines, document = compare.report(bench, measured, found)
     empty = {(r.workload, r.client): r for r in runs.rows(measured) if r.server == "empty-fast"}

@@ -5,6 +5,8 @@ generated servicer, uvloop, gRPC health service), each its own process:
 
 * empty: one prebuilt OK status whatever the request: the least a service on this stack can do;
 * empty-fast: the same bytes on the sidecar's fast transport (ratelimit_sidecar/server/transport/);
+* count-fast: empty-fast that also counts each distinct body in a dict: the least per-request
+  work of any rate limiter (find the client's counter, add one), with many clients a memory cost;
 * empty-4: one OK status per descriptor, as the sidecar answers (behind Envoy, which turns every
   status into x-ratelimit headers, this does the sidecar's share of Envoy's work);
 * limits: the design the sidecar replaces: per descriptor one call of the `limits` library's
@@ -22,7 +24,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 import uvloop
@@ -38,7 +40,8 @@ from ratelimit_sidecar.server.transport.server import FastServer
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
 PREBUILT = 16  # empty-4 builds its answers for 1..16 descriptors once
-KINDS = ("empty", "empty-fast", "empty-4", "limits", "rlqs-allow")
+KINDS = ("empty", "empty-fast", "count-fast", "empty-4", "limits", "rlqs-allow")
+FAST_KINDS = ("empty-fast", "count-fast")
 
 
 def status(count: int) -> wire.DescriptorStatus:
@@ -117,19 +120,30 @@ class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
             yield rlqs_pb2.RateLimitQuotaResponse(bucket_action=actions)
 
 
+def counting(prebuilt: bytes, count: bool) -> Callable[[bytes], bytes]:
+    """The fast answer: `prebuilt`, after adding one to the request's count if `count`."""
+    counts: dict[bytes, int] = {}
+
+    def counted(request: bytes) -> bytes:
+        counts[request] = counts.get(request, 0) + 1
+        return prebuilt
+
+    return counted if count else lambda _request: prebuilt
+
+
 def server_of(kind: str, address: str, redis_url: str) -> grpc.aio.Server | FastServer:
     """The server of `kind`, its service added (and the gRPC health service), not started."""
-    if kind == "empty-fast":
+    if kind in FAST_KINDS:
         server: grpc.aio.Server | FastServer = FastServer(address, False, 4 * 1024 * 1024)
         prebuilt = answer(1).SerializeToString()
-        server.add_fast_unary(wire.METHOD_PATH, lambda _request: prebuilt)
+        server.add_fast_unary(wire.METHOD_PATH, counting(prebuilt, kind == "count-fast"))
     else:
         server = grpc.aio.server()
         if server.add_insecure_port(address) == 0:
             raise SystemExit(f"cannot listen on {address}")
     if kind == "rlqs-allow":
         rlqs_pb2_grpc.add_RateLimitQuotaServiceServicer_to_server(AllowAll(), server)  # type: ignore[no-untyped-call]
-    elif kind != "empty-fast":
+    elif kind not in FAST_KINDS:
         servicer = Limits(redis_url) if kind == "limits" else Empty(kind == "empty-4")
         wire.add_RateLimitServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
