@@ -30,7 +30,6 @@ HELLO = f.PREFACE + f.settings(SETTINGS) + f.window_update(0, WINDOW - f.DEFAULT
 DRAIN_S = 2.0  # after the window, answers still due are awaited this long at most
 # per run, over all connections; their answers' DATA (< 100 bytes each) stays within WINDOW
 MAX_REQUESTS = 20_000_000
-READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 DATA, HEADERS, END_STREAM = f.DATA, f.HEADERS, f.END_STREAM  # globals: read per frame
 unpack_header = f.FRAME_HEADER.unpack_from
 
@@ -126,14 +125,11 @@ class Conn:
         self.out, self.inbuf = bytearray(HELLO), b""
         self.started: dict[int, float] = {}  # stream id -> when sent
         self.limit, self.window = 0, f.DEFAULT_WINDOW
-        # open: may send; closed: nor read (EOF); events: what the selector waits for
-        self.open, self.closed, self.events = True, False, READ | WRITE
+        self.open, self.closed = True, False  # open: may send; closed: nor read (EOF)
 
     def read(self, now: float) -> None:
         try:
             data = self.sock.recv(1 << 18)
-        except BlockingIOError:
-            return
         except OSError:
             data = b""
         buf = self.inbuf + data if self.inbuf else data
@@ -203,25 +199,21 @@ class Conn:
             self.window -= used
             self.started.update(dict.fromkeys(range(first, 2 * self.requests.sent + 1, 2), now))
 
-    def flush(self, selector: selectors.BaseSelector) -> None:
+    def flush(self) -> None:
+        """Sends what is due in one call: it never waits long, as no more than `limit`
+        requests' bytes are ever unread by the server."""
         if self.out and not self.closed:
             try:
-                del self.out[: self.sock.send(self.out)]
-            except BlockingIOError:
-                pass
+                self.sock.sendall(self.out)
             except OSError as exc:
                 self.lost(f"connection failed: {exc}", closed=True)
-        events = 0 if self.closed else READ | (WRITE if self.out else 0)
-        if events != self.events:
-            selector.modify(self.sock, events, self) if events else selector.unregister(self.sock)
-            self.events = events
+        self.out.clear()
 
 
 def connect(cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) -> Conn:
     host, port = cfg["address"].rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5.0)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # keeps its 5 s timeout
     block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
     return Conn(sock, Requests(frames, block, first, cfg["connections"]), cfg["streams"], tally)
 
@@ -232,12 +224,13 @@ def serve(conns: list[Conn], selector: selectors.BaseSelector, tally: Tally) -> 
     while now < tally.end or (now < tally.end + DRAIN_S and any(c.started for c in conns)):
         events = selector.select(0.01)
         now = time.perf_counter()  # when these answers came, and the next requests leave
-        for key, mask in events:
-            if mask & READ:
-                key.data.read(now)
+        for key, _ in events:
+            key.data.read(now)
             if now < tally.end:
                 key.data.fill(now)
-            key.data.flush(selector)
+            key.data.flush()
+            if key.data.closed:
+                selector.unregister(key.fileobj)
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -246,7 +239,8 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     tally.start = time.perf_counter() + cfg["settleS"]
     tally.end = tally.start + cfg["durationS"]
     for conn in conns:
-        selector.register(conn.sock, conn.events, conn)
+        conn.flush()
+        selector.register(conn.sock, selectors.EVENT_READ, conn)
     serve(conns, selector, tally)
     for conn in conns:
         conn.sock.close()
