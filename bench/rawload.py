@@ -120,8 +120,13 @@ class Conn:
     """One connection: at most `limit` streams in flight, DATA within the server's connection
     window (each stream's one DATA frame fits its initial window, checked at its SETTINGS)."""
 
-    def __init__(self, sock: socket.socket, requests: Requests, streams: int, tally: Tally) -> None:
-        self.sock, self.requests, self.streams, self.tally = sock, requests, streams, tally
+    def __init__(self, cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) -> None:
+        host, port = cfg["address"].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=5.0)  # kept for sends
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
+        self.requests = Requests(frames, block, first, cfg["connections"])
+        self.streams, self.tally = cfg["streams"], tally
         self.out, self.inbuf = bytearray(HELLO), b""
         self.started: dict[int, float] = {}  # stream id -> when sent
         self.limit, self.window = 0, f.DEFAULT_WINDOW
@@ -210,14 +215,6 @@ class Conn:
         self.out.clear()
 
 
-def connect(cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) -> Conn:
-    host, port = cfg["address"].rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=5.0)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # keeps its 5 s timeout
-    block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
-    return Conn(sock, Requests(frames, block, first, cfg["connections"]), cfg["streams"], tally)
-
-
 def serve(conns: list[Conn], selector: selectors.BaseSelector, tally: Tally) -> None:
     """Loads until the window ends, then awaits the answers in flight (DRAIN_S at most)."""
     now = time.perf_counter()
@@ -235,7 +232,7 @@ def serve(conns: list[Conn], selector: selectors.BaseSelector, tally: Tally) -> 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
     frames, selector, tally = load_frames(cfg["frames"]), selectors.DefaultSelector(), Tally()
-    conns = [connect(cfg, frames, c, tally) for c in range(cfg["connections"])]
+    conns = [Conn(cfg, frames, c, tally) for c in range(cfg["connections"])]
     tally.start = time.perf_counter() + cfg["settleS"]
     tally.end = tally.start + cfg["durationS"]
     for conn in conns:
