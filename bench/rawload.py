@@ -122,13 +122,13 @@ class Conn:
 
     def __init__(self, cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) -> None:
         host, port = cfg["address"].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=5.0)  # kept for sends
+        self.sock = socket.create_connection((host, int(port)), timeout=5.0)  # bounds a send
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
         self.requests = Requests(frames, block, first, cfg["connections"])
         self.streams, self.tally = cfg["streams"], tally
         self.out, self.inbuf = bytearray(HELLO), b""
-        self.started: dict[int, float] = {}  # stream id -> when sent
+        self.started: dict[int, float] = {}  # stream id -> when sent (> 0: pop(sid, 0.0))
         self.limit, self.window = 0, f.DEFAULT_WINDOW
         self.open, self.closed = True, False  # open: may send; closed: nor read (EOF)
 
