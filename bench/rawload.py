@@ -3,10 +3,9 @@ the fast transport's core busy while cycling through 100,000 distinct bodies. Co
 address, path, frames, offset, connections, streams, settleS, durationS, latencyFile.
 
 Connection c sends body offset + c + j * connections of `frames` (back-to-back gRPC frames) on
-stream 2j + 1, encoded CHUNK requests at a time: k requests leave as one slice in one `send`.
-Answers are read by frame headers: an OK one has DATA starting with overall_code OK and ends its
-stream with trailers seen before to carry grpc-status 0 (new ones are decoded). Prints one JSON
-line; writes the latencies (float64 ms) of the answers inside the window to latencyFile.
+stream 2j + 1. An answer is OK if its DATA starts with overall_code OK and its trailers carry
+grpc-status 0. Prints one JSON line; writes the latencies (float64 ms) of the answers inside
+the window to latencyFile.
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ import struct
 import sys
 import time
 from array import array
-from bisect import bisect_right
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +27,9 @@ from ratelimit_sidecar.server.transport import frames as f
 WINDOW = f.MAX_WINDOW  # ours, per stream and for the connection: the server never waits on us
 SETTINGS = {f.SETTINGS_HEADER_TABLE_SIZE: 0, f.SETTINGS_INITIAL_WINDOW_SIZE: WINDOW}
 HELLO = f.PREFACE + f.settings(SETTINGS) + f.window_update(0, WINDOW - f.DEFAULT_WINDOW)
-CHUNK = 512  # requests encoded at a time per connection
 DRAIN_S = 2.0  # after the window, answers still due are awaited this long at most
-MAX_REQUESTS = 50_000_000  # per run, over all connections
-READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+# per run, over all connections; their answers' DATA (< 100 bytes each) stays within WINDOW
+MAX_REQUESTS = 20_000_000
 DATA, HEADERS, END_STREAM = f.DATA, f.HEADERS, f.END_STREAM  # globals: read per frame
 unpack_header = f.FRAME_HEADER.unpack_from
 
@@ -58,40 +54,32 @@ def header_block(path: str, authority: str) -> bytes:
 
 
 class Requests:
-    """A connection's requests, CHUNK in `chunk` at a time: its i-th at byte `ends[i]`, after
-    `data[i]` DATA bytes; `pos` of them sent, `base` before it."""
+    """A connection's requests: the j-th (`sent` so far) is body first + j * stride on stream
+    2j + 1, as a HEADERS frame and one DATA frame."""
 
     def __init__(self, frames: list[bytes], block: bytes, first: int, stride: int) -> None:
-        self.frames, self.block, self.first, self.stride = frames, block, first, stride
-        self.base, self.pos, self.chunk, self.ends, self.data = 0, 0, b"", [0], [0]
+        self.frames, self.first, self.stride, self.sent = frames, first, stride, 0
+        self.last = MAX_REQUESTS // stride
         # the frame headers but their stream ids: HEADERS's before, DATA's after the block
         self.heads = f.frame(f.HEADERS, f.END_HEADERS, 0, block)[:5]
         self.middles = {
-            n: block + f.frame(f.DATA, f.END_STREAM, 0, bytes(n))[:5] for n in {*map(len, frames)}
+            n: block + f.frame(DATA, END_STREAM, 0, bytes(n))[:5] for n in {*map(len, frames)}
         }
 
-    @property
-    def sent(self) -> int:
-        return self.base + self.pos
-
-    def encode(self) -> None:
-        """The next CHUNK: per request its HEADERS frame, then its body in one DATA frame."""
-        self.base, self.pos, frames, size = self.sent, 0, self.frames, len(self.block) + 18
-        js = range(self.base, self.base + CHUNK)
-        picks = [(self.first + j * self.stride) % len(frames) for j in js]
+    def take(self, room: int, window: int) -> tuple[bytes, int]:
+        """The next requests, at most `room` of them with at most `window` DATA bytes: their
+        frames and DATA bytes."""
         parts: list[bytes] = []
-        for j, pick in zip(js, picks, strict=True):
+        frames, used, count = self.frames, 0, len(self.frames)
+        for j in range(self.sent, min(self.sent + room, self.last)):
+            body = frames[(self.first + j * self.stride) % count]
+            if used + len(body) > window:
+                break
             sid = (2 * j + 1).to_bytes(4)
-            body = frames[pick]
             parts += (self.heads, sid, self.middles[len(body)], sid, body)
-        self.chunk = b"".join(parts)
-        self.data = [0, *accumulate(len(frames[pick]) for pick in picks)]
-        self.ends = [data + i * size for i, data in enumerate(self.data)]
-
-    def fit(self, room: int, window: int) -> int:
-        """How many of the next requests fit in `room` streams and `window` DATA bytes."""
-        pos, last = self.pos, min(self.pos + room, CHUNK)
-        return bisect_right(self.data, self.data[pos] + window, pos, last + 1) - 1 - pos
+            used += len(body)
+        self.sent += len(parts) // 5
+        return b"".join(parts), used
 
 
 class Tally:
@@ -108,15 +96,17 @@ class Tally:
         self.errors += count
         self.first_error = self.first_error or reason
 
-    def record(self, took: float, now: float, error: str) -> None:
+    def error(self, now: float, reason: str) -> None:
         if self.start <= now <= self.end:
-            self.fail(1, error) if error else self.latencies.append(took * 1000)
+            self.fail(1, reason)
 
-    def check(self, block: bytes, flags: int) -> str:
-        """Why new trailers are not grpc-status 0 ("" if they are)."""
-        payload = block[1 : len(block) - block[0]] if flags & f.PADDED else block
+    def check(self, block: bytes) -> str:
+        """Why trailers are not grpc-status 0 ("" if they are). Servers here neither pad nor
+        prioritise: a block that is, is undecodable."""
+        if block in self.good:
+            return ""
         try:
-            found = self.decoder.decode(payload[5:] if flags & f.PRIORITY_FLAG else payload, True)
+            found = self.decoder.decode(block, True)
         except hpack.HPACKError as exc:
             return f"undecodable trailers: {exc}"
         fields = {bytes(k).decode(): bytes(v).decode(errors="replace") for k, v in found}
@@ -130,60 +120,49 @@ class Conn:
     """One connection: at most `limit` streams in flight, DATA within the server's connection
     window (each stream's one DATA frame fits its initial window, checked at its SETTINGS)."""
 
-    def __init__(self, sock: socket.socket, requests: Requests, streams: int, tally: Tally) -> None:
-        self.sock, self.requests, self.streams, self.tally = sock, requests, streams, tally
+    def __init__(self, cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) -> None:
+        host, port = cfg["address"].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=5.0)  # bounds a send
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
+        self.requests = Requests(frames, block, first, cfg["connections"])
+        self.streams, self.tally = cfg["streams"], tally
         self.out, self.inbuf = bytearray(HELLO), b""
-        self.started: dict[int, float] = {}  # stream id -> when sent
-        self.bad: set[int] = set()  # streams whose answer was not OK
-        self.limit, self.window, self.received = 0, f.DEFAULT_WINDOW, 0
-        # open: may send; closed: nor read (EOF); events: what the selector waits for
-        self.open, self.closed, self.events = True, False, READ | WRITE
+        self.started: dict[int, float] = {}  # stream id -> when sent (> 0: pop(sid, 0.0))
+        self.limit, self.window = 0, f.DEFAULT_WINDOW
+        self.open, self.closed = True, False  # open: may send; closed: nor read (EOF)
 
     def read(self, now: float) -> None:
         try:
             data = self.sock.recv(1 << 18)
-        except BlockingIOError:
-            return
         except OSError:
             data = b""
         buf = self.inbuf + data if self.inbuf else data
         self.inbuf = buf[self.parse(buf, now) :]
         if not data:
             self.lost("connection closed or failed", closed=True)
-        elif self.received > WINDOW // 2:
-            self.out += f.window_update(0, self.received)
-            self.received = 0
 
     def parse(self, buf: bytes, now: float) -> int:
-        """Handles the complete frames in `buf` (an OK answer in the window inline: this is
-        the client's hot loop); where the rest begins."""
-        at, size, started, bad, good = 0, len(buf), self.started, self.bad, self.tally.good
-        counted, latencies = self.tally.start <= now <= self.tally.end, self.tally.latencies
+        """Handles the complete frames in `buf` (answers inline: this is the client's hot
+        loop); where the rest begins."""
+        at, size, started, tally = 0, len(buf), self.started, self.tally
+        counted = tally.start <= now <= tally.end
         while size - at >= 9:
             high, low, kind, flags, sid = unpack_header(buf, at)
             if (end := at + 9 + (high << 16 | low)) > size:
                 break
-            if kind == HEADERS and flags & END_STREAM:
-                block, sent = buf[at + 9 : end], started.pop(sid, None)
-                if counted and sent is not None and block in good and sid not in bad:
-                    latencies.append((now - sent) * 1000)
-                elif sent is not None:
-                    self.answered(sid, sent, block, flags, now)
-            elif kind == DATA:
-                self.received += end - at - 9
-                if end - at < 16 or buf[at + 14] != 0x08 or buf[at + 15] != 0x01:
-                    bad.add(sid)  # not overall_code (field 1) = OK (1)
-            elif kind != HEADERS:
+            if kind == HEADERS and flags & END_STREAM and (sent := started.pop(sid, 0.0)):
+                if error := tally.check(buf[at + 9 : end]):
+                    tally.error(now, error)
+                elif counted:
+                    tally.latencies.append((now - sent) * 1000)
+            elif kind == DATA and (end - at < 16 or buf[at + 14] != 0x08 or buf[at + 15] != 0x01):
+                if started.pop(sid, 0.0):  # not overall_code (field 1) = OK (1)
+                    tally.error(now, "overall_code not OK")
+            elif kind not in (DATA, HEADERS):
                 self.control(kind, flags, sid, buf[at + 9 : end], now)
             at = end
         return at
-
-    def answered(self, sid: int, sent: float, block: bytes, flags: int, now: float) -> None:
-        error = "" if block in self.tally.good else self.tally.check(block, flags)
-        if sid in self.bad:
-            self.bad.discard(sid)
-            error = error or "overall_code not OK"
-        self.tally.record(now - sent, now, error)
 
     def control(self, kind: int, flags: int, sid: int, payload: bytes, now: float) -> None:
         code = int.from_bytes(payload[4:8] if kind == f.GOAWAY else payload[:4])
@@ -193,8 +172,8 @@ class Conn:
             self.out += f.frame(f.PING, f.ACK, 0, payload)
         elif kind == f.WINDOW_UPDATE and sid == 0:
             self.window += code & 0x7FFFFFFF
-        elif kind == f.RST_STREAM and self.started.pop(sid, None) is not None:
-            self.tally.record(0.0, now, f"stream reset, code {code}")
+        elif kind == f.RST_STREAM and self.started.pop(sid, 0.0):
+            self.tally.error(now, f"stream reset, code {code}")
         elif kind == f.GOAWAY:
             reason = payload[8:].decode(errors="replace")
             self.lost(f"GOAWAY, code {code}: {reason}", int.from_bytes(payload[:4]))
@@ -217,42 +196,23 @@ class Conn:
         self.open, self.closed = False, self.closed or closed
 
     def fill(self, now: float) -> None:
-        """As many requests as streams and window allow, one slice per chunk."""
-        reqs = self.requests
-        while self.open and (room := self.limit - len(self.started)) > 0:
-            if reqs.pos == CHUNK and reqs.sent < MAX_REQUESTS // reqs.stride:
-                reqs.encode()
-            if (k := reqs.fit(room, self.window)) <= 0:
-                return
-            a, b = reqs.pos, reqs.pos + k
-            self.out += reqs.chunk[reqs.ends[a] : reqs.ends[b]]
-            self.window -= reqs.data[b] - reqs.data[a]
-            first = 2 * (reqs.base + a) + 1
-            self.started.update(dict.fromkeys(range(first, first + 2 * k, 2), now))
-            reqs.pos = b
+        """As many requests as free streams and the window allow, in one slice."""
+        if self.open and (room := self.limit - len(self.started)) > 0:
+            first = 2 * self.requests.sent + 1
+            wire, used = self.requests.take(room, self.window)
+            self.out += wire
+            self.window -= used
+            self.started.update(dict.fromkeys(range(first, 2 * self.requests.sent + 1, 2), now))
 
-    def flush(self, selector: selectors.BaseSelector) -> None:
+    def flush(self) -> None:
+        """Sends what is due in one call: it never waits long, as no more than `limit`
+        requests' bytes are ever unread by the server."""
         if self.out and not self.closed:
             try:
-                del self.out[: self.sock.send(self.out)]
-            except BlockingIOError:
-                pass
+                self.sock.sendall(self.out)
             except OSError as exc:
                 self.lost(f"connection failed: {exc}", closed=True)
-        events = 0 if self.closed else READ | (WRITE if self.out else 0)
-        if events != self.events:
-            selector.modify(self.sock, events, self) if events else selector.unregister(self.sock)
-            self.events = events
-
-
-def connect(cfg: dict[str, Any], frames: list[bytes], index: int, tally: Tally) -> Conn:
-    host, port = cfg["address"].rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=5.0)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setblocking(False)
-    block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
-    (requests := Requests(frames, block, first, cfg["connections"])).encode()
-    return Conn(sock, requests, cfg["streams"], tally)
+        self.out.clear()
 
 
 def serve(conns: list[Conn], selector: selectors.BaseSelector, tally: Tally) -> None:
@@ -261,21 +221,23 @@ def serve(conns: list[Conn], selector: selectors.BaseSelector, tally: Tally) -> 
     while now < tally.end or (now < tally.end + DRAIN_S and any(c.started for c in conns)):
         events = selector.select(0.01)
         now = time.perf_counter()  # when these answers came, and the next requests leave
-        for key, mask in events:
-            if mask & READ:
-                key.data.read(now)
+        for key, _ in events:
+            key.data.read(now)
             if now < tally.end:
                 key.data.fill(now)
-            key.data.flush(selector)
+            key.data.flush()
+            if key.data.closed:
+                selector.unregister(key.fileobj)
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
     frames, selector, tally = load_frames(cfg["frames"]), selectors.DefaultSelector(), Tally()
-    conns = [connect(cfg, frames, c, tally) for c in range(cfg["connections"])]
+    conns = [Conn(cfg, frames, c, tally) for c in range(cfg["connections"])]
     tally.start = time.perf_counter() + cfg["settleS"]
     tally.end = tally.start + cfg["durationS"]
     for conn in conns:
-        selector.register(conn.sock, conn.events, conn)
+        conn.flush()
+        selector.register(conn.sock, selectors.EVENT_READ, conn)
     serve(conns, selector, tally)
     for conn in conns:
         conn.sock.close()

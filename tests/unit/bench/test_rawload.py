@@ -25,18 +25,16 @@ def test_requests_cycle_the_bodies_with_a_stride_on_odd_stream_ids() -> None:
     bodies = list(workload("w", key_values(7)).frames)
     block = rawload.header_block(wire.METHOD_PATH, "127.0.0.1:1")
     requests = rawload.Requests(bodies, block, first=5, stride=3)  # connection 2 of 3, offset 3
-    requests.encode()
-    sent = frames_of(requests.chunk)
-    assert len(sent) == 2 * rawload.CHUNK
+    chunk, used = requests.take(room=4, window=10_000)
+    sent = frames_of(chunk)
     heads, datas = sent[0::2], sent[1::2]
     assert {(k, fl, p) for k, fl, _, p in heads} == {(f.HEADERS, f.END_HEADERS, block)}
-    assert [sid for _, _, sid, _ in heads] == [2 * j + 1 for j in range(rawload.CHUNK)]
-    assert [(k, fl) for k, fl, _, _ in datas] == [(f.DATA, f.END_STREAM)] * rawload.CHUNK
-    assert [p for *_, p in datas[:4]] == [bodies[5], bodies[1], bodies[4], bodies[0]]
-    assert requests.ends[3] == len(b"".join(f.frame(*h[:3], h[3]) for h in sent[:6]))
-    requests.pos = rawload.CHUNK
-    requests.encode()
-    assert frames_of(requests.chunk)[0][2] == 2 * rawload.CHUNK + 1
+    assert [sid for _, _, sid, _ in heads] == [sid for _, _, sid, _ in datas] == [1, 3, 5, 7]
+    assert [(k, fl) for k, fl, _, _ in datas] == [(f.DATA, f.END_STREAM)] * 4
+    assert [p for *_, p in datas] == [bodies[5], bodies[1], bodies[4], bodies[0]]
+    assert used == sum(len(p) for *_, p in datas)
+    assert requests.sent == 4
+    assert frames_of(requests.take(room=1, window=10_000)[0])[0][2] == 9
 
 
 def test_the_header_block_uses_no_dynamic_table() -> None:
@@ -49,11 +47,12 @@ def test_the_header_block_uses_no_dynamic_table() -> None:
     assert not decoder.header_table.dynamic_entries
 
 
-def test_a_batch_stops_at_the_connection_window() -> None:
+def test_a_batch_stops_at_the_connection_window_and_the_free_streams() -> None:
     bodies = list(workload("w", key_values(3)).frames)
-    requests = rawload.Requests(bodies, b"", first=0, stride=1)
-    requests.encode()
     size = len(bodies[0])
-    assert requests.fit(room=10, window=3 * size + size - 1) == 3
-    assert requests.fit(room=2, window=100 * size) == 2
-    assert requests.fit(room=10, window=size - 1) == 0
+    assert len({*map(len, bodies)}) == 1
+    requests = rawload.Requests(bodies, b"", first=0, stride=1)
+    assert requests.take(room=10, window=3 * size + size - 1)[1] == 3 * size
+    assert requests.take(room=2, window=100 * size)[1] == 2 * size
+    assert requests.take(room=10, window=size - 1) == (b"", 0)
+    assert requests.sent == 5
