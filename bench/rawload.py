@@ -43,28 +43,33 @@ def load_frames(path: str) -> list[bytes]:
     return found
 
 
-def header_block(path: str, authority: str) -> bytes:
-    """Static-table indexes and never-indexed literals: no dynamic table on either side."""
-    never = hpack.NeverIndexedHeaderTuple
-    return hpack.Encoder().encode([
-        (":method", "POST"), (":scheme", "http"), never(":path", path),
-        never(":authority", authority), never("content-type", "application/grpc"),
-        never("te", "trailers"),
-    ])  # fmt: skip
+def header_blocks(path: str, authority: str) -> tuple[bytes, bytes]:
+    """A connection's first request's block, which adds its fields to the server's dynamic
+    table, and every later one's: indexes into it, as Envoy and h2load send them."""
+    encoder = hpack.Encoder()
+    fields = [
+        (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", authority),
+        ("content-type", "application/grpc"), ("te", "trailers"),
+    ]  # fmt: skip
+    return encoder.encode(fields), encoder.encode(fields)
 
 
 class Requests:
     """A connection's requests: the j-th (`sent` so far) is body first + j * stride on stream
-    2j + 1, as a HEADERS frame and one DATA frame."""
+    2j + 1, as a HEADERS frame (`blocks`: the first request's, the later ones') and one DATA."""
 
-    def __init__(self, frames: list[bytes], block: bytes, first: int, stride: int) -> None:
+    def __init__(
+        self, frames: list[bytes], blocks: tuple[bytes, bytes], first: int, stride: int
+    ) -> None:
         self.frames, self.first, self.stride, self.sent = frames, first, stride, 0
         self.last = MAX_REQUESTS // stride
+        sizes = {*map(len, frames)}
         # the frame headers but their stream ids: HEADERS's before, DATA's after the block
-        self.heads = f.frame(f.HEADERS, f.END_HEADERS, 0, block)[:5]
-        self.middles = {
-            n: block + f.frame(DATA, END_STREAM, 0, bytes(n))[:5] for n in {*map(len, frames)}
-        }
+        self.parts = [
+            (f.frame(f.HEADERS, f.END_HEADERS, 0, block)[:5],
+             {n: block + f.frame(DATA, END_STREAM, 0, bytes(n))[:5] for n in sizes})
+            for block in blocks
+        ]  # fmt: skip
 
     def take(self, room: int, window: int) -> tuple[bytes, int]:
         """The next requests, at most `room` of them with at most `window` DATA bytes: their
@@ -75,8 +80,8 @@ class Requests:
             body = frames[(self.first + j * self.stride) % count]
             if used + len(body) > window:
                 break
-            sid = (2 * j + 1).to_bytes(4)
-            parts += (self.heads, sid, self.middles[len(body)], sid, body)
+            sid, (head, middles) = (2 * j + 1).to_bytes(4), self.parts[j > 0]
+            parts += (head, sid, middles[len(body)], sid, body)
             used += len(body)
         self.sent += len(parts) // 5
         return b"".join(parts), used
@@ -124,8 +129,8 @@ class Conn:
         host, port = cfg["address"].rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=5.0)  # bounds a send
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        block, first = header_block(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
-        self.requests = Requests(frames, block, first, cfg["connections"])
+        blocks, first = header_blocks(cfg["path"], cfg["address"]), cfg.get("offset", 0) + index
+        self.requests = Requests(frames, blocks, first, cfg["connections"])
         self.streams, self.tally = cfg["streams"], tally
         self.out, self.inbuf = bytearray(HELLO), b""
         self.started: dict[int, float] = {}  # stream id -> when sent (> 0: pop(sid, 0.0))

@@ -24,7 +24,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import uvloop
@@ -120,15 +120,15 @@ class AllowAll(rlqs_pb2_grpc.RateLimitQuotaServiceServicer):
             yield rlqs_pb2.RateLimitQuotaResponse(bucket_action=actions)
 
 
-def counting(prebuilt: bytes, count: bool) -> Callable[[bytes], bytes]:
-    """The fast answer: `prebuilt`, after adding one to the request's count if `count`."""
-    counts: dict[bytes, int] = {}
+class Counting:
+    """count-fast's answer: `prebuilt`, after adding one to the request's count."""
 
-    def counted(request: bytes) -> bytes:
-        counts[request] = counts.get(request, 0) + 1
-        return prebuilt
+    def __init__(self, prebuilt: bytes) -> None:
+        self.prebuilt, self.counts = prebuilt, dict[bytes, int]()
 
-    return counted if count else lambda _request: prebuilt
+    def __call__(self, request: bytes) -> bytes:
+        self.counts[request] = self.counts.get(request, 0) + 1
+        return self.prebuilt
 
 
 def server_of(kind: str, address: str, redis_url: str) -> grpc.aio.Server | FastServer:
@@ -136,7 +136,8 @@ def server_of(kind: str, address: str, redis_url: str) -> grpc.aio.Server | Fast
     if kind in FAST_KINDS:
         server: grpc.aio.Server | FastServer = FastServer(address, False, 4 * 1024 * 1024)
         prebuilt = answer(1).SerializeToString()
-        server.add_fast_unary(wire.METHOD_PATH, counting(prebuilt, kind == "count-fast"))
+        counted = Counting(prebuilt) if kind == "count-fast" else None
+        server.add_fast_unary(wire.METHOD_PATH, counted or (lambda _request: prebuilt))
     else:
         server = grpc.aio.server()
         if server.add_insecure_port(address) == 0:
