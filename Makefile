@@ -56,10 +56,11 @@ bench: $(STAMP) compile
 run: $(STAMP) compile
 	$(PY) -m harness.demo
 
-compile: $(STAMP)
+# With BUILD=pure, `compile` removes the build instead: the targets that depend on it run the sources.
 ifeq ($(BUILD),pure)
-	$(PY) -m tools.compile --clean
+compile: uncompile
 else
+compile: $(STAMP)
 	$(PY) -m tools.compile
 endif
 

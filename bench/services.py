@@ -136,8 +136,8 @@ def server_of(kind: str, address: str, redis_url: str) -> grpc.aio.Server | Fast
     if kind in FAST_KINDS:
         server: grpc.aio.Server | FastServer = FastServer(address, False, 4 * 1024 * 1024)
         prebuilt = answer(1).SerializeToString()
-        counted = Counting(prebuilt) if kind == "count-fast" else None
-        server.add_fast_unary(wire.METHOD_PATH, counted or (lambda _request: prebuilt))
+        fast = Counting(prebuilt) if kind == "count-fast" else (lambda _request: prebuilt)
+        server.add_fast_unary(wire.METHOD_PATH, fast)
     else:
         server = grpc.aio.server()
         if server.add_insecure_port(address) == 0:
