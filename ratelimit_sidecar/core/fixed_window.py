@@ -225,13 +225,11 @@ def _likely_over(state: KeyState) -> bool:
     """The window will likely end over MAX: it already is (for sure), or other nodes share the
     key (`nodes` > 1: only they can admit past MAX) and the known count is within a span's share
     of MAX (`retry_storm` shows how often such a refusal meets a block at the window's end)."""
-    limit = state.limit
+    rpu, spans = state.limit.requests_per_unit, state.limit.spans
     known = state.counts.seen + state.inflight + state.pending
-    if known > limit.requests_per_unit:
+    if known > rpu:
         return True
-    return state.nodes.value > 1 and known * limit.spans >= limit.requests_per_unit * (
-        limit.spans - 1
-    )
+    return state.nodes.value > 1 and known * spans >= rpu * (spans - 1)
 
 
 def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:

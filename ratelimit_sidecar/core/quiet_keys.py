@@ -12,8 +12,8 @@ the store more than a call per request. At a span end a fixed-window key is eith
   without a penalty (`blocked_alone`); its finished window's total read for the nodes estimate.
 
 Near its limit: the store announced a push took the window to NEAR_SHARE of MAX (sync.lua), or
-the previous window ended there: synced from the window's start. Totals announced for keys not
-tracked yet are kept (`HeardTotals`): a client moving here does not start over from zero.
+the previous window ended there: synced from the window's start. Notices for untracked keys are
+kept (`HeardTotals`): a client moving here does not start from zero.
 
 A new key of a request assumes its client uses this gateway alone (most do): it may take its
 whole limit here. Past an even share of what is left (MAX less the store's total, over the live
@@ -132,7 +132,8 @@ class QuietKeys:
     def announced(self, state: KeyState, window: int, total: int, now_ms: int) -> None:
         counts = state.counts
         if isinstance(counts, WindowCounts) and state.window == window and not counts.near:
-            counts.seen, counts.near = max(counts.seen, total), True
+            # A notice can beat the answer of its own push in flight: that push not counted twice.
+            counts.seen, counts.near = max(counts.seen, total - state.inflight), True
             if counts.alone and state.pending:  # the others need it now (docs/QUIET_KEYS.md)
                 state.next_sync = now_ms
                 self.fleet.want(now_ms)

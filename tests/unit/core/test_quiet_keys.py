@@ -191,3 +191,23 @@ def test_the_heartbeat_goes_with_the_first_sync_then_once_a_span() -> None:
     assert spans == [False, True, True]  # one per 2 s span
     fast = [schedule.heartbeat_due(last + 10_000 + t, 100) for t in (0, 500, 1_000)]
     assert fast == [True, False, True]  # at most one a second
+
+
+def test_a_notice_of_its_own_push_in_flight_does_not_count_that_push_twice() -> None:
+    """The demo's gateway A again: the store announces its push of 7 on the subscriber's
+    connection, which may be read before the push's own answer."""
+    limiter, ten = fleet(live_nodes=3), rule(rpu=10, spans=2)
+    for i in range(4):
+        limiter.hit(T0 + 10 + i, [hit(ten)])
+    sync(limiter, T0 + 14, 4)  # the early push of 4, answered
+    for i in range(3):
+        limiter.hit(T0 + 15 + i, [hit(ten)])
+    batch = limiter.end_span(T0 + 18)  # 3 in flight
+    limiter.apply_near(hit(ten).key, "|".join(hit(ten).key), T0 // 1000, 7, T0 + 19)
+    assert limiter.hit(T0 + 20, [hit(ten)]).code is Code.OK  # 8 of 10
+    limiter.apply_sync(T0 + 21, batch, SyncResult((PushResult(7, 0),)))
+    assert [limiter.hit(T0 + 22 + i, [hit(ten)]).code for i in range(3)] == [
+        Code.OK,
+        Code.OK,
+        Code.OVER_LIMIT,
+    ]
