@@ -127,7 +127,7 @@ class FixedWindow(SharedAlgorithm):
         return counts.seen + counts.resumed + state.inflight + state.pending
 
     def close_span(self, state: KeyState, end_ms: int) -> None:
-        counts = state.counts
+        counts: WindowCounts = state.counts  # typed: native attributes (`counts` is Any)
         counts.seen += state.pending
         state.pending = 0
         if counts.seen > state.limit.requests_per_unit:

@@ -98,8 +98,9 @@ class KeyState:
             return 0
         dropped = self.stash(self.pending, self.window, w) if self.pending > 0 else 0
         self.nodes.roll(self.window, w == self.window + 1)
-        if isinstance(self.counts, WindowCounts):  # only a fixed window's counts end with it
-            self.counts.next_window()
+        counts = self.counts
+        if isinstance(counts, WindowCounts):  # only a fixed window's counts end with it
+            counts.next_window()
         self.pending = self.inflight = 0
         self.window = w
         return dropped

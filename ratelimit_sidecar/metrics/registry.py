@@ -172,9 +172,11 @@ class Metrics:
     def admitted(self, tally: Tally, index: int, verdict: Verdict) -> None:
         counts = tally[index]
         if counts is not None:
-            counts[TOTAL] += 1
-            counts[WITHIN] += 1
-            counts[NEAR] += verdict.near_limit
+            # Not `+=`: compiled, that is a generic add on the boxed item.
+            counts[TOTAL] = counts[TOTAL] + 1
+            counts[WITHIN] = counts[WITHIN] + 1
+            if verdict.near_limit:
+                counts[NEAR] = counts[NEAR] + 1
 
     def unknown_domain(self, domain: str) -> None:  # noqa: ARG002 - one counter, no raw labels
         self.unknown_domains.inc()
