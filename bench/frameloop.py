@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -85,24 +86,33 @@ def reads(bodies: Sequence[bytes], count: int, calls: int) -> list[bytes]:
     return out
 
 
-def frame_loop(answer: Callable[[bytes], Any], bodies: Sequence[bytes], calls: int) -> None:
+def frame_loop(answer: Callable[[bytes], Any], bodies: Sequence[bytes], calls: int) -> float:
     """Every body answered through one connection, `calls` per read; the reads after the
     warm-up run in `deque(map(...))`, the loop bench/instructions.py counts in."""
+    return answered(answer, reads(bodies, WARM_UP_READS + len(bodies) // calls, calls), calls)
 
-    async def run() -> None:
+
+def answered(answer: Callable[[bytes], Any], chunks: Sequence[bytes], calls: int) -> float:
+    """`chunks` (from `reads`, `calls` calls each) fed to a new connection answering with
+    `answer`: µs per call of the reads after the first WARM_UP_READS."""
+
+    async def run() -> float:
         core = ServerCore(4 * 1024 * 1024)
         core.methods[wire.METHOD_PATH.encode()] = Method(fast=answer)
         conn, sink = H2Connection(core), Sink()
         conn.connection_made(sink)
         conn.send_window = f.MAX_WINDOW  # the client's WINDOW_UPDATEs, sent at once
         conn.data_received(f.PREFACE + f.settings({}))
-        chunks = reads(bodies, WARM_UP_READS + len(bodies) // calls, calls)
         for chunk in chunks[:WARM_UP_READS]:
             conn.data_received(chunk)
         gc.collect()
-        gc.freeze()
+        gc.freeze()  # as the server does after start-up
+        started = time.perf_counter()
         deque(map(conn.data_received, chunks[WARM_UP_READS:]), maxlen=0)
+        elapsed = time.perf_counter() - started
+        gc.unfreeze()
         if conn.closed or conn.calls:
             raise SystemExit(f"the connection closed or left {len(conn.calls)} calls open")
+        return elapsed * 1e6 / (calls * (len(chunks) - WARM_UP_READS))
 
-    asyncio.run(run())
+    return asyncio.run(run())
