@@ -77,8 +77,7 @@ class FixedWindow(SharedAlgorithm):
 
     def _push_early(self, state: KeyState, now_ms: int) -> None:
         # Alone until the answer: the even split meanwhile only refused lone clients' bursts.
-        state.counts.early_at = NEVER
-        state.next_sync = now_ms
+        state.counts.early_at, state.next_sync = NEVER, now_ms
         if self.early is not None:
             self.early.want(now_ms)
 
@@ -128,8 +127,7 @@ class FixedWindow(SharedAlgorithm):
 
     def close_span(self, state: KeyState, end_ms: int) -> None:
         counts: WindowCounts = state.counts  # typed: native attributes (`counts` is Any)
-        counts.seen += state.pending
-        state.pending = 0
+        counts.seen, state.pending = counts.seen + state.pending, 0
         if counts.seen > state.limit.requests_per_unit:
             state.block(_block_end(state, end_ms, state.window))
 
@@ -137,6 +135,7 @@ class FixedWindow(SharedAlgorithm):
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
         counts, limit = state.counts, state.limit
+        counts.seen, counts.heard = max(counts.seen, counts.heard), 0  # no longer in flight
         if answer is None:
             scaled = push.hits * state.nodes.value
             counts.seen += int(scaled)
@@ -156,9 +155,8 @@ class FixedWindow(SharedAlgorithm):
 
     def rearm(self, state: KeyState, now_ms: int) -> bool:
         """A window known over MAX blocks a cooldown past each answer or silent span end."""
-        if state.counts.seen <= state.limit.requests_per_unit:
-            return False
-        return state.block(_block_end(state, now_ms, state.window), now_ms)
+        over = state.counts.seen > state.limit.requests_per_unit
+        return over and state.block(_block_end(state, now_ms, state.window), now_ms)
 
     def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
         """The next span's ceiling, from the window's pace, once every answer is in. A window's

@@ -19,11 +19,12 @@ NEVER = float("inf")  # an early push threshold no count reaches (core/quiet_key
 class WindowCounts:
     """A fixed window's own state (core/fixed_window.py) of the key's current window."""
 
-    __slots__ = ("alone", "ceiling", "early_at", "near", "pushed", "resumed", "seen")
+    __slots__ = ("alone", "ceiling", "early_at", "heard", "near", "pushed", "resumed", "seen")
 
     def __init__(self, ceiling: float) -> None:
         self.seen = 0  # the store's total for the window, at the last sync
         self.resumed = 0  # what the key counted in the window before its eviction (an estimate)
+        self.heard = 0  # a total announced while a push was in flight: `seen` with its answer
         # An estimate over it rejects; MAX itself at first: one object every key shares.
         self.ceiling = ceiling
         self.near = False  # the window came near MAX: synced every span (core/quiet_keys.py)
@@ -32,7 +33,7 @@ class WindowCounts:
         self.alone = False  # a new key's first window, assumed alone here (core/quiet_keys.py)
 
     def next_window(self) -> None:
-        self.seen = self.resumed = 0
+        self.seen = self.resumed = self.heard = 0
         self.near = self.pushed = self.alone = False
 
 

@@ -132,8 +132,9 @@ class QuietKeys:
     def announced(self, state: KeyState, window: int, total: int, now_ms: int) -> None:
         counts = state.counts
         if isinstance(counts, WindowCounts) and state.window == window and not counts.near:
-            # A notice can beat the answer of its own push in flight: that push not counted twice.
-            counts.seen, counts.near = max(counts.seen, total - state.inflight), True
+            # A push in flight may be in the total or not: the total waits for its answer.
+            counts.heard, counts.near = max(counts.heard, total), True
+            counts.seen = counts.seen if state.inflight else max(counts.seen, total)
             if counts.alone and state.pending:  # the others need it now (docs/QUIET_KEYS.md)
                 state.next_sync = now_ms
                 self.fleet.want(now_ms)

@@ -211,3 +211,16 @@ def test_a_notice_of_its_own_push_in_flight_does_not_count_that_push_twice() -> 
         Code.OK,
         Code.OVER_LIMIT,
     ]
+
+
+def test_a_notice_read_while_a_push_is_in_flight_counts_in_full_with_its_answer() -> None:
+    """The other gateway's push landed after this one's: its total holds both, more than this
+    push's answer says. Kept until that answer, it is neither lost nor counted twice."""
+    limiter, ten = fleet(live_nodes=2), rule(rpu=10, spans=2)
+    for i in range(4):
+        limiter.hit(T0 + 10 + i, [hit(ten)])
+    batch = limiter.end_span(T0 + 500)  # 4 in flight
+    limiter.apply_near(hit(ten).key, "|".join(hit(ten).key), T0 // 1000, 8, T0 + 501)
+    limiter.apply_sync(T0 + 502, batch, SyncResult((PushResult(4, 0),)))
+    codes = [limiter.hit(T0 + 510 + i, [hit(ten)]).code for i in range(3)]
+    assert codes == [Code.OK, Code.OK, Code.OVER_LIMIT]  # 8 of 10 known: two left
