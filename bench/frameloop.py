@@ -22,6 +22,7 @@ from ratelimit_sidecar.server.transport.methods import Method
 from ratelimit_sidecar.server.transport.server import ServerCore
 
 WARM_UP_READS = 100  # the HPACK block cache and the handler's compiled requests fill up
+CALLS_PER_READ = 8  # as the load generators keep in flight per connection
 HEADERS = [
     (b":method", b"POST"), (b":scheme", b"http"), (b":path", wire.METHOD_PATH.encode()),
     (b":authority", b"127.0.0.1"), (b"te", b"trailers"), (b"content-type", b"application/grpc"),
@@ -86,15 +87,20 @@ def reads(bodies: Sequence[bytes], count: int, calls: int) -> list[bytes]:
     return out
 
 
-def frame_loop(answer: Callable[[bytes], Any], bodies: Sequence[bytes], calls: int) -> float:
-    """Every body answered through one connection, `calls` per read; the reads after the
-    warm-up run in `deque(map(...))`, the loop bench/instructions.py counts in."""
-    return answered(answer, reads(bodies, WARM_UP_READS + len(bodies) // calls, calls), calls)
+def frame_loop(answer: Callable[[bytes], Any], bodies: Sequence[bytes]) -> float:
+    """Every body answered through one connection, CALLS_PER_READ per read; the reads after
+    the warm-up run in `deque(map(...))`, the loop bench/instructions.py counts in."""
+    return answered(answer, all_reads(bodies))
 
 
-def answered(answer: Callable[[bytes], Any], chunks: Sequence[bytes], calls: int) -> float:
-    """`chunks` (from `reads`, `calls` calls each) fed to a new connection answering with
-    `answer`: µs per call of the reads after the first WARM_UP_READS."""
+def all_reads(bodies: Sequence[bytes]) -> list[bytes]:
+    """WARM_UP_READS reads, then reads of every body: what `answered` feeds a connection."""
+    return reads(bodies, WARM_UP_READS + len(bodies) // CALLS_PER_READ, CALLS_PER_READ)
+
+
+def answered(answer: Callable[[bytes], Any], chunks: Sequence[bytes]) -> float:
+    """`chunks` (from `all_reads`) fed to a new connection answering with `answer`: µs per
+    call of the reads after the first WARM_UP_READS."""
 
     async def run() -> float:
         core = ServerCore(4 * 1024 * 1024)
@@ -113,6 +119,6 @@ def answered(answer: Callable[[bytes], Any], chunks: Sequence[bytes], calls: int
         gc.unfreeze()
         if conn.closed or conn.calls:
             raise SystemExit(f"the connection closed or left {len(conn.calls)} calls open")
-        return elapsed * 1e6 / (calls * (len(chunks) - WARM_UP_READS))
+        return elapsed * 1e6 / (CALLS_PER_READ * (len(chunks) - WARM_UP_READS))
 
     return asyncio.run(run())

@@ -43,11 +43,10 @@ FLEET_CASES = ("hot-fleet", "blocked-fleet")  # the limiter of a node with Redis
 # The handler's path cut after each stage (cumulative), on the hot case: what each one adds.
 STAGES = ("call", "lookup", "decision", "encoding", "handler")
 STAGE_CASES = tuple(f"hot/{stage}" for stage in STAGES)
-# The fast transport's frame loop fed reads of FRAME_CALLS calls, answered by a prebuilt answer
-# (`empty-fast`) or by the sidecar's servicer on the hot or seen case (`hot-fast`, `seen-fast`):
-# instructions per call.
+# The fast transport's frame loop fed reads of frameloop.CALLS_PER_READ calls, answered by a
+# prebuilt answer (`empty-fast`) or by the sidecar's servicer on the hot or seen case
+# (`hot-fast`, `seen-fast`): instructions per call.
 TRANSPORT_CASES = ("empty-fast", "hot-fast", "seen-fast")
-FRAME_CALLS = 8
 PENALTY = "penalty: {factor: 2, max: 1h, forgive_after: 1h}"
 DRIVER = Path(__file__).resolve()
 OVERRIDES_MODULE = "ratelimit_sidecar/service/overrides.py"  # a tree that has the `-10k` cases
@@ -158,7 +157,7 @@ def drive(case: str, decisions: int) -> None:
     if case in TRANSPORT_CASES:
         empty = wire.RateLimitResponse(overall_code=wire.Code.OK).SerializeToString()
         answer = (lambda _body: empty) if case == "empty-fast" else answer
-        _frameloop().frame_loop(answer, requests, FRAME_CALLS)  # counts its own loop of reads
+        _frameloop().frame_loop(answer, requests)  # counts its own loop of reads
         return
     if "/" in case:
         answer = _frameloop().stages(handler)[case.split("/")[1]]

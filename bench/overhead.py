@@ -48,7 +48,6 @@ RETRY_BUDGET_S = 60.0
 BEFORE_TREE = "BENCH_BEFORE_TREE"
 STAGE_REPEATS = 7  # in-process timing loops per stage: the fastest counts
 STAGE_CALLS = 100_000  # calls per loop
-FRAME_CALLS = 8  # calls per read in the frame loop: the load generators' streams per connection
 TARGETS = (("empty-fast", 0.80), ("empty", 4.0), ("sidecar-grpcio", 4.0))  # the sidecar's
 FLOOR = ("count-fast", None)  # shown, not judged: what per-client state costs any limiter
 
@@ -125,7 +124,7 @@ def stage_costs(load: Workload, cpus: frozenset[int]) -> dict[str, float]:
     calls = [bodies[i % len(bodies)] for i in range(max(STAGE_CALLS, len(bodies)))]
     deque(map(servicer.answer, bodies), maxlen=0)
     stages = {**frameloop.stages(decider), "servicer": servicer.answer}
-    reads = frameloop.reads(calls, frameloop.WARM_UP_READS + len(calls) // FRAME_CALLS, FRAME_CALLS)
+    reads = frameloop.all_reads(calls)
     prebuilt = services.answer(1).SerializeToString()  # empty-fast's
     framed = {"empty": lambda _body: prebuilt, "sidecar": servicer.answer}
     affinity = os.sched_getaffinity(0)
@@ -134,7 +133,7 @@ def stage_costs(load: Workload, cpus: frozenset[int]) -> dict[str, float]:
         # Interleaved rounds: a burst of other load on the CPU spoils one loop of each stage.
         loops = [
             *((n, _loop(f, calls)) for _ in range(STAGE_REPEATS) for n, f in stages.items()),
-            *((n, frameloop.answered(a, reads, FRAME_CALLS)) for _ in range(STAGE_REPEATS)
+            *((n, frameloop.answered(a, reads)) for _ in range(STAGE_REPEATS)
               for n, a in framed.items()),
         ]  # fmt: skip
     finally:

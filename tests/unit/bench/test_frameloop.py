@@ -13,7 +13,7 @@ PREBUILT = services.answer(1).SerializeToString()
 
 
 def chunks(count: int) -> list[bytes]:
-    return frameloop.reads(BODIES, frameloop.WARM_UP_READS + count, 8)
+    return frameloop.reads(BODIES, frameloop.WARM_UP_READS + count, frameloop.CALLS_PER_READ)
 
 
 def test_every_call_is_answered_and_timed_per_call() -> None:
@@ -23,8 +23,8 @@ def test_every_call_is_answered_and_timed_per_call() -> None:
         seen.append(body)
         return PREBUILT
 
-    assert frameloop.answered(answer, chunks(10), 8) > 0
-    assert len(seen) == 8 * (frameloop.WARM_UP_READS + 10)
+    assert frameloop.answered(answer, chunks(10)) > 0
+    assert len(seen) == frameloop.CALLS_PER_READ * (frameloop.WARM_UP_READS + 10)
     assert set(seen) == set(BODIES)
 
 
@@ -35,4 +35,4 @@ def test_calls_left_unanswered_stop_the_run() -> None:
         return asyncio.get_running_loop().create_future()
 
     with pytest.raises(SystemExit, match="calls open"):
-        frameloop.answered(never, chunks(1), 8)
+        frameloop.answered(never, chunks(1))
