@@ -40,11 +40,11 @@ def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
 
     def decision(body: bytes) -> Any:
         c = get(body)
-        return limiter.hit_one(now(), c.hits[c.counted])
+        return limiter.hit_one(now(), c.hits[c.counted], c.state)
 
     def encoding(body: bytes) -> bytes:
         c = get(body)
-        verdict = limiter.hit_one(now(), c.hits[c.counted])
+        verdict, c.state = limiter.hit_one(now(), c.hits[c.counted], c.state)
         return encoder.admitted(c.before, c.head, verdict, c.after)  # type: ignore[no-any-return]
 
     return {

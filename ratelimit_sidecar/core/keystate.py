@@ -62,6 +62,7 @@ class KeyState:
         "penalty",
         "pending",
         "rule",
+        "tracked",
         "unsent",
         "unsent_window",
         "window",
@@ -91,6 +92,7 @@ class KeyState:
         self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, raised)
         self.nodes = NodesEstimate(nodes)
         self.counts: Any = None  # typed by each algorithm's own view of it
+        self.tracked = False  # in the limiter's table (core/keytable.py): a caller may keep it
 
     def roll(self, now_ms: int) -> int:
         """Returns hits dropped by the move."""

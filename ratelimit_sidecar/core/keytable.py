@@ -51,16 +51,17 @@ class KeyTable:
             victim = self._find_victim(now_ms)
             if victim is None:
                 return None
-            del self._states[victim.key]
+            self._states.pop(victim.key).tracked = False
             self.evictions += 1
             evicted.append(victim)
         self._states[state.key] = state
+        state.tracked = True
         return evicted
 
     def remove(self, state: KeyState) -> None:
         """Unless its key is tracked anew (a caller working in slices may hold an evicted state)."""
         if self._states.get(state.key) is state:
-            del self._states[state.key]
+            self._states.pop(state.key).tracked = False
             self.removals += 1
 
     def _find_victim(self, now_ms: int) -> KeyState | None:

@@ -26,8 +26,9 @@ from ratelimit_sidecar.core.verdicts import deny_verdict, refuse_blocked, unlimi
 
 DEFAULT_MAX_KEYS = 100_000
 KEYS_PER_STEP = 2000  # keys a span end or a sweep visits between two yields to the event loop
+Counter = KeyState | None  # a descriptor's counter; None: it has none (denied or unlimited)
 # A checked descriptor: the verdict that refuses it (None: within its limit), and its counter.
-Checked = tuple[Verdict | None, KeyState | None]
+Checked = tuple[Verdict | None, Counter]
 
 
 class Limiter(ABC):
@@ -65,20 +66,21 @@ class Limiter(ABC):
         verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
         return Decision(OVER_LIMIT if over else OK, verdicts)
 
-    def hit_one(self, now_ms: int, hit: Hit) -> Verdict:
-        """The one fast path: `hit` of one counted descriptor with one limit."""
+    def hit_one(self, now_ms: int, hit: Hit, known: Counter = None) -> tuple[Verdict, Counter]:
+        """The one fast path: `hit` of one counted descriptor with one limit. The caller may hand
+        the counter back as `known` for `hit`: finding it among 100,000 keys costs ~0.2 µs."""
         rule, key, hits = hit
         if rule is None or rule.limit is None:
-            return unlimited_verdict(hit)
-        verdict, state = self._check_limit(now_ms, rule, rule.limit, key, hits)
+            return unlimited_verdict(hit), None
+        verdict, state = self._check_limit(now_ms, hit, rule.limit, key, known)
         if state is not None and (verdict is None or verdict.code is OK):
             algorithm = self.algorithms[state.limit.algorithm]
             if hits:  # admitted, or over a shadow rule: counted either way
                 algorithm.count(state, hits, now_ms)
             if verdict is None:
-                return algorithm.admitted(state, now_ms)
+                return algorithm.admitted(state, now_ms), state
         assert verdict is not None  # a descriptor without a counter has its verdict
-        return verdict
+        return verdict, state
 
     def count_admitted(
         self, now_ms: int, hit: Hit, since_ms: int | None = None
@@ -121,18 +123,20 @@ class Limiter(ABC):
         if rule is None or rule.limit is None:
             return [(unlimited_verdict(hit), None)]
         if len(rule.limits) < 2:
-            return [self._check_limit(now_ms, rule, rule.limit, hit.key, hit.hits)]
+            return [self._check_limit(now_ms, hit, rule.limit, hit.key)]
         return [
-            self._check_limit(now_ms, rule, limit, limit_key(hit.key, index), hit.hits)
+            self._check_limit(now_ms, hit, limit, limit_key(hit.key, index))
             for index, limit in enumerate(rule.limits)
         ]
 
     def _check_limit(
-        self, now_ms: int, rule: Rule, limit: RateLimit, key: KeyId, hits: int
+        self, now_ms: int, hit: Hit, limit: RateLimit, key: KeyId, known: Counter = None
     ) -> Checked:
+        rule, hits = hit.rule, hit.hits
+        assert rule is not None  # the callers' check
         if limit.requests_per_unit == 0:
             return deny_verdict(limit, hits, rule.shadow_mode), None
-        state = self.keys.get(key)
+        state = known if known is not None and known.tracked else self.keys.get(key)
         if state is None or state.limit is not limit:  # new, or its rule was reloaded
             state = self._state(rule, key, limit, now_ms, alone=True)
         algorithm = self.algorithms[limit.algorithm]

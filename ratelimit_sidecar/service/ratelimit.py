@@ -21,11 +21,7 @@ from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
 from ratelimit_sidecar.core.types import OK, OVER_LIMIT
-from ratelimit_sidecar.service.compiled import (
-    DEFAULT_MAX_ENTRIES,
-    CompiledRequest,
-    RequestCache,
-)
+from ratelimit_sidecar.service.compiled import DEFAULT_MAX_ENTRIES, CompiledRequest, RequestCache
 from ratelimit_sidecar.service.dynamic_metadata import dynamic_metadata_field
 from ratelimit_sidecar.service.overall import OverallCode
 from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
@@ -122,15 +118,14 @@ class RateLimitHandler:
 
     def respond_now(self, raw: bytes) -> bytes:
         """The encoded RateLimitResponse to an encoded RateLimitRequest, decided from memory.
-
-        Raises StoreNeeded for a request with a strict limit (`respond` awaits the store for
-        it), InvalidRequest for one that cannot be answered (malformed, empty, too big).
-        """
+        Raises StoreNeeded for a request with a strict limit (`respond` awaits the store for it),
+        InvalidRequest for one that cannot be answered (malformed, empty, too big)."""
         compiled = self._compiled.get(raw) or self._compile(raw)
         counted = compiled.counted
         if counted >= 0:  # one counted descriptor; the others' answers never change
             now = self._clock_ms()
-            verdict = self.limiter.hit_one(now, compiled.hits[counted])
+            hit, known = compiled.hits[counted], compiled.state
+            verdict, compiled.state = self.limiter.hit_one(now, hit, known)
             if verdict.code is OK and not verdict.shadow_refused:  # the usual answer
                 if self._observer is not None:
                     self._observer.admitted(compiled.tally, counted, verdict)
@@ -319,11 +314,9 @@ def _apply_replaces(hits: list[Hit]) -> list[Hit]:
 
 
 def _key(domain: str, entries: Entries, rule: Rule | None) -> tuple[str, ...]:
-    """The counter's identity: the domain and every entry, one counter per distinct value.
-
-    A wildcard with `share_threshold` counts all matching values together, so at those levels
-    the configured pattern stands in for the request's value.
-    """
+    """The counter's identity: the domain and every entry, one counter per distinct value. A
+    wildcard with `share_threshold` counts all matching values together, so at those levels the
+    configured pattern stands in for the request's value."""
     flat = [domain]
     for key, value in entries:
         flat.append(key)
@@ -336,9 +329,7 @@ def _key(domain: str, entries: Entries, rule: Rule | None) -> tuple[str, ...]:
 
 def _hits(descriptor: RateLimitDescriptor, default: int) -> int:
     """A descriptor's own hits_addend wins (0 = check only); else the request's, where 0 is 1.
-
-    `is_negative_hits` gives quota back: the hits are subtracted from the counter.
-    """
+    `is_negative_hits` gives quota back: the hits are subtracted from the counter."""
     hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
     hits = min(hits, MAX_HITS)  # more than any limit admits: the protocol's uint32 range
     return -hits if descriptor.is_negative_hits else hits

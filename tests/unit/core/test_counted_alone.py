@@ -18,6 +18,7 @@ from ratelimit_sidecar.core import (
     PushResult,
     SyncResult,
 )
+from ratelimit_sidecar.core.keystate import KeyState
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000
@@ -77,6 +78,7 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
     # A small table also exercises eviction and the untracked decision of a full table.
     kind = FleetLimiter if shared else LocalLimiter
     alone, whole, now = kind(max_keys), kind(max_keys), T0
+    kept: dict[tuple[int, str], KeyState | None] = {}  # evicted or removed ones too, as a cache
     for dt, (index, value, count, companions, first) in script:
         now += dt
         if index < 0:
@@ -87,8 +89,8 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
         request = [counted, *others] if first else [*others, counted]
         at = 0 if first else len(others)
         single = companions != 3  # a second counted descriptor: the handler sends it all
-        if single:  # the handler's one fast path
-            verdict = alone.hit_one(now, counted)
+        if single:  # the handler's one fast path, handed back the counter it returned last
+            verdict, kept[index, value] = alone.hit_one(now, counted, kept.get((index, value)))
             mine = Decision(verdict.code, (verdict,))
         else:
             mine = alone.hit(now, request)

@@ -82,6 +82,36 @@ def test_removing_a_stale_state_leaves_its_key_tracked_anew_alone() -> None:
     assert len(table) == 0
 
 
+def test_a_state_is_tracked_from_its_insertion_until_its_eviction_or_removal() -> None:
+    """What a caller holding a state (the handler's compiled request) reads to trust it."""
+    table = KeyTable(1)
+    first, second, third = state("a", T0), state("b", T0 + 2000), state("c", T0 + 4000)
+    assert not first.tracked
+    table.insert(first, T0)
+    assert first.tracked
+    table.insert(second, T0 + 2000)  # evicts "a" (idle)
+    assert (first.tracked, second.tracked) == (False, True)
+    table.remove(second)
+    table.remove(first)  # no longer in the table: nothing changes
+    table.insert(third, T0 + 4000)
+    assert (first.tracked, second.tracked, third.tracked) == (False, False, True)
+
+
+def test_a_counter_handed_back_after_its_key_was_forgotten_is_not_used() -> None:
+    """The handler hands `hit_one` the counter it returned last; once a sweep forgot the key,
+    the decision is the table's again, on a new counter that is tracked."""
+    limiter, r = LocalLimiter(), rule(rpu=5)
+    request = hit(r, "v")
+    _, kept = limiter.hit_one(T0, request)
+    assert kept is limiter.keys.get(request.key)
+    limiter.sweep(T0 + 120_000)
+    assert len(limiter.keys) == 0
+    verdict, again = limiter.hit_one(T0 + 120_000, request, kept)
+    assert again is not kept and again is limiter.keys.get(request.key)
+    assert kept is not None and kept.nodes.admitted == 1
+    assert verdict.remaining == 4
+
+
 def test_local_sweep_in_slices_yields_and_forgets_idle_keys() -> None:
     limiter, r = LocalLimiter(), rule(rpu=5)
     for i in range(5):

@@ -21,6 +21,7 @@ from ratelimit_sidecar.core import (
     PushResult,
     SyncResult,
 )
+from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.spans import span_end, span_number
 from simulator.exact.sliding_window import ExactSlidingWindow
 from tests.unit.core import test_counted_alone as counted_alone
@@ -428,6 +429,7 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
     kind = FleetLimiter if shared else LocalLimiter
     rules = SHARED_RULES if shared else SLIDING_RULES
     alone, whole, now = kind(max_keys), kind(max_keys), T0
+    kept: dict[tuple[int, str], KeyState | None] = {}  # evicted or removed ones too, as a cache
     for dt, (index, value, count, companions, first) in script:
         now += dt
         if index < 0:
@@ -441,8 +443,8 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
         request = [counted, *others] if first else [*others, counted]
         at = 0 if first else len(others)
         single = companions != 3
-        if single:  # the handler's one fast path
-            verdict = alone.hit_one(now, counted)
+        if single:  # the handler's one fast path, handed back the counter it returned last
+            verdict, kept[index, value] = alone.hit_one(now, counted, kept.get((index, value)))
             mine = Decision(verdict.code, (verdict,))
         else:
             mine = alone.hit(now, request)
