@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from sys import intern
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
@@ -190,7 +191,7 @@ class RateLimitHandler:
             request = RateLimitRequest.FromString(raw)
         except DecodeError as exc:
             raise InvalidRequest(f"malformed RateLimitRequest: {exc}") from None
-        name, descriptors = request.domain, request.descriptors
+        name, descriptors = intern(request.domain), request.descriptors  # one str for all keys
         validate_request(name, len(descriptors), self._bounds)
         domain = self.rules.domain(name)
         known = domain is not None or name in self.api_overrides.domains
@@ -229,7 +230,7 @@ class RateLimitHandler:
         *,
         known: bool,
     ) -> Hit:
-        entries = [(e.key, e.value) for e in descriptor.entries]
+        entries = [(intern(e.key), e.value) for e in descriptor.entries]
         validate_entries(index, entries, self._bounds)
         rule = self._rule(name, domain, entries, descriptor) if known else None
         return Hit(rule, _key(name, entries, rule), _hits(descriptor, default_hits))
@@ -328,8 +329,7 @@ def _key(domain: str, entries: Entries, rule: Rule | None) -> tuple[str, ...]:
 
 
 def _hits(descriptor: RateLimitDescriptor, default: int) -> int:
-    """A descriptor's own hits_addend wins (0 = check only); else the request's, where 0 is 1.
-    `is_negative_hits` gives quota back: the hits are subtracted from the counter."""
+    """Its own hits_addend (0: a check), else the request's (0 is 1); is_negative_hits gives back"""
     hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
     hits = min(hits, MAX_HITS)  # more than any limit admits: the protocol's uint32 range
     return -hits if descriptor.is_negative_hits else hits

@@ -51,6 +51,25 @@ def test_repeated_bytes_reuse_the_compiled_request_but_counters_still_move(
     assert h._compiled.get(body) is compiled
 
 
+def test_counters_of_one_rule_share_their_domain_and_key_strings(tmp_path: Path) -> None:
+    """100,000 clients of one rule hold one domain and one key string, not 100,000 of each."""
+    path = tmp_path / "shop.yaml"  # names of one character are shared by Python anyway
+    limit = "rate_limit: {unit: minute, requests_per_unit: 2}"
+    path.write_text(f"domain: shop\ndescriptors:\n  - key: user\n    {limit}\n")
+    h = RateLimitHandler(load_rules(path), FleetLimiter(), lambda: T0)
+    bodies = [raw("a", domain="shop"), raw("b", domain="shop")]
+    for body in bodies:
+        code(h, body)
+    states = list(h.limiter.keys)
+    keys = [state.key for state in states]
+    assert [key[2] for key in keys] == ["a", "b"]
+    assert keys[0][0] is keys[1][0] and keys[0][1] is keys[1][1]
+    first, second = (h._compiled.get(body) for body in bodies)
+    assert first is not None and second is not None
+    assert first.domain is second.domain is keys[0][0]
+    assert first.state is states[0] and second.state is states[1]  # kept for the next call
+
+
 def test_swapping_rules_forgets_compiled_requests(tmp_path: Path) -> None:
     h = handler(tmp_path, rpu=1)
     body = raw("a")
