@@ -40,7 +40,11 @@ def test_a_paused_process_acts_on_the_signal() -> None:
 
 
 def test_output_written_to_pipes_is_returned_once_stopped() -> None:
-    code = "import sys, time\nsys.stderr.write('bye')\nsys.stderr.flush()\ntime.sleep(60)\n"
+    # SIGINT's default handler set anew: a child of a shell's background job inherits it ignored.
+    code = (
+        "import signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "sys.stderr.write('bye')\nsys.stderr.flush()\ntime.sleep(60)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     assert proc.stderr.read(3) == "bye"
