@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratelimit_sidecar.core import Hit
-from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.limiter import Counter
 
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # request bytes held as keys
@@ -34,7 +34,7 @@ class CompiledRequest:
     after: bytes = b""
     head: bytes = b""
     strict: bool = False  # a strict limit applies: decided by `StrictDecider` (awaits Redis)
-    state: KeyState | None = None  # `counted`'s counter (after an eviction, till asked again)
+    state: Counter = None  # `counted`'s counter, kept for `Limiter.hit_one` (evicted: till asked)
 
 
 class RequestCache:
