@@ -106,19 +106,25 @@ class Tally:
             self.fail(1, reason)
 
     def check(self, block: bytes) -> str:
-        """Why trailers are not grpc-status 0 ("" if they are). Servers here neither pad nor
-        prioritise: a block that is, is undecodable."""
+        """Why trailers are not grpc-status 0 ("" if they are)."""
         if block in self.good:
             return ""
-        try:
-            found = self.decoder.decode(block, True)
-        except hpack.HPACKError as exc:
-            return f"undecodable trailers: {exc}"
-        fields = {bytes(k).decode(): bytes(v).decode(errors="replace") for k, v in found}
-        if (status := fields.get("grpc-status", f"none (HTTP {fields.get(':status')})")) == "0":
+        if not (why := trailers_error(self.decoder, block)):
             self.good.add(block)
-            return ""
-        return f"grpc-status {status}: {fields.get('grpc-message', '')}"
+        return why
+
+
+def trailers_error(decoder: hpack.Decoder, block: bytes) -> str:
+    """Why a trailers block is not grpc-status 0 ("" if it is). Servers here neither pad nor
+    prioritise: a block that is, is undecodable."""
+    try:
+        found = decoder.decode(block, True)
+    except hpack.HPACKError as exc:
+        return f"undecodable trailers: {exc}"
+    fields = {bytes(k).decode(): bytes(v).decode(errors="replace") for k, v in found}
+    if (status := fields.get("grpc-status", f"none (HTTP {fields.get(':status')})")) == "0":
+        return ""
+    return f"grpc-status {status}: {fields.get('grpc-message', '')}"
 
 
 class Conn:

@@ -190,6 +190,14 @@ class H2load(Client):
         return result
 
 
+def frames_file(workload: Workload, workdir: Path) -> Path:
+    """The workload's bodies in one file, back to back (gRPC frames delimit themselves)."""
+    frames = workdir / f"frames-{workload.name}.bin"
+    if not frames.exists():
+        frames.write_bytes(b"".join(workload.frames))
+    return frames
+
+
 class RawLoad(Client):
     """bench/rawload.py (Python, one process): cycles through all of a workload's bodies (so it
     can send 100,000 distinct values) and checks every answer (grpc-status 0, overall_code OK).
@@ -203,9 +211,7 @@ class RawLoad(Client):
     def start(
         self, address: str, workload: Workload, shape: LoadShape, workdir: Path, prefix: list[str]
     ) -> Load:
-        frames = workdir / f"frames-{workload.name}.bin"
-        if not frames.exists():
-            frames.write_bytes(b"".join(workload.frames))  # self-delimiting frames
+        frames = frames_file(workload, workdir)
         rotation, latency_file = (workload.name, address), workdir / "rawload-latencies.bin"
         latency_file.unlink(missing_ok=True)
         config = {
