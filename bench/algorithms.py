@@ -1,5 +1,5 @@
 """`bench overhead` for each algorithm: eventual (local-only) rules against the empty grpc.aio
-handler. Per workload (hot-10 with h2load, distinct-100k with rawload) the empty handler and one
+handler. Per workload (hot-10 with h2load, distinct-100k with leanload) the empty handler and one
 sidecar per algorithm (`--default-algorithm X`, a limit no run reaches: 100,000/s for
 sliding_log, its most) run side by side on the pinned core, warmed up as in `overhead`. Target:
 each at least 90 % of the empty handler (bench/compare.py's median ratio, by CPU when idle).
