@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from array import array
@@ -30,10 +31,10 @@ def build() -> Path:
     binary = BUILT / f"leanload-{hashlib.sha256(source).hexdigest()[:16]}"
     if not binary.exists():
         BUILT.mkdir(parents=True, exist_ok=True)
-        partial = binary.with_suffix(".partial")
+        partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
         command = [COMPILER, *FLAGS, "-o", str(partial), str(SOURCE)]
         subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
-        partial.replace(binary)  # whole or absent, should two runs build at once
+        partial.replace(binary)  # whole or absent, should two runs build it at once
     return binary
 
 
