@@ -46,7 +46,7 @@ from ratelimit_sidecar.core.algorithm import SharedAlgorithm
 from ratelimit_sidecar.core.keystate import NEVER, KeyState, WindowCounts
 from ratelimit_sidecar.core.quiet_keys import EarlySync
 from ratelimit_sidecar.core.spans import window_end
-from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict, new_tuple
+from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
 
 # A lenient ceiling is at least this many standard deviations of the noise in the estimate's
@@ -87,7 +87,7 @@ class FixedWindow(SharedAlgorithm):
         if known > state.limit.requests_per_unit:
             return self._block(state, hits, now_ms)
         self._offered(state, hits)
-        return refusal(state, retry_wait_ms(state, hits, now_ms))
+        return refusal(state.limit, state.rule.shadow_mode, retry_wait_ms(state, hits, now_ms))
 
     def _block(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         state.block(_block_end(state, now_ms, now_ms // state.limit.window_ms))
@@ -113,13 +113,10 @@ class FixedWindow(SharedAlgorithm):
         limit, rpu = state.limit, state.limit.requests_per_unit
         counts: WindowCounts = state.counts
         used = counts.seen + counts.resumed + (state.inflight + state.pending) * state.nodes.value
-        remaining = 0 if used >= rpu else rpu if used <= 0 else rpu - used
-        if type(remaining) is float:  # a scaled count (int() of an int costs ~550 instructions)
-            remaining = int(remaining)
+        remaining = 0 if used >= rpu else rpu if used <= 0 else int(rpu - used)
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
         near = used >= limit.near_limit_ratio * rpu
-        fields = (OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
-        return new_tuple(Verdict, fields)
+        return Verdict(OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
         counts: WindowCounts = state.counts

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Hit, Verdict, new_tuple
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Hit, Verdict
 
 UNMATCHED = Verdict(OK)
 WaitMs = Callable[[KeyState, int, int], int]  # (state, hits, now_ms) -> Retry-After
@@ -24,10 +24,8 @@ def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:
     return Verdict(code, limit, reset_ms=limit.cooldown, shadow_refused=over, shadow=shadow)
 
 
-def refusal(state: KeyState, reset_ms: int) -> Verdict:
-    shadow = state.rule.shadow_mode
-    code = OK if shadow else OVER_LIMIT
-    return new_tuple(Verdict, (code, state.limit, False, 0, reset_ms, shadow, shadow, False))
+def refusal(limit: RateLimit, shadow: bool, reset_ms: int) -> Verdict:
+    return Verdict(OK if shadow else OVER_LIMIT, limit, False, 0, reset_ms, shadow, shadow, False)
 
 
 def refuse_for_cooldown(
@@ -35,7 +33,7 @@ def refuse_for_cooldown(
 ) -> Verdict:
     """Refuse, after blocking the key for its cooldown if `block` (a count known over the limit)."""
     if not block:
-        return refusal(state, wait_ms(state, hits, now_ms))
+        return refusal(state.limit, state.rule.shadow_mode, wait_ms(state, hits, now_ms))
     state.block(state.cooldown_end(now_ms))
     return refuse_blocked(state, hits, now_ms, wait_ms(state, hits, now_ms))
 
@@ -48,4 +46,4 @@ def refuse_blocked(state: KeyState, hits: int, now_ms: int, wait_ms: int) -> Ver
         # The block's end, not the stated wait (which may count re-arms that never come):
         # a new block's first refusal must not look like a retry before the last one's end.
         penalty.refused(state.limit.cooldown, now_ms, state.blocked_until)
-    return refusal(state, wait_ms)
+    return refusal(state.limit, state.rule.shadow_mode, wait_ms)

@@ -21,6 +21,7 @@ from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Store
 from ratelimit_sidecar.core import Code, Decision, Hit, Limiter, Verdict
 from ratelimit_sidecar.core.breaker import Breaker
 from ratelimit_sidecar.core.limiter import limit_key, refusal_order
+from ratelimit_sidecar.core.verdicts import refusal
 from ratelimit_sidecar.storage.strict_store import StrictAnswer, StrictCheck
 
 MAX_CACHED_RULES = 10_000
@@ -163,7 +164,7 @@ class StrictDecider:
             remaining = max(0, check.limit.capacity - max(0, check.hits))
             return Verdict(Code.OK, check.limit, remaining=remaining, shadow=check.shadow)
         wait = self.breaker.retry_in_ms(now_ms) or self.breaker.open_ms
-        return refusal(check, wait)
+        return refusal(check.limit, check.shadow, wait)
 
 
 def eventual_twin(limit: RateLimit) -> RateLimit:
@@ -176,18 +177,12 @@ def eventual_twin(limit: RateLimit) -> RateLimit:
 
 def answer_verdict(check: StrictCheck, answer: StrictAnswer) -> Verdict:
     if not answer.fits:
-        return refusal(check, answer.reset_ms)
+        return refusal(check.limit, check.shadow, answer.reset_ms)
     limit = check.limit
     near = answer.remaining <= (1 - limit.near_limit_ratio) * limit.capacity
     return Verdict(
         Code.OK, limit, False, answer.remaining, answer.reset_ms, False, check.shadow, near
     )
-
-
-def refusal(check: StrictCheck, reset_ms: int) -> Verdict:
-    shadow = check.shadow
-    code = Code.OK if shadow else Code.OVER_LIMIT
-    return Verdict(code, check.limit, reset_ms=reset_ms, shadow_refused=shadow, shadow=shadow)
 
 
 def merge(
