@@ -69,7 +69,9 @@ def plans(full: bool = True) -> list[Plan]:
     h2load, lean, raw = H2load(), LeanLoad(), RawLoad()
     found = [
         Plan(hot_10(), (h2load, lean, raw) if full else (h2load,), judged=True),
-        Plan(workload("distinct-100k", key_values(100_000)), (lean, raw)[: 2 if full else 1], True),
+        Plan(
+            workload("distinct-100k", key_values(100_000)), (lean, raw) if full else (lean,), True
+        ),
     ]
     fresh = Plan(workload("fresh-300k", key_values(300_000, "n")), (lean,), False, False)
     return [*found, fresh] if full else found
