@@ -40,12 +40,12 @@ def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
 
     def decision(body: bytes) -> Any:
         c = get(body)
-        return limiter.hit_one(now(), c.hits[c.counted], c.state)
+        return limiter.hit_one(now(), c.rule, c.key, c.addend, c.state)
 
     def encoding(body: bytes) -> bytes:
         c = get(body)
-        verdict, c.state = limiter.hit_one(now(), c.hits[c.counted], c.state)
-        return encoder.admitted(c.before, c.head, verdict, c.after)  # type: ignore[no-any-return]
+        verdict, c.state = limiter.hit_one(now(), c.rule, c.key, c.addend, c.state)
+        return encoder.admitted(c.opening, c.head, verdict, c.after)  # type: ignore[no-any-return]
 
     return {
         "call": lambda body: body,
@@ -111,12 +111,14 @@ def answered(answer: Callable[[bytes], Any], chunks: Sequence[bytes]) -> float:
         conn.data_received(f.PREFACE + f.settings({}))
         for chunk in chunks[:WARM_UP_READS]:
             conn.data_received(chunk)
+        thawed = gc.get_freeze_count() == 0  # else a server in this process froze first
         gc.collect()
         gc.freeze()  # as the server does after start-up
         started = time.perf_counter()
         deque(map(conn.data_received, chunks[WARM_UP_READS:]), maxlen=0)
         elapsed = time.perf_counter() - started
-        gc.unfreeze()
+        if thawed:  # unfreezing another's objects would free its garbage here, warnings and all
+            gc.unfreeze()
         if conn.closed or conn.calls:
             raise SystemExit(f"the connection closed or left {len(conn.calls)} calls open")
         return elapsed * 1e6 / (CALLS_PER_READ * (len(chunks) - WARM_UP_READS))

@@ -87,11 +87,11 @@ class MsRateLimit(RateLimit):
 
     def __post_init__(self) -> None:
         # RateLimit derives window_ms and cooldown once, from whole units; override both.
+        RateLimit.__post_init__(self)
         object.__setattr__(self, "window_ms", self.exact_window_ms)
         fixed = self.algorithm is AlgorithmName.FIXED_WINDOW
         cooldown = self.cooldown_ms or (self.exact_window_ms if fixed else 0)
         object.__setattr__(self, "cooldown", cooldown)
-        object.__setattr__(self, "capacity", self.burst or self.requests_per_unit)
 
 
 def build_rule(  # noqa: PLR0917 - mirrors the limit's own fields, each named at call sites

@@ -37,7 +37,8 @@ class BoundedLoader(yaml.SafeLoader):
         self._expanded: dict[str, int] = {}  # anchor -> nodes its node stands for, once complete
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
-        event = self._next_event()
+        self.check_event()  # parses the next event into `current_event` without taking it
+        event: NodeEvent = self.current_event
         if isinstance(event, AliasEvent):
             return self._alias(event, parent, index)
         self._depth += 1
@@ -52,11 +53,6 @@ class BoundedLoader(yaml.SafeLoader):
         if event.anchor is not None:
             self._expanded[event.anchor] = self._count - before
         return node
-
-    def _next_event(self) -> NodeEvent:
-        self.check_event()  # parses the next event into `current_event` without taking it
-        event: NodeEvent = self.current_event
-        return event
 
     def _alias(self, event: NodeEvent, parent: Node | None, index: int) -> Node | None:
         anchor = event.anchor or ""

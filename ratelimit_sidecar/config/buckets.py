@@ -17,8 +17,7 @@ MAX_STEPS = 10_000  # tree nodes visited for one id: a tree sharing keys across 
 
 def match_bucket(domain: Domain, bucket: Mapping[str, str]) -> tuple[Rule | None, Entries]:
     """The rule and the entries in the tree's order; no match: None and key order."""
-    steps = [0]
-    found = _walk(domain.root, dict(bucket), steps)
+    found = _walk(domain.root, dict(bucket), steps=[0])
     if found is None:
         return None, sorted(bucket.items())
     node, entries = found

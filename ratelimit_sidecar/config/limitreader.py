@@ -15,7 +15,7 @@ from typing import NamedTuple
 from yaml.nodes import Node, ScalarNode, SequenceNode
 
 from .model import MIN_SPAN_MS, AlgorithmName, RateLimit, RuleDefaults, StoreFailure, Unit
-from .penaltyreader import DURATION_FORMS, PenaltyReader, duration_ms
+from .penaltyreader import DURATION_FORMS, PenaltyReader
 from .yamlnodes import is_null, join_path, shown
 
 RATE_LIMIT_KEYS = (
@@ -45,8 +45,7 @@ ALGORITHM_NAMES = ", ".join(name.text for name in AlgorithmName)
 CONSISTENCY_NAMES = ("eventual", "strict")
 STORE_FAILURE_NAMES = ", ".join(choice.value for choice in StoreFailure)
 WINDOW_END = "window_end"  # `cooldown: window_end`
-_COUNTING = ("unit", "requests_per_unit", "unit_multiplier", "spans", "cooldown", "algorithm")
-_COUNTING_EXTRA = ("burst", "consistency", "on_store_failure", "penalty")
+_COUNTING = tuple(key for key in RATE_LIMIT_KEYS if key not in ("unlimited", "name", "replaces"))
 
 
 class ParsedLimits(NamedTuple):
@@ -103,7 +102,7 @@ class LimitReader(PenaltyReader):
         replaces = self.replaces(fields.get("replaces"), join_path(path, "replaces"), name)
         if self.flag(fields, "unlimited", path):
             # Counting settings on an allow-list entry mean the author expected a limit.
-            for extra in (*_COUNTING, *_COUNTING_EXTRA):
+            for extra in _COUNTING:
                 if extra in fields:
                     message = "must not be set when unlimited is true"
                     self.add(fields[extra], join_path(path, extra), message)
@@ -232,12 +231,7 @@ class LimitReader(PenaltyReader):
     def cooldown(self, node: Node | None, key: str) -> int:
         if node is None:
             return 0  # the algorithm's default
-        milliseconds = duration_ms(node)
-        if milliseconds is None or milliseconds <= 0:
-            message = f"must be {DURATION_FORMS}, or window_end (got {shown(node)})"
-            self.add(node, key, message)
-            return 0
-        return milliseconds
+        return self.positive_ms(node, key, f"{DURATION_FORMS}, or window_end")
 
     def replaces(self, node: Node | None, path: str, own_name: str) -> tuple[str, ...]:
         if node is None or is_null(node):
@@ -253,8 +247,7 @@ class LimitReader(PenaltyReader):
             if fields is None or name is None:
                 continue
             if name == own_name:
-                self.add(
-                    fields["name"], join_path(item_path, "name"), "must not name its own rate limit"
-                )
+                message = "must not name its own rate limit"
+                self.add(fields["name"], join_path(item_path, "name"), message)
             names.append(name)
         return tuple(names)

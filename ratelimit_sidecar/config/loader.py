@@ -84,12 +84,10 @@ def _load(
 
 
 def _add_domain(domains: dict[str, Domain], domain: Domain, problems: list[Problem]) -> None:
-    first = domains.get(domain.name)
-    if first is None:
-        domains[domain.name] = domain
-        return
-    message = f"duplicate domain '{domain.name}' (already defined at {first.source})"
-    problems.append(Problem(domain.source.file, domain.source.line, "domain", message))
+    first = domains.setdefault(domain.name, domain)
+    if first is not domain:
+        message = f"duplicate domain '{domain.name}' (already defined at {first.source})"
+        problems.append(Problem(domain.source.file, domain.source.line, "domain", message))
 
 
 def _rule_files(path: Path, problems: list[Problem]) -> list[Path]:

@@ -125,6 +125,8 @@ class RateLimit:
     # length depends on the start, and no shared flag may outlive the window.
     cooldown: int = field(init=False, compare=False, repr=False)
     capacity: int = field(init=False, compare=False, repr=False)  # burst or requests_per_unit
+    # `algorithm` as an int: compiled, indexing a tuple with an IntEnum is a generic call (-100)
+    algorithm_index: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         window = self.unit.seconds * self.unit_multiplier * 1000
@@ -133,6 +135,7 @@ class RateLimit:
         cooldown = 0 if self.cooldown_window_end else self.cooldown_ms or (window if fixed else 0)
         object.__setattr__(self, "cooldown", cooldown)
         object.__setattr__(self, "capacity", self.burst or self.requests_per_unit)
+        object.__setattr__(self, "algorithm_index", int(self.algorithm))
 
     @property
     def window_seconds(self) -> int:

@@ -159,7 +159,7 @@ def _expiry(value: object) -> tuple[int | None, str]:
         moment = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
     except ValueError:
         raise OverrideError(f"expires_at: not an RFC 3339 time: {value[:64]!r}") from None
-    if moment.utcoffset() is None or moment.utcoffset().total_seconds() != 0:  # type: ignore[union-attr]
+    if moment.utcoffset() != timedelta(0):  # None too: no offset given
         raise OverrideError("expires_at: must be in UTC (end with Z or +00:00)")
     moment = moment.astimezone(UTC)
     milliseconds = (moment - _EPOCH) // timedelta(milliseconds=1)  # exact: no float on the way

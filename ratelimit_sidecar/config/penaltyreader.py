@@ -91,8 +91,12 @@ class PenaltyReader(NodeChecker):
         if node is None:
             self.add(owner, key, f"required key is missing ({DURATION_FORMS})")
             return 0
+        return self.positive_ms(node, key, DURATION_FORMS)
+
+    def positive_ms(self, node: Node, key: str, forms: str) -> int:
+        """A positive duration; 0 once anything else is reported as not one of `forms`."""
         milliseconds = duration_ms(node)
         if milliseconds is None or milliseconds <= 0:
-            self.add(node, key, f"must be {DURATION_FORMS} (got {shown(node)})")
+            self.add(node, key, f"must be {forms} (got {shown(node)})")
             return 0
         return milliseconds

@@ -84,16 +84,12 @@ class RuleFileReader(LimitReader):
     `load` returns None if this file added any. A passed bound (`LimitExceeded`) stops it."""
 
     def __init__(
-        self,
-        file: str,
-        budget: DescriptorBudget,
-        max_yaml_nodes: int,
-        defaults: RuleDefaults | None = None,
+        self, file: str, budget: DescriptorBudget, max_yaml_nodes: int, defaults: RuleDefaults
     ) -> None:
         super().__init__(file)
         self.budget = budget
         self.max_yaml_nodes = max_yaml_nodes
-        self.defaults = defaults or RuleDefaults()
+        self.defaults = defaults
 
     def load(self, data: bytes) -> Domain | None:
         try:

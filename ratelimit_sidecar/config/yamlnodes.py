@@ -44,21 +44,20 @@ class NodeChecker:
         self, node: Node, path: str, allowed: tuple[str, ...], what: str
     ) -> dict[str, Node] | None:
         """The values by key, after reporting non-string, unknown and repeated keys."""
+        where = path or "(root)"
         if not isinstance(node, MappingNode):
-            self.add(node, path or "(root)", f"must be a mapping{what} (got {shown(node)})")
+            self.add(node, where, f"must be a mapping{what} (got {shown(node)})")
             return None
         try:
             CONSTRUCTOR.flatten_mapping(node)
         except yaml.YAMLError as exc:
-            self.add(node, path or "(root)", f"invalid merge key: {exc}")
+            self.add(node, where, f"invalid merge key: {exc}")
             return None
         fields: dict[str, Node] = {}
         first_line: dict[str, int] = {}
         for key_node, value_node in node.value:
             if not (isinstance(key_node, ScalarNode) and key_node.tag == TAG + "str"):
-                self.add(
-                    key_node, path or "(root)", f"keys must be strings (got {shown(key_node)})"
-                )
+                self.add(key_node, where, f"keys must be strings (got {shown(key_node)})")
                 continue
             name, key = key_node.value, join_path(path, key_node.value)
             if name not in allowed:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ratelimit_sidecar.config.model import RateLimit, Rule
 from ratelimit_sidecar.core.hitlog import HitLog
@@ -13,7 +13,7 @@ from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
 __all__ = ["NEVER", "NO_WINDOW", "Bucket", "KeyState", "WindowCounts"]
-NEVER = float("inf")  # an early push threshold no count reaches (core/quiet_keys.py)
+NEVER: Final = float("inf")  # an early push threshold no count reaches (core/quiet_keys.py)
 
 
 class WindowCounts:

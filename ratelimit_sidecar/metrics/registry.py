@@ -14,16 +14,7 @@ from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
 from ratelimit_sidecar.core.types import OVER_LIMIT
-from ratelimit_sidecar.metrics.hot import (
-    NEAR,
-    OVER,
-    SHADOW,
-    TOTAL,
-    WITHIN,
-    DecisionCounts,
-    LatencyHistogram,
-    Tally,
-)
+from ratelimit_sidecar.metrics.hot import DecisionCounts, LatencyHistogram, Tally
 from ratelimit_sidecar.metrics.labels import NS, RuleLabels
 from ratelimit_sidecar.metrics.penalty import PenaltyCollector
 
@@ -160,23 +151,22 @@ class Metrics:
         for counts, verdict in zip(tally, decision.verdicts, strict=True):
             if counts is None:
                 continue
-            counts[TOTAL] += 1
+            counts.total += 1
             if verdict.code is OVER_LIMIT:
-                counts[OVER] += 1
+                counts.over += 1
             elif verdict.shadow_refused:
-                counts[SHADOW] += 1
+                counts.shadow += 1
             else:
-                counts[WITHIN] += 1
-                counts[NEAR] += verdict.near_limit
+                counts.within += 1
+                counts.near += verdict.near_limit
 
     def admitted(self, tally: Tally, index: int, verdict: Verdict) -> None:
         counts = tally[index]
         if counts is not None:
-            # Not `+=`: compiled, that is a generic add on the boxed item.
-            counts[TOTAL] = counts[TOTAL] + 1
-            counts[WITHIN] = counts[WITHIN] + 1
+            counts.total += 1
+            counts.within += 1
             if verdict.near_limit:
-                counts[NEAR] = counts[NEAR] + 1
+                counts.near += 1
 
     def unknown_domain(self, domain: str) -> None:  # noqa: ARG002 - one counter, no raw labels
         self.unknown_domains.inc()

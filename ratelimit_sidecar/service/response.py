@@ -29,7 +29,8 @@ _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
 _OK_STATUS = b"\x08\x01"
 _OK_CODE: Final = _OVERALL_CODE + b"\x01"
 _UNMATCHED_FIELD = _STATUS + b"\x02" + _OK_STATUS
-MAX_CACHED_RESETS = 65_536  # distinct `duration_until_reset` values kept encoded
+MAX_CACHED_RESETS = 65_536  # distinct refusals kept encoded
+LISTED_RESETS = 86_401  # `duration_until_reset` values kept encoded: whole seconds to a day
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,8 @@ class ResponseEncoder:
         self._ietf = self.options.ietf_headers or self.options.reference_headers is not None
         # Per limit: (the limit, its current_limit field, an admitted status's start).
         self._limits: dict[int, tuple[RateLimit, bytes, bytes]] = {}
-        self._resets: dict[int, bytes] = {}
+        self._resets = [b""] * LISTED_RESETS  # per whole second; b"": not encoded yet
+        self._high, self._high_part = -1, b""  # the last count's bits above the low 7, encoded
         self._refusals: dict[tuple[int, int], tuple[RateLimit | None, bytes, bytes]] = {}
 
     def encode(self, decision: Decision) -> bytes:
@@ -117,21 +119,29 @@ class ResponseEncoder:
         one bytes object per limit, which the CPU's caches keep for every request under it."""
         return self._encoded(limit)[2]
 
-    def admitted(self, before: bytes, head: bytes, verdict: Verdict, after: bytes) -> bytes:
+    def admitted(self, opening: bytes, head: bytes, verdict: Verdict, after: bytes) -> bytes:
         """The usual answer in one step: one counted descriptor admitted (`verdict`, its status
-        starting with `head`) amid constant statuses already encoded. Without IETF headers."""
+        starting with `head`) amid constant statuses already encoded (`opening`: see there).
+        Without IETF headers."""
         # Every admitted request comes here: one join, the reset field straight from its
-        # cache, the status's length from its parts' (one byte unless a name makes it long).
-        reset = self._resets.get(verdict.reset_ms) or self._reset(verdict.reset_ms)
+        # list, the status's length from its parts' (one byte unless a name makes it long).
+        seconds, resets = -(-verdict.reset_ms // 1000), self._resets
+        reset = resets[seconds] if 0 <= seconds < len(resets) else b""
+        reset = reset or self._reset(verdict.reset_ms)
         remaining = verdict.remaining
         if remaining >= 0x80:  # `varint` inlined, the tag joined to the low bits: -0.7k
-            count = _REMAINING_CONTINUED[remaining & 0x7F]
-            high = _HIGH_PARTS.get(remaining >> 7) or _high_part(remaining >> 7)
+            count, high = _REMAINING_CONTINUED[remaining & 0x7F], remaining >> 7
+            high_part = self._high_part if high == self._high else self._new_high(high)
         else:
-            count, high = _REMAINING_SMALL[remaining] if remaining else b"", b""
-        size = len(head) + len(count) + len(high) + len(reset)
+            count, high_part = _REMAINING_SMALL[remaining] if remaining else b"", b""
+        size = len(head) + len(count) + len(high_part) + len(reset)
         length = _SMALL_VARINTS[size] if size < 0x80 else varint(size)
-        return b"".join((_OK_CODE, before, _STATUS, length, head, count, high, reset, after))
+        return b"".join((opening, length, head, count, high_part, reset, after))
+
+    def opening(self, verdicts: Iterable[Verdict]) -> bytes:
+        """An admitted answer's start, one part of its join: OK, the statuses before the counted
+        descriptor's, that status's tag."""
+        return _OK_CODE + self.statuses(verdicts) + _STATUS
 
     def statuses(self, verdicts: Iterable[Verdict]) -> bytes:
         """Encoded DescriptorStatus fields, in order."""
@@ -153,15 +163,20 @@ class ResponseEncoder:
         return code + self._encoded(limit)[1] + remaining + self._reset(verdict.reset_ms)
 
     def _reset(self, ms: int) -> bytes:
-        """The encoded `duration_until_reset` field; few distinct values, so kept once encoded.
-        Whole seconds, rounded up as Retry-After is: Envoy's `x-ratelimit-reset` shows only
-        the seconds field, and the reference service answers whole seconds too."""
-        found = self._resets.get(ms)
-        if found is None:
-            if len(self._resets) >= MAX_CACHED_RESETS:
-                self._resets.clear()
-            found = self._resets[ms] = _field(_RESET, _duration(max(0, ms)))
+        """The encoded `duration_until_reset` field, kept per second up to a day's. Whole
+        seconds, rounded up as Retry-After is: Envoy's `x-ratelimit-reset` shows only the
+        seconds field, and the reference service answers whole seconds too."""
+        seconds = max(0, -(-ms // 1000))
+        if seconds >= len(self._resets):
+            return _field(_RESET, _duration(seconds))
+        found = self._resets[seconds] or _field(_RESET, _duration(seconds))
+        self._resets[seconds] = found
         return found
+
+    def _new_high(self, high: int) -> bytes:
+        """A count's bits above the low 7 change once in 128 counts: the last kept at hand."""
+        self._high, self._high_part = high, _HIGH_PARTS.get(high) or _high_part(high)
+        return self._high_part
 
     def _encoded(self, limit: RateLimit) -> tuple[RateLimit, bytes, bytes]:
         cached = self._limits.get(id(limit))
@@ -192,9 +207,8 @@ def _limit(limit: RateLimit) -> bytes:
     return out
 
 
-def _duration(ms: int) -> bytes:
-    """google.protobuf.Duration of whole seconds (field 1), `ms` rounded up."""
-    seconds = -(-ms // 1000)
+def _duration(seconds: int) -> bytes:
+    """google.protobuf.Duration of whole seconds (field 1)."""
     return b"\x08" + varint(seconds) if seconds else b""
 
 

@@ -35,10 +35,8 @@ class BlockNotice(NamedTuple):
 
 def parse_notice(data: bytes) -> BlockNotice | None:
     """The notice in `data`, or None if it is not one (a reader must survive any message)."""
-    if len(data) > MAX_MESSAGE:
-        return None
     fields = data.split(b"|")
-    if len(fields) < 3 or not _DIGEST.fullmatch(fields[0]):
+    if len(data) > MAX_MESSAGE or len(fields) < 3 or not _DIGEST.fullmatch(fields[0]):
         return None
     try:
         left_ms, level = int(fields[1]), int(fields[2])

@@ -19,14 +19,14 @@ is answered so alone; a failed GET or heartbeat leaves that value unknown (0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from redis.crc import key_slot  # a pure CRC16: the slot Redis Cluster routes a key to
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
-from ratelimit_sidecar.core.types import Push, PushResult, SyncBatch, SyncResult
+from ratelimit_sidecar.core.types import KeyId, Push, PushResult, SyncBatch, SyncResult
 from ratelimit_sidecar.storage import scripts
 from ratelimit_sidecar.storage import shared_rules as rules
 from ratelimit_sidecar.storage.blocks import BLOCKS, NEAR
@@ -130,8 +130,9 @@ class SyncCodec:
             pushes = push_results(layout, replies[:calls])
         except (TypeError, ValueError) as exc:
             raise StoreUnreadable(f"unreadable sync reply: {exc}") from exc
-        beat = replies[totals_end] if layout.heartbeat else None
-        live, store_time, failed = heartbeat_answer(beat, layout.heartbeat)
+        live, store_time, failed = 0, 0, ""
+        if layout.heartbeat:
+            live, store_time, failed = heartbeat_answer(replies[totals_end])
         return SyncResult(
             pushes=pushes,
             totals=tuple(number(r) for r in replies[calls:totals_end]),
@@ -153,13 +154,7 @@ class SyncCodec:
 
     def chunks(self, pushes: Sequence[Push], group: list[int]) -> tuple[tuple[int, ...], ...]:
         """Cut into calls; on Cluster a call may only touch one slot."""
-        slots = [group]
-        if self.cluster:
-            by_slot: dict[int, list[int]] = {}
-            for index in group:
-                slot = key_slot(self.keys.tag(pushes[index].key).encode())
-                by_slot.setdefault(slot, []).append(index)
-            slots = list(by_slot.values())
+        slots = by_slot((i, pushes[i].key) for i in group) if self.cluster else [group]
         return tuple(
             tuple(slot[i : i + CHUNK_KEYS])
             for slot in slots
@@ -183,6 +178,14 @@ class SyncCodec:
             beat = (self.node_id, batch.now_ms, self.node_ttl_ms)
             commands.append(HEARTBEAT.eval(1, keys.nodes(), *beat))
         return commands
+
+
+def by_slot(keys: Iterable[tuple[int, KeyId]]) -> list[list[int]]:
+    """The indexes grouped by their key's Redis Cluster slot (the digest is the hash tag)."""
+    slots: dict[int, list[int]] = {}
+    for index, key in keys:
+        slots.setdefault(key_slot(digest(key).encode()), []).append(index)
+    return list(slots.values())
 
 
 # One push packed as its algorithm's sync script reads it (see each script's header).
@@ -288,10 +291,8 @@ def number(reply: Any) -> int:
         return 0
 
 
-def heartbeat_answer(reply: Any, sent: bool) -> tuple[int, int, str]:
-    """(live nodes, the store's clock in ms, "") or (0, 0, why it failed); zeros if not `sent`."""
-    if not sent:
-        return 0, 0, ""
+def heartbeat_answer(reply: Any) -> tuple[int, int, str]:
+    """(live nodes, the store's clock in ms, "") or (0, 0, why it failed)."""
     try:
         live, seconds, micros = reply
         return int(live), int(seconds) * 1000 + int(micros) // 1000, ""

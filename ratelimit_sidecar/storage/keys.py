@@ -28,14 +28,12 @@ def digest(key: KeyId) -> str:
     for part in key:
         # surrogatepass: a lone surrogate must not make key naming fail on the sync path.
         raw = part.encode("utf-8", "surrogatepass")
-        chunks.append(len(raw).to_bytes(8, "big"))
-        chunks.append(raw)
+        chunks += (len(raw).to_bytes(8, "big"), raw)
     return hashlib.blake2b(b"".join(chunks), digest_size=DIGEST_HEX // 2).hexdigest()
 
 
 def readable(text: str, limit: int) -> str:
-    cleaned = _UNSAFE.sub("_", text[:limit])
-    return cleaned or "_"
+    return _UNSAFE.sub("_", text[:limit]) or "_"
 
 
 def counter_suffix(key: KeyId, window: int | str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 HISTORY = 100  # changes kept, newest first
 Document = Mapping[str, object]  # one override as the admin API shows it, with its "id"
@@ -78,6 +78,12 @@ def documents_at(
             else:
                 documents[override_id] = before
     return documents
+
+
+def change_of(record: Any) -> Change:
+    """A change as the stores keep it in JSON: {"version", "time_ms", "action", "touched"}."""
+    touched = tuple((str(i), before, after) for i, before, after in record["touched"])
+    return Change(int(record["version"]), int(record["time_ms"]), str(record["action"]), touched)
 
 
 def rollback_touches(

@@ -24,7 +24,7 @@ from ratelimit_sidecar.storage.overrides import (
     Document,
     MemoryOverrideStore,
     OverrideSnapshot,
-    Touched,
+    change_of,
 )
 
 log = logging.getLogger("ratelimit_sidecar.overrides")
@@ -139,12 +139,5 @@ def _parse_state(state: object) -> tuple[int, dict[str, Document], list[Change]]
         raise ValueError(f"unknown format {state.get('format')!r}")
     version = int(state["version"])
     documents = dict(state["documents"])
-    changes = [
-        Change(int(c["version"]), int(c["time_ms"]), str(c["action"]), _touched(c["touched"]))
-        for c in state["changes"]
-    ]
+    changes = [change_of(record) for record in state["changes"]]
     return version, documents, changes
-
-
-def _touched(items: list[list[object]]) -> tuple[Touched, ...]:
-    return tuple((str(i), before, after) for i, before, after in items)  # type: ignore[misc]

@@ -32,12 +32,13 @@ from ratelimit_sidecar.storage.overrides import (
     Document,
     OverrideSnapshot,
     Touched,
+    change_of,
     documents_at,
     rollback_touches,
 )
 from ratelimit_sidecar.storage.redis_store import (
     RedisStorage,
-    ensure_ready,
+    ready_connection,
     sent_error,
     unsent_error,
 )
@@ -113,7 +114,7 @@ class RedisOverrideStore:
         try:
             flat = [_text(item) for item in reply[1]]
             documents = {flat[i]: _document(flat[i + 1]) for i in range(0, len(flat), 2)}
-            changes = tuple(_change(_text(record)) for record in reply[2])
+            changes = tuple(change_of(json.loads(_text(record))) for record in reply[2])
             return int(reply[0]), documents, changes
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise StoreError(f"unreadable overrides under {self._keys[0]!r}: {exc}") from exc
@@ -144,9 +145,9 @@ class RedisOverrideStore:
         self, action: str, touched: Sequence[Touched], now_ms: int, *, expected: int | None = None
     ) -> int | None:
         """None if nothing was written (deleting an absent override, or `expected` is stale)."""
-        triples = [_triple(override_id, after) for override_id, _before, after in touched]
+        parts = [part for i, _before, after in touched for part in _triple(i, after)]
         head = (action, "" if expected is None else str(expected), str(int(now_ms)))
-        reply = await self._call(*head, str(HISTORY), self.channel, *_flat(triples))
+        reply = await self._call(*head, str(HISTORY), self.channel, *parts)
         if int(reply[0]) != 1:
             return None
         self.last_write_ms = int(reply[2])
@@ -164,26 +165,20 @@ class RedisOverrideStore:
         if isinstance(client, RedisCluster):
             await client.initialize()
             return await client.execute_command(*command)
-        pool = client.connection_pool
         try:
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+            connection = await ready_connection(client.connection_pool)
         except Exception as exc:
             raise unsent_error(exc) from exc
         try:
-            try:
-                await ensure_ready(connection)
-            except Exception as exc:
-                raise unsent_error(exc) from exc
-            try:
-                await connection.send_command(*command)
-                return await connection.read_response()
-            except ResponseError:
-                raise  # an error reply: the connection is fine
-            except BaseException:
-                await connection.disconnect()  # half a reply may be left on it
-                raise
+            await connection.send_command(*command)
+            return await connection.read_response()
+        except ResponseError:
+            raise  # an error reply: the connection is fine
+        except BaseException:
+            await connection.disconnect()  # half a reply may be left on it
+            raise
         finally:
-            await pool.release(connection)
+            await client.connection_pool.release(connection)
 
 
 def _triple(override_id: str, after: Document | None) -> tuple[str, str, str]:
@@ -191,21 +186,11 @@ def _triple(override_id: str, after: Document | None) -> tuple[str, str, str]:
     return override_id, json.dumps(override_id), text
 
 
-def _flat(triples: Sequence[tuple[str, str, str]]) -> list[str]:
-    return [part for triple in triples for part in triple]
-
-
 def _document(text: str) -> Document:
     document = json.loads(text)
     if not isinstance(document, Mapping):
         raise ValueError(f"an override is not a JSON object: {text[:80]!r}")
     return document
-
-
-def _change(text: str) -> Change:
-    record = json.loads(text)
-    touched = tuple((str(i), before, after) for i, before, after in record["touched"])
-    return Change(int(record["version"]), int(record["time_ms"]), str(record["action"]), touched)
 
 
 def _text(value: object) -> str:

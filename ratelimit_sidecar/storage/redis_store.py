@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.asyncio.client import Pipeline
 from redis.exceptions import BusyLoadingError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -55,8 +55,6 @@ class RedisStorage:
     ) -> None:
         self.client = client
         self.keys = KeySchema(prefix)
-        self.node_id = node_id
-        self.node_ttl_ms = node_ttl_ms
         self.codec = SyncCodec(
             self.keys,
             cluster=isinstance(client, RedisCluster),
@@ -122,14 +120,7 @@ class RedisStorage:
         """Before writing: the connection to use, or on Cluster (None) each node's pooled one."""
         client = self.client
         if not isinstance(client, RedisCluster):
-            pool = client.connection_pool
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-            try:
-                await ensure_ready(connection)
-            except BaseException:
-                await pool.release(connection)
-                raise
-            return connection
+            return await ready_connection(client.connection_pool)
         await client.initialize()
         nodes = {node.name: node for key in keys if (node := client.get_node_from_key(key))}
         for node in nodes.values():
@@ -167,9 +158,8 @@ def unsent_error(exc: BaseException) -> StoreError:
     """Raised before anything was written: never applied."""
     if isinstance(exc, StoreError):
         return exc
-    kind: type[StoreError] = StoreUnavailable  # refused, unreachable, timed out, no slot map
-    if isinstance(exc, ResponseError):
-        kind = StoreRefused
+    # Unavailable: refused, unreachable, timed out, no slot map.
+    kind = StoreRefused if isinstance(exc, ResponseError) else StoreUnavailable
     return kind(f"{type(exc).__name__}: {exc}")
 
 
@@ -187,11 +177,19 @@ def sent_error(exc: BaseException) -> StoreError:
 
 def connection_failure(reply: Any) -> StoreError | None:
     """A reply that is the connection's failure, not its command's (LOADING is): it may have run."""
-    if isinstance(reply, BusyLoadingError):
-        return None
-    if isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError):
-        return sent_error(reply)
-    return None
+    lost = isinstance(reply, RedisConnectionError | RedisTimeoutError | OSError)
+    return sent_error(reply) if lost and not isinstance(reply, BusyLoadingError) else None
+
+
+async def ready_connection(pool: ConnectionPool) -> Any:
+    """A pooled connection, ready (`ensure_ready`); back in the pool if it cannot be made so."""
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await ensure_ready(connection)
+    except BaseException:
+        await pool.release(connection)
+        raise
+    return connection
 
 
 async def ensure_ready(connection: Any) -> None:

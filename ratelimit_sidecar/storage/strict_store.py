@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
 from redis.asyncio import RedisCluster
-from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.types import KeyId
 from ratelimit_sidecar.storage import scripts
-from ratelimit_sidecar.storage.codec import penalty_spec
+from ratelimit_sidecar.storage.codec import by_slot, penalty_spec
 from ratelimit_sidecar.storage.errors import StoreError, StoreUnavailable
 from ratelimit_sidecar.storage.keys import counter_suffix, digest
 from ratelimit_sidecar.storage.redis_store import RedisStorage, sent_error
@@ -69,11 +68,8 @@ class StrictStore:
         replies = await asyncio.gather(*(self._call([checks[i] for i in g]) for g in groups))
         if not all(reply[0].counted for reply in replies):
             replies = await self._give_back(checks, groups, replies)
-        answers: list[StrictAnswer | None] = [None] * len(checks)
-        for group, reply in zip(groups, replies, strict=True):
-            for index, answer in zip(group, reply, strict=True):
-                answers[index] = answer
-        return [a for a in answers if a is not None]
+        by_index = dict(zip(itertools.chain(*groups), itertools.chain(*replies), strict=True))
+        return [by_index[index] for index in range(len(checks))]
 
     async def _give_back(
         self,
@@ -103,11 +99,7 @@ class StrictStore:
     def _groups(self, checks: Sequence[StrictCheck]) -> list[list[int]]:
         if not self.cluster:
             return [list(range(len(checks)))]
-        by_slot: dict[int, list[int]] = {}
-        for index, check in enumerate(checks):
-            slot = key_slot(digest(check.key).encode())
-            by_slot.setdefault(slot, []).append(index)
-        return list(by_slot.values())
+        return by_slot(enumerate(check.key for check in checks))
 
     async def prepare(self) -> bool:
         """Slot map and script loaded before the first request's timeout; False: no Redis yet."""

@@ -102,11 +102,11 @@ def test_a_counter_handed_back_after_its_key_was_forgotten_is_not_used() -> None
     the decision is the table's again, on a new counter that is tracked."""
     limiter, r = LocalLimiter(), rule(rpu=5)
     request = hit(r, "v")
-    _, kept = limiter.hit_one(T0, request)
+    _, kept = limiter.hit_one(T0, *request)
     assert kept is limiter.keys.get(request.key)
     limiter.sweep(T0 + 120_000)
     assert len(limiter.keys) == 0
-    verdict, again = limiter.hit_one(T0 + 120_000, request, kept)
+    verdict, again = limiter.hit_one(T0 + 120_000, *request, kept)
     assert again is not kept and again is limiter.keys.get(request.key)
     assert kept is not None and kept.nodes.admitted == 1
     assert verdict.remaining == 4

@@ -444,7 +444,7 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
         at = 0 if first else len(others)
         single = companions != 3
         if single:  # the handler's one fast path, handed back the counter it returned last
-            verdict, kept[index, value] = alone.hit_one(now, counted, kept.get((index, value)))
+            verdict, kept[index, value] = alone.hit_one(now, *counted, kept.get((index, value)))
             mine = Decision(verdict.code, (verdict,))
         else:
             mine = alone.hit(now, request)
