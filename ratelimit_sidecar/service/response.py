@@ -29,6 +29,7 @@ _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
 _OK_STATUS = b"\x08\x01"
 _OK_CODE: Final = _OVERALL_CODE + b"\x01"
 _UNMATCHED_FIELD = _STATUS + b"\x02" + _OK_STATUS
+_OPENING = _OK_CODE + _STATUS
 MAX_CACHED_RESETS = 65_536  # distinct refusals kept encoded
 LISTED_RESETS = 86_401  # `duration_until_reset` values kept encoded: whole seconds to a day
 
@@ -82,7 +83,7 @@ class ResponseEncoder:
         self._ietf = self.options.ietf_headers or self.options.reference_headers is not None
         # Per limit: (the limit, its current_limit field, an admitted status's start).
         self._limits: dict[int, tuple[RateLimit, bytes, bytes]] = {}
-        self._resets = [b""] * LISTED_RESETS  # per whole second; b"": not encoded yet
+        self._resets: list[bytes] = []  # per whole second, grown as used; b"": not encoded yet
         self._high, self._high_part = -1, b""  # the last count's bits above the low 7, encoded
         self._refusals: dict[tuple[int, int], tuple[RateLimit | None, bytes, bytes]] = {}
 
@@ -140,8 +141,9 @@ class ResponseEncoder:
 
     def opening(self, verdicts: Iterable[Verdict]) -> bytes:
         """An admitted answer's start, one part of its join: OK, the statuses before the counted
-        descriptor's, that status's tag."""
-        return _OK_CODE + self.statuses(verdicts) + _STATUS
+        descriptor's, that status's tag; with none before, one object for every request."""
+        before = self.statuses(verdicts)
+        return _OK_CODE + before + _STATUS if before else _OPENING
 
     def statuses(self, verdicts: Iterable[Verdict]) -> bytes:
         """Encoded DescriptorStatus fields, in order."""
@@ -167,8 +169,10 @@ class ResponseEncoder:
         seconds, rounded up as Retry-After is: Envoy's `x-ratelimit-reset` shows only the
         seconds field, and the reference service answers whole seconds too."""
         seconds = max(0, -(-ms // 1000))
-        if seconds >= len(self._resets):
+        if seconds >= LISTED_RESETS:
             return _field(_RESET, _duration(seconds))
+        if seconds >= len(self._resets):  # a day's list costs 675 KiB: only longer rules pay
+            self._resets += [b""] * (seconds + 1 - len(self._resets))
         found = self._resets[seconds] or _field(_RESET, _duration(seconds))
         self._resets[seconds] = found
         return found
