@@ -73,7 +73,7 @@ class Limiter(ABC):
         less in cache) of one counted descriptor with one limit. The caller may hand the counter
         back as `known`: finding it among 100,000 keys costs ~0.2 µs."""
         if rule is None or rule.limit is None:
-            return unlimited_verdict(Hit(rule, key, hits)), None
+            return unlimited_verdict(rule), None
         verdict, state = self._check_limit(now_ms, rule, hits, rule.limit, key, known)
         if state is not None and (verdict is None or verdict.code is OK):
             algorithm = self.algorithms[state.limit.algorithm_index]
@@ -123,7 +123,7 @@ class Limiter(ABC):
     def _check_all(self, now_ms: int, hit: Hit) -> list[Checked]:
         rule = hit.rule
         if rule is None or rule.limit is None:
-            return [(unlimited_verdict(hit), None)]
+            return [(unlimited_verdict(rule), None)]
         if len(rule.limits) < 2:
             return [self._check_limit(now_ms, rule, hit.hits, rule.limit, hit.key)]
         return [

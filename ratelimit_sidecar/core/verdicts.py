@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ratelimit_sidecar.config.model import RateLimit
+from ratelimit_sidecar.config.model import RateLimit, Rule
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Hit, Verdict
+from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Verdict
 
 UNMATCHED = Verdict(OK)
 WaitMs = Callable[[KeyState, int, int], int]  # (state, hits, now_ms) -> Retry-After
 UNLIMITED = Verdict(OK, unlimited=True)
 
 
-def unlimited_verdict(hit: Hit) -> Verdict:
-    return UNLIMITED if hit.rule is not None and hit.rule.unlimited else UNMATCHED
+def unlimited_verdict(rule: Rule | None) -> Verdict:
+    """The answer of a descriptor no limit applies to: none matched, or its rule is unlimited."""
+    return UNLIMITED if rule is not None and rule.unlimited else UNMATCHED
 
 
 def deny_verdict(limit: RateLimit, hits: int, shadow: bool) -> Verdict:

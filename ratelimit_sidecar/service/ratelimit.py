@@ -185,7 +185,7 @@ class RateLimitHandler:
         """`response` with the reference's dynamic metadata; the request is parsed again (an
         opt-in setting: the compiled request keeps no copy of what only it needs)."""
         request = RateLimitRequest.FromString(raw)
-        verdicts = verdicts or [unlimited_verdict(hit) for hit in hits]
+        verdicts = verdicts or [unlimited_verdict(hit.rule) for hit in hits]
         return response + dynamic_metadata_field(request, hits, verdicts)
 
     def _compile(self, raw: bytes) -> CompiledRequest:
@@ -214,8 +214,8 @@ class RateLimitHandler:
         elif limit is None or not known or _more_headers(options) or options.dynamic_metadata:
             compiled = CompiledRequest(name, tuple(hits), known, tally)
         else:  # the others are unmatched or unlimited: always the same statuses
-            opening = self._encoder.opening(unlimited_verdict(h) for h in hits[:counted])
-            after = self._encoder.statuses(unlimited_verdict(h) for h in hits[counted + 1 :])
+            opening = self._encoder.opening(unlimited_verdict(h.rule) for h in hits[:counted])
+            after = self._encoder.statuses(unlimited_verdict(h.rule) for h in hits[counted + 1 :])
             head = self._encoder.admitted_head(limit)
             rule, key, addend = hits[counted]  # not `*hits[counted]`: compiled, a generic call
             compiled = CompiledRequest(
@@ -295,8 +295,8 @@ def _lets_refusals_through(rules: RuleSet, options: ResponseOptions) -> bool:
 def _with_constants(compiled: CompiledRequest, verdict: Verdict) -> tuple[Verdict, ...]:
     """Every descriptor's verdict: `verdict` for the counted one, constants for the others."""
     hits, counted = compiled.hits, compiled.counted
-    before = [unlimited_verdict(h) for h in hits[:counted]]
-    return (*before, verdict, *[unlimited_verdict(h) for h in hits[counted + 1 :]])
+    before = [unlimited_verdict(h.rule) for h in hits[:counted]]
+    return (*before, verdict, *[unlimited_verdict(h.rule) for h in hits[counted + 1 :]])
 
 
 def _only_counted(hits: Sequence[Hit]) -> tuple[int, RateLimit | None]:

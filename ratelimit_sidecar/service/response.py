@@ -62,13 +62,17 @@ def varint(value: int) -> bytes:
     for a 5-byte count, was 3.8k)."""
     if value < 0x80:
         return _SMALL_VARINTS[value]
-    return _CONTINUED[value & 0x7F] + (_HIGH_PARTS.get(value >> 7) or _high_part(value >> 7))
+    return _CONTINUED[value & 0x7F] + _high_part(value >> 7)
 
 
 def _high_part(high: int) -> bytes:
-    if len(_HIGH_PARTS) >= MAX_HIGH_PARTS:
-        _HIGH_PARTS.clear()
-    return _HIGH_PARTS.setdefault(high, varint(high))
+    """The varint of a count's bits above the low 7, kept encoded."""
+    found = _HIGH_PARTS.get(high)
+    if found is None:
+        if len(_HIGH_PARTS) >= MAX_HIGH_PARTS:
+            _HIGH_PARTS.clear()
+        found = _HIGH_PARTS[high] = varint(high)
+    return found
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
@@ -124,11 +128,9 @@ class ResponseEncoder:
         """The usual answer in one step: one counted descriptor admitted (`verdict`, its status
         starting with `head`) amid constant statuses already encoded (`opening`: see there).
         Without IETF headers."""
-        # Every admitted request comes here: one join, the reset field straight from its
-        # list, the status's length from its parts' (one byte unless a name makes it long).
-        seconds, resets = -(-verdict.reset_ms // 1000), self._resets
-        reset = resets[seconds] if 0 <= seconds < len(resets) else b""
-        reset = reset or self._reset(verdict.reset_ms)
+        # Every admitted request comes here: one join, the reset field kept encoded, the
+        # status's length from its parts' (one byte unless a name makes it long).
+        reset = self._reset(verdict.reset_ms)
         remaining = verdict.remaining
         if remaining >= 0x80:  # `varint` inlined, the tag joined to the low bits: -0.7k
             count, high = _REMAINING_CONTINUED[remaining & 0x7F], remaining >> 7
@@ -168,18 +170,18 @@ class ResponseEncoder:
         """The encoded `duration_until_reset` field, kept per second up to a day's. Whole
         seconds, rounded up as Retry-After is: Envoy's `x-ratelimit-reset` shows only the
         seconds field, and the reference service answers whole seconds too."""
-        seconds = max(0, -(-ms // 1000))
-        if seconds >= LISTED_RESETS:
-            return _field(_RESET, _duration(seconds))
-        if seconds >= len(self._resets):  # a day's list costs 675 KiB: only longer rules pay
-            self._resets += [b""] * (seconds + 1 - len(self._resets))
-        found = self._resets[seconds] or _field(_RESET, _duration(seconds))
-        self._resets[seconds] = found
+        seconds, resets = max(0, -(-ms // 1000)), self._resets
+        if seconds < len(resets) and resets[seconds]:
+            return resets[seconds]
+        found = _field(_RESET, _duration(seconds))
+        if seconds < LISTED_RESETS:  # grown as rules need it: a day's list costs 675 KiB
+            resets.extend([b""] * (seconds + 1 - len(resets)))
+            resets[seconds] = found
         return found
 
     def _new_high(self, high: int) -> bytes:
         """A count's bits above the low 7 change once in 128 counts: the last kept at hand."""
-        self._high, self._high_part = high, _HIGH_PARTS.get(high) or _high_part(high)
+        self._high, self._high_part = high, _high_part(high)
         return self._high_part
 
     def _encoded(self, limit: RateLimit) -> tuple[RateLimit, bytes, bytes]:
