@@ -19,8 +19,8 @@ from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import request
 from harness.h2raw import RawH2
-from ratelimit_sidecar.server.transport import frames as f
-from ratelimit_sidecar.server.transport.frames import ErrorCode
+from ratelimit_sidecar.grpc_server.transport import frames as f
+from ratelimit_sidecar.grpc_server.transport.frames import ErrorCode
 
 PACED_RPS = 10_000
 RUN_S = 4

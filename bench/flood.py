@@ -22,11 +22,11 @@ from bench.workload import request, rules_dir, rules_yaml
 from harness.answer import answer_now
 from harness.redis_servers import server_group
 from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import LocalLimiter
-from ratelimit_sidecar.server.app import Sidecar
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
 LIMIT, MAX_KEYS, FLOOD, FLOOD_RPS, HEAVY, HEAVY_RPS = 60, 50_000, 300_000, 2_700, 5, 2

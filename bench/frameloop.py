@@ -16,10 +16,10 @@ import hpack
 
 from harness.h2raw import grpc_message
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.server.transport import frames as f
-from ratelimit_sidecar.server.transport.connection import H2Connection
-from ratelimit_sidecar.server.transport.methods import Method
-from ratelimit_sidecar.server.transport.server import ServerCore
+from ratelimit_sidecar.grpc_server.transport import frames as f
+from ratelimit_sidecar.grpc_server.transport.connection import H2Connection
+from ratelimit_sidecar.grpc_server.transport.methods import Method
+from ratelimit_sidecar.grpc_server.transport.server import ServerCore
 
 WARM_UP_READS = 100  # the HPACK block cache and the handler's compiled requests fill up
 CALLS_PER_READ = 8  # as the load generators keep in flight per connection

@@ -49,7 +49,7 @@ STAGE_CASES = tuple(f"hot/{stage}" for stage in STAGES)
 TRANSPORT_CASES = ("empty-fast", "hot-fast", "seen-fast")
 PENALTY = "penalty: {factor: 2, max: 1h, forgive_after: 1h}"
 DRIVER = Path(__file__).resolve()
-OVERRIDES_MODULE = "ratelimit_sidecar/service/overrides.py"  # a tree that has the `-10k` cases
+OVERRIDES_MODULE = "ratelimit_sidecar/overrides/applied.py"  # a tree that has the `-10k` cases
 TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 Counts = Mapping[tuple[str, str], float]  # (tree, case) -> instructions per decision
@@ -121,7 +121,7 @@ def make_handler(case: str) -> Any:
 def answerer(handler: Any) -> Callable[[bytes], Any]:
     """What the fast transport calls: `RateLimitServicer.answer` (the decision histogram's
     timing included); on a tree from before the fast transport, `decide`."""
-    from ratelimit_sidecar.server.grpc_api import RateLimitServicer
+    from ratelimit_sidecar.grpc_server.rls import RateLimitServicer
 
     observer = getattr(handler, "_observer", None)
     servicer = RateLimitServicer(handler, observer and observer.decision_seconds.observe)

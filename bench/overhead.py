@@ -36,9 +36,9 @@ from bench.load.runs import Bench, Run
 from bench.load.servers import ServerProcess, start_service, start_sidecar
 from bench.report import Options, Outcome, conclude, pct
 from bench.workload import Workload, handler, hot_10, key_values, unframe, workload
+from ratelimit_sidecar.grpc_server.rls import RateLimitServicer
 from ratelimit_sidecar.metrics import Metrics
-from ratelimit_sidecar.server.grpc_api import RateLimitServicer
-from ratelimit_sidecar.server.storeclock import StoreClock
+from ratelimit_sidecar.sync.store_clock import StoreClock
 
 ROUNDS = 6  # short runs, many rounds: a VM's CPU speed drifts within seconds
 WARM_UP_S = 2.0

@@ -29,9 +29,9 @@ from bench.workload import DOMAIN, KEY, UNREACHABLE, key_values
 from harness.override_fleet import RULES, OverrideNode
 from harness.redis_servers import server_group
 from harness.rules import write_rules
-from ratelimit_sidecar.config.overrides import Override, OverrideBounds, parse_override
-from ratelimit_sidecar.service.overrides import AppliedOverrides
-from ratelimit_sidecar.storage.overrides_file import FILE_NAME, FORMAT
+from ratelimit_sidecar.overrides.applied import AppliedOverrides
+from ratelimit_sidecar.overrides.file_store import FILE_NAME, FORMAT
+from ratelimit_sidecar.overrides.model import Override, OverrideBounds, parse_override
 
 CHANGES = 200
 NODES = 3

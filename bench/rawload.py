@@ -22,7 +22,7 @@ from typing import Any
 
 import hpack
 
-from ratelimit_sidecar.server.transport import frames as f
+from ratelimit_sidecar.grpc_server.transport import frames as f
 
 WINDOW = f.MAX_WINDOW  # ours, per stream and for the connection: the server never waits on us
 SETTINGS = {f.SETTINGS_HEADER_TABLE_SIZE: 0, f.SETTINGS_INITIAL_WINDOW_SIZE: WINDOW}

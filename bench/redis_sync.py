@@ -30,9 +30,9 @@ from harness.redis_servers import server_group
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter, Hit, Limiter
 from ratelimit_sidecar.metrics import Metrics
-from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
+from ratelimit_sidecar.sync.span_sync import SyncLoop
 
 KEY_COUNTS = (1_000, 10_000, 100_000)
 RATES = (500, 1_000)  # requests per second over RATE_KEYS keys

@@ -4,7 +4,8 @@ generated servicer, uvloop, gRPC health service), each its own process:
     python -m bench.services KIND --address 127.0.0.1:PORT [--redis-url URL]
 
 * empty: one prebuilt OK status whatever the request: the least a service on this stack can do;
-* empty-fast: the same bytes on the sidecar's fast transport (ratelimit_sidecar/server/transport/);
+* empty-fast: the same bytes on the sidecar's fast transport
+  (ratelimit_sidecar/grpc_server/transport/);
 * count-fast: empty-fast that also counts each distinct body in a dict: the least per-request
   work of any rate limiter (find the client's counter, add one), with many clients a memory cost;
 * empty-4: one OK status per descriptor, as the sidecar answers (behind Envoy, which turns every
@@ -36,7 +37,7 @@ from limits.errors import StorageError
 from harness.rlqs_server import Action, assignment, blanket
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
-from ratelimit_sidecar.server.transport.server import FastServer
+from ratelimit_sidecar.grpc_server.transport.server import FastServer
 
 LIMIT = 1_000_000_000  # per second: never reached, every answer is OK (as the bench rule)
 PREBUILT = 16  # empty-4 builds its answers for 1..16 descriptors once

@@ -23,8 +23,8 @@ from harness.net import consecutive_free_ports, http_ok
 from harness.process import NotReady, wait_ready
 from ratelimit_sidecar.config.matcher import match
 from ratelimit_sidecar.core import Hit, LocalLimiter
+from ratelimit_sidecar.grpc_server.rls import TIMED_EVERY
 from ratelimit_sidecar.metrics import Metrics
-from ratelimit_sidecar.server.grpc_api import TIMED_EVERY
 
 WORKER_COUNTS = (1, 2)
 SHAPE = LoadShape(connections=20, streams=4, settle_s=0.5, duration_s=2.0)

@@ -12,7 +12,7 @@ from typing import Any
 import hpack
 
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.server.transport import frames as f
+from ratelimit_sidecar.grpc_server.transport import frames as f
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The store's pub/sub notices, as the engine delivers them: the sync scripts announce a push
 that takes a fixed window to NEAR_SHARE of MAX (sync.lua) and a block that a push starts
-(sync_common.lua); every node, the pusher included, hears them (server/fleetblocks.py)."""
+(sync_common.lua); every node, the pusher included, hears them (sync/fleet_blocks.py)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def on_the_wire(assignment: Assignment) -> EnvoyAssignment:
         bucket.max_tokens,
         bucket.tokens_per_fill,
         bucket.fill_interval_s * 1000,
-        # server/rlqs_api.py sends a DENY_ALL just before a bucket that replaces another
+        # grpc_server/rlqs.py sends a DENY_ALL just before a bucket that replaces another
         after_blanket=assignment.replaces_bucket,
     )
 

@@ -23,14 +23,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ratelimit_sidecar"
 # What a ShouldRateLimit decision runs: the core, the handler and its encoder, the metrics'
-# counters, the rule model it reads, the servicer and the span clock.
+# counters, the rule model it reads, the overrides applied to it, the servicer and the span clock.
 SOURCES = (
     "core/*.py",
     "service/*.py",
     "metrics/*.py",
     "config/model.py",
-    "server/grpc_api.py",
-    "server/storeclock.py",
+    "overrides/applied.py",
+    "grpc_server/rls.py",
+    "sync/store_clock.py",
 )
 GROUP = "ratelimit_sidecar.compiled"  # the shared library lands inside the package
 # mypyc checks only the modules it compiles: the project's overrides for the others would be

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ratelimit_sidecar.app.settings import ENV_PREFIX, OPTIONS, Option, settings_from
 from ratelimit_sidecar.config.limits import LIMIT_NAMES
-from ratelimit_sidecar.settings import ENV_PREFIX, OPTIONS, Option, settings_from
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_check(args["path"], limits_from(args))
     # gRPC's C core logs its own copy of startup errors we already report in one line.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    from ratelimit_sidecar.server.run import run_serve
+    from ratelimit_sidecar.app.run import run_serve
 
     try:
         settings = settings_from(args)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import discovery_pb2
+from ratelimit_sidecar.app.settings import Settings, settings_from
 from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.xds_rules import (
@@ -24,9 +25,8 @@ from ratelimit_sidecar.config.xds_rules import (
     rules_from_configs,
     unpack,
 )
-from ratelimit_sidecar.server.xds_channel import TlsFiles, node_of, open_channel
-from ratelimit_sidecar.server.xds_client import ads_stub
-from ratelimit_sidecar.settings import Settings, settings_from
+from ratelimit_sidecar.rules.xds_channel import TlsFiles, node_of, open_channel
+from ratelimit_sidecar.rules.xds_client import ads_stub
 
 
 def run_xds_dump(url: str, values: Mapping[str, Any], timeout_s: float) -> int:

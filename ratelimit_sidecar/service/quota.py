@@ -3,7 +3,7 @@
 A report's buckets are matched to rules (config/buckets.py) and overrides as ShouldRateLimit
 requests are, their allowed requests counted into the same counters (core/quota_usage.py), and
 only meaningful changes, new buckets, expiring and abandoned ones answered. A DENY_ALL is decided
-again when its block ends (`due`). server/rlqs_api.py only converts messages.
+again when its block ends (`due`). grpc_server/rlqs.py only converts messages.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ratelimit_sidecar.core.quota_assign import (
     abandoned,
 )
 from ratelimit_sidecar.core.quota_usage import BucketQuota
-from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
+from ratelimit_sidecar.overrides.applied import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.ratelimit import MAX_HITS, _key
 from ratelimit_sidecar.service.validation import Bounds, InvalidRequest, validate_entries
 

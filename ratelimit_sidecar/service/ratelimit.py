@@ -22,10 +22,10 @@ from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
 from ratelimit_sidecar.core.types import OK, OVER_LIMIT
+from ratelimit_sidecar.overrides.applied import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.compiled import DEFAULT_MAX_ENTRIES, CompiledRequest, RequestCache
 from ratelimit_sidecar.service.dynamic_metadata import dynamic_metadata_field
 from ratelimit_sidecar.service.overall import OverallCode
-from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.response import (
     ResponseEncoder,
     ResponseOptions,

@@ -16,7 +16,7 @@ class Bounds:
     max_bytes: int = 1024  # per domain, entry key or entry value, in UTF-8 bytes
 
 
-DEFAULT_BOUNDS = Bounds()  # settings.py takes its defaults from here
+DEFAULT_BOUNDS = Bounds()  # app/settings.py takes its defaults from here
 
 Entries = list[tuple[str, str]]
 

@@ -108,7 +108,7 @@ def _sentinel(url: str, node_id: str) -> Opened:
     for key in ("username", "password"):
         if (value := options.pop(f"sentinel_{key}", None)) is not None:
             on_sentinels[key] = value
-    sentinel = Sentinel(hosts, sentinel_kwargs=on_sentinels, **options)  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(hosts, sentinel_kwargs=on_sentinels, **options)  # type: ignore[no-untyped-call,unused-ignore]
     master_options: dict[str, Any] = {"db": db, **_client_name(node_id)}
     client: Redis = sentinel.master_for(service, **master_options)
     scheme = "rediss-sentinel" if options.get("ssl") else "redis-sentinel"

@@ -89,7 +89,7 @@ class Subscriber:
             await self._deliver(pubsub)
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
 
     async def _confirmed(self, pubsub: PubSub) -> None:
         """Only once every channel is confirmed can nothing published be missed."""

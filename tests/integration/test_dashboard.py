@@ -12,9 +12,9 @@ import pytest
 
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
 
 DASHBOARD = Path(__file__).parents[2] / "envoy" / "monitoring" / "grafana-dashboard.json"
 METRIC = re.compile(r"\bratelimit_sidecar_[a-z_]+")

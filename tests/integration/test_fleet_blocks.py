@@ -223,7 +223,7 @@ class Announcements:
 
     def __init__(self, redis: ServerProcess, key_digest: str) -> None:
         self._client = redis.client()
-        self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+        self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
         self._prefix = key_digest.encode() + b"|"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen)

@@ -17,9 +17,9 @@ from harness.grpc_client import request
 from harness.redis_servers import ServerProcess
 from harness.rules import write_rules
 from ratelimit_sidecar._proto.wire import RateLimitResponse
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -16,13 +16,13 @@ from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from harness.tls_proxy import make_cert
 from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.app.settings import TRANSPORTS, Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.server.grpc_api import BindError, RateLimitServicer, build_server
-from ratelimit_sidecar.server.tls import ServerTls, TlsFiles
-from ratelimit_sidecar.server.transport.server import FastServer
-from ratelimit_sidecar.settings import TRANSPORTS, Settings
+from ratelimit_sidecar.grpc_server.rls import BindError, RateLimitServicer, build_server
+from ratelimit_sidecar.grpc_server.tls import ServerTls, TlsFiles
+from ratelimit_sidecar.grpc_server.transport.server import FastServer
 from simulator.memory_store import MemoryStorage
 
 T0 = 1_700_000_040_000  # a minute boundary

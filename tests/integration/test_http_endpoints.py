@@ -15,11 +15,11 @@ import pytest
 
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.server.endpoints import value_digest
-from ratelimit_sidecar.server.http_api import HttpApi, text_reply
-from ratelimit_sidecar.settings import Settings
+from ratelimit_sidecar.http_server.endpoints import value_digest
+from ratelimit_sidecar.http_server.server import HttpApi, text_reply
 from ratelimit_sidecar.storage.keys import digest
 
 

@@ -18,15 +18,15 @@ import pytest
 from redis.crc import key_slot
 
 from harness.redis_servers import ServerProcess
-from ratelimit_sidecar.storage.errors import StoreError, StoreRefused, StoreUnavailable
-from ratelimit_sidecar.storage.overrides import (
+from ratelimit_sidecar.overrides.file_store import FileOverrideStore
+from ratelimit_sidecar.overrides.redis_store import RedisOverrideStore
+from ratelimit_sidecar.overrides.store import (
     HISTORY,
     MemoryOverrideStore,
     OverrideStore,
     UnknownVersion,
 )
-from ratelimit_sidecar.storage.overrides_file import FileOverrideStore
-from ratelimit_sidecar.storage.overrides_redis import RedisOverrideStore
+from ratelimit_sidecar.storage.errors import StoreError, StoreRefused, StoreUnavailable
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from google.protobuf.json_format import MessageToDict
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
 from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
 
 T0 = 1_700_000_040_000  # a minute boundary
 OK, OVER = wire.Code.OK, wire.Code.OVER_LIMIT

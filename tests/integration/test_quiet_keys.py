@@ -17,10 +17,10 @@ import redis
 from harness.redis_servers import ServerProcess
 from ratelimit_sidecar.config.model import Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Hit
-from ratelimit_sidecar.server.fleetblocks import FleetBlocks
-from ratelimit_sidecar.server.syncloop import SyncLoop, wall_clock_ms
 from ratelimit_sidecar.storage.keys import digest
 from ratelimit_sidecar.storage.redis_urls import open_redis
+from ratelimit_sidecar.sync.fleet_blocks import FleetBlocks
+from ratelimit_sidecar.sync.span_sync import SyncLoop, wall_clock_ms
 from tests.unit.core.rules import rule
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ import yaml
 
 from harness.grpc_client import request, rls_stub
 from harness.rules import write_rules
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
 
 MONITORING = Path(__file__).parents[2] / "envoy" / "monitoring"
 RULES_FILE = MONITORING / "reference-names.rules.yml"

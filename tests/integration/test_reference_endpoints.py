@@ -18,9 +18,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness.net import http_call
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
 
 RULES = """\
 domain: gateway

@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
 
 RULE = (
     "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {{unit: hour, requests_per_unit: {n}}}\n"

@@ -21,9 +21,9 @@ from harness.hostile_rules import (
     sparse_file,
 )
 from harness.sidecar import SidecarProcess, run_cli
+from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import Settings
 
 MIB = 1024 * 1024
 ERRORS = "ratelimit_sidecar_config_load_errors_total"

@@ -16,9 +16,9 @@ from harness.rlqs_client import QuotaStream, bucket_key
 from harness.rules import write_rules
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLimitStrategy
+from ratelimit_sidecar.app.settings import TRANSPORTS, Settings
+from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.server.app import Sidecar
-from ratelimit_sidecar.settings import TRANSPORTS, Settings
 
 T0 = 1_700_000_040_000  # a minute boundary
 RULES = """\

@@ -10,9 +10,9 @@ import pytest
 from harness.redis_servers import Cluster, ServerProcess
 from ratelimit_sidecar.config.model import Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, SyncBatch
-from ratelimit_sidecar.server.storeclock import StoreClock, monotonic_wall_ms
-from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.storage.redis_urls import open_redis
+from ratelimit_sidecar.sync.span_sync import SyncLoop
+from ratelimit_sidecar.sync.store_clock import StoreClock, monotonic_wall_ms
 from tests.unit.core.rules import hit, rule
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ from redis.crc import key_slot
 from harness.redis_servers import Cluster, ServerGroup, ServerProcess
 from ratelimit_sidecar.config.model import Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, Hit, KeyId
-from ratelimit_sidecar.server.syncloop import SyncLoop
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 from ratelimit_sidecar.storage.redis_urls import open_redis
+from ratelimit_sidecar.sync.span_sync import SyncLoop
 from tests.unit.core.rules import rule
 
 pytestmark = pytest.mark.integration

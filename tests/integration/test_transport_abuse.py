@@ -17,9 +17,9 @@ from harness.h2raw import RawH2, grpc_message
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.server.transport import frames as f
-from ratelimit_sidecar.server.transport.connection import FLOOD_BUDGET, MAX_CONCURRENT_STREAMS
-from ratelimit_sidecar.server.transport.frames import ErrorCode
+from ratelimit_sidecar.grpc_server.transport import frames as f
+from ratelimit_sidecar.grpc_server.transport.connection import FLOOD_BUDGET, MAX_CONCURRENT_STREAMS
+from ratelimit_sidecar.grpc_server.transport.frames import ErrorCode
 
 BODY = request("gateway", [("api_key", "abuse")]).SerializeToString()
 OK_STATUS = 0

@@ -21,7 +21,7 @@ from harness.h2raw import grpc_message
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.settings import TRANSPORTS
+from ratelimit_sidecar.app.settings import TRANSPORTS
 
 CLIENTS = Path(__file__).parents[1] / "clients"
 GRPC_JS = CLIENTS / "node_modules" / "@grpc" / "grpc-js"

@@ -19,7 +19,7 @@ def test_the_request_path_is_compiled_and_no_package_init() -> None:
     sources = mypyc_build.sources()
     for module in ("core/limiter.py", "core/fixed_window.py", "service/ratelimit.py"):
         assert f"ratelimit_sidecar/{module}" in sources
-    assert "ratelimit_sidecar/server/grpc_api.py" in sources
+    assert "ratelimit_sidecar/grpc_server/rls.py" in sources
     assert not [s for s in sources if s.endswith("__init__.py")]
     assert not [s for s in sources if "/transport/" in s or "/storage/" in s]
 

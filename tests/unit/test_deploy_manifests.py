@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from ratelimit_sidecar.app.settings import OPTIONS, Settings
 from ratelimit_sidecar.cli.reference import known, translate
-from ratelimit_sidecar.server.endpoints import HEALTH_PATHS, Endpoints
-from ratelimit_sidecar.settings import OPTIONS, Settings
+from ratelimit_sidecar.http_server.endpoints import HEALTH_PATHS, Endpoints
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MANIFESTS = sorted(DEPLOY.rglob("*.yaml"))

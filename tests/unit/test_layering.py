@@ -18,7 +18,12 @@ CORE_FORBIDDEN = (
     "redis",
     "asyncio",
     "time",
-    "ratelimit_sidecar.server",
+    "ratelimit_sidecar.app",
+    "ratelimit_sidecar.grpc_server",
+    "ratelimit_sidecar.http_server",
+    "ratelimit_sidecar.sync",
+    "ratelimit_sidecar.rules",
+    "ratelimit_sidecar.overrides",
     "ratelimit_sidecar.storage",
     "ratelimit_sidecar.service",
     "simulator",
@@ -26,7 +31,18 @@ CORE_FORBIDDEN = (
     "ratelimit_sidecar.metrics",
 )
 CONFIG_FORBIDDEN = tuple(
-    f"ratelimit_sidecar.{layer}" for layer in ("core", "server", "storage", "service")
+    f"ratelimit_sidecar.{layer}"
+    for layer in (
+        "core",
+        "storage",
+        "service",
+        "overrides",
+        "app",
+        "grpc_server",
+        "http_server",
+        "sync",
+        "rules",
+    )
 )
 
 

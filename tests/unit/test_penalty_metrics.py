@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import Penalty, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import LocalLimiter
+from ratelimit_sidecar.http_server.endpoints import rule_view
 from ratelimit_sidecar.metrics import Metrics
-from ratelimit_sidecar.server.endpoints import rule_view
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000

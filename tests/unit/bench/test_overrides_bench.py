@@ -13,7 +13,7 @@ from bench.overrides import (
     propagation_table,
     write_state,
 )
-from ratelimit_sidecar.storage.overrides_file import FILE_NAME
+from ratelimit_sidecar.overrides.file_store import FILE_NAME
 
 
 def result(missed: int = 0, slow: float = 0.2) -> Propagation:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ratelimit_sidecar.app.settings import OPTIONS
 from ratelimit_sidecar.cli.reference import ReferenceEnvError, known, translate
 from ratelimit_sidecar.cli.reference_ignored import IGNORED
-from ratelimit_sidecar.settings import OPTIONS
 from ratelimit_sidecar.storage.redis_urls import open_redis
 
 ISTIO_SAMPLE = {  # samples/ratelimit/rate-limit-service.yaml, as Istio ships it

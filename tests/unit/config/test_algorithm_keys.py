@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.config import ConfigError, load_rules
 from ratelimit_sidecar.config.matcher import match
 from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults, StoreFailure, Unit
-from ratelimit_sidecar.settings import Settings
 
 GOOD = """\
 domain: d

@@ -15,6 +15,7 @@ from harness.hostile_rules import (
     many_descriptors,
     sparse_file,
 )
+from ratelimit_sidecar.app.settings import OPTIONS, Settings
 from ratelimit_sidecar.config import ConfigError, Problem, load_rules
 from ratelimit_sidecar.config.limits import (
     DEFAULT_LIMITS,
@@ -23,7 +24,6 @@ from ratelimit_sidecar.config.limits import (
     ConfigLimits,
     LoadStopped,
 )
-from ratelimit_sidecar.settings import OPTIONS, Settings
 
 MIB = 1024 * 1024
 

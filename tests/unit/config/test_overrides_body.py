@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults, Unit
-from ratelimit_sidecar.config.overrides import (
+from ratelimit_sidecar.overrides.model import (
     OverrideBounds,
     OverrideError,
     override_id,

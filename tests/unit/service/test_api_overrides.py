@@ -8,9 +8,9 @@ from harness.answer import answer_now
 from harness.grpc_client import request
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config import load_rules
-from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
 from ratelimit_sidecar.core import LocalLimiter
-from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
+from ratelimit_sidecar.overrides.applied import NO_OVERRIDES, AppliedOverrides
+from ratelimit_sidecar.overrides.model import OverrideBounds, parse_override
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 
 T0 = 1_700_000_040_000  # a minute's start

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.config.overrides import OverrideBounds, parse_override
 from ratelimit_sidecar.core import LocalLimiter
 from ratelimit_sidecar.core.quota_assign import Action
-from ratelimit_sidecar.service.overrides import NO_OVERRIDES, AppliedOverrides
+from ratelimit_sidecar.overrides.applied import NO_OVERRIDES, AppliedOverrides
+from ratelimit_sidecar.overrides.model import OverrideBounds, parse_override
 from ratelimit_sidecar.service.quota import QuotaService, Usage
 from ratelimit_sidecar.service.ratelimit import _key
 

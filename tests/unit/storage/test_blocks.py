@@ -8,7 +8,6 @@ from ratelimit_sidecar.core import Code, FleetLimiter
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.types import KeyId
-from ratelimit_sidecar.server.fleetblocks import FleetBlocks
 from ratelimit_sidecar.storage.blocks import (
     MAX_CATCH_UP,
     STALE_SLACK,
@@ -17,6 +16,7 @@ from ratelimit_sidecar.storage.blocks import (
     parse_notice,
 )
 from ratelimit_sidecar.storage.keys import digest
+from ratelimit_sidecar.sync.fleet_blocks import FleetBlocks
 from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000

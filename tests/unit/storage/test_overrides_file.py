@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit_sidecar.overrides.file_store import FILE_NAME, FileOverrideStore
+from ratelimit_sidecar.overrides.store import MemoryOverrideStore
 from ratelimit_sidecar.storage.errors import StoreError
-from ratelimit_sidecar.storage.overrides import MemoryOverrideStore
-from ratelimit_sidecar.storage.overrides_file import FILE_NAME, FileOverrideStore
 
 
 def doc(override_id: str, per_minute: int) -> dict[str, object]:

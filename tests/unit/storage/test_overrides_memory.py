@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ratelimit_sidecar.storage.overrides import (
+from ratelimit_sidecar.overrides.store import (
     HISTORY,
     MemoryOverrideStore,
     UnknownVersion,

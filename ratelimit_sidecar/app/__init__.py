@@ -1,0 +1,1 @@
+"""The process: settings, the sidecar's assembly, startup, serve and drain, workers."""

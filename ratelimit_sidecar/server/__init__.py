@@ -1,1 +1,0 @@
-"""The process edge: gRPC server, sync loop, lifecycle."""

@@ -1,0 +1,1 @@
+"""The work against the shared store: span sync, fleet blocks, the store clock, sweeping."""
