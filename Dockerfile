@@ -1,13 +1,15 @@
 # ratelimit-sidecar: runs beside Envoy; mount rules at /etc/ratelimit/config.
 
 # The wheel, its request path compiled with mypyc (setup.py), where a C compiler is at hand.
+# deploy/image-wheel.sh holds both steps, build and install: tests/integration/test_image_build.py
+# runs it as this file does.
 FROM python:3.11 AS wheel
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY tools ./tools
 COPY ratelimit_sidecar ./ratelimit_sidecar
-RUN pip install --no-cache-dir "setuptools>=77" wheel "mypy>=2.4" \
-    && RATELIMIT_SIDECAR_COMPILE=1 pip wheel --no-deps --no-build-isolation -w /wheels .
+COPY deploy/image-wheel.sh ./deploy/
+RUN PIP_NO_CACHE_DIR=1 bash deploy/image-wheel.sh build /wheels
 
 FROM python:3.11-slim
 
@@ -19,10 +21,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     RLS_CONFIG=/etc/ratelimit/config
 
 COPY --from=wheel /wheels /wheels
+COPY deploy/image-wheel.sh /tmp/
 # /bin/ratelimit: the reference's command, reading its variables (docs/REFERENCE.md), so its
 # manifests (Istio's sample, Envoy Gateway) run this image unchanged.
-RUN pip install /wheels/*.whl \
-    && rm -r /wheels \
+RUN bash /tmp/image-wheel.sh install /wheels python \
+    && rm -r /wheels /tmp/image-wheel.sh \
     && ln -s "$(command -v ratelimit)" /bin/ratelimit \
     && useradd --system --uid 10001 --no-create-home ratelimit \
     && mkdir -p /etc/ratelimit/config
