@@ -19,6 +19,10 @@ from harness.sidecar import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "envoy" / "rules"
+WINDOW_S = 10  # the demo key's window (envoy/rules/gateway.yaml)
+# Windows start at each multiple of WINDOW_S of the clock: an example started late in one would
+# see its second half counted in the next window and read as a limit not held.
+AT_WINDOW_START = f"sleep $(( {WINDOW_S} - $(date +%s) % {WINDOW_S} ))"
 
 
 def start(workdir: Path, group: ServerGroup, started: list[SidecarProcess | EnvoyProcess]) -> str:
@@ -60,17 +64,14 @@ ratelimit-sidecar demo is up. Redis: {redis_url}
   gateway A: {a}    gateway B: {b}    (ShouldRateLimit per request)
   gateway C: {c}    (RLQS: Envoy enforces a token bucket the sidecar assigns)
 
-One API key has 10 requests per 10 s across ALL gateways (5 spans of 2 s each): A client
-on one gateway gets all 10; B hears A's count from Redis and admits what is left:
-  {_burst(a)}
-  sleep 2
-  {_burst(b)}
+One API key has 10 requests per 10 s across ALL gateways (windows start at each multiple of
+10 s of the clock, in 5 spans of 2 s each): A client on one gateway gets all 10; B hears A's
+count from Redis and admits what is left (the first line waits for a window to start):
+{_indented(first_story(a, b))}
 
 Gateway C counts against the same limit without a call per request: its first request
 reports at once, the answer is its share of what is left; Envoy reports the rest every 5 s:
-  {_burst(c, key="k5", count=12)}
-  sleep 6
-  {_burst(a, key="k5")}
+{_indented(rlqs_story(c, a))}
 
 See the 429 with Retry-After, x-ratelimit-* headers and the JSON body:
   curl -si -H 'x-api-key: k1' {b}/
@@ -92,6 +93,20 @@ Load on both gateways, 200/429 per second:
 Ctrl-C stops everything.""",
         flush=True,
     )
+
+
+def first_story(a: str, b: str) -> list[str]:
+    """The first example's commands: 8 requests on A, then 8 on B, in one window."""
+    return [AT_WINDOW_START, _burst(a), "sleep 2", _burst(b)]
+
+
+def rlqs_story(c: str, a: str) -> list[str]:
+    """Gateway C's example: 12 requests on C, then 8 with the same key on A, in one window."""
+    return [AT_WINDOW_START, _burst(c, key="k5", count=12), "sleep 6", _burst(a, key="k5")]
+
+
+def _indented(commands: list[str]) -> str:
+    return "\n".join("  " + command for command in commands)
 
 
 def _burst(url: str, key: str = "k1", path: str = "/", count: int = 8) -> str:
