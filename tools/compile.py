@@ -31,6 +31,7 @@ SOURCES = (
     "config/model.py",
     "server/grpc_api.py",
     "server/storeclock.py",
+    "grpc_server/protocol/*.py",  # the gRPC port's HTTP/2 core, which every call goes through
 )
 GROUP = "ratelimit_sidecar.compiled"  # the shared library lands inside the package
 # mypyc checks only the modules it compiles: the project's overrides for the others would be

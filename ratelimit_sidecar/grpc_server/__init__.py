@@ -1,0 +1,1 @@
+"""The gRPC port: the HTTP/2 protocol core, its asyncio transport, the servicers."""
