@@ -19,8 +19,8 @@ from bench.load.servers import start_sidecar
 from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import request
 from harness.h2raw import RawH2
-from ratelimit_sidecar.grpc_server.transport import frames as f
-from ratelimit_sidecar.grpc_server.transport.frames import ErrorCode
+from ratelimit_sidecar.grpc_server.protocol import frames as f
+from ratelimit_sidecar.grpc_server.protocol.frames import ErrorCode
 
 PACED_RPS = 10_000
 RUN_S = 4
@@ -34,7 +34,7 @@ def ping_flood(_raw: RawH2) -> bytes:
 
 def rapid_reset(raw: RawH2) -> bytes:
     ids = range(1, 2 * FLOOD_FRAMES, 2)
-    return b"".join(raw.headers(i) + f.rst_stream(i, ErrorCode.CANCEL) for i in ids)
+    return b"".join(raw.headers(i) + f.rst_stream_frame(i, ErrorCode.CANCEL) for i in ids)
 
 
 def continuation_flood(raw: RawH2) -> bytes:

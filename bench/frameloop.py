@@ -14,12 +14,13 @@ from typing import Any
 
 import hpack
 
-from harness.h2raw import grpc_message
+from harness.h2raw import ACK, grpc_message
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.grpc_server.transport import frames as f
-from ratelimit_sidecar.grpc_server.transport.connection import H2Connection
+from ratelimit_sidecar.grpc_server.protocol import frames as f
+from ratelimit_sidecar.grpc_server.transport.connection import ServerConnection
 from ratelimit_sidecar.grpc_server.transport.methods import Method
-from ratelimit_sidecar.grpc_server.transport.server import ServerCore
+from ratelimit_sidecar.grpc_server.transport.options import PortOptions
+from ratelimit_sidecar.grpc_server.transport.port import Port
 
 WARM_UP_READS = 100  # the HPACK block cache and the handler's compiled requests fill up
 CALLS_PER_READ = 8  # as the load generators keep in flight per connection
@@ -103,12 +104,12 @@ def answered(answer: Callable[[bytes], Any], chunks: Sequence[bytes]) -> float:
     call of the reads after the first WARM_UP_READS."""
 
     async def run() -> float:
-        core = ServerCore(4 * 1024 * 1024)
-        core.methods[wire.METHOD_PATH.encode()] = Method(fast=answer)
-        conn, sink = H2Connection(core), Sink()
+        port = Port(PortOptions(), None)
+        port.methods.by_path[wire.METHOD_PATH.encode()] = Method(fast=answer)
+        conn, sink = ServerConnection(port), Sink()
         conn.connection_made(sink)
-        conn.send_window = f.MAX_WINDOW  # the client's WINDOW_UPDATEs, sent at once
-        conn.data_received(f.PREFACE + f.settings({}))
+        room = f.window_update_frame(0, f.MAX_WINDOW - f.DEFAULT_WINDOW)  # for every answer
+        conn.data_received(f.PREFACE + f.settings_frame([]) + room + ACK)
         for chunk in chunks[:WARM_UP_READS]:
             conn.data_received(chunk)
         thawed = gc.get_freeze_count() == 0  # else a server in this process froze first

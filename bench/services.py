@@ -135,7 +135,7 @@ class Counting:
 def server_of(kind: str, address: str, redis_url: str) -> grpc.aio.Server | FastServer:
     """The server of `kind`, its service added (and the gRPC health service), not started."""
     if kind in FAST_KINDS:
-        server: grpc.aio.Server | FastServer = FastServer(address, False, 4 * 1024 * 1024)
+        server: grpc.aio.Server | FastServer = FastServer(address, False)
         prebuilt = answer(1).SerializeToString()
         fast = Counting(prebuilt) if kind == "count-fast" else (lambda _request: prebuilt)
         server.add_fast_unary(wire.METHOD_PATH, fast)

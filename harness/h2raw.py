@@ -12,7 +12,7 @@ from typing import Any
 import hpack
 
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.grpc_server.transport import frames as f
+from ratelimit_sidecar.grpc_server.protocol import frames as f
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class Frame:
         return int(struct.unpack_from("!L", self.payload, offset)[0])
 
 
+ACK = f.frame(f.SETTINGS, f.ACK, 0)  # of the server's SETTINGS, its first frame
+
+
 def grpc_message(payload: bytes) -> bytes:
     return b"\0" + len(payload).to_bytes(4, "big") + payload
 
@@ -41,8 +44,8 @@ class RawH2:
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
         self.pending = b""
-        if preface:  # and room for many answers, as real clients give
-            self.send(f.PREFACE + f.settings({}) + f.window_update(0, 1 << 24))
+        if preface:  # and room for many answers, as real clients give; our SETTINGS ACKed
+            self.send(f.PREFACE + f.settings_frame([]) + f.window_update_frame(0, 1 << 24) + ACK)
 
     def close(self) -> None:
         self.sock.close()
@@ -63,7 +66,7 @@ class RawH2:
         fields += [(":authority", "sidecar"), ("content-type", "application/grpc")]
         fields += [("te", "trailers"), *extra]
         block = self.encoder.encode(fields)
-        pieces = [block[i : i + f.DEFAULT_FRAME_SIZE] for i in range(0, len(block), 16_384)]
+        pieces = [block[i : i + f.DEFAULT_MAX_FRAME] for i in range(0, len(block), 16_384)]
         last = len(pieces) - 1
         return b"".join(
             f.frame(

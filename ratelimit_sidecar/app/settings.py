@@ -19,6 +19,7 @@ from ratelimit_sidecar.config.model import NEAR_LIMIT_RATIO, AlgorithmName, Rule
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 from ratelimit_sidecar.core.quiet_keys import QUIET_SHARE
 from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS
+from ratelimit_sidecar.grpc_server.transport.options import PORT_DEFAULTS
 from ratelimit_sidecar.service.validation import DEFAULT_BOUNDS
 
 ENV_PREFIX = "RLS_"
@@ -113,6 +114,33 @@ class Settings:
         None, "seconds a gRPC connection lives before GOAWAY (clients re-resolve); off"
     )
     grpc_max_connection_age_grace_s: float = _opt(60.0, "seconds an aged connection's calls get")
+    grpc_max_concurrent_streams: int = _opt(
+        PORT_DEFAULTS.limits.max_concurrent_streams, "calls one gRPC connection may have open"
+    )
+    grpc_pending_bytes: int = _opt(
+        PORT_DEFAULTS.pending_bytes, "request bytes the gRPC port holds unfinished, all connections"
+    )
+    grpc_receive_timeout_s: float = _opt(
+        PORT_DEFAULTS.limits.unary_receive_timeout_s,
+        "seconds a unary call's request may take to arrive whole",
+    )
+    grpc_stream_idle_timeout_s: float = _opt(
+        PORT_DEFAULTS.limits.stream_idle_timeout_s,
+        "seconds an RLQS stream may go without a report before it is ended",
+    )
+    grpc_max_connections: int = field(
+        default=0,
+        metadata=_help(
+            "gRPC connections kept; at the cap the quietest idle one makes room",
+            default_text="the descriptor limit - 128",
+        ),
+    )
+    grpc_max_connections_per_peer: int = _opt(
+        PORT_DEFAULTS.max_connections_per_peer, "gRPC connections kept from one client address"
+    )
+    grpc_tls_handshake_timeout_s: float = _opt(
+        PORT_DEFAULTS.tls_handshake_timeout_s, "seconds a TLS handshake on the gRPC port may take"
+    )
     limit_response_headers: bool = _opt(
         False, "add the reference's RateLimit-Limit/-Remaining/-Reset to every answer"
     )
@@ -233,6 +261,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         self._check_rule_source()
+        self._check_grpc_port()
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
@@ -258,6 +287,21 @@ class Settings:
             raise ValueError("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
         if self.grpc_tls_client_san and not self.grpc_tls_client_ca:
             raise ValueError("--grpc-tls-client-san needs --grpc-tls-client-ca")
+
+    def _check_grpc_port(self) -> None:
+        positive = {
+            "--grpc-max-concurrent-streams": self.grpc_max_concurrent_streams,
+            "--grpc-pending-bytes": self.grpc_pending_bytes,
+            "--grpc-receive-timeout-s": self.grpc_receive_timeout_s,
+            "--grpc-stream-idle-timeout-s": self.grpc_stream_idle_timeout_s,
+            "--grpc-max-connections-per-peer": self.grpc_max_connections_per_peer,
+            "--grpc-tls-handshake-timeout-s": self.grpc_tls_handshake_timeout_s,
+        }
+        for flag, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{flag} must be positive")
+        if self.grpc_max_connections < 0:
+            raise ValueError("--grpc-max-connections must be positive (0: the default)")
 
     def _check_rule_source(self) -> None:
         if self.xds_url is None and not self.config_path:

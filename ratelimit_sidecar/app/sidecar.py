@@ -8,6 +8,7 @@ import gc
 import logging
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from grpc_health.v1 import health_pb2
@@ -20,6 +21,7 @@ from ratelimit_sidecar.grpc_server.rlqs import quota_wiring
 from ratelimit_sidecar.grpc_server.rls import BindError, RateLimitServicer, build_server
 from ratelimit_sidecar.grpc_server.tls import ServerTls
 from ratelimit_sidecar.grpc_server.tracing import TracedServicer, tracing_for
+from ratelimit_sidecar.grpc_server.transport.options import PORT_DEFAULTS, PortOptions
 from ratelimit_sidecar.grpc_server.transport.server import FastServer
 from ratelimit_sidecar.http_server.admin import AdminServer
 from ratelimit_sidecar.http_server.debug import MAX_JSON_BYTES, DebugApi
@@ -193,8 +195,10 @@ class Sidecar:
             (self._add_quota,),
             transport=self.settings.transport,
             tls=self.tls,
-            max_age=_max_age(self.settings),
+            options=port_options(self.settings),
         )
+        if isinstance(server, FastServer):  # its bounds' trips, read at scrape time
+            self.metrics.watch_grpc_port(server.port_state.trips, server.port_state.pending_bytes)
         await self.overrides.start()
         await _listen(self.http, self.settings.metrics_address, "metrics")
         await self.admin.start()
@@ -306,6 +310,27 @@ def _header_names(settings: Settings) -> tuple[str, str, str] | None:
 def _max_age(settings: Settings) -> tuple[float, float] | None:
     age = settings.grpc_max_connection_age_s
     return None if age is None else (age, settings.grpc_max_connection_age_grace_s)
+
+
+def port_options(settings: Settings) -> PortOptions:
+    """The gRPC port's bounds. Its largest message follows from the request bounds (RLQS
+    reports are held to the same size)."""
+    bounds = Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes)
+    limits = replace(
+        PORT_DEFAULTS.limits,
+        max_concurrent_streams=settings.grpc_max_concurrent_streams,
+        max_message_bytes=bounds.max_request_bytes(),
+        unary_receive_timeout_s=settings.grpc_receive_timeout_s,
+        stream_idle_timeout_s=settings.grpc_stream_idle_timeout_s,
+    )
+    return PortOptions(
+        limits=limits,
+        pending_bytes=settings.grpc_pending_bytes,
+        max_connections=settings.grpc_max_connections,
+        max_connections_per_peer=settings.grpc_max_connections_per_peer,
+        tls_handshake_timeout_s=settings.grpc_tls_handshake_timeout_s,
+        max_age=_max_age(settings),
+    )
 
 
 async def _listen(api: HttpApi, address: str, role: str) -> None:

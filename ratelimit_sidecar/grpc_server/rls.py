@@ -19,6 +19,7 @@ from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.grpc_server.tls import ServerTls
+from ratelimit_sidecar.grpc_server.transport.options import PortOptions
 from ratelimit_sidecar.grpc_server.transport.server import FastServer, accepts
 from ratelimit_sidecar.grpc_server.transport.status import CallError
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler, StoreNeeded
@@ -26,7 +27,6 @@ from ratelimit_sidecar.service.validation import InvalidRequest
 
 log = logging.getLogger("ratelimit_sidecar.grpc")
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 TIMED_EVERY: Final = 16  # calls per call timed for ratelimit_sidecar_decision_seconds
 
 
@@ -133,15 +133,15 @@ def build_server(
     transport: str = "fast",
     *,
     tls: ServerTls | None = None,
-    max_age: tuple[float, float] | None = None,
+    options: PortOptions | None = None,
 ) -> tuple[Any, health.HealthServicer, int]:
     """A started-ready server bound to `address`; returns it, its health servicer and its port.
 
     `transport` is "fast" (grpc_server/transport/) or "grpcio"; `more_services` add other services
     to the same server (the RLQS one), each returning its name for reflection. With `tls` the
-    port speaks TLS (mTLS with a client CA), on either transport; with `max_age` (seconds, then
-    seconds of grace) a connection is sent GOAWAY when it is that old."""
-    server, port = _bind(address, reuse_port, transport, tls, max_age)
+    port speaks TLS (mTLS with a client CA), on either transport; `options` bound what a peer may
+    make the port hold (grpcio applies the message size and the connection age alone)."""
+    server, port = _bind(address, reuse_port, transport, tls, options or PortOptions())
     if isinstance(server, FastServer) and servicer.answer_with_headers is not None:
         server.add_fast_unary_with_headers(wire.METHOD_PATH, servicer.answer_with_headers)
     elif isinstance(server, FastServer):
@@ -167,29 +167,30 @@ def _bind(
     reuse_port: bool,
     transport: str,
     tls: ServerTls | None,
-    max_age: tuple[float, float] | None,
+    options: PortOptions,
 ) -> tuple[Any, int]:
     if transport == "fast" and not accepts(address):
         log.warning("the fast transport cannot listen on %s: serving it with grpcio", address)
         transport = "grpcio"
     if transport == "fast":
         try:
-            server = FastServer(address, reuse_port, MAX_MESSAGE_BYTES, tls, max_age)
+            server = FastServer(address, reuse_port, options, tls)
         except (OSError, ValueError) as exc:
             raise BindError(f"cannot listen on {address}: {exc}") from exc
         return server, server.port
-    options = [
+    channel_args = [
         ("grpc.so_reuseport", 1 if reuse_port else 0),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", options.limits.max_message_bytes),
     ]
+    max_age = options.max_age
     if max_age is not None:
-        options += [
+        channel_args += [
             ("grpc.max_connection_age_ms", int(max_age[0] * 1000)),
             ("grpc.max_connection_age_grace_ms", int(max_age[1] * 1000)),
         ]
     if tls is not None and tls.files.client_san is not None:
         raise BindError("--grpc-tls-client-san is checked by the fast transport only, not grpcio")
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=channel_args)
     try:
         if tls is None:
             port = server.add_insecure_port(address)

@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
 from ratelimit_sidecar.core.types import OVER_LIMIT
+from ratelimit_sidecar.metrics.grpc_port import GrpcPortCollector
 from ratelimit_sidecar.metrics.hot import DecisionCounts, LatencyHistogram, Tally
 from ratelimit_sidecar.metrics.labels import NS, RuleLabels
 from ratelimit_sidecar.metrics.penalty import PenaltyCollector
@@ -180,6 +181,11 @@ class Metrics:
 
     def watch_breaker(self, state: Callable[[], int]) -> None:
         self.strict_breaker_state.set_function(lambda: float(state()))
+
+    def watch_grpc_port(
+        self, trips: Callable[[], dict[str, int]], pending: Callable[[], int]
+    ) -> None:
+        self.registry.register(GrpcPortCollector(trips, pending))
 
     # -- sync and config ----------------------------------------------------------------
 

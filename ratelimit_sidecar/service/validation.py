@@ -15,6 +15,14 @@ class Bounds:
     max_entries: int = 16
     max_bytes: int = 1024  # per domain, entry key or entry value, in UTF-8 bytes
 
+    def max_request_bytes(self) -> int:
+        """The largest request these bounds accept, each field with room for its tag and
+        length, and room for a descriptor's limit override and hits_addend: the gRPC port
+        refuses a message announcing more before reading it."""
+        field_bytes = self.max_bytes + 8
+        descriptor = 64 + self.max_entries * (2 * field_bytes + 8)
+        return 256 + field_bytes + self.max_descriptors * descriptor
+
 
 DEFAULT_BOUNDS = Bounds()  # app/settings.py takes its defaults from here
 

@@ -17,12 +17,14 @@ from harness.h2raw import RawH2, grpc_message
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.grpc_server.transport import frames as f
-from ratelimit_sidecar.grpc_server.transport.connection import FLOOD_BUDGET, MAX_CONCURRENT_STREAMS
-from ratelimit_sidecar.grpc_server.transport.frames import ErrorCode
+from ratelimit_sidecar.grpc_server.protocol import frames as f
+from ratelimit_sidecar.grpc_server.protocol.frames import ErrorCode
+from ratelimit_sidecar.grpc_server.transport.options import PORT_DEFAULTS
 
 BODY = request("gateway", [("api_key", "abuse")]).SerializeToString()
 OK_STATUS = 0
+FLOOD_BUDGET = PORT_DEFAULTS.limits.control_frames_burst
+MAX_CONCURRENT_STREAMS = PORT_DEFAULTS.limits.max_concurrent_streams
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,7 @@ def test_unknown_frame_types_are_ignored(raw: RawH2) -> None:
 
 @pytest.mark.parametrize(
     "flood",
-    [f.frame(f.PING, 0, 0, b"12345678"), f.settings({f.SETTINGS_ENABLE_PUSH: 0})],
+    [f.frame(f.PING, 0, 0, b"12345678"), f.settings_frame([(f.SETTINGS_ENABLE_PUSH, 0)])],
     ids=["ping", "settings"],
 )
 def test_a_control_frame_flood_is_goaway_enhance_your_calm(raw: RawH2, flood: bytes) -> None:
@@ -96,7 +98,9 @@ def test_a_control_frame_flood_is_goaway_enhance_your_calm(raw: RawH2, flood: by
 
 def test_rapid_reset_is_goaway_enhance_your_calm(raw: RawH2) -> None:
     streams = range(1, 2 * (FLOOD_BUDGET + 10), 2)
-    burst = b"".join(raw.headers(sid) + f.rst_stream(sid, ErrorCode.CANCEL) for sid in streams)
+    burst = b"".join(
+        raw.headers(sid) + f.rst_stream_frame(sid, ErrorCode.CANCEL) for sid in streams
+    )
     sender = threading.Thread(target=raw.send, args=(burst,), daemon=True)
     sender.start()
     assert_goaway(raw, ErrorCode.ENHANCE_YOUR_CALM)
@@ -122,12 +126,12 @@ def test_headers_over_the_limit_get_resource_exhausted(raw: RawH2) -> None:
 
 
 def test_a_zero_window_holds_the_answer_until_the_client_opens_it(raw: RawH2) -> None:
-    raw.send(f.settings({f.SETTINGS_INITIAL_WINDOW_SIZE: 0}), raw.call(1, BODY))
+    raw.send(f.settings_frame([(f.SETTINGS_INITIAL_WINDOW_SIZE, 0)]), raw.call(1, BODY))
     frames = raw.frames_until(f.HEADERS, 1)
     assert frames[-1].flags & f.END_STREAM == 0  # the response headers, no data yet
     with pytest.raises(TimeoutError):
         raw.frames_until(f.DATA, 1, timeout_s=0.5)
-    raw.send(f.window_update(1, 1_000))
+    raw.send(f.window_update_frame(1, 1_000))
     response = raw.response(1)
     assert response.status == OK_STATUS and len(response.body) > 5
 

@@ -15,7 +15,7 @@ answered per request: validation.py).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import hpack
 
@@ -64,7 +64,8 @@ class HeaderBlocks:
         return headers
 
     def _decode(self, block: bytes) -> tuple[bool, list[tuple[bytes, bytes]]]:
-        entries = self._decoder.header_table.dynamic_entries
+        # Typed Any: compiled code would unbox the table's tuples, and `is` would never match.
+        entries: Any = self._decoder.header_table.dynamic_entries
         count = len(entries)
         newest = entries[0] if count else None
         try:

@@ -7,7 +7,7 @@ import asyncio
 import random
 from typing import Protocol
 
-from ratelimit_sidecar.grpc_server.transport.frames import ErrorCode
+from ratelimit_sidecar.grpc_server.protocol import frames as f
 
 SPREAD = 0.1  # ±10 % of the age: clients connected together do not reconnect together
 
@@ -15,7 +15,7 @@ SPREAD = 0.1  # ±10 % of the age: clients connected together do not reconnect t
 class Drainable(Protocol):
     def goaway(self) -> None: ...
 
-    def fail(self, code: ErrorCode, reason: str) -> None: ...
+    def fail(self, code: int, reason: str) -> None: ...
 
 
 class Aging:
@@ -29,7 +29,7 @@ class Aging:
     def _aged(self) -> None:
         self._conn.goaway()
         self._timer = asyncio.get_running_loop().call_later(
-            self._grace_s, self._conn.fail, ErrorCode.NO_ERROR, "max connection age"
+            self._grace_s, self._conn.fail, f.NO_ERROR, "max connection age"
         )
 
     def cancel(self) -> None:

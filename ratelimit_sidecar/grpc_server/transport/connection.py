@@ -1,119 +1,127 @@
-"""One HTTP/2 connection: the frame loop, flow control, and the limits that keep abuse cheap.
+"""One connection of the gRPC port: the asyncio side of the protocol core.
 
-The loop parses the complete frames of a read, answers what it can at once (a ShouldRateLimit
-call is decided inline) and writes all answers of the read in one `write`. Each limit and the
-RFC 9113 answer it gives (GOAWAY or RST_STREAM with its code) is listed in docs/TRANSPORT.md:
-frame and header block sizes, a flood budget for frames that ask work without a request (PING,
-SETTINGS, rapid reset), concurrent streams, and a peer that does not read (the connection
-stops being read until its answers drain).
+Read, hand the octets to the core, act on its events, write what it queued, arm its timer: the
+HTTP/2 and gRPC rules all live in the core (grpc_server/protocol/). What stays here is what
+needs the event loop: the transport, the timer, the handler tasks (calls.py), TLS's handshake,
+and taking turns with other connections (a read of many frames is handled `frames_per_turn` at
+a time, reading paused in between).
+
+A ShouldRateLimit whose answer needs no wait is answered inline, in the read that completed its
+request: all the answers of one read go out in one write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Protocol, cast
+from asyncio import sslproto
+from typing import cast
 
-from ratelimit_sidecar.grpc_server.transport import frames as f
+from ratelimit_sidecar.grpc_server.protocol import events as ev
+from ratelimit_sidecar.grpc_server.protocol import frames as f
+from ratelimit_sidecar.grpc_server.protocol.calls import Connection
 from ratelimit_sidecar.grpc_server.transport.aging import Aging
-from ratelimit_sidecar.grpc_server.transport.control import ControlFrames, Stream
-from ratelimit_sidecar.grpc_server.transport.frames import ConnectionError_, ErrorCode
-from ratelimit_sidecar.grpc_server.transport.headers import BlockDecoder, Decoded
+from ratelimit_sidecar.grpc_server.transport.calls import Call
+from ratelimit_sidecar.grpc_server.transport.port import Port
+from ratelimit_sidecar.grpc_server.transport.status import CallError
 
 log = logging.getLogger("ratelimit_sidecar.transport")
 
-MAX_CONCURRENT_STREAMS = 1024
-SOFT_HEADER_LIST_BYTES = 16 * 1024  # the advertised limit; over it, the call is refused
-HARD_HEADER_BYTES = 64 * 1024  # over it, encoded or decoded, the connection ends
-CONNECTION_WINDOW = 16 * 1024 * 1024
-FLOOD_BUDGET = 2_000  # frames that ask work without a request, per FLOOD_WINDOW_S
-FRAMES_PER_TURN = 256
-FLOOD_WINDOW_S = 10.0
-WRITE_HIGH_WATER = 256 * 1024
-HANDSHAKE_TIMEOUT_S = 10.0
-CLOSE_TIMEOUT_S = 5.0  # a closing connection whose peer does not read is aborted after this
-SERVER_SETTINGS = f.settings({
-    f.SETTINGS_MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-    f.SETTINGS_MAX_HEADER_LIST_SIZE: SOFT_HEADER_LIST_BYTES, f.SETTINGS_ENABLE_PUSH: 0,
-}) + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)  # fmt: skip
+WRITE_HIGH_WATER = 256 * 1024  # answers buffered for a slow reader before its reads pause
+CLOSE_TIMEOUT_S = 5.0  # a closing connection whose peer does not read is cut after this
 
 
-class CallOpener(Protocol):
-    """Where a connection's calls start (ServerCore, grpc_server/transport/server.py)."""
+class ServerConnection(asyncio.Protocol):
+    """The server side of one client connection; `port` holds what all connections share."""
 
-    connections: set[H2Connection]
-    max_age: tuple[float, float] | None  # seconds a connection lives, then grace for its calls
-
-    def open_call(
-        self, conn: H2Connection, stream_id: int, decoded: Decoded, end: bool
-    ) -> None: ...
-
-
-class H2Connection(ControlFrames, asyncio.Protocol):
-    """The server side of one HTTP/2 connection carrying gRPC calls."""
-
-    def __init__(self, core: CallOpener) -> None:
-        self.core = core
+    def __init__(self, port: Port) -> None:
+        self.port = port
+        self.loop = asyncio.get_running_loop()
+        self.core: Connection | None = None  # made once the connection is ready (after TLS)
         self.transport: asyncio.Transport | None = None
-        self.decoder = BlockDecoder(HARD_HEADER_BYTES)
-        self.buffer = bytearray()
-        self.out: list[bytes] = []
-        self.calls: dict[int, Stream] = {}
-        self.last_stream_id = 0
-        self.preface_seen = False
-        self.block_stream = 0  # a header block continues in CONTINUATION frames on this stream
-        self.block = bytearray()
-        self.block_end_stream = False
-        self.send_window = f.DEFAULT_WINDOW
-        self.peer_initial_window = f.DEFAULT_WINDOW
-        self.peer_max_frame = f.DEFAULT_FRAME_SIZE
-        self.recv_window = CONNECTION_WINDOW
-        self.recv_unacked = 0
-        self.budget = FLOOD_BUDGET
-        self.budget_since = asyncio.get_running_loop().time()
-        self.blocked: dict[int, Stream] = {}  # calls waiting for send window
-        self.fresh: list[Stream] = []  # calls with a deadline opened in this read
-        self.draining = False
-        self.closed = False
-        self.reading_paused = False  # by the write side (a slow reader)
-        self.yielding = False  # reading paused until the buffered frames are handled
-        self._turn: asyncio.Handle | None = None
+        self.calls: dict[int, Call] = {}
         self.peer = ""
+        self.last_active = self.loop.time()
+        self.closed = False
+        self.reading_paused = False  # by the write side: a slow reader
+        self.yielding = False  # reading paused until the backlog of frames is handled
+        self._turn: asyncio.Handle | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._aging: Aging | None = None  # --grpc-max-connection-age-s
-        self._dispatch: tuple[Callable[[int, int, bytes], None], ...] = (
-            self._on_data, self._on_headers, self._on_priority, self._on_rst_stream,
-            self._on_settings, self._on_push_promise, self._on_ping, self._on_goaway,
-            self._on_window_update, self._on_continuation,
-        )  # fmt: skip
+        self._timer_due = 0.0
+        self._aging: Aging | None = None
+        self._handshake_started = 0.0
+
+    # -- the connection's life ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is one without subclassing
+        if self.transport is not None:  # TLS's transport, its handshake done (see _start_tls)
+            self._secured(transport)
+            return
         self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.write(SERVER_SETTINGS)
-        self._timer = asyncio.get_running_loop().call_later(
-            HANDSHAKE_TIMEOUT_S, self._handshake_expired
-        )
-        self.core.connections.add(self)
-        self._aging = None if self.core.max_age is None else Aging(self, *self.core.max_age)
+        if not self.port.admission.admit(self):
+            self.refuse()
+        elif self.port.tls is None:
+            self._ready()
+        else:
+            self._start_tls(transport)
+
+    def _start_tls(self, raw: asyncio.Transport) -> None:
+        """TLS between the socket and this protocol, set up before any octet is read (so the
+        connection counts against the caps while it shakes hands), within the port's timeout;
+        the TLS layer calls `connection_made` again once the handshake is done."""
+        tls = self.port.tls
+        assert tls is not None
+        done = self.loop.create_future()
+        done.add_done_callback(self._handshake_done)
+        layer = sslproto.SSLProtocol(
+            self.loop, self, tls.server_context(), done, server_side=True,
+            ssl_handshake_timeout=self.port.options.tls_handshake_timeout_s,  # type: ignore[arg-type]
+        )  # fmt: skip
+        self._handshake_started = self.loop.time()
+        raw.set_protocol(layer)
+        layer.connection_made(raw)
+
+    def _handshake_done(self, done: asyncio.Future[None]) -> None:
+        if done.cancelled() or done.exception() is None:
+            return
+        took = self.loop.time() - self._handshake_started
+        self.port.admission.tls_failed(took >= self.port.options.tls_handshake_timeout_s)
+        self.closed = True  # the TLS layer closes the socket; this protocol never opened
+        self.port.admission.left(self)
+
+    def _secured(self, secure: asyncio.Transport) -> None:
+        tls = self.port.tls
+        assert tls is not None
+        self.transport = secure
+        secure.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if not tls.peer_allowed(secure.get_extra_info("peercert")):
+            log.warning("a TLS client without the required SAN %s: closed", tls.files.client_san)
+            self.close()
+            return
+        self._ready()
+
+    def _ready(self) -> None:
+        core = self.core = self.port.new_core(self.loop.time())
+        self._write(core.data_to_send())  # our SETTINGS: the server's preface
+        self._arm_timer()
+        if self.port.options.max_age is not None:
+            self._aging = Aging(self, *self.port.options.max_age)
 
     def connection_lost(self, _exc: Exception | None) -> None:
         self.closed = True
-        if self._turn is not None:
-            self._turn.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._aging is not None:
-            self._aging.cancel()
-        for call in list(self.calls.values()):
+        for handle in (self._turn, self._timer, self._aging):
+            if handle is not None:
+                handle.cancel()
+        if self.core is not None:
+            self.core.connection_lost()  # what its streams reserved goes back to the budget
+        for call in self.calls.values():
             call.cancel()
         self.calls.clear()
-        self.blocked.clear()
-        self.core.connections.discard(self)
+        self.port.admission.left(self)
 
     def pause_writing(self) -> None:
         """The peer reads slower than we answer: stop taking its requests until it catches up."""
@@ -128,223 +136,186 @@ class H2Connection(ControlFrames, asyncio.Protocol):
                 self.transport.resume_reading()
 
     def eof_received(self) -> bool:
-        """The peer closed its side: answer the calls it sent, then close."""
-        self.draining = True
-        self.close_if_idle()
-        return True
+        """The peer closed its side: answer the calls it sent, then close (over TLS the
+        transport closes at once: TLS has no half-closed connection)."""
+        if self.core is not None:
+            self.core.drain()
+            self.flush()
+        return self.port.tls is None
+
+    # -- reading -----------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        if self.closed:
+        core = self.core
+        if core is None or self.closed:
             return
-        self.buffer += data
-        if self._turn is None:  # else a turn is due: it reads this too
-            self._work()
-
-    def _work(self) -> None:
-        """Handle up to FRAMES_PER_TURN frames; with more left, let other connections have
-        the loop first (reading paused meanwhile): one flood cannot hold it for long."""
-        self._turn, more = None, False
-        try:
-            if self.preface_seen or self._read_preface():
-                more = self._read_frames()
-        except ConnectionError_ as exc:
-            self.fail(exc.code, str(exc))
-        if self.fresh:  # a deadline needs a timer only if its call was not answered at once
-            for call in self.fresh:
-                call.arm_deadline()
-            self.fresh.clear()
+        now = self.last_active = self.loop.time()
+        self._handle(core.receive(data, now))
         self.flush()
-        if more and not self.closed and self.transport is not None:
-            if not self.yielding:
-                self.yielding = True
-                self.transport.pause_reading()
-            self._turn = asyncio.get_running_loop().call_soon(self._work)
-        elif self.yielding and not self.closed and self.transport is not None:
+        if core.backlogged:
+            self._take_turns()
+        else:
+            self._arm_timer()
+
+    def _take_turns(self) -> None:
+        """More complete frames are buffered: let other connections have the loop first, with
+        reading paused meanwhile, so that one flood cannot hold it for long."""
+        if self.transport is None or self.closed:
+            return
+        if not self.yielding:
+            self.yielding = True
+            self.transport.pause_reading()
+        self._turn = self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn = None
+        core = self.core
+        if core is None or self.closed:
+            return
+        self._handle(core.receive(b"", self.loop.time()))
+        self.flush()
+        if core.backlogged:
+            self._take_turns()
+            return
+        self._arm_timer()
+        if self.yielding and self.transport is not None and not self.closed:
             self.yielding = False
             if not self.reading_paused:
                 self.transport.resume_reading()
 
-    def _read_preface(self) -> bool:
-        seen = bytes(self.buffer[: len(f.PREFACE)])
-        if not f.PREFACE.startswith(seen):
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
-        if len(seen) < len(f.PREFACE):
-            return False
-        del self.buffer[: len(f.PREFACE)]
-        self.preface_seen = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        return True
+    def _handle(self, events: list[ev.Event]) -> None:
+        for event in events:
+            if type(event) is ev.UnaryRequest:
+                self._unary(event)
+            else:
+                self._other(event)
 
-    def _read_frames(self) -> bool:
-        """The complete frames of the buffer, FRAMES_PER_TURN at most; True if more are left."""
-        buffer, unpack, dispatch = self.buffer, f.FRAME_HEADER.unpack_from, self._dispatch
-        pos, size, turn = 0, len(buffer), FRAMES_PER_TURN
+    def _unary(self, event: ev.UnaryRequest) -> None:
+        """A unary call's whole request: a fast answer inline, else a task."""
+        stream_id = event.stream_id
+        method = self.port.methods.by_path[event.head.path]  # the core's route put it there
+        if method.handler is not None:
+            self._call(stream_id, event.deadline).run_handler(method.handler, event.message)
+            return
         try:
-            while size - pos >= 9 and not self.closed:
-                turn -= 1
-                if turn < 0:
-                    return True
-                high, low, kind, flags, stream_id = unpack(buffer, pos)
-                length = high << 16 | low
-                if length > f.DEFAULT_FRAME_SIZE:
-                    raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes")
-                end = pos + 9 + length
-                if end > size:
-                    break
-                payload = bytes(buffer[pos + 9 : end])
-                pos = end
-                stream_id &= 0x7FFFFFFF
-                if self.block_stream and kind != f.CONTINUATION:
-                    raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
-                if kind < 10:
-                    dispatch[kind](flags, stream_id, payload)
-                else:  # unknown frame types are ignored (RFC 9113 §4.1), at a cost
-                    self.spend(1)
-        finally:
-            del buffer[:pos]
-        return False
-
-    def spend(self, cost: int) -> None:
-        self.budget -= cost
-        if self.budget < 0:  # a budget older than FLOOD_WINDOW_S starts again: keepalives pass
-            now = asyncio.get_running_loop().time()
-            if now - self.budget_since < FLOOD_WINDOW_S:
-                raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "too many frames, no requests")
-            self.budget, self.budget_since = FLOOD_BUDGET - cost, now
-
-    def refill(self) -> None:
-        if self.budget < FLOOD_BUDGET:
-            self.budget += 1
-
-    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id == 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
-        size = len(payload)
-        self.recv_window -= size
-        if self.recv_window < 0:
-            raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window overrun")
-        data = f.unpad(payload) if flags & f.PADDED else payload
-        if not data and not flags & f.END_STREAM:
-            self.spend(1)
-        call = self.calls.get(stream_id)
-        if call is None:
-            if stream_id > self.last_stream_id:
-                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream")
-            self.consumed(size)  # a stream we ended: its data is dropped
+            if method.fast is not None:
+                answer = method.fast(event.message)
+            else:
+                assert method.with_headers is not None
+                answer = method.with_headers(event.head.headers, event.message)
+        except CallError as exc:
+            self.core_or_fail().end_call(stream_id, exc.code.value[0], exc.message)
             return
-        self.consumed(size - len(data))
-        call.receive(data, size, flags & f.END_STREAM != 0)
-
-    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id == 0 or stream_id % 2 == 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
-        block = f.unpad(payload) if flags & f.PADDED else payload
-        if flags & f.PRIORITY_FLAG:
-            block = block[5:]
-        self.block_end_stream = flags & f.END_STREAM != 0
-        if flags & f.END_HEADERS:
-            self._header_block(stream_id, block)
+        if type(answer) is bytes:
+            self.core_or_fail().answer_unary(stream_id, answer)
         else:
-            self.block_stream = stream_id
-            self.block[:] = block
+            self._call(stream_id, event.deadline).await_answer(answer)  # type: ignore[arg-type]
 
-    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id != self.block_stream or stream_id == 0:
-            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
-        if not payload:
-            self.spend(1)
-        self.block += payload
-        if len(self.block) > HARD_HEADER_BYTES:
-            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
-        if flags & f.END_HEADERS:
-            self.block_stream = 0
-            block = bytes(self.block)
-            self.block.clear()
-            self._header_block(stream_id, block)
+    def _other(self, event: ev.Event) -> None:
+        if isinstance(event, ev.RequestStarted):
+            method = self.port.methods.by_path[event.head.path]
+            self._call(event.stream_id, event.deadline).run_handler(method.handler, None)
+        elif isinstance(event, ev.Message | ev.RequestEnded):
+            call = self.calls.get(event.stream_id)
+            if call is not None:
+                call.deliver(event.data if isinstance(event, ev.Message) else None)
+        elif isinstance(event, ev.StreamReset):
+            ended = self.calls.pop(event.stream_id, None)
+            if ended is not None:
+                ended.cancel()
+        elif isinstance(event, ev.WindowOpened):
+            waiting = self.calls.get(event.stream_id)
+            if waiting is not None:
+                waiting.window_opened()
+        elif isinstance(event, ev.ConnectionEnded) and event.code != f.NO_ERROR:
+            log.info("HTTP/2 connection from %s ended: %s (%s)", self.peer, event.reason,
+                     f.error_name(event.code))  # fmt: skip
 
-    def _header_block(self, stream_id: int, block: bytes) -> None:
-        decoded = self.decoder.decode(block)
-        end_stream = self.block_end_stream
-        call = self.calls.get(stream_id)
-        if call is not None:  # trailers from the client end its side
-            if not end_stream:
-                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
-            call.receive(b"", 0, True)
-            return
-        if stream_id <= self.last_stream_id:
-            raise ConnectionError_(ErrorCode.STREAM_CLOSED, f"HEADERS on closed stream {stream_id}")
-        self.last_stream_id = stream_id
-        if self.draining or len(self.calls) >= MAX_CONCURRENT_STREAMS:
-            self.spend(1)
-            self.out.append(f.rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
-            return
-        self.core.open_call(self, stream_id, decoded, end_stream)
+    def _call(self, stream_id: int, deadline: float | None) -> Call:
+        call = self.calls[stream_id] = Call(self, self.core_or_fail(), stream_id, deadline)
+        return call
 
-    def consumed(self, size: int) -> None:
-        """`size` bytes of request data were used up: hand them back to the peer's window."""
-        self.recv_window += size
-        self.recv_unacked += size
-        if self.recv_unacked >= CONNECTION_WINDOW // 4:
-            self.out.append(f.window_update(0, self.recv_unacked))
-            self.recv_unacked = 0
+    def call_done(self, stream_id: int) -> None:
+        self.calls.pop(stream_id, None)
+        self._arm_timer()
+
+    def core_or_fail(self) -> Connection:
+        assert self.core is not None
+        return self.core
+
+    # -- writing and timers -------------------------------------------------------------------
 
     def flush(self) -> None:
-        if self.out and self.transport is not None and not self.closed:
-            self.transport.write(b"".join(self.out))
-        self.out.clear()
+        """Write what the core queued; close once it says the connection is over."""
+        core = self.core
+        if core is None or self.closed:
+            return
+        self._write(core.data_to_send())
+        if core.closing:
+            self.close()
 
-    def unblock(self) -> None:
-        for stream_id, call in list(self.blocked.items()):
-            if self.send_window <= 0:
-                return
-            del self.blocked[stream_id]
-            call.pump()
+    def _write(self, data: bytes) -> None:
+        if data and self.transport is not None:
+            self.transport.write(data)
 
-    def ended(self, call: Stream) -> None:
-        """`call` sent its trailers: forget it; a peer still sending is told to stop."""
-        self.calls.pop(call.stream_id, None)
-        self.blocked.pop(call.stream_id, None)
-        if not call.remote_closed:
-            self.out.append(f.rst_stream(call.stream_id, ErrorCode.NO_ERROR))
-        self.refill()
-        self.close_if_idle()
+    def _arm_timer(self) -> None:
+        core = self.core
+        due = None if core is None or self.closed else core.next_timer()
+        if due is None:
+            return
+        if self._timer is not None:
+            if self._timer_due <= due:
+                return  # an earlier one is armed; it re-arms when it runs
+            self._timer.cancel()
+        self._timer, self._timer_due = self.loop.call_at(due, self._on_timer), due
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        core = self.core
+        if core is None or self.closed:
+            return
+        self._handle(core.on_timer(self.loop.time()))
+        self.flush()
+        self._arm_timer()
+
+    # -- ending ---------------------------------------------------------------------------------
 
     def goaway(self) -> None:
         """Graceful drain: no new streams; close once the open ones are answered."""
-        if self.closed:
+        if self.core is None:
+            self.close()
             return
-        self.draining = True
-        self.out.append(f.goaway(self.last_stream_id, ErrorCode.NO_ERROR))
+        self.core.drain()
         self.flush()
-        self.close_if_idle()
 
-    def fail(self, code: ErrorCode, reason: str) -> None:
-        """A connection error: GOAWAY with `code`, then close."""
-        if self.closed:
+    def fail(self, code: int, reason: str) -> None:
+        """End the connection now: GOAWAY with `code`, then close."""
+        if self.core is None:
+            self.close()
             return
-        log.info("HTTP/2 connection from %s ended: %s (%s)", self.peer, reason, code.name)
-        self.out.append(f.goaway(self.last_stream_id, code, reason))
+        self.core.close(code, reason)
         self.flush()
-        self.close()
+
+    def refuse(self) -> None:
+        """No room for this connection (admission.py): GOAWAY before any stream, then close."""
+        core = self.core = self.port.new_core(self.loop.time())
+        if self.port.tls is None:
+            core.close(f.NO_ERROR, "too many connections")
+            self.flush()
+        else:
+            self.close()
+
+    def idle(self) -> bool:
+        """Without open calls: may be closed to make room for a new connection."""
+        return self.core is None or not self.core.streams
 
     def close(self) -> None:
         if self.transport is None or self.closed:
             return
         self.closed = True
-        for call in list(self.calls.values()):
+        for call in self.calls.values():
             call.cancel()
-        self.transport.close()  # sends what is buffered first; a peer that never reads...
+        self.calls.clear()
         transport = self.transport
-        asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, transport.abort)  # ...is cut
-
-    def close_if_idle(self) -> None:
-        if self.draining and not self.calls:
-            self.flush()
-            self.close()
-
-    def _handshake_expired(self) -> None:
-        self._timer = None
-        if not self.preface_seen:
-            self.fail(ErrorCode.PROTOCOL_ERROR, "no connection preface in time")
+        transport.close()  # sends what is buffered first; a peer that never reads...
+        self.loop.call_later(CLOSE_TIMEOUT_S, transport.abort)  # ...is cut
