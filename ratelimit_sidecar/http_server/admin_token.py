@@ -1,7 +1,7 @@
 """The admin API's bearer token: read from a file, else from `RLS_ADMIN_TOKEN`.
 
 Never a setting, so that it shows in no command line, log or repr (docs/OVERRIDES.md). Light on
-purpose: app/settings.py and the `overrides` client import the variable's name from here.
+purpose: the `overrides` client (cli/overrides.py) imports the variable's name from here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """What an xDS client needs besides the stream: its options, Node, channel, and when to retry.
 
 The TLS files are read again for each new channel, so a rotated certificate is used from the
-next connection on; `TlsFiles.changed` tells the client to make that connection now.
+next connection on; a change of `TlsFiles.fingerprint` tells the client to make that connection
+now.
 """
 
 from __future__ import annotations
