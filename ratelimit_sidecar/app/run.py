@@ -10,15 +10,16 @@ from collections.abc import Callable, Coroutine
 from types import MappingProxyType
 from typing import Any
 
+from ratelimit_sidecar.app.builder import server_tls
+from ratelimit_sidecar.app.options import rule_loading
 from ratelimit_sidecar.app.settings import REUSE_PORT_ENV, Settings
 from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.app.workers import run_workers
+from ratelimit_sidecar.bind import BindError
 from ratelimit_sidecar.config.errors import ConfigError
-from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.grpc_server.rls import BindError
-from ratelimit_sidecar.grpc_server.tls import TlsError, server_tls
+from ratelimit_sidecar.grpc_server.tls import TlsError
 from ratelimit_sidecar.logs import setup_logging
 from ratelimit_sidecar.storage.base import Storage
 
@@ -52,9 +53,8 @@ def first_rules(settings: Settings) -> RuleSet:
     """The rule files' rules; none yet when they come from xDS (the stream brings them)."""
     if settings.xds_url is not None:
         return RuleSet(MappingProxyType({}))
-    return load_rules(
-        settings.config_path, ConfigLimits.of(settings), defaults=settings.rule_defaults
-    )
+    loading = rule_loading(settings)
+    return load_rules(settings.config_path, loading.limits, defaults=loading.defaults)
 
 
 def run_async(factory: Callable[[], Coroutine[Any, Any, int]]) -> int:

@@ -23,7 +23,6 @@ from ratelimit_sidecar.grpc_server.transport.options import PORT_DEFAULTS
 from ratelimit_sidecar.service.validation import DEFAULT_BOUNDS
 
 ENV_PREFIX = "RLS_"
-ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"  # the admin token is never a flag (see below)
 DEFAULT_ADMIN_ADDRESS = "127.0.0.1:9091"
 REUSE_PORT_ENV = ENV_PREFIX + "REUSE_PORT"  # set by the --workers supervisor for its children
 TRANSPORTS = ("fast", "grpcio")
@@ -42,10 +41,6 @@ def _help(text: str, **more: str) -> dict[str, str]:
 
 def _option(default: Any, text: str) -> Any:
     """A field with a default and its help: one line per setting."""
-    return field(default=default, metadata=_help(text))
-
-
-def _opt(default: Any, text: str) -> Any:
     return field(default=default, metadata=_help(text))
 
 
@@ -102,29 +97,29 @@ class Settings:
     grpc_tls_client_san: str | None = field(
         default=None, metadata=_help("a subject alternative name client certificates must carry")
     )
-    tracing: bool = _opt(False, "export OpenTelemetry traces (ShouldRateLimit and syncs)")
-    tracing_endpoint: str | None = _opt(
+    tracing: bool = _option(False, "export OpenTelemetry traces (ShouldRateLimit and syncs)")
+    tracing_endpoint: str | None = _option(
         None, "OTLP endpoint URL (else OTEL_EXPORTER_OTLP_ENDPOINT or the SDK default)"
     )
-    tracing_protocol: str = _opt("grpc", "OTLP over grpc or http")
-    tracing_service_name: str = _opt("ratelimit-sidecar", "service.name of the spans")
-    tracing_service_namespace: str | None = _opt(None, "service.namespace of the spans")
-    tracing_sampling_ratio: float = _opt(1.0, "share of new traces sampled (Envoy's is kept)")
-    grpc_max_connection_age_s: float | None = _opt(
+    tracing_protocol: str = _option("grpc", "OTLP over grpc or http")
+    tracing_service_name: str = _option("ratelimit-sidecar", "service.name of the spans")
+    tracing_service_namespace: str | None = _option(None, "service.namespace of the spans")
+    tracing_sampling_ratio: float = _option(1.0, "share of new traces sampled (Envoy's is kept)")
+    grpc_max_connection_age_s: float | None = _option(
         None, "seconds a gRPC connection lives before GOAWAY (clients re-resolve); off"
     )
-    grpc_max_connection_age_grace_s: float = _opt(60.0, "seconds an aged connection's calls get")
-    grpc_max_concurrent_streams: int = _opt(
+    grpc_max_connection_age_grace_s: float = _option(60.0, "seconds an aged connection's calls get")
+    grpc_max_concurrent_streams: int = _option(
         PORT_DEFAULTS.limits.max_concurrent_streams, "calls one gRPC connection may have open"
     )
-    grpc_pending_bytes: int = _opt(
+    grpc_pending_bytes: int = _option(
         PORT_DEFAULTS.pending_bytes, "request bytes the gRPC port holds unfinished, all connections"
     )
-    grpc_receive_timeout_s: float = _opt(
+    grpc_receive_timeout_s: float = _option(
         PORT_DEFAULTS.limits.unary_receive_timeout_s,
         "seconds a unary call's request may take to arrive whole",
     )
-    grpc_stream_idle_timeout_s: float = _opt(
+    grpc_stream_idle_timeout_s: float = _option(
         PORT_DEFAULTS.limits.stream_idle_timeout_s,
         "seconds an RLQS stream may go without a report before it is ended",
     )
@@ -135,25 +130,25 @@ class Settings:
             default_text="the descriptor limit - 128",
         ),
     )
-    grpc_max_connections_per_peer: int = _opt(
+    grpc_max_connections_per_peer: int = _option(
         PORT_DEFAULTS.max_connections_per_peer, "gRPC connections kept from one client address"
     )
-    grpc_tls_handshake_timeout_s: float = _opt(
+    grpc_tls_handshake_timeout_s: float = _option(
         PORT_DEFAULTS.tls_handshake_timeout_s, "seconds a TLS handshake on the gRPC port may take"
     )
-    limit_response_headers: bool = _opt(
+    limit_response_headers: bool = _option(
         False, "add the reference's RateLimit-Limit/-Remaining/-Reset to every answer"
     )
-    limit_response_header_names: str = _opt(
+    limit_response_header_names: str = _option(
         "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset", "those headers' names, in order"
     )
-    near_limit_ratio: float = _opt(
+    near_limit_ratio: float = _option(
         NEAR_LIMIT_RATIO, "share of a limit used from which an OK answer counts as near_limit"
     )
-    health_address: str | None = _opt(
+    health_address: str | None = _option(
         None, "host:port of a listener of its own for /healthcheck, /healthz, /readyz"
     )
-    debug_address: str | None = _opt(
+    debug_address: str | None = _option(
         None, "host:port of /rlconfig and POST /json (the reference's debug port); off"
     )
     log_format: str = field(default="text", metadata=_help("text or json"))
@@ -177,8 +172,8 @@ class Settings:
         metadata=_help("bytes allowed per descriptor key or value"),
     )
     redis_prefix: str = field(default="rls:", metadata=_help("prefix of every Redis key"))
-    quiet_share: float = _opt(QUIET_SHARE, "hold a key's hits while hits x nodes < this x MAX")
-    new_keys_even_split: bool = _opt(False, "a new key assumes an even split, not one gateway")
+    quiet_share: float = _option(QUIET_SHARE, "hold a key's hits while hits x nodes < this x MAX")
+    new_keys_even_split: bool = _option(False, "a new key assumes an even split, not one gateway")
     sync_timeout_ms: int = field(
         default=DEFAULT_TIMEOUT_MS,
         metadata=_help("Redis timeout per sync, more for a large sync (at most half a span)"),
@@ -218,7 +213,8 @@ class Settings:
         metadata=_help("Redis timeout of one strict check (keep it under Envoy's filter timeout)"),
     )
     # Runtime overrides (docs/OVERRIDES.md). The admin token is never a setting: it comes from
-    # a file or from RLS_ADMIN_TOKEN, so that it shows in no command line, log or repr.
+    # a file or from RLS_ADMIN_TOKEN (http_server/admin_token.py), so that it shows in no
+    # command line, log or repr.
     admin_address: str = field(
         default=DEFAULT_ADMIN_ADDRESS,
         metadata=_help("host:port of the overrides admin API (opened only with a token)"),
@@ -262,6 +258,11 @@ class Settings:
     def __post_init__(self) -> None:
         self._check_rule_source()
         self._check_grpc_port()
+        self._check_serving()
+        self._check_tracing()
+        self._check_tls()
+
+    def _check_serving(self) -> None:
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
@@ -277,10 +278,14 @@ class Settings:
             )
         if not 0.0 < self.near_limit_ratio <= 1.0:
             raise ValueError("--near-limit-ratio must be above 0 and at most 1")
+
+    def _check_tracing(self) -> None:
         if self.tracing_protocol not in ("grpc", "http"):
             raise ValueError("--tracing-protocol must be grpc or http")
         if not 0.0 <= self.tracing_sampling_ratio <= 1.0:
             raise ValueError("--tracing-sampling-ratio must be between 0 and 1")
+
+    def _check_tls(self) -> None:
         if bool(self.grpc_tls_cert) != bool(self.grpc_tls_key):
             raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
         if self.grpc_tls_client_ca and not self.grpc_tls_cert:

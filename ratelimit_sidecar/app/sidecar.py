@@ -7,42 +7,41 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ratelimit_sidecar.app.builder import (
+    build_endpoints,
+    build_grpc_server,
+    build_handler,
+    build_limiter,
+    build_quota,
+    build_rule_source,
+    build_strict,
+    build_tracing,
+    debug_api,
+    metrics_apis,
+    rls_servicer,
+)
+from ratelimit_sidecar.app.options import admin_options, override_options
 from ratelimit_sidecar.app.settings import Settings
+from ratelimit_sidecar.bind import BindError
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.core import FleetLimiter, Limiter, LocalLimiter, SyncStats
-from ratelimit_sidecar.grpc_server.rlqs import quota_wiring
-from ratelimit_sidecar.grpc_server.rls import BindError, RateLimitServicer, build_server
+from ratelimit_sidecar.core import SyncStats
 from ratelimit_sidecar.grpc_server.tls import ServerTls
-from ratelimit_sidecar.grpc_server.tracing import TracedServicer, tracing_for
-from ratelimit_sidecar.grpc_server.transport.options import PORT_DEFAULTS, PortOptions
 from ratelimit_sidecar.grpc_server.transport.server import FastServer
 from ratelimit_sidecar.http_server.admin import AdminServer
-from ratelimit_sidecar.http_server.debug import MAX_JSON_BYTES, DebugApi
-from ratelimit_sidecar.http_server.endpoints import HEALTH_PATHS, Endpoints
 from ratelimit_sidecar.http_server.server import HttpApi, Reply
 from ratelimit_sidecar.metrics import Metrics
+from ratelimit_sidecar.overrides.applied import AppliedOverrides
 from ratelimit_sidecar.overrides.follower import follow_overrides
 from ratelimit_sidecar.overrides.keeper import keeper_for
-from ratelimit_sidecar.rules.source import rule_source
-from ratelimit_sidecar.service.ratelimit import RateLimitHandler
-from ratelimit_sidecar.service.response import ResponseOptions
-from ratelimit_sidecar.service.strict import StrictDecider
-from ratelimit_sidecar.service.validation import Bounds
 from ratelimit_sidecar.storage.base import Storage
-from ratelimit_sidecar.storage.keys import digest
-from ratelimit_sidecar.storage.redis_store import RedisStorage
-from ratelimit_sidecar.storage.strict_store import StrictStore
 from ratelimit_sidecar.sync.fleet_blocks import wire_blocks
-from ratelimit_sidecar.sync.span_sync import SyncLoop
 from ratelimit_sidecar.sync.store_clock import StoreClock, monotonic_wall_ms
-from ratelimit_sidecar.sync.sweeper import SweepLoop
 
 log = logging.getLogger("ratelimit_sidecar.server")
 
@@ -54,7 +53,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class Sidecar:
-    """Owns the limiter, the gRPC server and the sync loop of one node."""
+    """One node: its parts built in named steps (each by app/builder.py), then run: `startup`,
+    `serve` until a signal, `shutdown` (after uvicorn's Server)."""
 
     def __init__(
         self,
@@ -67,161 +67,143 @@ class Sidecar:
         reuse_port: bool = False,
         tls: ServerTls | None = None,
     ) -> None:
-        self.settings = settings
+        self.settings, self.storage = settings, storage
         self.metrics = metrics or Metrics()
-        self.tracing = tracing_for(settings)  # None unless --tracing: nothing on the way then
-        self.tls = tls  # the gRPC port's TLS, None for plaintext
-        if tls is not None:
-            tls.on_error = self.metrics.tls_reload_errors.inc
+        self.tracing = build_tracing(settings)
+        self.tls = self._count_tls_reload_errors(tls)  # the gRPC port's TLS, None for plaintext
         # Spans follow the shared store's clock (Redis TIME); `clock_ms` is the local clock it
         # corrects. Requests read it without I/O; the sync loop updates the offset.
         self.clock = StoreClock(clock_ms)
-        clock_ms = self.clock.now_ms
-        self.storage = storage
-        self.limiter: Limiter
-        self.sync: SyncLoop | SweepLoop
-        if storage is None:  # local-only: counts stay in memory, nothing to sync
-            local = LocalLimiter(settings.max_keys)
-            self.limiter, self.sync = local, SweepLoop(local, clock_ms)
-        else:
-            fleet = FleetLimiter(
-                settings.max_keys,
-                quiet_share=settings.quiet_share,
-                new_keys_alone=not settings.new_keys_even_split,
-                key_digest=digest,  # the store's near notices name keys so
-            )
-            timeout = settings.sync_timeout_ms
-            self.limiter, self.sync = (
-                fleet,
-                SyncLoop(fleet, storage, clock_ms, timeout, self._synced, store_clock=self.clock),
-            )
-        # Blocks other nodes' pushes start reach this one at once (pub/sub), not at its span end.
-        self.subscriber, self.blocks = wire_blocks(
-            storage, self.limiter, clock_ms, self.metrics.registry
-        )
-        self.strict_store: StrictStore | None = None
-        self.strict = self._strict_decider(settings, storage)
-        self.handler = RateLimitHandler(
-            rules,
-            self.limiter,
-            clock_ms,
-            bounds=Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes),
-            # Shadow and quota mode settle the overall code (service/overall.py), after the
-            # limiter has decided and counted as usual.
-            options=ResponseOptions(
-                settings.ietf_headers,
-                shadow_mode=settings.shadow_mode,
-                quota_mode=settings.quota_mode,
-                dynamic_metadata=settings.response_dynamic_metadata,
-                reference_headers=_header_names(settings),
-            ),
-            observer=self.metrics,
-            cache_entries=settings.max_keys,  # one compiled request per tracked counter
-            strict=self.strict,
-        )
-        # Runtime overrides (admin API): kept across reloads, applied before /readyz answers.
-        self.overrides = keeper_for(
-            settings, storage, self.handler.swap_overrides, clock_ms, self.metrics
-        )
-        # Shared overrides: a change announced on Redis is read at once (overrides/follower.py),
-        # on the node's one pub/sub connection (made above for blocks when counts go to Redis).
-        self.subscriber, self.follower = follow_overrides(
-            storage, self.overrides, clock_ms, self.subscriber
-        )
-        self.admin = AdminServer(settings, self.overrides, clock_ms, self.metrics)
-        self.metrics.watch(self.limiter, lambda: self.sync.store_up, clock_ms)
-        self.metrics.config_loaded(True, rules.version)
-        # Rule files (watched) or an xDS control plane: each new rule set is swapped in whole.
-        self.watcher = rule_source(
-            settings,
-            self.swap_rules,
-            lambda _error: self.metrics.config_loaded(False),
-            self.metrics.registry,
-        )
-        mode = "local-only" if storage is None else storage.description
-        self.endpoints = endpoints = Endpoints(
-            lambda: self.handler.rules,
-            self.limiter,
-            self.sync,
-            mode,
-            show_values=settings.debug_show_values,
-            overrides=self.overrides.view,
-            source=self.watcher.view,
-        )
-        routes = endpoints.routes(self._scrape)
-        self.http = HttpApi(routes)
-        # Probes on a port of their own, as the reference serves them (its PORT, 8080).
-        self.health_http = HttpApi({path: routes[path] for path in HEALTH_PATHS})
-        debug = DebugApi(lambda: self.handler.rules, self.handler.respond)
-        self.debug = HttpApi(dispatch=debug.dispatch, max_body=MAX_JSON_BYTES)
-        # Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit.
-        self.quota, self._add_quota = quota_wiring(
-            lambda: self.handler.rules, self.limiter, clock_ms, settings, self.metrics.registry,
-            overrides=lambda: self.handler.api_overrides,
-        )  # fmt: skip
+        self._build_limiter()
+        self._build_handler(rules)
+        self._build_overrides()
+        self._build_rule_source(rules)
+        self._build_http()
+        self._build_quota()
         self._reuse_port = reuse_port
         self._exit = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._server: Any = None  # grpc.aio.Server or the fast transport's FastServer
         self.port = 0
 
-    def _strict_decider(self, settings: Settings, storage: Storage | None) -> StrictDecider | None:
-        """Strict rules check Redis on the request path. Without Redis (local-only) the limiter
-        decides them with their own algorithm, which is exact on one node."""
-        if not isinstance(storage, RedisStorage):
-            return None
-        self.strict_store = StrictStore(storage)
-        decider = StrictDecider(
-            self.limiter,
-            self.strict_store,
-            timeout_ms=settings.strict_timeout_ms,
-            observer=self.metrics,
+    def _count_tls_reload_errors(self, tls: ServerTls | None) -> ServerTls | None:
+        if tls is not None:
+            tls.on_error = self.metrics.tls_reload_errors.inc
+        return tls
+
+    def _build_limiter(self) -> None:
+        """The limiter and its sync loop (a sweep, local-only), watched by the metrics; blocks
+        other nodes' pushes start reach this node at once (pub/sub), not at its span end."""
+        clock_ms, registry = self.clock.now_ms, self.metrics.registry
+        built = build_limiter(self.settings, self.storage, self.clock, self._synced)
+        self.limiter, self.sync = built
+        self.subscriber, self.blocks = wire_blocks(self.storage, self.limiter, clock_ms, registry)
+        self.metrics.watch(self.limiter, self._store_up, clock_ms)
+
+    def _build_handler(self, rules: RuleSet) -> None:
+        """The request path: the strict rules' store and decider (Redis only), the handler."""
+        self.strict_store, self.strict = build_strict(
+            self.settings, self.storage, self.limiter, self.metrics
         )
-        self.metrics.watch_breaker(lambda: decider.breaker.state)
-        return decider
+        self.handler = build_handler(
+            self.settings, rules, self.limiter, self.clock.now_ms,
+            metrics=self.metrics, strict=self.strict,
+        )  # fmt: skip
+
+    def _build_overrides(self) -> None:
+        """Runtime overrides (admin API): kept across reloads, applied before /readyz answers.
+        Shared ones: a change announced on Redis is read at once (overrides/follower.py), on
+        the node's one pub/sub connection (made for blocks when counts go to Redis)."""
+        clock_ms, apply = self.clock.now_ms, self.handler.swap_overrides
+        options = override_options(self.settings)
+        self.overrides = keeper_for(options, self.storage, apply, clock_ms, self.metrics)
+        self.subscriber, self.follower = follow_overrides(
+            self.storage, self.overrides, clock_ms, self.subscriber
+        )
+        admin = admin_options(self.settings)
+        self.admin = AdminServer(admin, self.overrides, clock_ms, self.metrics)
+
+    def _build_rule_source(self, rules: RuleSet) -> None:
+        """The first rules counted as loaded; rule files (watched) or xDS bring the next ones."""
+        self.metrics.config_loaded(True, rules.version)
+        self.watcher = build_rule_source(
+            self.settings, self.swap_rules, self._rules_failed, self.metrics.registry
+        )
+
+    def _build_http(self) -> None:
+        """The metrics address with its views, its probes again on a port of their own, and
+        the debug address."""
+        self.endpoints = build_endpoints(
+            self.settings, self.storage, self.current_rules, self.limiter, self.sync,
+            overrides=self.overrides, source=self.watcher,
+        )  # fmt: skip
+        self.http, self.health_http = metrics_apis(self.endpoints.routes(self._scrape))
+        self.debug = debug_api(self.current_rules, self.handler.respond)
+
+    def _build_quota(self) -> None:
+        """Envoy's Rate Limit Quota Service, on the gRPC server of ShouldRateLimit: it reads
+        the live rules and runtime overrides at each report."""
+        self.quota, self._add_quota = build_quota(
+            self.settings, self.current_rules, self.limiter, self.clock.now_ms,
+            self.metrics.registry, overrides=self.api_overrides,
+        )  # fmt: skip
+
+    def current_rules(self) -> RuleSet:
+        """The rules in force (a reload swaps them in the handler)."""
+        return self.handler.rules
+
+    def api_overrides(self) -> AppliedOverrides:
+        """The runtime overrides in force."""
+        return self.handler.api_overrides
 
     async def startup(self) -> None:
-        """Bind and start serving; raises BindError if the address is not available."""
-        observe = self.metrics.decision_seconds.observe
-        servicer = (
-            RateLimitServicer(self.handler, observe)
-            if self.tracing is None
-            else TracedServicer(self.handler, observe, self.tracing)
-        )
-        server, health, self.port = build_server(
-            servicer,
-            self.settings.grpc_address,
-            self._reuse_port,
-            (self._add_quota,),
-            transport=self.settings.transport,
-            tls=self.tls,
-            options=port_options(self.settings),
+        """Bind and start serving; raises BindError if an address is not available."""
+        servicer = rls_servicer(self.handler, self.metrics.decision_seconds.observe, self.tracing)
+        server, health, self.port = build_grpc_server(
+            self.settings, servicer, self._add_quota, reuse_port=self._reuse_port, tls=self.tls
         )
         if isinstance(server, FastServer):  # its bounds' trips, read at scrape time
             self.metrics.watch_grpc_port(server.port_state.trips, server.port_state.pending_bytes)
         await self.overrides.start()
-        await _listen(self.http, self.settings.metrics_address, "metrics")
-        await self.admin.start()
-        if self.settings.health_address:
-            await _listen(self.health_http, self.settings.health_address, "health")
-        if self.settings.debug_address:
-            await _listen(self.debug, self.settings.debug_address, "debug")
-        if self.strict_store is not None:  # slot map and script, before the first request
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
+        await self._listen_http()
+        await self._prepare_strict_store()
         await server.start()
         self._server, self._health = server, health
         for name in HEALTH_NAMES:
             await health.set(name, SERVING)
-        self._tasks.append(asyncio.create_task(self.sync.run(), name="sync-loop"))
-        self._tasks.append(asyncio.create_task(self.watcher.run(), name="rule-watcher"))
-        self._tasks.append(asyncio.create_task(self.overrides.run(), name="overrides"))
-        if self.subscriber is not None:
-            self._tasks.append(asyncio.create_task(self.subscriber.run(), name="subscriber"))
+        self._start_tasks()
         # Everything built so far (rules, protobuf descriptors, metrics) lives until exit: move it
         # out of the cyclic collector's reach, so its collections scan only what requests create.
         gc.freeze()
         self._log_startup()
+
+    async def _listen_http(self) -> None:
+        """The metrics address, the admin API (if it has a token), and the probe and debug
+        addresses when they are set."""
+        settings = self.settings
+        await _listen(self.http, settings.metrics_address, "metrics")
+        await self.admin.start()
+        if settings.health_address:
+            await _listen(self.health_http, settings.health_address, "health")
+        if settings.debug_address:
+            await _listen(self.debug, settings.debug_address, "debug")
+
+    async def _prepare_strict_store(self) -> None:
+        """The slot map and script, before the first request (bounded: see PREPARE_TIMEOUT_S)."""
+        if self.strict_store is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.strict_store.prepare(), PREPARE_TIMEOUT_S)
+
+    def _start_tasks(self) -> None:
+        """The background loops, each a task `shutdown` stops and awaits."""
+        loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
+            ("sync-loop", self.sync.run),
+            ("rule-watcher", self.watcher.run),
+            ("overrides", self.overrides.run),
+        ]
+        if self.subscriber is not None:
+            loops.append(("subscriber", self.subscriber.run))
+        self._tasks += [asyncio.create_task(run(), name=name) for name, run in loops]
 
     def swap_rules(self, rules: RuleSet) -> None:
         """Install a new rule set in one step; counters of unchanged rules carry over."""
@@ -232,6 +214,12 @@ class Sidecar:
         self.metrics.synced(stats, seconds, error_kind)
         if self.tracing is not None:
             self.tracing.synced(stats, seconds, error_kind)
+
+    def _store_up(self) -> bool:
+        return self.sync.store_up
+
+    def _rules_failed(self, _error: str) -> None:
+        self.metrics.config_loaded(False)
 
     def _scrape(self, _query: dict[str, list[str]]) -> Reply:
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
@@ -272,11 +260,23 @@ class Sidecar:
         """
         log.info("shutting down: draining requests and flushing counts")
         self.endpoints.serving = False
-        if self._server is not None:
-            for name in HEALTH_NAMES:
-                await self._health.set(name, NOT_SERVING)
-            self.quota.end_streams()  # RLQS streams last for ever: end them, counted
-            await self._server.stop(self.settings.shutdown_grace_s)
+        await self._stop_grpc()
+        await self._stop_loops()
+        lost = await self.sync.flush()
+        await self._close()
+        log.info("stopped")
+        return lost
+
+    async def _stop_grpc(self) -> None:
+        """Health says NOT_SERVING, RLQS streams end, calls in flight get the grace period."""
+        if self._server is None:
+            return
+        for name in HEALTH_NAMES:
+            await self._health.set(name, NOT_SERVING)
+        self.quota.end_streams()  # RLQS streams last for ever: end them, counted
+        await self._server.stop(self.settings.shutdown_grace_s)
+
+    async def _stop_loops(self) -> None:
         self.sync.stop()
         self.watcher.stop()
         self.overrides.stop()
@@ -284,7 +284,9 @@ class Sidecar:
             self.subscriber.stop()
         for task in self._tasks:
             await task
-        lost = await self.sync.flush()
+
+    async def _close(self) -> None:
+        """The store's connections, the HTTP listeners, then the spans still queued."""
         if self.follower is not None:
             await self.follower.stop()
         await self.overrides.close()
@@ -295,42 +297,7 @@ class Sidecar:
         await self.health_http.stop()
         await self.http.stop()
         if self.tracing is not None:
-            await asyncio.to_thread(self.tracing.shutdown)  # the spans still queued
-        log.info("stopped")
-        return lost
-
-
-def _header_names(settings: Settings) -> tuple[str, str, str] | None:
-    if not settings.limit_response_headers:
-        return None
-    limit, remaining, reset = (n.strip() for n in settings.limit_response_header_names.split(","))
-    return limit, remaining, reset
-
-
-def _max_age(settings: Settings) -> tuple[float, float] | None:
-    age = settings.grpc_max_connection_age_s
-    return None if age is None else (age, settings.grpc_max_connection_age_grace_s)
-
-
-def port_options(settings: Settings) -> PortOptions:
-    """The gRPC port's bounds. Its largest message follows from the request bounds (RLQS
-    reports are held to the same size)."""
-    bounds = Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes)
-    limits = replace(
-        PORT_DEFAULTS.limits,
-        max_concurrent_streams=settings.grpc_max_concurrent_streams,
-        max_message_bytes=bounds.max_request_bytes(),
-        unary_receive_timeout_s=settings.grpc_receive_timeout_s,
-        stream_idle_timeout_s=settings.grpc_stream_idle_timeout_s,
-    )
-    return PortOptions(
-        limits=limits,
-        pending_bytes=settings.grpc_pending_bytes,
-        max_connections=settings.grpc_max_connections,
-        max_connections_per_peer=settings.grpc_max_connections_per_peer,
-        tls_handshake_timeout_s=settings.grpc_tls_handshake_timeout_s,
-        max_age=_max_age(settings),
-    )
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 async def _listen(api: HttpApi, address: str, role: str) -> None:

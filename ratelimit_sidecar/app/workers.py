@@ -20,7 +20,8 @@ from dataclasses import replace
 from types import FrameType
 
 from ratelimit_sidecar.app.settings import REUSE_PORT_ENV, Settings, environment
-from ratelimit_sidecar.http_server.admin import ADMIN_OFF, admin_token_configured
+from ratelimit_sidecar.http_server.admin import ADMIN_OFF
+from ratelimit_sidecar.http_server.admin_token import admin_token_configured
 
 log = logging.getLogger("ratelimit_sidecar.workers")
 POLL_S = 0.2
@@ -49,7 +50,7 @@ def worker_settings(settings: Settings, index: int) -> Settings:
 def _ports_overlap(settings: Settings) -> str:
     """Why the admin port cannot be used beside the workers' metrics ports ("" if it can)."""
     metrics, admin = split_address(settings.metrics_address)[1], settings.admin_address
-    if admin == ADMIN_OFF or not metrics or not admin_token_configured(settings):
+    if admin == ADMIN_OFF or not metrics or not admin_token_configured(settings.admin_token_file):
         return ""
     port = split_address(admin)[1]
     last = metrics + settings.workers - 1

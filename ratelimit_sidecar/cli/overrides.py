@@ -17,7 +17,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 
-from ratelimit_sidecar.app.settings import ADMIN_TOKEN_ENV, DEFAULT_ADMIN_ADDRESS
+from ratelimit_sidecar.app.settings import DEFAULT_ADMIN_ADDRESS
+from ratelimit_sidecar.http_server.admin_token import ADMIN_TOKEN_ENV
 
 URL_ENV = "RLS_ADMIN_URL"
 DEFAULT_URL = f"http://{DEFAULT_ADMIN_ADDRESS}"

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import discovery_pb2
+from ratelimit_sidecar.app.options import rule_loading, xds_options
 from ratelimit_sidecar.app.settings import Settings, settings_from
 from ratelimit_sidecar.config.errors import ConfigError
-from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.xds_rules import (
     RESOURCE_TYPE,
     config_yaml,
@@ -25,7 +25,7 @@ from ratelimit_sidecar.config.xds_rules import (
     rules_from_configs,
     unpack,
 )
-from ratelimit_sidecar.rules.xds_channel import TlsFiles, node_of, open_channel
+from ratelimit_sidecar.rules.xds_channel import node_of, open_channel
 from ratelimit_sidecar.rules.xds_client import ads_stub
 
 
@@ -44,9 +44,10 @@ def run_xds_dump(url: str, values: Mapping[str, Any], timeout_s: float) -> int:
 
 async def fetch(settings: Settings) -> discovery_pb2.DiscoveryResponse:
     """The control plane's first response to a wildcard subscription for `RateLimitConfig`."""
-    async with open_channel(settings.xds_url or "", TlsFiles.of(settings)) as channel:
+    xds = xds_options(settings)
+    async with open_channel(xds.url, xds.tls) as channel:
         call = ads_stub(channel).StreamAggregatedResources()
-        request = discovery_pb2.DiscoveryRequest(node=node_of(settings), type_url=RESOURCE_TYPE)
+        request = discovery_pb2.DiscoveryRequest(node=node_of(xds), type_url=RESOURCE_TYPE)
         await call.write(request)
         response = await call.read()
         call.cancel()
@@ -65,7 +66,8 @@ def show(response: discovery_pb2.DiscoveryResponse, settings: Settings) -> int:
     for config in configs:
         print(f"---\n# resource '{config.name}'\n{config_yaml(config)}", end="")
     try:
-        rules_from_configs(configs, ConfigLimits.of(settings), settings.rule_defaults)
+        loading = rule_loading(settings)
+        rules_from_configs(configs, loading.limits, loading.defaults)
     except ConfigError as exc:
         print(f"xds-dump: serve would refuse it: {problem_text(exc.problems)}", file=sys.stderr)
         return 1

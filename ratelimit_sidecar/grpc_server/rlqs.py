@@ -27,7 +27,6 @@ from ratelimit_sidecar._proto.envoy.service.rate_limit_quota.v3.rlqs_pb2 import 
 )
 from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLimitStrategy
 from ratelimit_sidecar._proto.envoy.type.v3.token_bucket_pb2 import TokenBucket
-from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.core import Limiter
 from ratelimit_sidecar.core.quota_assign import Action, Assignment, QuotaPolicy
@@ -251,20 +250,21 @@ def quota_wiring(
     rules: Callable[[], RuleSet],
     limiter: Limiter,
     clock_ms: Callable[[], int],
-    settings: Settings,
     registry: CollectorRegistry,
     *,
+    bounds: Bounds,
+    policy: QuotaPolicy,
     overrides: Callable[[], AppliedOverrides] = lambda: NO_OVERRIDES,
 ) -> tuple[QuotaServicer, Callable[[Any], str]]:
     """The sidecar's RLQS servicer, on its rules and runtime overrides (read at each report: a
     change applies at the next one), limiter and metrics registry, and the hook that adds it to
-    the gRPC server of ShouldRateLimit."""
+    the gRPC server of ShouldRateLimit. Reports are held to the request `bounds`."""
     service = QuotaService(
         rules,
         limiter,
         clock_ms,
-        bounds=Bounds(settings.max_descriptors, settings.max_entries, settings.max_value_bytes),
-        policy=QuotaPolicy(shadow_mode=settings.shadow_mode),
+        bounds=bounds,
+        policy=policy,
         observer=QuotaMetrics(registry),
         overrides=overrides,
     )

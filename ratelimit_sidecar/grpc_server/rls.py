@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.bind import BindError
 from ratelimit_sidecar.grpc_server.tls import ServerTls
 from ratelimit_sidecar.grpc_server.transport.options import PortOptions
 from ratelimit_sidecar.grpc_server.transport.server import FastServer, accepts
@@ -118,11 +119,6 @@ def add_rate_limit_service(server: grpc.aio.Server, servicer: RateLimitServicer)
         (grpc.method_handlers_generic_handler(wire.SERVICE_NAME, methods),)
     )
     server.add_registered_method_handlers(wire.SERVICE_NAME, methods)
-
-
-@mypyc_attr(native_class=False)  # mypyc compiles no subclass of RuntimeError
-class BindError(RuntimeError):
-    """The gRPC address could not be bound (taken, or not local)."""
 
 
 def build_server(

@@ -13,13 +13,11 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-
-from ratelimit_sidecar.app.settings import Settings
 
 log = logging.getLogger("ratelimit_sidecar.tls")
 
@@ -92,16 +90,6 @@ def _read(path: Path, kind: str) -> bytes:
     if _PEM[kind] not in data:
         raise TlsError(f"{path} holds no PEM {kind}")
     return data
-
-
-def server_tls(settings: Settings) -> ServerTls | None:
-    """The gRPC port's TLS from the settings, None without `--grpc-tls-cert`; TlsError for a
-    file that cannot be used."""
-    if not settings.grpc_tls_cert or not settings.grpc_tls_key:
-        return None
-    ca, san = settings.grpc_tls_client_ca, settings.grpc_tls_client_san
-    files = TlsFiles(Path(settings.grpc_tls_cert), Path(settings.grpc_tls_key))
-    return ServerTls(replace(files, client_ca=Path(ca) if ca else None, client_san=san or None))
 
 
 class ServerTls:

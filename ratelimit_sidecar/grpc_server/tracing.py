@@ -12,12 +12,12 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from ratelimit_sidecar._proto.wire import RateLimitResponse
-from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.core import SyncStats
 from ratelimit_sidecar.grpc_server.rls import RateLimitServicer
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
@@ -33,10 +33,21 @@ SERVICE_NAMESPACE_ATTRIBUTE = "service.namespace"
 OVERALL_CODE_ATTRIBUTE = "ratelimit.overall_code"
 
 
+@dataclass(frozen=True, slots=True)
+class TracingOptions:
+    """What the spans say of this service and where they go (`--tracing-*`)."""
+
+    service_name: str
+    service_namespace: str | None  # None or "": no service.namespace attribute
+    sampling_ratio: float  # share of the traces Envoy has not decided on that are sampled
+    endpoint: str | None  # the OTLP endpoint; None: the SDK's default and OTEL_* variables
+    protocol: str  # one of PROTOCOLS
+
+
 class Tracing:
     """The process's tracer: spans for requests (`request_span`) and syncs (`synced`)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, options: TracingOptions) -> None:
         from opentelemetry.propagators.b3 import B3MultiFormat
         from opentelemetry.propagators.composite import CompositePropagator
         from opentelemetry.sdk.resources import Resource
@@ -46,15 +57,15 @@ class Tracing:
         from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        attributes = {"service.name": settings.tracing_service_name}
-        if settings.tracing_service_namespace:
-            attributes[SERVICE_NAMESPACE_ATTRIBUTE] = settings.tracing_service_namespace
+        attributes = {"service.name": options.service_name}
+        if options.service_namespace:
+            attributes[SERVICE_NAMESPACE_ATTRIBUTE] = options.service_namespace
         # Whether to trace is decided before the SDK is asked (`_sampled`): an unsampled call
         # then costs a look at its headers, not a span. What reaches the SDK is sampled.
         sampler = ParentBased(ALWAYS_ON)
-        self._ratio = settings.tracing_sampling_ratio
+        self._ratio = options.sampling_ratio
         self.provider = TracerProvider(resource=Resource.create(attributes), sampler=sampler)
-        self.provider.add_span_processor(BatchSpanProcessor(_exporter(settings)))
+        self.provider.add_span_processor(BatchSpanProcessor(_exporter(options)))
         self.tracer = self.provider.get_tracer("ratelimit_sidecar")
         self._propagator = CompositePropagator([TraceContextTextMapPropagator(), B3MultiFormat()])
         self._server_kind = SpanKind.SERVER
@@ -144,10 +155,6 @@ class TracedServicer(RateLimitServicer):
         return response
 
 
-def tracing_for(settings: Settings) -> Tracing | None:
-    return Tracing(settings) if settings.tracing else None
-
-
 def end_request_span(span: Any, response: bytes | None, error: str = "") -> None:
     """End a request's span (None: not sampled) with the answer's overall code."""
     if span is None:
@@ -161,11 +168,11 @@ def end_request_span(span: Any, response: bytes | None, error: str = "") -> None
     span.end()
 
 
-def _exporter(settings: Settings) -> Any:
-    """OTLP over gRPC or HTTP/protobuf; the endpoint from the settings, else the SDK's own
+def _exporter(options: TracingOptions) -> Any:
+    """OTLP over gRPC or HTTP/protobuf; the endpoint from the options, else the SDK's own
     default and OTEL_EXPORTER_OTLP_* variables."""
-    endpoint = settings.tracing_endpoint or None
-    if settings.tracing_protocol == "grpc":
+    endpoint = options.endpoint or None
+    if options.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         insecure = endpoint is not None and endpoint.startswith("http://")

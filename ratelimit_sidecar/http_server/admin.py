@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from ratelimit_sidecar.app.settings import ADMIN_TOKEN_ENV, Settings
-from ratelimit_sidecar.grpc_server.rls import BindError
+from ratelimit_sidecar.bind import BindError
 from ratelimit_sidecar.http_server.admin_body import BodyError, history_view, json_body
+from ratelimit_sidecar.http_server.admin_token import admin_token
 from ratelimit_sidecar.http_server.server import HttpApi, Reply, Request, json_error, json_reply
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.overrides.keeper import OverrideKeeper, documents_by_domain
@@ -42,24 +42,13 @@ NO_STORE = (
 )
 
 
-def admin_token_configured(settings: Settings) -> bool:
-    return bool(settings.admin_token_file or os.environ.get(ADMIN_TOKEN_ENV, "").strip())
+@dataclass(frozen=True, slots=True)
+class AdminOptions:
+    """Where the admin API listens (`ADMIN_OFF`: nowhere), and the file holding its token
+    (None: the `RLS_ADMIN_TOKEN` variable; neither: the API stays closed)."""
 
-
-def admin_token(settings: Settings) -> bytes | None:
-    """The configured token, or None (the admin API stays closed). Raises BindError if the
-    token file cannot be read: an operator who named one expects the API."""
-    if settings.admin_token_file:
-        try:
-            with open(settings.admin_token_file, "rb") as file:
-                token = file.read(4096).strip()
-        except OSError as exc:
-            raise BindError(f"cannot read --admin-token-file: {exc.strerror}") from exc
-        if not token:
-            raise BindError("--admin-token-file is empty")
-        return token
-    token = os.environ.get(ADMIN_TOKEN_ENV, "").strip().encode()
-    return token or None
+    address: str
+    token_file: str | None
 
 
 class AdminServer:
@@ -67,12 +56,12 @@ class AdminServer:
 
     def __init__(
         self,
-        settings: Settings,
+        options: AdminOptions,
         keeper: OverrideKeeper,
         clock_ms: Callable[[], int],
         metrics: Metrics | None = None,
     ) -> None:
-        self._settings = settings
+        self._options = options
         self._keeper = keeper
         self._clock_ms = clock_ms
         self._token: bytes | None = None
@@ -88,23 +77,23 @@ class AdminServer:
 
     def describe(self) -> str:
         """For the start-up line."""
-        if self._settings.admin_address == ADMIN_OFF:
+        if self._options.address == ADMIN_OFF:
             return "admin API off (--admin-address off)"
         if self._token is None:
             return "admin API off (no token: --admin-token-file or RLS_ADMIN_TOKEN)"
-        host = self._settings.admin_address.rpartition(":")[0] or "127.0.0.1"
+        host = self._options.address.rpartition(":")[0] or "127.0.0.1"
         return f"admin API on {host}:{self.http.port}"
 
     async def start(self) -> None:
-        if self._settings.admin_address == ADMIN_OFF:
+        address = self._options.address
+        if address == ADMIN_OFF:
             return
-        self._token = admin_token(self._settings)
+        self._token = admin_token(self._options.token_file)
         if self._token is None:
             return
         try:
-            await self.http.start(self._settings.admin_address)
+            await self.http.start(address)
         except OSError as exc:
-            address = self._settings.admin_address
             raise BindError(f"cannot listen on {address} (admin): {exc.strerror}") from exc
 
     async def stop(self) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Protocol
@@ -10,7 +9,7 @@ from typing import Protocol
 from ratelimit_sidecar.config.model import Rule, RuleSet
 from ratelimit_sidecar.core import KeyId, Limiter
 from ratelimit_sidecar.http_server.server import Reply, Route, json_reply, text_reply
-from ratelimit_sidecar.storage.keys import digest
+from ratelimit_sidecar.storage.keys import digest, value_digest
 
 DEFAULT_KEYS = 20
 HEALTH_PATHS = ("/healthcheck", "/healthz", "/readyz")  # what --health-address serves
@@ -147,9 +146,3 @@ class Endpoints:
             hidden = [part if i % 2 == 0 else value_digest(part) for i, part in enumerate(pairs)]
             snapshot["key"] = [domain, *hidden]
         return snapshot
-
-
-def value_digest(value: str) -> str:
-    """A descriptor value as `#` + 12 hex digits: enough to tell values apart, not to read them."""
-    raw = value.encode("utf-8", "surrogatepass")
-    return "#" + hashlib.blake2b(raw, digest_size=6, person=b"rls-debug").hexdigest()

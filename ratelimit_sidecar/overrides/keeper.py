@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from ratelimit_sidecar.app.settings import Settings
-from ratelimit_sidecar.http_server.endpoints import value_digest
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.overrides.applied import AppliedOverrides
 from ratelimit_sidecar.overrides.model import (
@@ -32,6 +31,7 @@ from ratelimit_sidecar.overrides.redis_store import RedisOverrideStore
 from ratelimit_sidecar.overrides.store import Document, OverrideSnapshot, OverrideStore
 from ratelimit_sidecar.storage.base import Storage
 from ratelimit_sidecar.storage.errors import StoreError
+from ratelimit_sidecar.storage.keys import value_digest
 from ratelimit_sidecar.storage.redis_store import RedisStorage
 
 log = logging.getLogger("ratelimit_sidecar.overrides")
@@ -41,39 +41,40 @@ START_TIMEOUT_S = 2.0  # the first read at start-up; the store down: start with 
 EMPTY = OverrideSnapshot(0, {})
 
 
-def override_store(settings: Settings, storage: Storage | None) -> OverrideStore | None:
+@dataclass(frozen=True, slots=True)
+class OverrideOptions:
+    """How the node keeps its overrides: what one may say (`bounds`), how often the whole set
+    is read again, and the directory keeping them without Redis (None: not kept there)."""
+
+    bounds: OverrideBounds
+    refresh_s: float
+    state_dir: str | None
+
+
+def override_store(state_dir: str | None, storage: Storage | None) -> OverrideStore | None:
     """Where overrides are kept: the shared store with `--redis-url` (added by the Redis
-    override store), else a file under `--state-dir`, else none (writes answer 409)."""
+    override store), else a file under `state_dir` (`--state-dir`, local-only), else none
+    (writes answer 409)."""
     if isinstance(storage, RedisStorage):  # beside the counters: same client and prefix
         return RedisOverrideStore.sharing(storage)
-    if settings.local_only and settings.state_dir:
+    if state_dir:
         from ratelimit_sidecar.overrides.file_store import FileOverrideStore
 
-        return FileOverrideStore(settings.state_dir)
+        return FileOverrideStore(state_dir)
     return None
 
 
-def override_bounds(settings: Settings) -> OverrideBounds:
-    """Overrides fit the request bounds and take the rule files' defaults."""
-    return OverrideBounds(settings.max_entries, settings.max_value_bytes, settings.rule_defaults)
-
-
 def keeper_for(
-    settings: Settings,
+    options: OverrideOptions,
     storage: Storage | None,
     apply: Callable[[AppliedOverrides], None],
     clock_ms: Callable[[], int],
     metrics: Metrics | None,
 ) -> OverrideKeeper:
     """The node's keeper, on the store `override_store` picks."""
-    store = override_store(settings, storage)
+    store = override_store(options.state_dir, storage)
     return OverrideKeeper(
-        store,
-        apply,
-        clock_ms,
-        override_bounds(settings),
-        refresh_s=settings.overrides_refresh_s,
-        metrics=metrics,
+        store, apply, clock_ms, options.bounds, refresh_s=options.refresh_s, metrics=metrics
     )
 
 

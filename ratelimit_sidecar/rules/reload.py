@@ -16,6 +16,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -29,6 +30,16 @@ log = logging.getLogger("ratelimit_sidecar.reload")
 
 POLL_S = 0.5
 Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleLoading:
+    """How every rule source loads a rule set: within `limits`, with `defaults` for what the
+    rules leave unsaid, its files (rules, or xDS TLS files) looked at every `poll_s`."""
+
+    limits: ConfigLimits
+    defaults: RuleDefaults
+    poll_s: float
 
 
 def fingerprint(path: Path) -> Fingerprint:

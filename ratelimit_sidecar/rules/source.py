@@ -7,10 +7,9 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from ratelimit_sidecar.app.settings import Settings
-from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
-from ratelimit_sidecar.rules.reload import RuleWatcher
+from ratelimit_sidecar.rules.reload import RuleLoading, RuleWatcher
+from ratelimit_sidecar.rules.xds_channel import XdsOptions
 
 
 class RuleSource(Protocol):
@@ -25,21 +24,20 @@ class RuleSource(Protocol):
 
 
 def rule_source(
-    settings: Settings,
+    path: str,
+    xds: XdsOptions | None,
+    loading: RuleLoading,
+    *,
     on_rules: Callable[[RuleSet], None],
     on_error: Callable[[str], None],
     registry: CollectorRegistry,
 ) -> RuleSource:
-    if settings.xds_url is None:
+    """The control plane of `xds` when given, else the rule file or directory at `path`."""
+    if xds is None:
         return RuleWatcher(
-            settings.config_path,
-            on_rules,
-            on_error,
-            settings.reload_poll_s,
-            ConfigLimits.of(settings),
-            defaults=settings.rule_defaults,
+            path, on_rules, on_error, loading.poll_s, loading.limits, defaults=loading.defaults
         )
     # Imported here: the xDS stubs load only in a sidecar that uses them.
     from ratelimit_sidecar.rules.xds_client import XdsRuleSource
 
-    return XdsRuleSource(settings, on_rules, on_error, registry)
+    return XdsRuleSource(xds, loading, on_rules, on_error, registry=registry)

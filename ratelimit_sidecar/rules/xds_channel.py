@@ -1,7 +1,8 @@
-"""What an xDS client needs besides the stream: its Node, its channel, and when to retry.
+"""What an xDS client needs besides the stream: its options, Node, channel, and when to retry.
 
 The TLS files are read again for each new channel, so a rotated certificate is used from the
-next connection on; `TlsFiles.changed` tells the client to make that connection now.
+next connection on; a change of `TlsFiles.fingerprint` tells the client to make that connection
+now.
 """
 
 from __future__ import annotations
@@ -15,22 +16,35 @@ import grpc
 from google.protobuf.struct_pb2 import Struct
 
 from ratelimit_sidecar._proto.envoy.config.core.v3 import base_pb2
-from ratelimit_sidecar.app.settings import Settings
 
 USER_AGENT = "ratelimit-sidecar"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a whole rule set comes in one response
 KEEPALIVE_MS = 330_000
 
 
-def node_of(settings: Settings) -> base_pb2.Node:
+@dataclass(frozen=True, slots=True)
+class XdsOptions:
+    """The control plane rules come from (`--config-xds-*`): who this node says it is, how it
+    connects, how it retries, and whether /readyz waits for a first configuration."""
+
+    url: str
+    node_id: str
+    node_metadata: str  # `key=value,key=value`, as the reference reads it
+    tls: TlsFiles | None  # None: plaintext
+    retry_s: float  # the first reconnect delay; doubles per failed attempt up to `retry_max_s`
+    retry_max_s: float
+    ready_without_config: bool
+
+
+def node_of(options: XdsOptions) -> base_pb2.Node:
     """The Node the control plane serves: id and `key=value,key=value` metadata, as the
     reference service reads them (an entry without `=` is skipped)."""
     metadata = Struct()
-    for entry in settings.config_xds_node_metadata.split(","):
+    for entry in options.node_metadata.split(","):
         key, sep, value = entry.partition("=")
         if sep and key.strip():
             metadata.update({key.strip(): value.strip()})
-    node = base_pb2.Node(id=settings.config_xds_node_id, user_agent_name=USER_AGENT)
+    node = base_pb2.Node(id=options.node_id, user_agent_name=USER_AGENT)
     node.metadata.CopyFrom(metadata)
     return node
 
@@ -64,17 +78,6 @@ class TlsFiles:
     key: Path | None
     ca: Path | None
     san: str | None
-
-    @classmethod
-    def of(cls, settings: Settings) -> TlsFiles | None:
-        if not settings.config_xds_client_tls:
-            return None
-        return cls(
-            _path(settings.config_xds_client_tls_cert),
-            _path(settings.config_xds_client_tls_key),
-            _path(settings.config_xds_server_tls_cacert),
-            settings.config_xds_server_tls_san or None,
-        )
 
     def fingerprint(self) -> tuple[tuple[int, int], ...]:
         """Modification time and size of each file ((0, 0) if absent): a rotation changes it."""
@@ -111,10 +114,6 @@ def open_channel(url: str, tls: TlsFiles | None) -> grpc.aio.Channel:
     if tls.san:
         options.append(("grpc.ssl_target_name_override", tls.san))
     return grpc.aio.secure_channel(url, tls.credentials(), options=options)
-
-
-def _path(text: str | None) -> Path | None:
-    return Path(text) if text else None
 
 
 def _read(path: Path | None) -> bytes | None:

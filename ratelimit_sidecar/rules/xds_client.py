@@ -25,9 +25,7 @@ from google.rpc import status_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.config.errors import ConfigError
-from ratelimit_sidecar.config.limits import ConfigLimits
 from ratelimit_sidecar.config.model import RuleSet
 from ratelimit_sidecar.config.xds_rules import (
     RESOURCE_TYPE,
@@ -37,8 +35,8 @@ from ratelimit_sidecar.config.xds_rules import (
 )
 from ratelimit_sidecar.metrics.labels import NS
 from ratelimit_sidecar.periodic import every
-from ratelimit_sidecar.rules.reload import in_daemon_thread
-from ratelimit_sidecar.rules.xds_channel import Backoff, TlsFiles, node_of, open_channel
+from ratelimit_sidecar.rules.reload import RuleLoading, in_daemon_thread
+from ratelimit_sidecar.rules.xds_channel import Backoff, XdsOptions, node_of, open_channel
 
 log = logging.getLogger("ratelimit_sidecar.xds")
 
@@ -77,25 +75,24 @@ class XdsMetrics:
 
 
 class XdsRuleSource:
-    """Follows the control plane at `settings.xds_url`; `run` until `stop`."""
+    """Follows the control plane at `options.url`; `run` until `stop`."""
 
     def __init__(
         self,
-        settings: Settings,
+        options: XdsOptions,
+        loading: RuleLoading,
         on_rules: Callable[[RuleSet], None],
         on_error: Callable[[str], None],
+        *,
         registry: CollectorRegistry,
         backoff: Backoff | None = None,
     ) -> None:
-        self.url = settings.xds_url or ""
-        self._settings = settings
-        self._limits = ConfigLimits.of(settings)
+        self.url = options.url
+        self._options, self._loading = options, loading
         self._on_rules, self._on_error = on_rules, on_error
-        self._node = node_of(settings)
-        self._tls = TlsFiles.of(settings)
-        self.backoff = backoff or Backoff(
-            settings.config_xds_retry_s, settings.config_xds_retry_max_s
-        )
+        self._node = node_of(options)
+        self._tls = options.tls
+        self.backoff = backoff or Backoff(options.retry_s, options.retry_max_s)
         self.metrics = XdsMetrics(registry)
         self.connected = False
         self.accepted_version = ""  # what a new stream subscribes with
@@ -114,7 +111,7 @@ class XdsRuleSource:
             "connected": self.connected,
             "accepted_version": self.accepted_version,
             "last_error": self.last_error,
-            "ready": self.received or self._settings.ready_without_config,
+            "ready": self.received or self._options.ready_without_config,
         }
 
     async def run(self) -> None:
@@ -197,12 +194,9 @@ class XdsRuleSource:
         """The response's rule set, built in a thread so requests keep being answered."""
         configs = unpack(response.resources)
         abandoned = threading.Event()
+        loading = self._loading
         work = partial(
-            rules_from_configs,
-            configs,
-            self._limits,
-            self._settings.rule_defaults,
-            abandoned.is_set,
+            rules_from_configs, configs, loading.limits, loading.defaults, abandoned.is_set
         )
         try:
             return await in_daemon_thread(work)
@@ -222,7 +216,7 @@ class XdsRuleSource:
     async def _end_on_stop_or_rotation(self, call: grpc.aio.StreamStreamCall) -> bool:
         """Cancel the stream on stop (False) or when a TLS file changes (True)."""
         first = self._tls.fingerprint() if self._tls is not None else ()
-        async for _ in every(self._settings.reload_poll_s, self._stop):
+        async for _ in every(self._loading.poll_s, self._stop):
             if self._tls is not None and self._tls.fingerprint() != first:
                 log.info("xDS TLS files changed: reconnecting with them")
                 call.cancel()

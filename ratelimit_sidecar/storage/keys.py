@@ -2,6 +2,7 @@
 why a collision is harmless are in docs/OPERATIONS.md ("What the sidecar keeps in Redis").
 A counter is `<prefix>{<digest>}:<domain>:<keys>:<suffix>`: the digest alone identifies it and
 is the Cluster hash tag; the names are for operators; descriptor values are never in clear.
+Nor are they in the debug views, which show each value as its own short digest (`value_digest`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def digest(key: KeyId) -> str:
         raw = part.encode("utf-8", "surrogatepass")
         chunks += (len(raw).to_bytes(8, "big"), raw)
     return hashlib.blake2b(b"".join(chunks), digest_size=DIGEST_HEX // 2).hexdigest()
+
+
+def value_digest(value: str) -> str:
+    """A descriptor value as `#` + 12 hex digits: enough to tell values apart, not to read them.
+    How the debug views (/debug/keys, /debug/rules' overrides) show a value by default."""
+    raw = value.encode("utf-8", "surrogatepass")
+    return "#" + hashlib.blake2b(raw, digest_size=6, person=b"rls-debug").hexdigest()
 
 
 def readable(text: str, limit: int) -> str:

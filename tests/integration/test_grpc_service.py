@@ -18,9 +18,10 @@ from harness.tls_proxy import make_cert
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.app.settings import TRANSPORTS, Settings
 from ratelimit_sidecar.app.sidecar import Sidecar
+from ratelimit_sidecar.bind import BindError
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter, SyncBatch, TotalRead
-from ratelimit_sidecar.grpc_server.rls import BindError, RateLimitServicer, build_server
+from ratelimit_sidecar.grpc_server.rls import RateLimitServicer, build_server
 from ratelimit_sidecar.grpc_server.tls import ServerTls, TlsFiles
 from ratelimit_sidecar.grpc_server.transport.server import FastServer
 from simulator.memory_store import MemoryStorage

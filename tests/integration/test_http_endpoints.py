@@ -18,9 +18,8 @@ from harness.rules import write_rules
 from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.app.sidecar import Sidecar
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.http_server.endpoints import value_digest
 from ratelimit_sidecar.http_server.server import HttpApi, text_reply
-from ratelimit_sidecar.storage.keys import digest
+from ratelimit_sidecar.storage.keys import digest, value_digest
 
 
 @pytest.fixture

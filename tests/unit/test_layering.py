@@ -1,7 +1,10 @@
 """The package's layers, checked on the source: no import cycle, and each layer's allowed imports.
 
-The core decides from numbers only (no network, no event loop, no clock of its own); the config
-package only parses and matches rules. Both stay importable and testable without the rest.
+`LAYERS` is the order of docs/DEVELOPMENT.md's "Layout": no module imports from a layer above
+its own, nor from another package of its layer unless `SIDEWAYS` gives the reason. The core
+decides from numbers only (no network, no event loop, no clock of its own); the config package
+only parses and matches rules: both stay importable and testable without the rest. The settings
+stop at app/ and cli/: every package below takes typed options of its own.
 """
 
 from __future__ import annotations
@@ -12,38 +15,60 @@ import ratelimit_sidecar
 from harness.imports import ImportGraph, find_cycle, import_cycle, import_graph
 
 PACKAGE_DIR = Path(ratelimit_sidecar.__file__).parent
+PACKAGE = PACKAGE_DIR.name
 GENERATED = ("_proto",)
-CORE_FORBIDDEN = (
-    "grpc",
-    "redis",
-    "asyncio",
-    "time",
-    "ratelimit_sidecar.app",
-    "ratelimit_sidecar.grpc_server",
-    "ratelimit_sidecar.http_server",
-    "ratelimit_sidecar.sync",
-    "ratelimit_sidecar.rules",
-    "ratelimit_sidecar.overrides",
-    "ratelimit_sidecar.storage",
-    "ratelimit_sidecar.service",
-    "simulator",
-    "ratelimit_sidecar.cli",
-    "ratelimit_sidecar.metrics",
+# The package's layers, lowest first: a module imports from its own package and from lower
+# layers only. Packages sharing a layer do not import each other (but see SIDEWAYS). `<root>` is
+# the package's own __init__; the shared low modules import nothing of the package.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("<root>", "_proto", "logs", "periodic", "bind"),
+    ("config",),
+    ("core",),
+    ("metrics",),  # counts what the core decides and labels it by rule: imports config, core
+    ("storage",),
+    ("overrides",),
+    ("service",),
+    ("grpc_server", "http_server", "sync", "rules"),
+    ("app",),
+    ("cli",),
+    ("__main__",),  # `python -m ratelimit_sidecar`: runs the command line
 )
-CONFIG_FORBIDDEN = tuple(
-    f"ratelimit_sidecar.{layer}"
-    for layer in (
-        "core",
-        "storage",
-        "service",
-        "overrides",
-        "app",
-        "grpc_server",
-        "http_server",
-        "sync",
-        "rules",
-    )
-)
+# Imports between packages of one layer, each with its reason: none today.
+SIDEWAYS: dict[tuple[str, str], str] = {}
+# Who may import the settings: the process (app/) and the command line (cli/). Every other
+# package takes its own typed options, built from the settings in app/options.py.
+SETTINGS_MODULE = f"{PACKAGE}.app.settings"
+SETTINGS_READERS = ("app", "cli")
+CORE_FORBIDDEN = ("grpc", "redis", "asyncio", "time", "simulator")
+
+
+def package_of(module: str) -> str | None:
+    """The top-level package (or module) of `module` in the package, None outside it."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    return parts[1] if len(parts) > 1 else "<root>"
+
+
+def layer_of(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def upward_imports(graph: ImportGraph) -> list[tuple[str, str]]:
+    """(module, import) pairs where a module imports from a higher layer, or from another
+    package of its own layer without a SIDEWAYS reason."""
+    found = []
+    for module, names in graph.items():
+        here = package_of(module)
+        for name in names:
+            there = package_of(name)
+            if here is None or there is None or there == here:
+                continue
+            higher = layer_of(there) > layer_of(here)
+            sideways = layer_of(there) == layer_of(here) and (here, there) not in SIDEWAYS
+            if higher or sideways:
+                found.append((module, name))
+    return sorted(found)
 
 
 def forbidden_imports(
@@ -89,14 +114,58 @@ def test_the_package_imports_no_simulator() -> None:
     assert forbidden_imports(graph, "ratelimit_sidecar", ("simulator",)) == []
 
 
-def test_core_imports_no_io_and_no_higher_layer() -> None:
+def test_core_imports_no_io() -> None:
+    """The core decides from numbers only: no network, no event loop, no clock of its own."""
     graph = import_graph(PACKAGE_DIR, skip=GENERATED)
-    assert forbidden_imports(graph, "ratelimit_sidecar.core", CORE_FORBIDDEN) == []
+    assert forbidden_imports(graph, f"{PACKAGE}.core", CORE_FORBIDDEN) == []
 
 
-def test_config_imports_no_other_layer() -> None:
+def test_every_package_has_one_layer() -> None:
+    """A new package (or top-level module) is placed in LAYERS before it is checked."""
     graph = import_graph(PACKAGE_DIR, skip=GENERATED)
-    assert forbidden_imports(graph, "ratelimit_sidecar.config", CONFIG_FORBIDDEN) == []
+    packages = {str(package_of(module)) for module in graph} | set(GENERATED)
+    placed = [package for layer in LAYERS for package in layer]
+    assert sorted(packages - set(placed)) == []
+    assert len(placed) == len(set(placed))
+
+
+def test_no_module_imports_from_a_higher_layer() -> None:
+    graph = import_graph(PACKAGE_DIR, skip=GENERATED)
+    assert upward_imports(graph) == []
+
+
+def test_each_sideways_import_allowed_is_still_made() -> None:
+    """An allowed edge no module takes any more leaves the table."""
+    graph = import_graph(PACKAGE_DIR, skip=GENERATED)
+    made = {
+        (package_of(module), package_of(name)) for module, names in graph.items() for name in names
+    }
+    assert sorted(set(SIDEWAYS) - made) == []
+
+
+def test_only_app_and_cli_import_the_settings() -> None:
+    """Every other package takes explicit options (bench/, harness/ and tests/ may import the
+    settings: they build sidecars as the command line does)."""
+    graph = import_graph(PACKAGE_DIR, skip=GENERATED)
+    readers = sorted(
+        module
+        for module, names in graph.items()
+        if any(name == SETTINGS_MODULE or name.startswith(SETTINGS_MODULE + ".") for name in names)
+        and package_of(module) not in SETTINGS_READERS
+    )
+    assert readers == []
+
+
+def test_an_upward_or_sideways_import_is_reported() -> None:
+    graph = {
+        f"{PACKAGE}.core.limiter": {f"{PACKAGE}.config.model", f"{PACKAGE}.metrics"},
+        f"{PACKAGE}.rules.source": {f"{PACKAGE}.http_server.endpoints", "grpc"},
+        f"{PACKAGE}.app.sidecar": {f"{PACKAGE}.rules.source", f"{PACKAGE}.app.settings"},
+    }
+    assert upward_imports(graph) == [
+        (f"{PACKAGE}.core.limiter", f"{PACKAGE}.metrics"),
+        (f"{PACKAGE}.rules.source", f"{PACKAGE}.http_server.endpoints"),
+    ]
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ratelimit_sidecar.app.settings import ADMIN_TOKEN_ENV, Settings
-from ratelimit_sidecar.http_server.admin import AdminServer
+from ratelimit_sidecar.http_server.admin import AdminOptions, AdminServer
+from ratelimit_sidecar.http_server.admin_token import ADMIN_TOKEN_ENV
 from ratelimit_sidecar.http_server.server import Request
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.overrides.applied import AppliedOverrides
@@ -46,8 +46,8 @@ class Admin:
 async def _admin(store: MemoryOverrideStore | None) -> AsyncIterator[Admin]:
     applied: list[AppliedOverrides] = []
     keeper = OverrideKeeper(store, applied.append, lambda: T0, OverrideBounds())
-    settings = Settings(config_path="unused", admin_address="127.0.0.1:0")
-    server = AdminServer(settings, keeper, lambda: T0, Metrics())
+    options = AdminOptions(address="127.0.0.1:0", token_file=None)
+    server = AdminServer(options, keeper, lambda: T0, Metrics())
     await server.start()
     try:
         yield Admin(server, applied)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ratelimit_sidecar.app.options import xds_options, xds_tls_files
 from ratelimit_sidecar.app.settings import Settings
-from ratelimit_sidecar.rules.xds_channel import Backoff, TlsFiles, node_of
+from ratelimit_sidecar.rules.xds_channel import Backoff, node_of
 
 
 def test_node_id_and_metadata_as_the_reference_reads_them() -> None:
@@ -15,7 +16,7 @@ def test_node_id_and_metadata_as_the_reference_reads_them() -> None:
         config_xds_node_id="envoy-ratelimit",
         config_xds_node_metadata="zone=a, cluster=eu=1,broken,=x",
     )
-    node = node_of(settings)
+    node = node_of(xds_options(settings))
     assert node.id == "envoy-ratelimit"
     assert dict(node.metadata) == {"zone": "a", "cluster": "eu=1"}
 
@@ -57,10 +58,10 @@ def test_tls_files_fingerprint_changes_on_rotation(tmp_path: Path) -> None:
         config_xds_server_tls_cacert=str(ca),
         config_xds_server_tls_san="xds.test",
     )
-    files = TlsFiles.of(settings)
+    files = xds_tls_files(settings)
     assert files is not None and files.san == "xds.test"
     before = files.fingerprint()
     cert.write_text("rotated")
     os.utime(cert, ns=(1, 1))
     assert files.fingerprint() != before
-    assert TlsFiles.of(Settings(config_xds="h:1")) is None
+    assert xds_tls_files(Settings(config_xds="h:1")) is None
