@@ -32,6 +32,7 @@ SOURCES = (
     "overrides/applied.py",
     "grpc_server/rls.py",
     "sync/store_clock.py",
+    "grpc_server/protocol/*.py",  # the gRPC port's HTTP/2 core, which every call goes through
 )
 GROUP = "ratelimit_sidecar.compiled"  # the shared library lands inside the package
 # mypyc checks only the modules it compiles: the project's overrides for the others would be

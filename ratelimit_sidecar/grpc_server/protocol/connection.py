@@ -1,0 +1,349 @@
+"""The HTTP/2 side of a server connection, without I/O (RFC 9113): the protocol's state
+machine in one class; the gRPC calls over it are calls.py's subclass, which an adapter drives.
+
+Which frame a stream accepts is states.py's table; this class does the rest of §3-§6: the
+preface (§3.4: the client's first frame is SETTINGS), SETTINGS and ACK (§6.5), header blocks
+(§4.3, §6.10: headers.BlockAssembler), stream identifiers (§5.1.1), concurrency (§5.1.2:
+REFUSED_STREAM), priority (§5.3.1: a self-dependency is a stream error PROTOCOL_ERROR, the rest
+ignored as §5.3.2 allows), flow control both ways (§5.2, §6.9; output.py sends), PING (§6.7),
+GOAWAY (§6.8), frame sizes (§4.2), limits.py's bounds. A connection error is GOAWAY with its
+code, then `closing`; a stream error, RST_STREAM with its code.
+"""
+
+from __future__ import annotations
+
+from ratelimit_sidecar.grpc_server.protocol import events as ev
+from ratelimit_sidecar.grpc_server.protocol import frames as f
+from ratelimit_sidecar.grpc_server.protocol import states as s
+from ratelimit_sidecar.grpc_server.protocol.headers import BlockAssembler, HeaderBlocks
+from ratelimit_sidecar.grpc_server.protocol.limits import ControlBudget, Counters, Limits
+from ratelimit_sidecar.grpc_server.protocol.messages import MessageBudget
+from ratelimit_sidecar.grpc_server.protocol.output import Output
+from ratelimit_sidecar.grpc_server.protocol.stream import NEVER, Stream
+from ratelimit_sidecar.grpc_server.protocol.validation import MALFORMED, REFUSED, RequestHead, Route
+
+
+class Http2Connection:
+    """One connection's HTTP/2 state. The gRPC layer (calls.Connection) fills in what a
+    request's headers, data and end mean: `_opened`, `_data`, `_request_end`."""
+
+    def __init__(
+        self, limits: Limits, budget: MessageBudget, route: Route, now: float, counters: Counters
+    ) -> None:
+        self.limits, self.budget, self.now, self.counters = limits, budget, now, counters
+        self.blocks = HeaderBlocks(
+            route, limits.max_header_list_bytes, limits.hard_header_bytes, counters
+        )
+        self.assembler = BlockAssembler(limits.hard_header_bytes, counters)
+        self.control = ControlBudget(limits.control_frames_per_s, limits.control_frames_burst, now)
+        self.closed = s.ClosedStreams(limits.remembered_resets)
+        self.streams: dict[int, Stream] = {}
+        self.events: list[ev.Event] = []
+        self.output = Output()
+        self.out = self.output.chunks
+        self.out.append(limits.preface())
+        self.inbuf, self.inpos = b"", 0
+        self.preface_seen = self.settings_seen = False
+        self.handshake_due = now + limits.handshake_timeout_s
+        self.settings_due = now + limits.settings_ack_timeout_s
+        self.last_stream_id = 0
+        self.recv_window = max(limits.connection_window, f.DEFAULT_WINDOW)
+        self.credit = 0  # connection receive window to credit back
+        self.local_initial_window = max(limits.stream_window, f.DEFAULT_WINDOW)  # until ACKed
+        self.draining = self.peer_gone = self.backlogged = self.closing = False
+        self.end_code, self.end_reason = f.NO_ERROR, ""
+
+    def _opened(self, stream_id: int, head: RequestHead, end: bool) -> None:
+        raise NotImplementedError
+
+    def _data(self, stream: Stream, data: bytes, end: bool) -> None:
+        raise NotImplementedError
+
+    def _request_end(self, stream: Stream) -> None:
+        raise NotImplementedError
+
+    def _end_turn(self) -> None:
+        raise NotImplementedError
+
+    def _trailers(self, stream: Stream, headers: list[tuple[bytes, bytes]]) -> None:
+        raise NotImplementedError
+
+    # -- input -----------------------------------------------------------------------------
+
+    def receive(self, data: bytes, now: float) -> list[ev.Event]:
+        """Handle `data` read from the client; b"" goes on after a turn left `backlogged`."""
+        events = self.events = []
+        if self.closing:
+            return events
+        self.now = now
+        self.inbuf = self.inbuf[self.inpos :] + data if self.inpos < len(self.inbuf) else data
+        self.inpos = 0
+        try:
+            if self.preface_seen or self._read_preface():
+                self._read_frames()
+            self._end_turn()
+        except f.ConnectionFault as fault:
+            self._fail(fault.code, fault.reason)
+        if self.closing:
+            events.append(ev.ConnectionEnded(self.end_code, self.end_reason))
+        return events
+
+    def _read_preface(self) -> bool:
+        seen = self.inbuf[: len(f.PREFACE)]
+        if not f.PREFACE.startswith(seen):
+            raise f.ConnectionFault(f.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+        if len(seen) < len(f.PREFACE):
+            return False
+        self.inpos, self.preface_seen = len(f.PREFACE), True
+        return True
+
+    def _read_frames(self) -> None:
+        buf, pos, size = self.inbuf, self.inpos, len(self.inbuf)
+        turn, max_frame = self.limits.frames_per_turn, self.limits.max_frame_bytes
+        self.backlogged = False
+        while size - pos >= 9 and not self.closing:
+            if turn == 0:
+                self.backlogged = True
+                break
+            length = buf[pos] << 16 | buf[pos + 1] << 8 | buf[pos + 2]
+            if length > max_frame:
+                self.counters.frames_too_large += 1
+                raise f.ConnectionFault(f.FRAME_SIZE_ERROR, f"a frame of {length} octets")
+            if size - pos - 9 < length:
+                break
+            head = pos + 5  # the stream identifier, its reserved bit dropped
+            stream_id = (buf[head] & 0x7F) << 24 | buf[head + 1] << 16 | buf[head + 2] << 8
+            stream_id |= buf[head + 3]
+            kind, flags, payload = buf[pos + 3], buf[pos + 4], buf[pos + 9 : pos + 9 + length]
+            self.inpos = pos = pos + 9 + length
+            turn -= 1
+            try:
+                self._frame(kind, flags, stream_id, payload)
+            except f.StreamFault as fault:
+                self._stream_error(fault.stream_id, fault.code, fault.reason)
+
+    def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if self.assembler.stream_id and kind != f.CONTINUATION:
+            raise f.ConnectionFault(f.PROTOCOL_ERROR, "a header block interrupted")
+        if not self.settings_seen and (kind != f.SETTINGS or flags & f.ACK):
+            raise f.ConnectionFault(f.PROTOCOL_ERROR, "the preface not followed by SETTINGS")
+        if kind == f.DATA:
+            self._on_data(flags, stream_id, payload)
+        elif kind in (f.HEADERS, f.CONTINUATION):
+            if stream_id == 0:
+                raise f.ConnectionFault(f.PROTOCOL_ERROR, f"{f.FRAME_NAMES[kind]} on stream 0")
+            if kind == f.CONTINUATION and not payload:
+                self._spend(kind)
+            assembler = self.assembler
+            block = (assembler.headers if kind == f.HEADERS else assembler.continuation)(
+                flags, stream_id, payload
+            )
+            if block is not None:
+                self._header_block(stream_id, block)
+        elif kind < f.FRAME_TYPES:
+            self._on_control(kind, flags, stream_id, payload)
+        else:
+            self._spend(kind)  # an unknown type: ignored (§5.5), at a cost
+
+    def _state(self, stream_id: int) -> int:
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return self.closed.state(stream_id, self.last_stream_id)
+        return stream.state
+
+    def _check(self, state: int, kind: int, stream_id: int) -> bool:
+        """What the table says of `kind` on a stream in `state`: True to process the frame,
+        False to drop it; an error is raised."""
+        verdict = s.RECEIVE[state][kind]
+        if verdict <= s.IGNORE:
+            return verdict == s.ACCEPT
+        reason = f"{f.FRAME_NAMES[kind]} on {s.STATE_NAMES[state]} stream {stream_id}"
+        if verdict & s.SCOPE == s.STREAM_ERROR:
+            raise f.StreamFault(stream_id, verdict & 0xFF, reason)
+        if state == s.CLOSED and kind == f.HEADERS and self.closed.was_skipped(stream_id):
+            raise f.ConnectionFault(f.PROTOCOL_ERROR, f"HEADERS on skipped stream {stream_id}")
+        raise f.ConnectionFault(verdict & 0xFF, reason)
+
+    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise f.ConnectionFault(f.PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
+        self.recv_window -= size
+        if self.recv_window < 0:
+            raise f.ConnectionFault(f.FLOW_CONTROL_ERROR, "the connection's window overrun")
+        data = f.unpadded(payload, flags) if flags & f.PADDED else payload
+        end = flags & f.END_STREAM != 0
+        if not data and not end:
+            self._spend(f.DATA)
+        stream = self.streams.get(stream_id)
+        state = self._state(stream_id) if stream is None else stream.state
+        if stream is None or s.RECEIVE[state][f.DATA] != s.ACCEPT:
+            self.credit += size  # dropped, but counted against the window (§5.1 "closed")
+            self._check(state, f.DATA, stream_id)
+            return
+        stream.recv_window -= size
+        if stream.recv_window < 0:
+            raise f.StreamFault(stream_id, f.FLOW_CONTROL_ERROR, "the stream's window overrun")
+        stream.count_length(len(data), end)
+        if size != len(data):  # padding: its window comes back at once
+            self.credit += size - len(data)
+            stream.owed += size - len(data)
+        self._data(stream, data, end)
+
+    def _header_block(self, stream_id: int, block: bytes) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self._trailers(stream, self.blocks.trailers(block))
+            return
+        if not stream_id & 1:
+            raise f.ConnectionFault(f.PROTOCOL_ERROR, f"HEADERS on even stream {stream_id}")
+        if not self._check(self.closed.state(stream_id, self.last_stream_id), f.HEADERS, stream_id):
+            self.blocks.request(block)  # dropped, once the HPACK table has seen it (§4.3)
+            return
+        if stream_id > self.last_stream_id + 2:
+            self.closed.skipped(self.last_stream_id + 2, stream_id - 2)
+        self.last_stream_id = stream_id
+        head = self.blocks.request(block)
+        if self.assembler.self_dependent:
+            raise f.StreamFault(stream_id, f.PROTOCOL_ERROR, "a stream depending on itself")
+        if self.draining or len(self.streams) >= self.limits.max_concurrent_streams:
+            self.counters.refused_streams += 1
+            self._spend(f.HEADERS)
+            self._reset(stream_id, f.REFUSED_STREAM, "", tell=False)
+            return
+        end = self.assembler.end_stream
+        if head.kind == MALFORMED or (end and head.content_length > 0):
+            self.counters.malformed_requests += 1
+            raise f.StreamFault(stream_id, f.PROTOCOL_ERROR, head.problem or "no DATA")
+        self._opened(stream_id, head, end)
+
+    # -- frames of the connection, and of a stream's life --------------------------------------
+
+    def _on_control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        f.check_stream_zero(kind, stream_id)
+        f.check_fixed_length(kind, len(payload))
+        if kind == f.PUSH_PROMISE:
+            raise f.ConnectionFault(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client (§8.4)")
+        self._spend(kind)
+        if kind == f.SETTINGS:
+            self._on_settings(flags, payload)
+        elif kind == f.PING:
+            if not flags & f.ACK:  # an ACK answers nothing: we send no PING
+                self.out.append(f.frame(f.PING, f.ACK, 0, payload))
+        elif kind == f.GOAWAY:
+            self.peer_gone = True  # it opens no more streams: close once ours are done
+            if not self.streams:
+                self._close(f.NO_ERROR, "the client sent GOAWAY")
+        elif kind == f.WINDOW_UPDATE:
+            self._on_window_update(stream_id, int.from_bytes(payload, "big") & 0x7FFFFFFF)
+        elif self._check(self._state(stream_id), kind, stream_id):
+            if kind == f.RST_STREAM:
+                stream = self.streams[stream_id]
+                if stream.started:
+                    code = int.from_bytes(payload, "big")
+                    self.events.append(ev.StreamReset(stream_id, code, "reset by the client"))
+                self._forget(stream)
+            elif len(payload) != 5:  # PRIORITY
+                raise f.StreamFault(stream_id, f.FRAME_SIZE_ERROR, "PRIORITY not of 5 octets")
+            elif f.priority_dependency(payload, 0) == stream_id:
+                raise f.StreamFault(stream_id, f.PROTOCOL_ERROR, "a stream depending on itself")
+
+    def _on_settings(self, flags: int, payload: bytes) -> None:
+        if flags & f.ACK:
+            if payload:
+                raise f.ConnectionFault(f.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            if self.settings_due != NEVER:  # our SETTINGS apply from now on (§6.5.3)
+                self.settings_due = NEVER
+                delta = self.limits.stream_window - self.local_initial_window
+                for stream in self.streams.values():
+                    stream.recv_window += delta
+                self.local_initial_window = self.limits.stream_window
+            return
+        entries = f.settings_entries(payload)
+        self.settings_seen, self.handshake_due = True, NEVER
+        windows = [value for key, value in entries if key == f.SETTINGS_INITIAL_WINDOW_SIZE]
+        if windows:
+            streams = list(self.streams.values())
+            self.output.initial_window_changed(streams, max(windows), windows[-1])
+        for key, value in entries:
+            if key == f.SETTINGS_MAX_FRAME_SIZE:
+                self.output.max_frame = value
+        self.out.append(f.frame(f.SETTINGS, f.ACK, 0))
+        self._unblock()
+
+    def _on_window_update(self, stream_id: int, increment: int) -> None:
+        if stream_id == 0:
+            if not increment:
+                raise f.ConnectionFault(f.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 on the connection")
+            self.output.connection_window_update(increment)
+            self._unblock()
+        elif self._check(self._state(stream_id), f.WINDOW_UPDATE, stream_id):
+            stream = self.streams[stream_id]
+            if not increment:
+                raise f.StreamFault(stream_id, f.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            stream.send_window += increment
+            if stream.send_window > f.MAX_WINDOW:
+                raise f.StreamFault(stream_id, f.FLOW_CONTROL_ERROR, "a window over 2^31-1")
+            if stream_id in self.output.blocked:
+                self._unblock()
+
+    def _unblock(self) -> None:
+        for stream in self.output.unblock():
+            if stream.started:
+                self.events.append(ev.WindowOpened(stream.stream_id))
+            if stream.trailers is not None:  # written: the response is complete
+                self._end_sent(stream)
+
+    def _spend(self, kind: int) -> None:
+        if not self.control.spend(self.now):
+            self.counters.control_floods += 1
+            name = f.FRAME_NAMES[kind] if kind < f.FRAME_TYPES else "unknown"
+            reason = "too_many_pings" if kind == f.PING else f"too many {name} frames"
+            raise f.ConnectionFault(f.ENHANCE_YOUR_CALM, reason)
+
+    def _stream_error(self, stream_id: int, code: int, reason: str) -> None:
+        self.counters.stream_errors += 1
+        self._spend(f.RST_STREAM)
+        self._reset(stream_id, code, reason, tell=True)
+
+    def _reset(self, stream_id: int, code: int, reason: str, tell: bool) -> None:
+        self.out.append(f.rst_stream_frame(stream_id, code))
+        self.closed.reset_sent(stream_id)
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            if tell and stream.started:
+                self.events.append(ev.StreamReset(stream_id, code, reason))
+            self._forget(stream)
+
+    def _end_sent(self, stream: Stream) -> None:
+        """Our END_STREAM went out. A call whose client still sends is asked to stop with
+        RST_STREAM NO_ERROR (§8.1); a refused request's rest is read and dropped."""
+        stream.state = s.AFTER_END_SENT[stream.state]
+        if stream.state == s.HALF_CLOSED_LOCAL and stream.kind != REFUSED:
+            self.out.append(f.rst_stream_frame(stream.stream_id, f.NO_ERROR))
+            self.closed.reset_sent(stream.stream_id)
+            stream.state = s.RESET_SENT
+        if stream.state != s.HALF_CLOSED_LOCAL:
+            self._forget(stream)
+
+    def _forget(self, stream: Stream) -> None:
+        del self.streams[stream.stream_id]
+        self.output.drop(stream)
+        self.credit += stream.release(self.budget)
+        if not self.streams and (self.draining or self.peer_gone):
+            self._close(f.NO_ERROR, "drained" if self.draining else "the client sent GOAWAY")
+
+    def _fail(self, code: int, reason: str) -> None:
+        """A connection error (§5.4.1): GOAWAY with the newest stream we processed, then close."""
+        if not self.closing:
+            self.counters.connection_errors += code != f.NO_ERROR
+            self.out.append(f.goaway_frame(self.last_stream_id, code, reason))
+            self._close(code, reason)
+
+    def _close(self, code: int, reason: str) -> None:
+        self.closing = True
+        self.end_code, self.end_reason = code, reason
+        for stream in self.streams.values():
+            self.output.drop(stream)
+            stream.release(self.budget)
+        self.streams.clear()
