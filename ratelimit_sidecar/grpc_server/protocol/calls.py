@@ -124,6 +124,8 @@ class Connection(Http2Connection):
         try:
             self.credit += stream.take(data, end, self.budget, self.max_message, self.events)
         except MessageFault as fault:
+            if end:  # the client is done too: no RST_STREAM after our answer
+                stream.state = s.AFTER_END_RECEIVED[stream.state]
             self._call_failed(stream, fault)
             return
         if stream.kind == STREAMING and len(self.events) > events:

@@ -79,8 +79,11 @@ class Peer:
 
     # -- sending -------------------------------------------------------------------------------
 
-    def send(self, *chunks: bytes) -> list[ev.Event]:
+    def send(self, *chunks: bytes, every_turn: bool = True) -> list[ev.Event]:
+        """What the core makes of `chunks`; with `every_turn`, the turns a backlog needs too."""
         self.events = self.core.receive(b"".join(chunks), self.now)
+        while every_turn and self.core.backlogged and not self.core.closing:
+            self.events += self.core.receive(b"", self.now)
         return self.events
 
     def tick(self, seconds: float) -> list[ev.Event]:
@@ -102,8 +105,13 @@ class Peer:
         fields: Fields | None = None,
     ) -> bytes:
         block = self.block(request_fields(path, extra) if fields is None else fields)
-        flags = f.END_HEADERS | (f.END_STREAM if end_stream else 0)
-        return f.frame(f.HEADERS, flags, stream_id, block)
+        end = f.END_STREAM if end_stream else 0
+        if len(block) <= f.DEFAULT_MAX_FRAME:
+            return f.frame(f.HEADERS, f.END_HEADERS | end, stream_id, block)
+        parts = [block[i : i + f.DEFAULT_MAX_FRAME] for i in range(0, len(block), 16_384)]
+        frames = [f.frame(f.HEADERS, end, stream_id, parts[0])]
+        frames += [f.frame(f.CONTINUATION, 0, stream_id, part) for part in parts[1:-1]]
+        return b"".join([*frames, f.frame(f.CONTINUATION, f.END_HEADERS, stream_id, parts[-1])])
 
     @staticmethod
     def data(stream_id: int, payload: bytes, end_stream: bool = True) -> bytes:
