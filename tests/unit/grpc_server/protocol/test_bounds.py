@@ -6,6 +6,7 @@ import pytest
 
 from ratelimit_sidecar.grpc_server.protocol import events as ev
 from ratelimit_sidecar.grpc_server.protocol import frames as f
+from ratelimit_sidecar.grpc_server.protocol import output
 from ratelimit_sidecar.grpc_server.protocol.limits import Limits
 from ratelimit_sidecar.grpc_server.protocol.messages import MessageBudget
 from ratelimit_sidecar.grpc_server.protocol.output import Output
@@ -40,8 +41,12 @@ def test_streams_over_the_advertised_limit_are_refused() -> None:
     assert set(peer.core.streams) == {3, 7}
 
 
+@pytest.mark.skipif(
+    str(output.__file__).endswith(".so"), reason="a compiled class's methods cannot be patched"
+)
 def test_one_settings_frame_moves_every_window_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SETTINGS costs O(entries + streams): the entries are read, then the streams walked once."""
+    """SETTINGS costs O(entries + streams): the entries are read, then the streams walked once
+    (counted on the sources, which the compiled build is made of)."""
     peer = Peer()
     peer.send(*(peer.headers(1 + 2 * i) for i in range(100)))
     calls: list[int] = []
