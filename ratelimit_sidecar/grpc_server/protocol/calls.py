@@ -4,8 +4,7 @@
 - `receive(data, now)` with what was read: returns the events (events.py) in wire order. When
   `backlogged` is set after it, the turn stopped after `frames_per_turn` frames with complete
   frames left: the adapter lets other connections run, then calls `receive(b"", now)`.
-- `data_to_send()` after every call into the core: the octets to write, at once.
-- `next_timer()` after handling the events: when to call `on_timer(now)` (None: not needed).
+- `data_to_send()` after every call: what to write; `next_timer()`: when `on_timer(now)` is due.
 - the answers: `answer_unary`, or `send_headers`, `send_message`, `end_call`; `reset`;
   `message_consumed` for each Message a streaming handler takes; `drain` for a graceful
   GOAWAY; `close` for a connection error; `connection_lost` when the transport dies.
@@ -15,14 +14,12 @@
 A unary call (validation.py: by the adapter's `Route`) yields one UnaryRequest once its request
 ended; a streaming call yields RequestStarted at once, then Message, then RequestEnded.
 
-Time limits (all answered with trailers DEADLINE_EXCEEDED, then RST_STREAM NO_ERROR if the
-client is still sending, as RFC 9113 §8.1 allows once the response is complete). The status is
-DEADLINE_EXCEEDED, not CANCELLED, because a time limit is what ran out; CANCELLED tells a gRPC
-client that someone cancelled the call, which nobody did. The message says which limit it was:
-- `grpc-timeout` (the client's deadline, from its HEADERS).
-- `unary_receive_timeout_s` (10 s): a unary request not whole that long after its HEADERS. A
-  healthy client sends its request at once; this frees a stream slot and its buffered message
-  from a client that stalls.
+Time limits end a call with trailers DEADLINE_EXCEEDED (then RST_STREAM NO_ERROR if the client
+still sends: RFC 9113 §8.1), not CANCELLED: a time limit ran out, and CANCELLED tells a gRPC
+client that someone cancelled the call, which nobody did. grpc-message says which limit:
+- `grpc-timeout`, the client's deadline.
+- `unary_receive_timeout_s` (10 s): a unary request not whole that long after its HEADERS (a
+  healthy client sends it at once; a stalled one loses its stream slot and buffered message).
 - `stream_idle_timeout_s` (300 s): a streaming call whose client sent no message that long.
   Envoy's RLQS client reports usage every `reporting_interval` (typically 5 to 60 s), so 300 s
   is several missed reports; a stream the client half-closed (health Watch) never idles out.
@@ -116,7 +113,7 @@ class Connection(Http2Connection):
     def _data(self, stream: Stream, data: bytes, end: bool) -> None:
         unary = stream.kind == UNARY and stream.request is None and stream.reader is None
         if end and unary and whole_message(data):  # the common request: HEADERS, then this
-            stream.state = s.HALF_CLOSED_REMOTE
+            stream.state = s.AFTER_END_RECEIVED[stream.state]
             self.credit += len(data)
             self._hand_unary(stream, data[PREFIX:])
             return
@@ -124,6 +121,7 @@ class Connection(Http2Connection):
         try:
             self.credit += stream.take(data, end, self.budget, self.max_message, self.events)
         except MessageFault as fault:
+            self.credit += len(data)  # the call ends here: the frame's window comes back
             if end:  # the client is done too: no RST_STREAM after our answer
                 stream.state = s.AFTER_END_RECEIVED[stream.state]
             self._call_failed(stream, fault)

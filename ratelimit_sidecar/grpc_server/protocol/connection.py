@@ -1,13 +1,12 @@
-"""The HTTP/2 side of a server connection, without I/O (RFC 9113): the protocol's state
-machine in one class; the gRPC calls over it are calls.py's subclass, which an adapter drives.
+"""The HTTP/2 side of a server connection without I/O (RFC 9113), its state machine in one class;
+the gRPC calls over it are calls.py's subclass, which an adapter drives.
 
 Which frame a stream accepts is states.py's table; this class does the rest of §3-§6: the
 preface (§3.4: the client's first frame is SETTINGS), SETTINGS and ACK (§6.5), header blocks
 (§4.3, §6.10: headers.BlockAssembler), stream identifiers (§5.1.1), concurrency (§5.1.2:
 REFUSED_STREAM), priority (§5.3.1: a self-dependency is a stream error PROTOCOL_ERROR, the rest
 ignored as §5.3.2 allows), flow control both ways (§5.2, §6.9; output.py sends), PING (§6.7),
-GOAWAY (§6.8), frame sizes (§4.2), limits.py's bounds. A connection error is GOAWAY with its
-code, then `closing`; a stream error, RST_STREAM with its code.
+GOAWAY (§6.8), frame sizes (§4.2), limits.py's bounds. A connection error: GOAWAY, `closing`.
 """
 
 from __future__ import annotations
@@ -76,8 +75,9 @@ class Http2Connection:
         if self.closing:
             return events
         self.now = now
-        self.inbuf = self.inbuf[self.inpos :] + data if self.inpos < len(self.inbuf) else data
-        self.inpos = 0
+        if data:  # b"" goes on with what is buffered, without copying it
+            self.inbuf = self.inbuf[self.inpos :] + data if self.inpos < len(self.inbuf) else data
+            self.inpos = 0
         try:
             if self.preface_seen or self._read_preface():
                 self._read_frames()
@@ -181,10 +181,11 @@ class Http2Connection:
             self.credit += size  # dropped, but counted against the window (§5.1 "closed")
             self._check(state, f.DATA, stream_id)
             return
-        stream.recv_window -= size
-        if stream.recv_window < 0:
-            raise f.StreamFault(stream_id, f.FLOW_CONTROL_ERROR, "the stream's window overrun")
-        stream.count_length(len(data), end)
+        try:
+            stream.arrived(size, len(data), end)
+        except f.StreamFault:
+            self.credit += size  # the stream ends here: the frame's window comes back
+            raise
         if size != len(data):  # padding: its window comes back at once
             self.credit += size - len(data)
             stream.owed += size - len(data)
@@ -285,10 +286,10 @@ class Http2Connection:
             if stream.send_window > f.MAX_WINDOW:
                 raise f.StreamFault(stream_id, f.FLOW_CONTROL_ERROR, "a window over 2^31-1")
             if stream_id in self.output.blocked:
-                self._unblock()
+                self._unblock(stream)
 
-    def _unblock(self) -> None:
-        for stream in self.output.unblock():
+    def _unblock(self, only: Stream | None = None) -> None:
+        for stream in self.output.unblock(only):
             if stream.started:
                 self.events.append(ev.WindowOpened(stream.stream_id))
             if stream.trailers is not None:  # written: the response is complete

@@ -70,6 +70,14 @@ class Stream:
 
     # -- receiving -------------------------------------------------------------------------
 
+    def arrived(self, size: int, data: int, end: bool) -> None:
+        """A DATA frame of `size` octets, `data` of them not padding: it must fit the stream's
+        window (§6.9.1: else FLOW_CONTROL_ERROR) and add up to the content-length (§8.1.1)."""
+        self.recv_window -= size
+        if self.recv_window < 0:
+            raise f.StreamFault(self.stream_id, f.FLOW_CONTROL_ERROR, "the stream's window overrun")
+        self.count_length(data, end)
+
     def count_length(self, size: int, end: bool) -> None:
         """The DATA adds up to the request's content-length, or the request is malformed."""
         if self.length_left < 0:

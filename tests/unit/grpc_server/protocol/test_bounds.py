@@ -369,3 +369,18 @@ def test_late_frames_on_forgotten_resets_get_stream_closed() -> None:
     peer.read()
     peer.send(peer.data(3, b"late", False), peer.data(1, b"late", False))
     assert [(x.kind, x.stream_id) for x in peer.read()] == [(f.RST_STREAM, 1)]
+
+
+def test_the_window_of_frames_ending_in_errors_comes_back() -> None:
+    """A stream error or a refused message ends its stream, not the connection's window."""
+    peer = Peer(Limits(connection_window=65_535, max_message_bytes=100))
+    too_large = b"\0" + (5_000).to_bytes(4, "big") + b"x" * 15_995
+    for stream_id in range(1, 40, 2):
+        if stream_id % 4 == 1:  # the DATA does not add up to the content-length
+            sent = peer.headers(stream_id, extra=[("content-length", "1")])
+        else:
+            sent = peer.headers(stream_id)
+        peer.send(sent, peer.data(stream_id, too_large))
+        assert not peer.core.closing
+    assert peer.counters.stream_errors == 10 and peer.counters.messages_too_large == 10
+    assert peer.core.recv_window + peer.core.credit == 65_535
