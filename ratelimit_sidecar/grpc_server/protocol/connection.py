@@ -201,8 +201,7 @@ class Http2Connection:
         if not self._check(self.closed.state(stream_id, self.last_stream_id), f.HEADERS, stream_id):
             self.blocks.request(block)  # dropped, once the HPACK table has seen it (§4.3)
             return
-        if stream_id > self.last_stream_id + 2:
-            self.closed.skipped(self.last_stream_id + 2, stream_id - 2)
+        self.closed.opened(stream_id, self.last_stream_id)
         self.last_stream_id = stream_id
         head = self.blocks.request(block)
         if self.assembler.self_dependent:

@@ -23,6 +23,7 @@ from ratelimit_sidecar.grpc_server.protocol.messages import (
     MessageBudget,
     MessageFault,
     MessageReader,
+    release_all,
     whole_message,
 )
 from ratelimit_sidecar.grpc_server.protocol.validation import STREAMING, UNARY, RequestHead
@@ -101,8 +102,12 @@ class Stream:
             cuts = self.reader.feed(data)
             self.owed += self._advance()
         if self.kind == UNARY:
-            for cut in cuts:
-                self._hold(cut, end, budget)
+            for index, cut in enumerate(cuts):
+                try:
+                    self._hold(cut, end, budget)
+                except MessageFault:
+                    release_all(budget, cuts[index:])  # the ones not held
+                    raise
             return len(data)
         return len(data) - self._hand_out(cuts, events)
 

@@ -384,3 +384,19 @@ def test_the_window_of_frames_ending_in_errors_comes_back() -> None:
         assert not peer.core.closing
     assert peer.counters.stream_errors == 10 and peer.counters.messages_too_large == 10
     assert peer.core.recv_window + peer.core.credit == 65_535
+
+
+def test_the_budget_is_whole_again_after_calls_that_fail() -> None:
+    budget = MessageBudget(1 << 20)
+    peer = Peer(Limits(max_message_bytes=1000), budget=budget)
+    spanning = grpc_message(b"a" * 500)
+    two = spanning + grpc_message(b"b" * 500)
+    peer.send(peer.headers(1), peer.data(1, spanning[:100], False), peer.data(1, two[100:], False))
+    assert statuses(peer) == [(1, 13)]  # a unary call with two messages
+    too_large = spanning + b"\0" + (5000).to_bytes(4, "big")
+    peer.send(peer.headers(3, STREAM_PATH), peer.data(3, too_large[:100], False))
+    peer.send(peer.data(3, too_large[100:], False))
+    assert statuses(peer) == [(3, 8)]
+    peer.send(peer.headers(5), peer.data(5, spanning[:50], False))
+    peer.core.reset(5)
+    assert budget.used == 0 and peer.core.streams == {}
