@@ -104,6 +104,7 @@ class Http2Connection:
         while size - pos >= 9 and not self.closing:
             if turn == 0:
                 self.backlogged = True
+                self.counters.turns_cut += 1
                 break
             length = buf[pos] << 16 | buf[pos + 1] << 8 | buf[pos + 2]
             if length > max_frame:

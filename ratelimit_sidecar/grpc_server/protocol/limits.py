@@ -81,7 +81,7 @@ COUNTER_NAMES: Final = (
     "budget_refusals", "closed_idle_streams", "connection_errors", "control_floods",
     "deadlines", "frames_too_large", "handshake_timeouts", "header_blocks_too_large",
     "header_lists_too_large", "malformed_requests", "messages_too_large",
-    "receive_timeouts", "refused_streams", "settings_timeouts", "stream_errors",
+    "receive_timeouts", "refused_streams", "settings_timeouts", "stream_errors", "turns_cut",
 )  # fmt: skip
 
 
@@ -106,6 +106,7 @@ class Counters:
         self.refused_streams = 0  # over max_concurrent_streams, or after GOAWAY
         self.settings_timeouts = 0
         self.stream_errors = 0  # RST_STREAM with an error code, whatever the cause
+        self.turns_cut = 0  # reads that had more than frames_per_turn frames
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in COUNTER_NAMES}

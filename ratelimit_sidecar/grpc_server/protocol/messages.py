@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
+DEFAULT_BUDGET_BYTES: Final = 64 * 1024 * 1024  # sixteen messages of gRPC's usual 4 MiB limit
 GRPC_INTERNAL: Final = 13
 GRPC_RESOURCE_EXHAUSTED: Final = 8
 PREFIX: Final = 5  # flag octet and length

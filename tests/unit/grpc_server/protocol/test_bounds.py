@@ -344,6 +344,7 @@ def test_a_turn_stops_after_frames_per_turn_and_resumes_on_empty_receive() -> No
     assert peer.core.backlogged and len(peer.read()) == 100
     peer.send(b"", every_turn=False)
     assert not peer.core.backlogged and len(peer.read()) == 50
+    assert peer.counters.turns_cut == 2
 
 
 def test_the_connection_window_advertised_and_credited_in_quarters() -> None:
@@ -400,3 +401,23 @@ def test_the_budget_is_whole_again_after_calls_that_fail() -> None:
     peer.send(peer.headers(5), peer.data(5, spanning[:50], False))
     peer.core.reset(5)
     assert budget.used == 0 and peer.core.streams == {}
+
+
+def test_sixteen_connections_of_sixteen_large_messages_buffer_within_the_budget() -> None:
+    """Today's loop buffers 16 x 16 x 4 MiB; the budget admits what it has room for and the
+    rest are refused as their first octets arrive."""
+    budget = MessageBudget(8 * (4 * 1024 * 1024 + 5))  # room for eight
+    first_frame = b"\0" + (4 * 1024 * 1024).to_bytes(4, "big") + b"m" * 16_379
+    peers = [Peer(budget=budget) for _ in range(16)]
+    for peer in peers:
+        opened = (
+            peer.headers(1 + 2 * i) + peer.data(1 + 2 * i, first_frame, False) for i in range(16)
+        )
+        peer.send(*opened)
+    assert budget.used == 8 * (4 * 1024 * 1024 + 5)
+    assert sum(peer.counters.budget_refusals for peer in peers) == 256 - 8
+    buffered = sum(
+        len(stream.reader.buffer) for peer in peers for stream in peer.core.streams.values()
+        if stream.reader is not None
+    )  # fmt: skip
+    assert buffered == 8 * 16_384
