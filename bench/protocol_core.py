@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from bench import frameloop
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.grpc_server.protocol import calls
+from ratelimit_sidecar.grpc_server.protocol import connection
 from ratelimit_sidecar.grpc_server.protocol import events as ev
 from ratelimit_sidecar.grpc_server.protocol import frames as f
 from ratelimit_sidecar.grpc_server.protocol.limits import Limits
@@ -42,7 +42,7 @@ def route(path: bytes) -> int:
 
 def core_per_call(chunks: Sequence[bytes]) -> float:
     """µs per call of the core driven as an adapter would, after the warm-up reads."""
-    core = calls.Connection(Limits(), MessageBudget(1 << 26), route, 0.0)
+    core = connection.Connection(Limits(), MessageBudget(1 << 26), route, 0.0)
     core.receive(f.PREFACE + f.settings_frame([]) + f.frame(f.SETTINGS, f.ACK, 0), 0.0)
     core.receive(f.window_update_frame(0, f.MAX_WINDOW - f.DEFAULT_WINDOW), 0.0)
     feed = _adapter(core, answer)
@@ -51,7 +51,9 @@ def core_per_call(chunks: Sequence[bytes]) -> float:
     return _timed(feed, chunks[frameloop.WARM_UP_READS :])
 
 
-def _adapter(core: calls.Connection, handler: Callable[[bytes], bytes]) -> Callable[[bytes], int]:
+def _adapter(
+    core: connection.Connection, handler: Callable[[bytes], bytes]
+) -> Callable[[bytes], int]:
     unary, now = ev.UnaryRequest, time.monotonic
 
     def feed(chunk: bytes) -> int:
@@ -92,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         results["today's frame loop"].append(frameloop.answered(answer, chunks))
         results["protocol core"].append(core_per_call(chunks))
     print(f"{args.reads * frameloop.CALLS_PER_READ} calls a round, {args.rounds} rounds")
-    print(f"protocol core build: {build(calls)}; today's loop: pure (not compiled)")
+    print(f"protocol core build: {build(connection)}; today's loop: pure (not compiled)")
     for name, values in results.items():
         print(f"{name:>20}: best {min(values):.3f} µs/call, median {statistics.median(values):.3f}")
 

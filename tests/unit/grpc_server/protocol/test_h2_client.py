@@ -8,7 +8,7 @@ import h2.connection
 import h2.events
 
 from ratelimit_sidecar.grpc_server.protocol import events as ev
-from ratelimit_sidecar.grpc_server.protocol.calls import Connection
+from ratelimit_sidecar.grpc_server.protocol.connection import Connection
 from ratelimit_sidecar.grpc_server.protocol.limits import Limits
 from ratelimit_sidecar.grpc_server.protocol.messages import MessageBudget
 from tests.unit.grpc_server.protocol.peer import (
