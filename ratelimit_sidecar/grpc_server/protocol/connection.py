@@ -230,7 +230,8 @@ class Connection:
 
     def _request_data(self, stream: Stream, data: bytes, end: bool) -> None:
         unary = stream.kind == UNARY and stream.request is None and stream.reader is None
-        if end and unary and whole_message(data):  # the common request: HEADERS, then this
+        whole = len(data) <= self.max_message + PREFIX and whole_message(data)
+        if end and unary and whole:  # the common request: HEADERS, then this
             stream.state = s.AFTER_END_RECEIVED[stream.state]
             self.credit += len(data)
             self._hand_unary(stream, data[PREFIX:])

@@ -94,7 +94,7 @@ class Stream:
         Returns how many of its octets the connection may credit back now."""
         if self.kind not in (UNARY, STREAMING):
             return len(data)  # a refused request's rest is dropped
-        if self.reader is None and whole_message(data):
+        if self.reader is None and len(data) <= max_bytes + PREFIX and whole_message(data):
             cuts = [Cut(data[PREFIX:], 0, 0, 0)]
         else:
             if self.reader is None:

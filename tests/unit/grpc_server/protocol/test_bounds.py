@@ -421,3 +421,11 @@ def test_sixteen_connections_of_sixteen_large_messages_buffer_within_the_budget(
         if stream.reader is not None
     )  # fmt: skip
     assert buffered == 8 * 16_384
+
+
+def test_a_whole_message_over_the_largest_is_refused_too() -> None:
+    peer = Peer(Limits(max_message_bytes=100))
+    peer.send(peer.call(1, b"x" * 101), peer.headers(3, STREAM_PATH))
+    peer.send(peer.data(3, grpc_message(b"y" * 101), False))
+    assert statuses(peer) == [(1, 8), (3, 8)] and peer.counters.messages_too_large == 2
+    assert not [event for event in peer.events if isinstance(event, ev.Message)]
