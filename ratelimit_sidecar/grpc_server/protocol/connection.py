@@ -367,6 +367,8 @@ class Connection:
         """A second header block: trailers, which end the request (§8.1)."""
         stream_id = stream.stream_id
         self._check(stream.state, f.HEADERS, stream_id)
+        if self.assembler.self_dependent:
+            raise f.StreamFault(stream_id, f.PROTOCOL_ERROR, "a stream depending on itself")
         if not self.assembler.end_stream:
             raise f.StreamFault(stream_id, f.PROTOCOL_ERROR, "a second HEADERS without END_STREAM")
         problem = v.trailers_problem(headers)
