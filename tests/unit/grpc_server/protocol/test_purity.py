@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.imports import import_graph
 from ratelimit_sidecar.grpc_server import protocol
 from ratelimit_sidecar.grpc_server.protocol.limits import COUNTER_NAMES, Counters, Limits
@@ -34,3 +36,18 @@ def test_every_limit_has_a_default() -> None:
     limits = Limits()
     assert limits.max_concurrent_streams == 1024 and limits.unary_receive_timeout_s == 10.0
     assert limits.preface().startswith(b"\0\0\x12\x04\0\0\0\0\0")  # SETTINGS of 3 entries
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"max_frame_bytes": 1000},
+        {"stream_window": 2**31},
+        {"connection_window": 0},
+        {"max_header_list_bytes": 100_000},
+        {"frames_per_turn": 0},
+    ],
+)
+def test_limits_that_http2_cannot_advertise_are_refused(changes: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=next(iter(changes)).split("_")[0]):
+        Limits(**changes)
