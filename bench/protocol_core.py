@@ -8,6 +8,10 @@ with the same fixed message: today's loop through its asyncio Protocol and a sin
 the core through a plain loop doing what an adapter does per read (receive, answer each
 UnaryRequest, data_to_send, next_timer). Prints µs per call, the best and the median of the
 rounds, and which build of each ran (compiled: a .so module).
+
+Measured on the project's 2-core VM (pinned to CPU 1, a busy machine, 7 rounds): the core
+compiled 1.06-1.07 µs a call, today's loop 3.67-3.69; by callgrind, with the reads' building
+subtracted, 15,700 and 49,800 instructions a call.
 """
 
 from __future__ import annotations
