@@ -15,7 +15,8 @@ answered per request: validation.py).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final, cast
 
 import hpack
 
@@ -64,8 +65,9 @@ class HeaderBlocks:
         return headers
 
     def _decode(self, block: bytes) -> tuple[bool, list[tuple[bytes, bytes]]]:
-        # Typed Any: compiled code would unbox the table's tuples, and `is` would never match.
-        entries: Any = self._decoder.header_table.dynamic_entries
+        # The table's entries as plain objects: compiled, a `tuple[bytes, bytes]` would be
+        # unboxed, and the identity of the newest entry (is it still the one it was?) lost.
+        entries = cast("Sequence[object]", self._decoder.header_table.dynamic_entries)
         count = len(entries)
         newest = entries[0] if count else None
         try:

@@ -59,6 +59,18 @@ class Limits:
     frames_per_turn: int = 256  # frames one `receive` handles; the rest wait for the next
     remembered_resets: int = 1024  # streams we reset whose late frames are dropped quietly
 
+    def __post_init__(self) -> None:
+        """Values HTTP/2 can advertise (RFC 9113 §6.5.2), and bounds that leave room to work."""
+        if not f.DEFAULT_MAX_FRAME <= self.max_frame_bytes <= f.LARGEST_MAX_FRAME:
+            raise ValueError(f"max_frame_bytes {self.max_frame_bytes}: 16,384 to 2^24-1")
+        for name in ("stream_window", "connection_window"):
+            if not 0 < getattr(self, name) <= f.MAX_WINDOW:
+                raise ValueError(f"{name} {getattr(self, name)}: 1 to 2^31-1")
+        if self.max_header_list_bytes > self.hard_header_bytes:
+            raise ValueError("max_header_list_bytes over hard_header_bytes")
+        if min(self.max_concurrent_streams, self.frames_per_turn, self.control_frames_burst) < 1:
+            raise ValueError("streams, frames per turn and the control burst must be 1 or more")
+
     def preface(self) -> bytes:
         """Our SETTINGS (RFC 9113 §3.4: the server's first frame), then the connection window's
         growth past its default (§6.9.2: SETTINGS cannot change it)."""
@@ -81,7 +93,7 @@ COUNTER_NAMES: Final = (
     "budget_refusals", "closed_idle_streams", "connection_errors", "control_floods",
     "deadlines", "frames_too_large", "handshake_timeouts", "header_blocks_too_large",
     "header_lists_too_large", "malformed_requests", "messages_too_large",
-    "receive_timeouts", "refused_streams", "settings_timeouts", "stream_errors",
+    "receive_timeouts", "refused_streams", "settings_timeouts", "stream_errors", "turns_cut",
 )  # fmt: skip
 
 
@@ -106,6 +118,7 @@ class Counters:
         self.refused_streams = 0  # over max_concurrent_streams, or after GOAWAY
         self.settings_timeouts = 0
         self.stream_errors = 0  # RST_STREAM with an error code, whatever the cause
+        self.turns_cut = 0  # reads that had more than frames_per_turn frames
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in COUNTER_NAMES}

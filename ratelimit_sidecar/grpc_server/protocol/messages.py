@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
+DEFAULT_BUDGET_BYTES: Final = 64 * 1024 * 1024  # sixteen messages of gRPC's usual 4 MiB limit
 GRPC_INTERNAL: Final = 13
 GRPC_RESOURCE_EXHAUSTED: Final = 8
 PREFIX: Final = 5  # flag octet and length
@@ -96,6 +97,14 @@ class MessageReader:
         carried = len(self.buffer)
         self.buffer += data
         cuts: list[Cut] = []
+        try:
+            self._cut(cuts, carried)
+        except MessageFault:
+            release_all(self.budget, cuts)  # the call ends: nothing it cut is handed on
+            raise
+        return cuts
+
+    def _cut(self, cuts: list[Cut], carried: int) -> None:
         while len(self.buffer) >= PREFIX:
             if not self.size:
                 self.size = check_prefix(self.buffer, self.max_bytes)
@@ -108,7 +117,6 @@ class MessageReader:
             cuts.append(Cut(message, self.reserved, carried, self.advance))
             del self.buffer[: self.size]
             self.reserved = self.size = self.advance = carried = 0
-        return cuts
 
     def missing(self) -> int:
         """Octets the current message still needs (0 when its length is not known yet)."""
@@ -119,6 +127,12 @@ class MessageReader:
         self.budget.release(self.reserved)
         self.reserved = 0
         self.buffer.clear()
+
+
+def release_all(budget: MessageBudget, cuts: list[Cut]) -> None:
+    for cut in cuts:
+        budget.release(cut.reserved)
+        cut.reserved = 0
 
 
 class Cut:

@@ -53,7 +53,8 @@ class Output:
         ends_with_data = stream.trailers == b""
         if stream.pending:
             self.window -= stream.pump(self.window, self.max_frame, self.chunks, ends_with_data)
-            if stream.pending:
+            if stream.pending:  # to the back of the queue: blocked streams take turns
+                self.blocked.pop(stream.stream_id, None)
                 self.blocked[stream.stream_id] = stream
                 return False
         elif ends_with_data:
@@ -66,10 +67,11 @@ class Output:
             self.chunks.append(chunk)
         return True
 
-    def unblock(self) -> list[Stream]:
-        """After a window grew: the blocked streams that sent all they had queued."""
+    def unblock(self, only: Stream | None = None) -> list[Stream]:
+        """After a window grew (the connection's, or `only` that stream's): the blocked streams
+        that sent all they had queued."""
         drained = []
-        for stream in list(self.blocked.values()):
+        for stream in list(self.blocked.values()) if only is None else [only]:
             if self.window <= 0:
                 break
             if stream.send_window > 0:

@@ -145,8 +145,13 @@ class ClosedStreams:
             del self._reset[next(iter(self._reset))]
         self._reset[stream_id] = None
 
+    def opened(self, stream_id: int, newest: int) -> None:
+        """The client opened `stream_id` after `newest`: the idle ones between close (§5.1.1)."""
+        expected = newest + 2 if newest else 1
+        if stream_id > expected:
+            self.skipped(expected, stream_id - 2)
+
     def skipped(self, first: int, last: int) -> None:
-        """The client opened a stream above `last`: the idle ones from `first` close (§5.1.1)."""
         if len(self._skipped) >= self._capacity:
             del self._skipped[0]  # forgotten: HEADERS on one is then STREAM_CLOSED, still fatal
         self._skipped.append((first, last))

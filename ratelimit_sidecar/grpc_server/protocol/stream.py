@@ -23,6 +23,7 @@ from ratelimit_sidecar.grpc_server.protocol.messages import (
     MessageBudget,
     MessageFault,
     MessageReader,
+    release_all,
     whole_message,
 )
 from ratelimit_sidecar.grpc_server.protocol.validation import STREAMING, UNARY, RequestHead
@@ -70,6 +71,14 @@ class Stream:
 
     # -- receiving -------------------------------------------------------------------------
 
+    def arrived(self, size: int, data: int, end: bool) -> None:
+        """A DATA frame of `size` octets, `data` of them not padding: it must fit the stream's
+        window (§6.9.1: else FLOW_CONTROL_ERROR) and add up to the content-length (§8.1.1)."""
+        self.recv_window -= size
+        if self.recv_window < 0:
+            raise f.StreamFault(self.stream_id, f.FLOW_CONTROL_ERROR, "the stream's window overrun")
+        self.count_length(data, end)
+
     def count_length(self, size: int, end: bool) -> None:
         """The DATA adds up to the request's content-length, or the request is malformed."""
         if self.length_left < 0:
@@ -85,7 +94,7 @@ class Stream:
         Returns how many of its octets the connection may credit back now."""
         if self.kind not in (UNARY, STREAMING):
             return len(data)  # a refused request's rest is dropped
-        if self.reader is None and whole_message(data):
+        if self.reader is None and len(data) <= max_bytes + PREFIX and whole_message(data):
             cuts = [Cut(data[PREFIX:], 0, 0, 0)]
         else:
             if self.reader is None:
@@ -93,8 +102,12 @@ class Stream:
             cuts = self.reader.feed(data)
             self.owed += self._advance()
         if self.kind == UNARY:
-            for cut in cuts:
-                self._hold(cut, end, budget)
+            for index, cut in enumerate(cuts):
+                try:
+                    self._hold(cut, end, budget)
+                except MessageFault:
+                    release_all(budget, cuts[index:])  # the ones not held
+                    raise
             return len(data)
         return len(data) - self._hand_out(cuts, events)
 

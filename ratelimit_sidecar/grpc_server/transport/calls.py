@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from ratelimit_sidecar.grpc_server.protocol.calls import Connection
+from ratelimit_sidecar.grpc_server.protocol.connection import Connection
 from ratelimit_sidecar.grpc_server.transport.context import Context, invoke
 from ratelimit_sidecar.grpc_server.transport.status import CallError
 

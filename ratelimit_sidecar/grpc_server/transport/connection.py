@@ -19,7 +19,7 @@ from typing import cast
 
 from ratelimit_sidecar.grpc_server.protocol import events as ev
 from ratelimit_sidecar.grpc_server.protocol import frames as f
-from ratelimit_sidecar.grpc_server.protocol.calls import Connection
+from ratelimit_sidecar.grpc_server.protocol.connection import Connection
 from ratelimit_sidecar.grpc_server.transport.aging import Aging
 from ratelimit_sidecar.grpc_server.transport.calls import Call
 from ratelimit_sidecar.grpc_server.transport.port import Port

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratelimit_sidecar.grpc_server.protocol.calls import Connection
+from ratelimit_sidecar.grpc_server.protocol.connection import Connection
 from ratelimit_sidecar.grpc_server.protocol.limits import Counters
 from ratelimit_sidecar.grpc_server.protocol.messages import MessageBudget
 from ratelimit_sidecar.grpc_server.tls import ServerTls

@@ -11,7 +11,7 @@ import hpack
 
 from ratelimit_sidecar.grpc_server.protocol import events as ev
 from ratelimit_sidecar.grpc_server.protocol import frames as f
-from ratelimit_sidecar.grpc_server.protocol.calls import Connection
+from ratelimit_sidecar.grpc_server.protocol.connection import Connection
 from ratelimit_sidecar.grpc_server.protocol.limits import Counters, Limits
 from ratelimit_sidecar.grpc_server.protocol.messages import MessageBudget
 from ratelimit_sidecar.grpc_server.protocol.validation import STREAMING, UNARY, UNKNOWN_METHOD

@@ -6,6 +6,7 @@ import pytest
 
 from ratelimit_sidecar.grpc_server.protocol import events as ev
 from ratelimit_sidecar.grpc_server.protocol import frames as f
+from ratelimit_sidecar.grpc_server.protocol import output
 from ratelimit_sidecar.grpc_server.protocol.limits import Limits
 from ratelimit_sidecar.grpc_server.protocol.messages import MessageBudget
 from ratelimit_sidecar.grpc_server.protocol.output import Output
@@ -40,8 +41,12 @@ def test_streams_over_the_advertised_limit_are_refused() -> None:
     assert set(peer.core.streams) == {3, 7}
 
 
+@pytest.mark.skipif(
+    str(output.__file__).endswith(".so"), reason="a compiled class's methods cannot be patched"
+)
 def test_one_settings_frame_moves_every_window_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SETTINGS costs O(entries + streams): the entries are read, then the streams walked once."""
+    """SETTINGS costs O(entries + streams): the entries are read, then the streams walked once
+    (counted on the sources, which the compiled build is made of)."""
     peer = Peer()
     peer.send(*(peer.headers(1 + 2 * i) for i in range(100)))
     calls: list[int] = []
@@ -339,6 +344,7 @@ def test_a_turn_stops_after_frames_per_turn_and_resumes_on_empty_receive() -> No
     assert peer.core.backlogged and len(peer.read()) == 100
     peer.send(b"", every_turn=False)
     assert not peer.core.backlogged and len(peer.read()) == 50
+    assert peer.counters.turns_cut == 2
 
 
 def test_the_connection_window_advertised_and_credited_in_quarters() -> None:
@@ -364,3 +370,62 @@ def test_late_frames_on_forgotten_resets_get_stream_closed() -> None:
     peer.read()
     peer.send(peer.data(3, b"late", False), peer.data(1, b"late", False))
     assert [(x.kind, x.stream_id) for x in peer.read()] == [(f.RST_STREAM, 1)]
+
+
+def test_the_window_of_frames_ending_in_errors_comes_back() -> None:
+    """A stream error or a refused message ends its stream, not the connection's window."""
+    peer = Peer(Limits(connection_window=65_535, max_message_bytes=100))
+    too_large = b"\0" + (5_000).to_bytes(4, "big") + b"x" * 15_995
+    for stream_id in range(1, 40, 2):
+        if stream_id % 4 == 1:  # the DATA does not add up to the content-length
+            sent = peer.headers(stream_id, extra=[("content-length", "1")])
+        else:
+            sent = peer.headers(stream_id)
+        peer.send(sent, peer.data(stream_id, too_large))
+        assert not peer.core.closing
+    assert peer.counters.stream_errors == 10 and peer.counters.messages_too_large == 10
+    assert peer.core.recv_window + peer.core.credit == 65_535
+
+
+def test_the_budget_is_whole_again_after_calls_that_fail() -> None:
+    budget = MessageBudget(1 << 20)
+    peer = Peer(Limits(max_message_bytes=1000), budget=budget)
+    spanning = grpc_message(b"a" * 500)
+    two = spanning + grpc_message(b"b" * 500)
+    peer.send(peer.headers(1), peer.data(1, spanning[:100], False), peer.data(1, two[100:], False))
+    assert statuses(peer) == [(1, 13)]  # a unary call with two messages
+    too_large = spanning + b"\0" + (5000).to_bytes(4, "big")
+    peer.send(peer.headers(3, STREAM_PATH), peer.data(3, too_large[:100], False))
+    peer.send(peer.data(3, too_large[100:], False))
+    assert statuses(peer) == [(3, 8)]
+    peer.send(peer.headers(5), peer.data(5, spanning[:50], False))
+    peer.core.reset(5)
+    assert budget.used == 0 and peer.core.streams == {}
+
+
+def test_sixteen_connections_of_sixteen_large_messages_buffer_within_the_budget() -> None:
+    """Today's loop buffers 16 x 16 x 4 MiB; the budget admits what it has room for and the
+    rest are refused as their first octets arrive."""
+    budget = MessageBudget(8 * (4 * 1024 * 1024 + 5))  # room for eight
+    first_frame = b"\0" + (4 * 1024 * 1024).to_bytes(4, "big") + b"m" * 16_379
+    peers = [Peer(budget=budget) for _ in range(16)]
+    for peer in peers:
+        opened = (
+            peer.headers(1 + 2 * i) + peer.data(1 + 2 * i, first_frame, False) for i in range(16)
+        )
+        peer.send(*opened)
+    assert budget.used == 8 * (4 * 1024 * 1024 + 5)
+    assert sum(peer.counters.budget_refusals for peer in peers) == 256 - 8
+    buffered = sum(
+        len(stream.reader.buffer) for peer in peers for stream in peer.core.streams.values()
+        if stream.reader is not None
+    )  # fmt: skip
+    assert buffered == 8 * 16_384
+
+
+def test_a_whole_message_over_the_largest_is_refused_too() -> None:
+    peer = Peer(Limits(max_message_bytes=100))
+    peer.send(peer.call(1, b"x" * 101), peer.headers(3, STREAM_PATH))
+    peer.send(peer.data(3, grpc_message(b"y" * 101), False))
+    assert statuses(peer) == [(1, 8), (3, 8)] and peer.counters.messages_too_large == 2
+    assert not [event for event in peer.events if isinstance(event, ev.Message)]

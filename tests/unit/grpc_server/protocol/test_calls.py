@@ -259,3 +259,17 @@ def test_a_refused_request_is_read_to_its_end_and_dropped() -> None:
     peer.send(peer.data(1, b"x" * 1000, end_stream=False), peer.data(1, b"y" * 1000))
     assert peer.events == [] and peer.core.streams == {}
     assert peer.read() == []  # no RST_STREAM: the client ended its request itself
+
+
+def test_streams_waiting_for_the_connection_window_take_turns() -> None:
+    peer = Peer()
+    peer.send(peer.call(1), peer.call(3), peer.call(5))
+    peer.core.answer_unary(1, b"x" * 65_530)  # the whole connection window
+    peer.core.answer_unary(3, b"y" * 1000)
+    peer.core.answer_unary(5, b"z" * 1000)
+    peer.read()
+    served = []
+    for _ in range(4):
+        peer.send(f.window_update_frame(0, 100))
+        served += [x.stream_id for x in peer.read() if x.kind == f.DATA]
+    assert served == [3, 5, 3, 5]

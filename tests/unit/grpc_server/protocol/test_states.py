@@ -8,7 +8,7 @@ import pytest
 from ratelimit_sidecar.grpc_server.protocol import events as ev
 from ratelimit_sidecar.grpc_server.protocol import frames as f
 from ratelimit_sidecar.grpc_server.protocol import states as s
-from tests.unit.grpc_server.protocol.peer import Peer, connection_error, grpc_message
+from tests.unit.grpc_server.protocol.peer import STREAM_PATH, Peer, connection_error, grpc_message
 
 STREAM_TYPES = (f.DATA, f.HEADERS, f.PRIORITY, f.RST_STREAM, f.WINDOW_UPDATE)
 CONNECTION_TYPES = (f.SETTINGS, f.PING, f.GOAWAY, f.PUSH_PROMISE, f.CONTINUATION)
@@ -169,3 +169,13 @@ def test_headers_on_an_even_stream_is_a_connection_error() -> None:
     peer = Peer()
     peer.send(peer.headers(2))
     connection_error(peer, f.PROTOCOL_ERROR)
+
+
+def test_trailers_depending_on_their_own_stream_are_a_stream_error() -> None:
+    peer = Peer()
+    peer.send(peer.headers(1, STREAM_PATH))
+    priority = (1).to_bytes(4, "big") + b"\x10"
+    flags = f.END_HEADERS | f.END_STREAM | f.PRIORITY_FLAG
+    events = peer.send(f.frame(f.HEADERS, flags, 1, priority + peer.block([("x-end", "1")])))
+    assert peer.reset_code(1) == f.PROTOCOL_ERROR
+    assert isinstance(events[0], ev.StreamReset)
