@@ -239,7 +239,7 @@ class Sender:
             self.error = f"sending stopped: {exc.__class__.__name__}"
 
     def join(self, timeout_s: float = 5.0) -> str:
-        """ "" once all was sent, else why not."""
+        """Empty once all was sent, else why not."""
         self.thread.join(timeout_s)
         return "sending still blocked" if self.thread.is_alive() else self.error
 
