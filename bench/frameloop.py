@@ -14,9 +14,9 @@ from typing import Any
 
 import hpack
 
-from harness.h2raw import ACK, grpc_message
+from harness import h2frames as f
+from harness.h2raw import grpc_message
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.grpc_server.protocol import frames as f
 from ratelimit_sidecar.grpc_server.transport.connection import ServerConnection
 from ratelimit_sidecar.grpc_server.transport.methods import Method
 from ratelimit_sidecar.grpc_server.transport.options import PortOptions
@@ -108,8 +108,8 @@ def answered(answer: Callable[[bytes], Any], chunks: Sequence[bytes]) -> float:
         port.methods.by_path[wire.METHOD_PATH.encode()] = Method(fast=answer)
         conn, sink = ServerConnection(port), Sink()
         conn.connection_made(sink)
-        room = f.window_update_frame(0, f.MAX_WINDOW - f.DEFAULT_WINDOW)  # for every answer
-        conn.data_received(f.PREFACE + f.settings_frame([]) + room + ACK)
+        room = f.window_update(0, f.MAX_WINDOW - f.DEFAULT_WINDOW)  # for every answer
+        conn.data_received(f.PREFACE + f.settings({}) + room + f.settings_ack())
         for chunk in chunks[:WARM_UP_READS]:
             conn.data_received(chunk)
         thawed = gc.get_freeze_count() == 0  # else a server in this process froze first

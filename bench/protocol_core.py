@@ -1,17 +1,15 @@
-"""The gRPC port's protocol core (grpc_server/protocol/) against today's frame loop, per call.
+"""The gRPC port's protocol core (grpc_server/protocol/) alone against the whole transport
+(the core through its asyncio adapter, grpc_server/transport/), per call.
 
     python -m bench.protocol_core [--rounds N] [--reads N]
 
 Both are fed the same reads as bench/frameloop.py builds them (CALLS_PER_READ unary calls a
 read, HEADERS from one HPACK encoder, one DATA frame ending each stream) and answer every call
-with the same fixed message: today's loop through its asyncio Protocol and a sink transport,
-the core through a plain loop doing what an adapter does per read (receive, answer each
+with the same fixed message: the transport through its asyncio Protocol and a sink transport,
+the core through a plain loop doing what the adapter does per read (receive, answer each
 UnaryRequest, data_to_send, next_timer). Prints µs per call, the best and the median of the
-rounds, and which build of each ran (compiled: a .so module).
-
-Measured on the project's 2-core VM (pinned to CPU 1, a busy machine, 7 rounds): the core
-compiled 1.06-1.07 µs a call, today's loop 3.67-3.69; by callgrind, with the reads' building
-subtracted, 15,700 and 49,800 instructions a call.
+rounds, and which build of each ran (compiled: a .so module). The figures are in
+docs/TRANSPORT.md.
 """
 
 from __future__ import annotations
@@ -93,12 +91,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     bodies = [BODY] * (args.reads * frameloop.CALLS_PER_READ)
     chunks = frameloop.all_reads(bodies)
-    results: dict[str, list[float]] = {"today's frame loop": [], "protocol core": []}
+    results: dict[str, list[float]] = {"the transport": [], "protocol core": []}
     for _ in range(args.rounds):  # interleaved, so both see the same machine
-        results["today's frame loop"].append(frameloop.answered(answer, chunks))
+        results["the transport"].append(frameloop.answered(answer, chunks))
         results["protocol core"].append(core_per_call(chunks))
     print(f"{args.reads * frameloop.CALLS_PER_READ} calls a round, {args.rounds} rounds")
-    print(f"protocol core build: {build(connection)}; today's loop: pure (not compiled)")
+    print(f"protocol core build: {build(connection)}; the transport: pure (not compiled)")
     for name, values in results.items():
         print(f"{name:>20}: best {min(values):.3f} µs/call, median {statistics.median(values):.3f}")
 

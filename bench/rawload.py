@@ -22,15 +22,11 @@ from typing import Any
 
 import hpack
 
-from ratelimit_sidecar.grpc_server.protocol import frames as f
+from harness import h2frames as f
 
 WINDOW = f.MAX_WINDOW  # ours, per stream and for the connection: the server never waits on us
 SETTINGS = {f.SETTINGS_HEADER_TABLE_SIZE: 0, f.SETTINGS_INITIAL_WINDOW_SIZE: WINDOW}
-HELLO = (
-    f.PREFACE
-    + f.settings_frame(list(SETTINGS.items()))
-    + f.window_update_frame(0, WINDOW - f.DEFAULT_WINDOW)
-)
+HELLO = f.PREFACE + f.settings(SETTINGS) + f.window_update(0, WINDOW - f.DEFAULT_WINDOW)
 DRAIN_S = 2.0  # after the window, answers still due are awaited this long at most
 # per run, over all connections; their answers' DATA (< 100 bytes each) stays within WINDOW
 MAX_REQUESTS = 20_000_000
@@ -42,8 +38,8 @@ def load_frames(path: str) -> list[bytes]:
     data, found, at = Path(path).read_bytes(), [], 0
     while at < len(data):
         found.append(data[at : (at := at + 5 + int.from_bytes(data[at + 1 : at + 5]))])
-    if not found or max(map(len, found)) > f.DEFAULT_MAX_FRAME:
-        raise ValueError(f"{path}: no frames, or one over {f.DEFAULT_MAX_FRAME} bytes")
+    if not found or max(map(len, found)) > f.DEFAULT_FRAME_SIZE:
+        raise ValueError(f"{path}: no frames, or one over {f.DEFAULT_FRAME_SIZE} bytes")
     return found
 
 

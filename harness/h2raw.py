@@ -6,13 +6,15 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import hpack
 
+from harness import h2frames as f
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.grpc_server.protocol import frames as f
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,6 @@ class Frame:
         return int(struct.unpack_from("!L", self.payload, offset)[0])
 
 
-ACK = f.frame(f.SETTINGS, f.ACK, 0)  # of the server's SETTINGS, its first frame
-
-
 def grpc_message(payload: bytes) -> bytes:
     return b"\0" + len(payload).to_bytes(4, "big") + payload
 
@@ -43,9 +42,12 @@ class RawH2:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
-        self.pending = b""
+        self.pending = bytearray()
+        self.pos = (
+            0  # where the next frame starts in `pending`: frames are not copied out one by one
+        )
         if preface:  # and room for many answers, as real clients give; our SETTINGS ACKed
-            self.send(f.PREFACE + f.settings_frame([]) + f.window_update_frame(0, 1 << 24) + ACK)
+            self.send(f.PREFACE + f.settings({}) + f.window_update(0, 1 << 24) + f.settings_ack())
 
     def close(self) -> None:
         self.sock.close()
@@ -66,7 +68,7 @@ class RawH2:
         fields += [(":authority", "sidecar"), ("content-type", "application/grpc")]
         fields += [("te", "trailers"), *extra]
         block = self.encoder.encode(fields)
-        pieces = [block[i : i + f.DEFAULT_MAX_FRAME] for i in range(0, len(block), 16_384)]
+        pieces = [block[i : i + f.DEFAULT_FRAME_SIZE] for i in range(0, len(block), 16_384)]
         last = len(pieces) - 1
         return b"".join(
             f.frame(
@@ -89,20 +91,41 @@ class RawH2:
     def read_frame(self, timeout_s: float = 10.0) -> Frame | None:
         """The next frame, or None when the server closed the connection."""
         self.sock.settimeout(timeout_s)
-        while True:
-            if len(self.pending) >= 9:
-                high, low, kind, flags, stream_id = f.FRAME_HEADER.unpack_from(self.pending)
-                end = 9 + (high << 16 | low)
-                if len(self.pending) >= end:
-                    payload, self.pending = self.pending[9:end], self.pending[end:]
-                    return Frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
+        while (frame := self.buffered()) is None:
             try:
                 chunk = self.sock.recv(65536)
             except ConnectionResetError:
                 return None
             if not chunk:
                 return None
-            self.pending += chunk
+            self.feed(chunk)
+        return frame
+
+    def feed(self, chunk: bytes) -> None:
+        """Bytes received on the socket by the caller (one polling many connections)."""
+        if self.pos:
+            del self.pending[: self.pos]
+            self.pos = 0
+        self.pending += chunk
+
+    def buffered(self) -> Frame | None:
+        """The next complete frame among the bytes received, if there is one."""
+        pending, pos = self.pending, self.pos
+        if len(pending) - pos < 9:
+            return None
+        high, low, kind, flags, stream_id = f.FRAME_HEADER.unpack_from(pending, pos)
+        end = pos + 9 + (high << 16 | low)
+        if len(pending) < end:
+            return None
+        self.pos = end
+        return Frame(kind, flags, stream_id & 0x7FFFFFFF, bytes(pending[pos + 9 : end]))
+
+    def advertised(self, timeout_s: float = 10.0) -> dict[int, int]:
+        """The server's SETTINGS (its first frame); what follows it stays to be read."""
+        for frame in self.frames_until(f.SETTINGS, 0, timeout_s):
+            if frame.kind == f.SETTINGS and not frame.flags & f.ACK:
+                return f.parse_settings(frame.payload)
+        raise ConnectionError("the server closed the connection before its SETTINGS")
 
     def frames_until(self, kind: int, stream_id: int = 0, timeout_s: float = 10.0) -> list[Frame]:
         """Frames read up to and including the first of `kind` on `stream_id` (any stream for
@@ -177,3 +200,86 @@ class Response:
     @property
     def message(self) -> str:
         return self.trailers.get("grpc-message") or self.headers.get("grpc-message", "")
+
+
+STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+@dataclass(frozen=True)
+class End:
+    """How the server ended one stream: a grpc-status (trailers) or RST_STREAM's code; when, in
+    seconds since the Tally that saw it began."""
+
+    stream_id: int
+    status: int | None
+    reset: int | None
+    after_s: float
+
+    def __str__(self) -> str:
+        if self.reset is not None:
+            return f"RST_STREAM {f.code_name(self.reset)}"
+        if self.status is None:
+            return "ended without grpc-status"
+        return f"grpc-status {STATUS_NAMES.get(self.status, str(self.status))}"
+
+
+class Tally:
+    """What one connection got back, frame by frame: how each stream ended (the first end), the
+    server's GOAWAY, the payloads of PING ACKs, SETTINGS ACKs; HPACK kept in step. Response
+    bodies are not kept: an attack's answers can be many."""
+
+    def __init__(self, raw: RawH2) -> None:
+        self.raw, self.started = raw, time.monotonic()
+        self.responses: dict[int, Response] = {}
+        self.ends: dict[int, End] = {}
+        self.goaway: Frame | None = None
+        self.pings: list[bytes] = []
+        self.settings_acks = 0
+        self.closed = False
+
+    def take(self, frame: Frame) -> None:
+        kind, acked = frame.kind, bool(frame.flags & f.ACK)
+        if kind == f.HEADERS:
+            fields = list(self.raw.decoder.decode(frame.payload))
+            self._response(frame.stream_id).add_headers(fields, frame.flags)
+        elif kind == f.RST_STREAM or (kind == f.DATA and frame.flags & f.END_STREAM):
+            self._response(frame.stream_id).add(frame)
+        elif kind == f.GOAWAY:
+            self.goaway = self.goaway or frame
+        elif kind == f.PING and acked:
+            self.pings.append(frame.payload)
+        elif kind == f.SETTINGS and acked:
+            self.settings_acks += 1
+        self._note_end(frame.stream_id)
+
+    def _response(self, stream_id: int) -> Response:
+        return self.responses.setdefault(stream_id, Response())
+
+    def _note_end(self, stream_id: int) -> None:
+        response = self.responses.get(stream_id)
+        if response is None or not response.ended or stream_id in self.ends:
+            return
+        after = time.monotonic() - self.started
+        self.ends[stream_id] = End(stream_id, response.status, response.reset, after)
+
+    def until(self, done: Callable[[Tally], bool], timeout_s: float) -> bool:
+        """Read until `done(self)`, the connection's end or `timeout_s` passed: whether done."""
+        deadline = time.monotonic() + timeout_s
+        while not done(self):
+            left = deadline - time.monotonic()
+            if self.closed or left <= 0:
+                return False
+            try:
+                frame = self.raw.read_frame(left)
+            except TimeoutError:
+                return False
+            except OSError:
+                frame = None
+            self.closed = frame is None
+            if frame is not None:
+                self.take(frame)
+        return True
+
+    def ended_goaway(self) -> int | None:
+        """The code of the server's GOAWAY, if it sent one."""
+        return None if self.goaway is None else self.goaway.error_code

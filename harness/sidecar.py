@@ -33,14 +33,20 @@ class SidecarProcess:
         env: dict[str, str] | None = None,
         ports: tuple[int, int] | None = None,
         transport: str | None = None,
+        wrapper: Sequence[str] = (),
+        cwd: Path | None = None,
     ) -> None:
         """`ports` (gRPC, metrics) restarts a sidecar where its Envoy expects it; `transport`
-        (fast, grpcio) is its --transport, else the default or RLS_TRANSPORT of the tests."""
+        (fast, grpcio) is its --transport, else the default or RLS_TRANSPORT of the tests;
+        `wrapper` is a command that runs it (`prlimit …`, `taskset …`: limits set before it
+        starts); `cwd` is where it runs (another source tree: `-m` puts the cwd first on
+        sys.path)."""
         self.port, self.metrics_port = ports or (free_port(), free_port())
         self.address = f"127.0.0.1:{self.port}"
         metrics = f"127.0.0.1:{self.metrics_port}"
         chosen = ("--transport", transport) if transport else ()
-        self.proc = start_cli(serve_args(config, self.address, metrics, *chosen, *extra), env)
+        args = serve_args(config, self.address, metrics, *chosen, *extra)
+        self.proc = start_cli(args, env, wrapper=wrapper, cwd=cwd)
         self.stderr = ""
 
     def wait_ready(self) -> SidecarProcess:
@@ -68,15 +74,23 @@ class SidecarProcess:
         return self.proc.returncode
 
 
-def start_cli(args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """The CLI with `args`, stdout and stderr as text pipes, `env` added to ours."""
+def start_cli(
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    *,
+    wrapper: Sequence[str] = (),
+    cwd: Path | None = None,
+) -> subprocess.Popen[str]:
+    """The CLI with `args` (run by `wrapper` if given: it execs it, the pid stays), stdout and
+    stderr as text pipes, `env` added to ours."""
     return subprocess.Popen(
-        python_module("ratelimit_sidecar", *args),
+        [*wrapper, *python_module("ratelimit_sidecar", *args)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 

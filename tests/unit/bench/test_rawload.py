@@ -7,8 +7,8 @@ import hpack
 
 from bench import rawload
 from bench.workload import key_values, workload
+from harness import h2frames as f
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.grpc_server.protocol import frames as f
 
 
 def frames_of(chunk: bytes) -> list[tuple[int, int, int, bytes]]:
