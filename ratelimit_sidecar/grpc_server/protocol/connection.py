@@ -79,6 +79,7 @@ class Connection:
         )
         self.assembler = BlockAssembler(limits.hard_header_bytes, counters)
         self.control = ControlBudget(limits.control_frames_per_s, limits.control_frames_burst, now)
+        self.chatter = ControlBudget(limits.chatter_frames_per_s, limits.chatter_frames_burst, now)
         self.closed = s.ClosedStreams(limits.remembered_resets)
         self.streams: dict[int, Stream] = {}
         self.timers = StreamTimers()
@@ -168,7 +169,7 @@ class Connection:
             if stream_id == 0:
                 raise f.ConnectionFault(f.PROTOCOL_ERROR, f"{f.FRAME_NAMES[kind]} on stream 0")
             if kind == f.CONTINUATION and not payload:
-                self._spend(kind)
+                self._chat(kind)
             assembler = self.assembler
             block = (assembler.headers if kind == f.HEADERS else assembler.continuation)(
                 flags, stream_id, payload
@@ -178,7 +179,7 @@ class Connection:
         elif kind < f.FRAME_TYPES:
             self._on_control(kind, flags, stream_id, payload)
         else:
-            self._spend(kind)  # an unknown type: ignored (§5.5), at a cost
+            self._chat(kind)  # an unknown type: ignored (§5.5), at a cost
 
     def _state(self, stream_id: int) -> int:
         stream = self.streams.get(stream_id)
@@ -211,7 +212,7 @@ class Connection:
         data = f.unpadded(payload, flags) if flags & f.PADDED else payload
         end = flags & f.END_STREAM != 0
         if not data and not end:
-            self._spend(f.DATA)
+            self._chat(f.DATA)
         stream = self.streams.get(stream_id)
         state = self._state(stream_id) if stream is None else stream.state
         if stream is None or s.RECEIVE[state][f.DATA] != s.ACCEPT:
@@ -385,7 +386,7 @@ class Connection:
         f.check_fixed_length(kind, len(payload))
         if kind == f.PUSH_PROMISE:
             raise f.ConnectionFault(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client (§8.4)")
-        self._spend(kind)
+        self._charge(kind, flags, stream_id)
         if kind == f.SETTINGS:
             self._on_settings(flags, payload)
         elif kind == f.PING:
@@ -455,12 +456,38 @@ class Connection:
             if stream.trailers is not None:  # written: the response is complete
                 self._end_sent(stream)
 
+    def _charge(self, kind: int, flags: int, stream_id: int) -> None:
+        """A control frame's token: from the control bucket for what a busy client sends
+        often, from the chatter bucket for the rest; a SETTINGS ACK answers ours, for free."""
+        if kind == f.RST_STREAM or (kind == f.WINDOW_UPDATE and self._credits_use(stream_id)):
+            self._spend(kind)
+        elif not (kind == f.SETTINGS and flags & f.ACK):
+            self._chat(kind)
+
+    def _credits_use(self, stream_id: int) -> bool:
+        """A WINDOW_UPDATE crediting a window we have used: less than 7/8 of its largest size
+        left open (clients credit once a good part is used; a credit of a few octets while the
+        window is nearly whole is a flood)."""
+        if stream_id == 0:
+            output = self.output
+            output.window_peak = max(output.window_peak, output.window)
+            return output.window * 8 < output.window_peak * 7
+        stream = self.streams.get(stream_id)
+        return stream is not None and stream.send_window * 8 < self.output.initial_window * 7
+
+    def _chat(self, kind: int) -> None:
+        if not self.chatter.spend(self.now):
+            self._flood(kind)
+
     def _spend(self, kind: int) -> None:
         if not self.control.spend(self.now):
-            self.counters.control_floods += 1
-            name = f.FRAME_NAMES[kind] if kind < f.FRAME_TYPES else "unknown"
-            reason = "too_many_pings" if kind == f.PING else f"too many {name} frames"
-            raise f.ConnectionFault(f.ENHANCE_YOUR_CALM, reason)
+            self._flood(kind)
+
+    def _flood(self, kind: int) -> None:
+        self.counters.control_floods += 1
+        name = f.FRAME_NAMES[kind] if kind < f.FRAME_TYPES else "unknown"
+        reason = "too_many_pings" if kind == f.PING else f"too many {name} frames"
+        raise f.ConnectionFault(f.ENHANCE_YOUR_CALM, reason)
 
     # -- ends of streams and of the connection ---------------------------------------------
 

@@ -19,13 +19,18 @@ Why the windows are these sizes (the receive side of RFC 9113 §6.9 and §5.2):
 - The budget (MessageBudget, one per process) is sized by the adapter; `max_message_bytes`
   bounds one message, so the budget should hold several.
 
-The control-frame budget is a token bucket per connection: PING, SETTINGS, RST_STREAM,
-WINDOW_UPDATE, PRIORITY, empty DATA and CONTINUATION, unknown frame types and refused or reset
-streams each take a token; tokens come back with time only (`control_frames_per_s`, up to
-`control_frames_burst`), never with requests, so a client cannot earn them by interleaving
-calls. gRPC keepalive (a PING per 10 s or slower, Envoy's HTTP/2 keepalive the same) uses a
-negligible share of it; a flood empties it: GOAWAY ENHANCE_YOUR_CALM, as gRPC answers too many
-pings ("too_many_pings").
+Frames that ask work of us without a request take tokens from two buckets per connection,
+refilled by time alone, never by requests, so a client cannot earn them by interleaving calls:
+- `chatter` (`chatter_frames_per_s`, up to `chatter_frames_burst`): PING, SETTINGS, PRIORITY,
+  empty DATA and CONTINUATION, unknown frame types, and a WINDOW_UPDATE that credits a window we
+  have hardly used (more than 7/8 of its largest size still open). A client sends these rarely:
+  gRPC keepalive is a PING per 10 s or slower (Envoy's HTTP/2 keepalive likewise), SETTINGS a
+  few per connection, and every HTTP/2 client credits a window once a good part of it is used.
+- `control` (`control_frames_per_s`, up to `control_frames_burst`): RST_STREAM, refused or
+  reset streams, and a WINDOW_UPDATE crediting what we sent: a busy client that cancels calls
+  under overload, or keeps crediting a fast stream of answers, sends these often.
+A flood empties a bucket: GOAWAY ENHANCE_YOUR_CALM, as gRPC answers too many pings
+("too_many_pings").
 """
 
 from __future__ import annotations
@@ -54,8 +59,10 @@ class Limits:
     stream_idle_timeout_s: float = 300.0  # between a streaming call's request messages
     handshake_timeout_s: float = 10.0  # connection to the client's preface and SETTINGS
     settings_ack_timeout_s: float = 10.0  # our SETTINGS to the client's ACK
-    control_frames_per_s: float = 1000.0
+    control_frames_per_s: float = 1000.0  # RST_STREAM, refused streams, earned WINDOW_UPDATE
     control_frames_burst: int = 2000
+    chatter_frames_per_s: float = 20.0  # PING, SETTINGS, PRIORITY, empty frames, unearned credit
+    chatter_frames_burst: int = 200
     frames_per_turn: int = 256  # frames one `receive` handles; the rest wait for the next
     remembered_resets: int = 1024  # streams we reset whose late frames are dropped quietly
 

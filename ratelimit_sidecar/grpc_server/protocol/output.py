@@ -22,11 +22,12 @@ _TRAILER_FLAGS = f.END_HEADERS | f.END_STREAM
 class Output:
     """The frames to write (`chunks`) and the windows that hold responses back."""
 
-    __slots__ = ("blocked", "chunks", "initial_window", "max_frame", "window")
+    __slots__ = ("blocked", "chunks", "initial_window", "max_frame", "window", "window_peak")
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.window = f.DEFAULT_WINDOW  # the connection's send window
+        self.window_peak = f.DEFAULT_WINDOW  # the largest it has been
         self.initial_window = f.DEFAULT_WINDOW  # the client's SETTINGS_INITIAL_WINDOW_SIZE
         self.max_frame = f.DEFAULT_MAX_FRAME  # the client's SETTINGS_MAX_FRAME_SIZE
         self.blocked: dict[int, Stream] = {}  # streams with octets waiting for window

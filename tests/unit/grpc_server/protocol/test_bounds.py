@@ -292,10 +292,48 @@ def test_answered_calls_earn_no_tokens() -> None:
 
 def test_tokens_come_back_with_time() -> None:
     peer = Peer()
-    peer.send(PING * 1_990)
-    peer.now += 2.0
-    peer.send(PING * 1_990)
+    burst, per_s = Limits().chatter_frames_burst, Limits().chatter_frames_per_s
+    peer.send(PING * (burst - 10))
+    peer.now += burst / per_s
+    peer.send(PING * (burst - 10))
     assert not peer.core.closing
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [PING, f.settings_frame([]), f.window_update_frame(0, 1)],
+    ids=["ping", "settings", "window_update"],
+)
+def test_chatter_between_calls_at_a_modest_rate_still_trips(frame: bytes) -> None:
+    """A frame with each of 100 calls a second: above the chatter rate, the calls earn nothing."""
+    peer = Peer()
+    for stream_id in range(1, 20_000, 2):
+        peer.now += 0.01
+        peer.send(frame, peer.call(stream_id))
+        for event in peer.events:
+            if isinstance(event, ev.UnaryRequest):
+                peer.core.answer_unary(event.stream_id, b"ok")
+        if peer.core.closing:
+            break
+    assert peer.core.closing and peer.core.end_code == f.ENHANCE_YOUR_CALM
+
+
+def test_a_window_update_crediting_what_was_sent_is_not_chatter() -> None:
+    """Once a good part of the connection's window is used, crediting it costs the control
+    bucket, which a busy client's steady credit never empties."""
+    peer = Peer()
+    used = 0
+    for stream_id in range(1, 8_000, 2):
+        peer.now += 0.001
+        peer.send(peer.call(stream_id, b"x"))
+        for event in peer.events:
+            if isinstance(event, ev.UnaryRequest):
+                peer.core.answer_unary(event.stream_id, b"y" * 200)
+                used += 205
+        if used > f.DEFAULT_WINDOW // 2:  # as clients do: credit once half is used
+            peer.send(f.window_update_frame(0, used))
+            used = 0
+    assert not peer.core.closing and peer.counters.control_floods == 0
 
 
 # -- sizes and turns ---------------------------------------------------------------------------
@@ -337,7 +375,7 @@ def test_a_frame_over_max_frame_size_is_frame_size_error() -> None:
 
 
 def test_a_turn_stops_after_frames_per_turn_and_resumes_on_empty_receive() -> None:
-    peer = Peer(Limits(frames_per_turn=100))
+    peer = Peer(Limits(frames_per_turn=100, chatter_frames_burst=1_000))
     peer.send(PING * 250, every_turn=False)
     assert peer.core.backlogged and len(peer.read()) == 100
     peer.send(b"", every_turn=False)
