@@ -52,7 +52,9 @@ SCENARIOS: dict[str, Defaults] = {
         2.0, "over-limit (2x), 90% in one-span bursts across every other window end", boundary=True
     ),
     "near_limit": Defaults(0.95, "near the limit (0.95x), even split: some windows cross"),
-    "bursty": Defaults(0.6, "under-limit bursty: 0.6x on average, half of it in one-span bursts"),
+    "bursty": Defaults(
+        0.6, "under-limit bursty: 0.6x on average, half of it in one-span bursts", bursty=True
+    ),
     "skewed": Defaults(2.0, "over-limit (2x), load balancer 60/30/10", weights=(6, 3, 1)),
     "skewed_under": Defaults(0.9, "under-limit (0.9x), load balancer 60/30/10", weights=(6, 3, 1)),
     "churn": Defaults(2.0, "over-limit (2x); +N/2 nodes join at 1/3, N/2 leave at 2/3", churn=True),

@@ -413,7 +413,12 @@ def test_7_a_preface_followed_by_ping_is_goaway_protocol_error(sidecar: SidecarP
     require(observed, {"GOAWAY PROTOCOL_ERROR": observed.goaway == ErrorCode.PROTOCOL_ERROR})
 
 
-@pytest.mark.parametrize("control", list(CONTROL_FRAMES))
+# A WINDOW_UPDATE with each call is what grpc's C-core client sends (it credits every answer it
+# reads): no flood. A WINDOW_UPDATE flood without calls is one (the protocol core's unit tests).
+FLOODS_BETWEEN_CALLS = [name for name in CONTROL_FRAMES if name != "window_update"]
+
+
+@pytest.mark.parametrize("control", FLOODS_BETWEEN_CALLS)
 def test_8_a_control_frame_flood_between_calls_is_goaway_enhance_your_calm(
     sidecar: SidecarProcess, control: str
 ) -> None:

@@ -386,7 +386,7 @@ class Connection:
         f.check_fixed_length(kind, len(payload))
         if kind == f.PUSH_PROMISE:
             raise f.ConnectionFault(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client (§8.4)")
-        self._charge(kind, flags, stream_id)
+        self._charge(kind, flags, stream_id, payload)
         if kind == f.SETTINGS:
             self._on_settings(flags, payload)
         elif kind == f.PING:
@@ -456,24 +456,18 @@ class Connection:
             if stream.trailers is not None:  # written: the response is complete
                 self._end_sent(stream)
 
-    def _charge(self, kind: int, flags: int, stream_id: int) -> None:
-        """A control frame's token: from the control bucket for what a busy client sends
-        often, from the chatter bucket for the rest; a SETTINGS ACK answers ours, for free."""
-        if kind == f.RST_STREAM or (kind == f.WINDOW_UPDATE and self._credits_use(stream_id)):
+    def _charge(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        """A control frame's token: RST_STREAM from the control bucket (a busy client cancels
+        calls often); a WINDOW_UPDATE crediting what we sent is free (grpc's C-core credits
+        every answer it reads); a SETTINGS ACK answers ours, free; the rest is chatter."""
+        if kind == f.RST_STREAM:
             self._spend(kind)
+        elif kind == f.WINDOW_UPDATE:
+            increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+            if not self.output.credits_sent(stream_id, increment):
+                self._chat(kind)
         elif not (kind == f.SETTINGS and flags & f.ACK):
             self._chat(kind)
-
-    def _credits_use(self, stream_id: int) -> bool:
-        """A WINDOW_UPDATE crediting a window we have used: less than 7/8 of its largest size
-        left open (clients credit once a good part is used; a credit of a few octets while the
-        window is nearly whole is a flood)."""
-        if stream_id == 0:
-            output = self.output
-            output.window_peak = max(output.window_peak, output.window)
-            return output.window * 8 < output.window_peak * 7
-        stream = self.streams.get(stream_id)
-        return stream is not None and stream.send_window * 8 < self.output.initial_window * 7
 
     def _chat(self, kind: int) -> None:
         if not self.chatter.spend(self.now):

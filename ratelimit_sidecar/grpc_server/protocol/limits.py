@@ -22,13 +22,13 @@ Why the windows are these sizes (the receive side of RFC 9113 §6.9 and §5.2):
 Frames that ask work of us without a request take tokens from two buckets per connection,
 refilled by time alone, never by requests, so a client cannot earn them by interleaving calls:
 - `chatter` (`chatter_frames_per_s`, up to `chatter_frames_burst`): PING, SETTINGS, PRIORITY,
-  empty DATA and CONTINUATION, unknown frame types, and a WINDOW_UPDATE that credits a window we
-  have hardly used (more than 7/8 of its largest size still open). A client sends these rarely:
-  gRPC keepalive is a PING per 10 s or slower (Envoy's HTTP/2 keepalive likewise), SETTINGS a
-  few per connection, and every HTTP/2 client credits a window once a good part of it is used.
-- `control` (`control_frames_per_s`, up to `control_frames_burst`): RST_STREAM, refused or
-  reset streams, and a WINDOW_UPDATE crediting what we sent: a busy client that cancels calls
-  under overload, or keeps crediting a fast stream of answers, sends these often.
+  empty DATA and CONTINUATION, unknown frame types, and a WINDOW_UPDATE giving back more than we
+  sent. A client sends these rarely: gRPC keepalive is a PING per 10 s or slower (Envoy's HTTP/2
+  keepalive likewise), SETTINGS a few per connection.
+- `control` (`control_frames_per_s`, up to `control_frames_burst`): RST_STREAM and refused or
+  reset streams: a busy client cancels calls often (Envoy, under overload).
+A WINDOW_UPDATE giving back what we sent costs nothing: grpc's C-core client credits every
+answer it reads, and the credit is bounded by the answers themselves.
 A flood empties a bucket: GOAWAY ENHANCE_YOUR_CALM, as gRPC answers too many pings
 ("too_many_pings").
 """
@@ -59,9 +59,9 @@ class Limits:
     stream_idle_timeout_s: float = 300.0  # between a streaming call's request messages
     handshake_timeout_s: float = 10.0  # connection to the client's preface and SETTINGS
     settings_ack_timeout_s: float = 10.0  # our SETTINGS to the client's ACK
-    control_frames_per_s: float = 1000.0  # RST_STREAM, refused streams, earned WINDOW_UPDATE
+    control_frames_per_s: float = 1000.0  # RST_STREAM, refused streams
     control_frames_burst: int = 2000
-    chatter_frames_per_s: float = 20.0  # PING, SETTINGS, PRIORITY, empty frames, unearned credit
+    chatter_frames_per_s: float = 20.0  # PING, SETTINGS, PRIORITY, empty frames, extra credit
     chatter_frames_burst: int = 200
     frames_per_turn: int = 256  # frames one `receive` handles; the rest wait for the next
     remembered_resets: int = 1024  # streams we reset whose late frames are dropped quietly

@@ -22,12 +22,17 @@ _TRAILER_FLAGS = f.END_HEADERS | f.END_STREAM
 class Output:
     """The frames to write (`chunks`) and the windows that hold responses back."""
 
-    __slots__ = ("blocked", "chunks", "initial_window", "max_frame", "window", "window_peak")
+    __slots__ = (
+        "blocked", "chunks", "initial_window", "max_frame", "uncredited", "uncredited_streams",
+        "window",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.window = f.DEFAULT_WINDOW  # the connection's send window
-        self.window_peak = f.DEFAULT_WINDOW  # the largest it has been
+        # DATA octets sent and not yet credited back by the client, on the connection and on
+        # its streams (all together): a WINDOW_UPDATE within them pays for what we sent.
+        self.uncredited = self.uncredited_streams = 0
         self.initial_window = f.DEFAULT_WINDOW  # the client's SETTINGS_INITIAL_WINDOW_SIZE
         self.max_frame = f.DEFAULT_MAX_FRAME  # the client's SETTINGS_MAX_FRAME_SIZE
         self.blocked: dict[int, Stream] = {}  # streams with octets waiting for window
@@ -44,6 +49,8 @@ class Output:
             return False
         self.window -= size
         stream.send_window -= size
+        self.uncredited += size
+        self.uncredited_streams += size
         self.chunks.append(unary_answer(stream.stream_id, message))
         return True
 
@@ -53,7 +60,10 @@ class Output:
         written."""
         ends_with_data = stream.trailers == b""
         if stream.pending:
-            self.window -= stream.pump(self.window, self.max_frame, self.chunks, ends_with_data)
+            sent = stream.pump(self.window, self.max_frame, self.chunks, ends_with_data)
+            self.window -= sent
+            self.uncredited += sent
+            self.uncredited_streams += sent
             if stream.pending:  # to the back of the queue: blocked streams take turns
                 self.blocked.pop(stream.stream_id, None)
                 self.blocked[stream.stream_id] = stream
@@ -85,6 +95,17 @@ class Output:
         """The stream is over: what it had queued is not sent."""
         stream.pending = None
         self.blocked.pop(stream.stream_id, None)
+
+    def credits_sent(self, stream_id: int, increment: int) -> bool:
+        """Whether a WINDOW_UPDATE gives back no more than we sent since the last ones (what
+        every client does as it reads our answers); counted off if so."""
+        if stream_id == 0 and increment <= self.uncredited:
+            self.uncredited -= increment
+            return True
+        if stream_id and increment <= self.uncredited_streams:
+            self.uncredited_streams -= increment
+            return True
+        return False
 
     def connection_window_update(self, increment: int) -> None:
         self.window += increment

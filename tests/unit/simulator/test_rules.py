@@ -20,7 +20,7 @@ from simulator.references import (
     trailing_bound,
 )
 from simulator.scenarios import resolve
-from simulator.traffic import Boundary
+from simulator.traffic import Boundary, Bursty, Steady
 
 SMALL = ["--windows", "6", "--max", "60", "--window", "2s", "--spans", "4"]
 # (algorithm, burst): the token bucket also with a burst smaller than requests_per_unit
@@ -163,3 +163,10 @@ def test_sub_second_windows_derive_cooldown_and_capacity_per_algorithm() -> None
         4,
     )
     assert sliding is not None and (sliding.cooldown, sliding.capacity) == (0, 10)
+
+
+def test_the_bursty_scenario_sends_bursts() -> None:
+    """Its schedule packs half of each window into one burst: not the steady scenario's rate."""
+    bursty = resolve(SimParams(scenario="bursty", load=2.0)).schedule(Random(1))
+    steady = resolve(SimParams(scenario="steady", load=2.0)).schedule(Random(1))
+    assert isinstance(bursty, Bursty) and isinstance(steady, Steady)
