@@ -22,6 +22,7 @@ from typing import Any
 
 import hpack
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the checkout
 from harness import h2frames as f
 
 WINDOW = f.MAX_WINDOW  # ours, per stream and for the connection: the server never waits on us
