@@ -107,7 +107,9 @@ def test_runs_continue_the_rotation_and_a_failed_start_is_reported(
     offsets: dict[tuple[str, str], int] = client.offsets  # type: ignore[attr-defined]
     offset = offsets[("w", sidecar.address)]  # twice what the slower connection sent
     assert offset % 2 == 0
-    assert first.sent / 2 <= offset <= first.sent < 100_000
+    # How the connections shared the run depends on the scheduler (a loaded machine starves one
+    # for a while): the offset is every connection's sending, at most all that was sent.
+    assert 0 < offset <= first.sent < 100_000
     failed = run(client, f"127.0.0.1:{free_port()}", load, tmp_path, shape)
     assert failed.errors >= 1
     assert "refused" in failed.first_error.lower() or "connect" in failed.first_error.lower()
