@@ -327,7 +327,7 @@ REFS: Final = st.sampled_from(list(Ref))
 STREAM_REFS: Final = st.sampled_from([Ref.NEW] * 4 + [Ref.NEWEST] * 3 + list(Ref))
 DATA_REFS: Final = st.sampled_from([Ref.NEWEST] * 6 + [Ref.OLDER] * 2 + list(Ref))
 CODES: Final = st.sampled_from([0, 1, 2, 8, 0xFF])
-PADDING: Final = st.one_of(st.just(-1), st.just(-1), st.integers(0, 40), st.just(255))
+PADDING: Final = st.sampled_from([-1] * 8 + [0, 1, 4, 16, 40, 255])  # -1: none
 SETTING: Final = st.sampled_from([
     (f.SETTINGS_HEADER_TABLE_SIZE, 4096), (f.SETTINGS_HEADER_TABLE_SIZE, 0),
     (f.SETTINGS_ENABLE_PUSH, 0), (f.SETTINGS_ENABLE_PUSH, 1), (f.SETTINGS_ENABLE_PUSH, 2),
@@ -394,27 +394,41 @@ CONTROL: Final = st.one_of(
     st.builds(Unknown, kind=st.integers(10, 255), ref=REFS, length=st.integers(0, 8)),
     st.builds(PushPromise, ref=STREAM_REFS),
 )
-# A gRPC call's frames, often: the comparison goes deeper before a connection error ends it.
-CALL: Final = st.one_of(
-    st.builds(Headers, st.just(Ref.NEW), st.just("grpc"), st.booleans(), st.just(True),
-              st.just(-1), st.just("")),
-    st.builds(Headers, st.just(Ref.NEWEST), st.sampled_from(["grpc", "uppercase", "get"]),
-              st.booleans(), st.just(True), st.just(-1), st.just("")),  # trailers
-    st.builds(Data, st.just(Ref.NEWEST), st.just("message"), st.integers(0, 50), st.booleans(),
-              st.just(-1)),
+# A gRPC call's frames, often, so that the comparison goes deeper before a connection error
+# ends it: a request and its messages (ending it or not), or trailers on the newest.
+OPENING: Final = st.builds(
+    Headers, st.just(Ref.NEW), st.just("grpc"), st.just(False), st.just(True), st.just(-1),
+    st.just(""),
 )  # fmt: skip
+MESSAGE: Final = st.builds(
+    Data, st.just(Ref.NEWEST), st.just("message"), st.integers(0, 50), st.booleans(), st.just(-1)
+)
+TRAILERS: Final = st.builds(
+    Headers, st.just(Ref.NEWEST), st.sampled_from(["grpc", "uppercase", "get"]), st.booleans(),
+    st.just(True), st.just(-1), st.just(""),
+)  # fmt: skip
+CALL: Final = st.one_of(
+    st.tuples(OPENING, MESSAGE), st.tuples(OPENING, MESSAGE, MESSAGE), st.tuples(TRAILERS)
+)
 # one_of flattens nested one_ofs and picks a branch uniformly: weights by a drawn category.
-KINDS: Final = {"call": CALL, "headers": HEADERS, "data": DATA, "control": CONTROL}
-FRAME: Final = st.sampled_from(
-    ["call"] * 8 + ["headers"] * 3 + ["data"] * 3 + ["control"] * 3
+KINDS: Final = {
+    "call": CALL,
+    "headers": HEADERS.map(lambda spec: (spec,)),
+    "data": DATA.map(lambda spec: (spec,)),
+    "control": CONTROL.map(lambda spec: (spec,)),
+}
+FRAMES: Final = st.sampled_from(
+    ["call"] * 12 + ["headers"] * 3 + ["data"] * 3 + ["control"] * 4
 ).flatmap(KINDS.__getitem__)
-FIRST: Final = st.sampled_from([True] * 9 + [False]).flatmap(
-    lambda valid: st.just(VALID_SETTINGS) if valid else FRAME
+FIRST: Final = st.sampled_from([True] * 19 + [False]).flatmap(
+    lambda valid: st.just((VALID_SETTINGS,)) if valid else FRAMES
 )
 SCRIPTS: Final = st.builds(
     Script,
-    preface=st.sampled_from([-1] * 30 + list(range(len(BAD_PREFACES)))),
-    frames=st.tuples(FIRST, st.lists(FRAME, min_size=2, max_size=24)).map(lambda t: (t[0], *t[1])),
+    preface=st.sampled_from([-1] * 60 + list(range(len(BAD_PREFACES)))),
+    frames=st.tuples(FIRST, st.lists(FRAMES, min_size=2, max_size=16)).map(
+        lambda drawn: tuple(spec for group in (drawn[0], *drawn[1]) for spec in group)
+    ),
 )
 
 # -- the comparison -----------------------------------------------------------------------------
