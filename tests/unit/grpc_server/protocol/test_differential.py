@@ -21,9 +21,10 @@ Where h2 departs from RFC 9113, or gRPC's rules make the core answer otherwise, 
 DEPARTURES lists each case (its RFC section, one sentence why), and the comparison lets a
 mismatch through only when one of them names the frame and the exact pair of answers. Each has
 an example script that `test_each_departure_is_real` plays to that very departure. KNOWN_BUGS
-are the core's own wrong answers, with failing tests in test_findings.py. The comparison ends at the first connection error on either
-side, and after the client's GOAWAY (h2 then refuses every frame: its connection state machine
-is closed, a choice RFC 9113 §6.8 does not make for frames on the client's streams).
+are the core's own wrong answers, with failing tests in test_findings.py. The comparison ends
+at the first connection error on either side, and after the client's GOAWAY (h2 then refuses
+every frame: its connection state machine is closed, a choice RFC 9113 §6.8 does not make for
+frames on the client's streams).
 """
 
 from __future__ import annotations
