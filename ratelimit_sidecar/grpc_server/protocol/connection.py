@@ -406,9 +406,16 @@ class Connection:
                     self.events.append(ev.StreamReset(stream_id, code, "reset by the client"))
                 self._forget(stream)
             elif len(payload) != 5:  # PRIORITY
-                raise f.StreamFault(stream_id, f.FRAME_SIZE_ERROR, "PRIORITY not of 5 octets")
+                self._priority_error(stream_id, f.FRAME_SIZE_ERROR, "PRIORITY not of 5 octets")
             elif f.priority_dependency(payload, 0) == stream_id:
-                raise f.StreamFault(stream_id, f.PROTOCOL_ERROR, "a stream depending on itself")
+                self._priority_error(stream_id, f.PROTOCOL_ERROR, "a stream depending on itself")
+
+    def _priority_error(self, stream_id: int, code: int, reason: str) -> None:
+        """§5.3.1 and §6.3 name a stream error; on an idle stream (PRIORITY opens none) it is a
+        connection error, since §6.4 forbids RST_STREAM on an idle stream."""
+        if self._state(stream_id) == s.IDLE:
+            raise f.ConnectionFault(code, f"{reason} (idle stream {stream_id})")
+        raise f.StreamFault(stream_id, code, reason)
 
     def _on_settings(self, flags: int, payload: bytes) -> None:
         if flags & f.ACK:

@@ -322,28 +322,10 @@ DEPARTURES: Final = (
         (Unknown(0xA, Ref.ZERO, 0),),
     ),
 )
-# Bugs of the core: its answer breaks the RFC. Each has a failing test (xfail, strict) in
-# test_findings.py; once fixed, its example here fails until the entry is removed.
-KNOWN_BUGS: Final = (
-    Departure(
-        "BUG: RST_STREAM on an idle stream for a self-dependent PRIORITY",
-        "§6.4: RST_STREAM MUST NOT be sent for an idle stream (a client treats it as a "
-        "connection error PROTOCOL_ERROR); the core sends one for §5.3.1's stream error on an "
-        "idle stream (test_findings.py).",
-        frame_in((Priority,), IDLE),
-        stream_error(PROTOCOL),
-        None,
-        (Priority(Ref.NEW, "self", 5),),
-    ),
-    Departure(
-        "BUG: RST_STREAM on an idle stream for a short PRIORITY",
-        "§6.4, as above, for §6.3's stream error FRAME_SIZE_ERROR (test_findings.py).",
-        frame_in((Priority,), IDLE),
-        stream_error(FRAME_SIZE),
-        None,
-        (Priority(Ref.NEW, "zero", 4),),
-    ),
-)
+# Bugs of the core: its answer breaks the RFC. Each gets a failing test (xfail, strict) in
+# test_findings.py and an entry here until fixed. The first (RST_STREAM on an idle stream for a
+# bad PRIORITY) is fixed; test_findings.py keeps it so.
+KNOWN_BUGS: Final[tuple[Departure, ...]] = ()
 
 # -- the scripts --------------------------------------------------------------------------------
 

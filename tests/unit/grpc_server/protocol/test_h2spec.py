@@ -287,10 +287,11 @@ def test_h2spec_5_3_1_1_headers_depending_on_itself() -> None:
 
 
 def test_h2spec_5_3_1_2_priority_depending_on_itself() -> None:
-    """Stream error PROTOCOL_ERROR."""
+    """PROTOCOL_ERROR: h2spec takes a stream or a connection error; on an idle stream, which a
+    PRIORITY does not open, only a connection error keeps RST_STREAM off it (§6.4)."""
     peer = Peer()
     peer.send(priority(1, 1, 255))
-    stream_error(peer, 1, f.PROTOCOL_ERROR)
+    connection_error(peer, f.PROTOCOL_ERROR)
 
 
 def test_h2spec_5_4_1_1_invalid_ping_closes_the_connection() -> None:
