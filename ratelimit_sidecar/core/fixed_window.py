@@ -65,13 +65,11 @@ class FixedWindow(SharedAlgorithm):
         state.counts.resumed = resumed
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        # `_over` inlined, and `KeyState.counted` in `count`: 1.2 % fewer instructions per decision.
         counts: WindowCounts = state.counts
-        seen, unpushed = counts.seen, state.inflight + state.pending + hits
-        estimate = seen + counts.resumed + unpushed * state.nodes.check
+        unpushed = state.inflight + state.pending + hits
         if unpushed > counts.early_at:  # a key alone past an even share: a push now
             self._push_early(state, now_ms)
-        if estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit:
+        if _over(state, counts, unpushed):
             return self._estimate_over(state, hits, now_ms)
         return None
 
@@ -103,11 +101,7 @@ class FixedWindow(SharedAlgorithm):
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
             hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
-        state.pending += hits  # `KeyState.counted` inlined (see `check`)
-        nodes = state.nodes
-        admitted = nodes.admitted + hits
-        nodes.admitted = admitted if admitted > 0 else 0  # not max(): ~1.2k instructions fewer
-        state.last_hit = now_ms
+        state.counted(hits, now_ms)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
@@ -193,10 +187,10 @@ def _early_share(state: KeyState, total: int, live_nodes: int) -> bool:
     return share == 1 and state.pending > counts.early_at
 
 
-def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:
-    seen, unpushed = counts.seen, state.inflight + state.pending + hits
-    estimate = seen + counts.resumed + unpushed * state.nodes.check
-    return estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit
+def _over(state: KeyState, counts: WindowCounts, unpushed: int) -> bool:
+    """The estimate passes the ceiling, or the known count MAX, with `unpushed` own hits."""
+    estimate = counts.seen + counts.resumed + unpushed * state.nodes.check
+    return estimate > counts.ceiling or counts.seen + unpushed > state.limit.requests_per_unit
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
@@ -207,8 +201,9 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     obedient clients retried into a block."""
     # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
-    at = state.blocked_until if state.blocked_until > now_ms else now_ms  # not max(): -1.2k
-    if at < end and hits > 0 and _over(state, state.counts, hits):
+    at = max(state.blocked_until, now_ms)
+    unpushed = state.inflight + state.pending + hits
+    if at < end and hits > 0 and _over(state, state.counts, unpushed):
         at = end
     rearmed = _rearmed_block_end(state, now_ms, end)
     if rearmed > at and _likely_over(state):
