@@ -57,11 +57,21 @@ OK: Final = Code.OK
 OVER_LIMIT: Final = Code.OVER_LIMIT
 
 
-class Decision(NamedTuple):
+class Decision:  # noqa: PLW1641 - compared (tests), never hashed
     """The answer to one request: OVER_LIMIT if any descriptor is over (and not shadowed)."""
 
-    code: Code
-    verdicts: tuple[Verdict, ...]
+    def __init__(self, code: Code, verdicts: tuple[Verdict, ...]) -> None:
+        self.code, self.verdicts = code, verdicts
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Decision)
+            and self.code == other.code
+            and self.verdicts == other.verdicts
+        )
+
+    def __repr__(self) -> str:
+        return f"Decision({self.code!r}, {self.verdicts!r})"
 
 
 class Push(NamedTuple):
