@@ -9,37 +9,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.core import Hit, KeyId
-from ratelimit_sidecar.core.limiter import Counter
+from ratelimit_sidecar.core import Hit
+from ratelimit_sidecar.metrics.hot import Tally
+from ratelimit_sidecar.service.fast_path import OneCounted
 
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # request bytes held as keys
 MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
-@dataclass(slots=True)  # not a NamedTuple: a slot is read in ~15 instructions, a field in ~170
+@dataclass(slots=True)  # slots, not a NamedTuple's fields: read on every request
 class CompiledRequest:
-    """`known` False: no rules for the domain. `counted`: the only descriptor with a (single,
-    eventual) limit, else -1: the fast path, which reads its Hit from `rule`, `key`, `addend`
-    (one object less in cache); `opening`, `after` and `head` are the encoded parts that never
-    change when it is admitted. `tally`: the observer's counters."""
+    """`known` False: no rules for the domain. `tally`: the observer's counters (None: no
+    observer). `strict`: a strict limit applies, decided by `StrictDecider` (awaits Redis).
+    `one_counted`: what the fast path keeps for a request with one counted descriptor (None:
+    the general path answers it)."""
 
     domain: str
     hits: tuple[Hit, ...]
     known: bool
-    tally: Any = None  # not `object`: mypyc's dataclass support fails on that annotation
-    counted: int = -1
-    rule: Rule | None = None
-    key: KeyId = ()
-    addend: int = 0
-    opening: bytes = b""
-    after: bytes = b""
-    head: bytes = b""
-    strict: bool = False  # a strict limit applies: decided by `StrictDecider` (awaits Redis)
-    state: Counter = None  # `counted`'s counter, kept for `Limiter.hit_one` (evicted: till asked)
+    tally: Tally | None = None
+    strict: bool = False
+    one_counted: OneCounted | None = None
 
 
 class RequestCache:

@@ -341,3 +341,11 @@ def test_nodes_falls_towards_the_offered_ratio_only_as_far_as_admitted_counts_su
     # only as far as the admitted ratio, 40 / 10, supports (core/nodes_estimate.py). That one
     # cannot lift it: see tests/unit/core/test_nodes_estimate.py for the runaway of bug 2.
     assert state is not None and state.nodes.value == 40 / 10
+
+
+def test_a_table_full_of_blocked_keys_decides_a_new_key_untracked() -> None:
+    limiter, r = FleetLimiter(max_keys=1), rule(rpu=1)
+    limiter.hit(T0, [hit(r, "a")])
+    assert limiter.hit(T0, [hit(r, "a")]).code is Code.OVER_LIMIT  # blocked: never evicted
+    assert limiter.hit(T0 + 1, [hit(r, "b")]).code is Code.OK
+    assert (limiter.untracked, len(limiter.keys)) == (1, 1)

@@ -67,7 +67,9 @@ def test_counters_of_one_rule_share_their_domain_and_key_strings(tmp_path: Path)
     first, second = (h._compiled.get(body) for body in bodies)
     assert first is not None and second is not None
     assert first.domain is second.domain is keys[0][0]
-    assert first.state is states[0] and second.state is states[1]  # kept for the next call
+    assert first.one_counted is not None and second.one_counted is not None
+    # Kept for the next call by the fast path:
+    assert first.one_counted.counter is states[0] and second.one_counted.counter is states[1]
 
 
 def test_swapping_rules_forgets_compiled_requests(tmp_path: Path) -> None:
