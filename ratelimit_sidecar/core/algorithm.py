@@ -8,13 +8,10 @@ methods through a C vtable, a Protocol's through Python's attribute lookup and c
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Push, PushResult, Verdict
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the simulator's variants subclass one
 class Algorithm:
     __slots__ = ()
 
@@ -42,7 +39,6 @@ class Algorithm:
         raise NotImplementedError
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class SharedAlgorithm(Algorithm):
     """Counts a shared store can sum (all but the sliding log)."""
 

@@ -32,15 +32,15 @@ A span end (with the store's answer, without it, or with no store at all):
 - `nodes` is learnt from finished windows (core/nodes_estimate.py). While the ceiling is
   lenient, the check scales own hits by the lower of the last two estimates (`cautious`).
 
-The accuracy simulator's variants (simulator/variants.py) subclass this to turn parts off.
+The switches `lenient`, `estimate_blocks` and `nodes_from_offered` turn parts of the rule off,
+for the accuracy simulator's comparisons (simulator/variants.py, docs/ACCURACY.md); the sidecar
+runs the defaults.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
 from ratelimit_sidecar.core.keystate import NEVER, KeyState, WindowCounts
@@ -54,10 +54,12 @@ from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
 NOISE_SIGMAS = 3.0
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # simulator/variants.py
 @dataclass(frozen=True, slots=True)
 class FixedWindow(SharedAlgorithm):
     early: EarlySync | None = None  # where a new key asks for its first push (core/fleet.py)
+    lenient: bool = True  # False: the ceiling is always MAX
+    estimate_blocks: bool = False  # True: an estimate over the ceiling blocks, as a known count
+    nodes_from_offered: bool = True  # False: `nodes` learns from admitted counts only
 
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` may over-count: it refuses past the ceiling but starts no cooldown."""
@@ -80,9 +82,10 @@ class FixedWindow(SharedAlgorithm):
             self.early.want(now_ms)
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Only a known count blocks: a noisy estimate must not block for a whole cooldown."""
+        """Only a known count blocks (unless `estimate_blocks`): a noisy estimate must not block
+        for a whole cooldown."""
         known = state.counts.seen + state.inflight + state.pending + hits
-        if known > state.limit.requests_per_unit:
+        if known > state.limit.requests_per_unit or self.estimate_blocks:
             return self._block(state, hits, now_ms)
         self._offered(state, hits)
         return refusal(state.limit, state.rule.shadow_mode, retry_wait_ms(state, hits, now_ms))
@@ -93,7 +96,8 @@ class FixedWindow(SharedAlgorithm):
 
     def _offered(self, state: KeyState, hits: int) -> None:
         """Refused on the estimate alone: offered all the same, which keeps `nodes` honest."""
-        state.nodes.refused += hits
+        if self.nodes_from_offered:
+            state.nodes.refused += hits
 
     def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         return retry_wait_ms(state, hits, now_ms)
@@ -156,6 +160,8 @@ class FixedWindow(SharedAlgorithm):
         if not answered:
             counts.ceiling = float(limit.requests_per_unit)
             state.nodes.caution(False)
+            return
+        if not self.lenient:  # the ceiling stays MAX
             return
         elapsed = sync_ms - state.window * limit.window_ms
         if 2 * elapsed * limit.spans < limit.window_ms:
