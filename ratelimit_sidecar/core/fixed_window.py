@@ -63,11 +63,12 @@ class FixedWindow(SharedAlgorithm):
 
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` may over-count: it refuses past the ceiling but starts no cooldown."""
-        state.counts = WindowCounts(state.limit.requests_per_unit)
-        state.counts.resumed = resumed
+        counts = WindowCounts(state.limit.requests_per_unit)
+        counts.resumed = resumed
+        state.counts = counts
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        counts: WindowCounts = state.counts
+        counts = state.window_counts()
         unpushed = state.inflight + state.pending + hits
         if unpushed > counts.early_at:  # a key alone past an even share: a push now
             self._push_early(state, now_ms)
@@ -77,14 +78,14 @@ class FixedWindow(SharedAlgorithm):
 
     def _push_early(self, state: KeyState, now_ms: int) -> None:
         # Alone until the answer: the even split meanwhile only refused lone clients' bursts.
-        state.counts.early_at, state.next_sync = NEVER, now_ms
+        state.window_counts().early_at, state.next_sync = NEVER, now_ms
         if self.early is not None:
             self.early.want(now_ms)
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Only a known count blocks (unless `estimate_blocks`): a noisy estimate must not block
         for a whole cooldown."""
-        known = state.counts.seen + state.inflight + state.pending + hits
+        known = state.window_counts().seen + state.inflight + state.pending + hits
         if known > state.limit.requests_per_unit or self.estimate_blocks:
             return self._block(state, hits, now_ms)
         self._offered(state, hits)
@@ -104,12 +105,12 @@ class FixedWindow(SharedAlgorithm):
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
-            hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
+            hits = max(hits, -(state.window_counts().seen + state.inflight + state.pending))
         state.counted(hits, now_ms)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
-        counts: WindowCounts = state.counts
+        counts = state.window_counts()
         used = counts.seen + counts.resumed + (state.inflight + state.pending) * state.nodes.value
         remaining = 0 if used >= rpu else rpu if used <= 0 else int(rpu - used)
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
@@ -117,11 +118,11 @@ class FixedWindow(SharedAlgorithm):
         return Verdict(OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
-        counts: WindowCounts = state.counts
+        counts = state.window_counts()
         return counts.seen + counts.resumed + state.inflight + state.pending
 
     def close_span(self, state: KeyState, end_ms: int) -> None:
-        counts: WindowCounts = state.counts  # typed: native attributes (`counts` is Any)
+        counts = state.window_counts()
         counts.seen, state.pending = counts.seen + state.pending, 0
         if counts.seen > state.limit.requests_per_unit:
             state.block(_block_end(state, end_ms, state.window))
@@ -129,7 +130,7 @@ class FixedWindow(SharedAlgorithm):
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
-        counts, limit = state.counts, state.limit
+        counts, limit = state.window_counts(), state.limit
         counts.seen, counts.heard = max(counts.seen, counts.heard), 0  # no longer in flight
         if answer is None:
             scaled = push.hits * state.nodes.value
@@ -150,13 +151,13 @@ class FixedWindow(SharedAlgorithm):
 
     def rearm(self, state: KeyState, now_ms: int) -> bool:
         """A window known over MAX blocks a cooldown past each answer or silent span end."""
-        over = state.counts.seen > state.limit.requests_per_unit
+        over = state.window_counts().seen > state.limit.requests_per_unit
         return over and state.block(_block_end(state, now_ms, state.window), now_ms)
 
     def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
         """The next span's ceiling, from the window's pace, once every answer is in. A window's
         first sync (no pace yet) keeps the previous window's; no answer: back to MAX."""
-        limit, counts = state.limit, state.counts
+        limit, counts = state.limit, state.window_counts()
         if not answered:
             counts.ceiling = float(limit.requests_per_unit)
             state.nodes.caution(False)
@@ -179,7 +180,7 @@ def _early_share(state: KeyState, total: int, live_nodes: int) -> bool:
     """Until a window teaches `nodes`: a key that started alone takes each answer's share (total
     over pushed, at most the live nodes) and re-arms its early push, at each hit once under two
     a node are left; one that started shared only rises. True: alone, it holds past the mark."""
-    nodes, counts, rpu = state.nodes, state.counts, state.limit.requests_per_unit
+    nodes, counts, rpu = state.nodes, state.window_counts(), state.limit.requests_per_unit
     pushed = nodes.admitted - state.pending
     share = max(1.0, min(total / pushed, live_nodes)) if pushed > 0 else 0.0
     if not counts.alone or not share:
@@ -209,7 +210,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     end = window_end(now_ms, state.limit.window_ms)
     at = max(state.blocked_until, now_ms)
     unpushed = state.inflight + state.pending + hits
-    if at < end and hits > 0 and _over(state, state.counts, unpushed):
+    if at < end and hits > 0 and _over(state, state.window_counts(), unpushed):
         at = end
     rearmed = _rearmed_block_end(state, now_ms, end)
     if rearmed > at and _likely_over(state):
@@ -222,7 +223,7 @@ def _likely_over(state: KeyState) -> bool:
     key (`nodes` > 1: only they can admit past MAX) and the known count is within a span's share
     of MAX (`retry_storm` shows how often such a refusal meets a block at the window's end)."""
     rpu, spans = state.limit.requests_per_unit, state.limit.spans
-    known = state.counts.seen + state.inflight + state.pending
+    known = state.window_counts().seen + state.inflight + state.pending
     if known > rpu:
         return True
     return state.nodes.value > 1 and known * spans >= rpu * (spans - 1)
@@ -239,7 +240,7 @@ def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
     )
     start = end - last_span_ms
     if now_ms >= start:
-        if state.counts.seen + state.inflight + state.pending > limit.requests_per_unit:
+        if state.window_counts().seen + state.inflight + state.pending > limit.requests_per_unit:
             return 0  # over already: its block is set, the final push re-arms nothing
         start = end
     penalty = state.penalty

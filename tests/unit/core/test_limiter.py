@@ -137,7 +137,7 @@ def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
     assert state is not None and state.nodes.value == 4.0
     # With 4 nodes each hit stands for 4. The store's total says this window is idle so far
     # (far under its pace bound), so the estimate may pass MAX by MAX / N: 1500 / 4 hits.
-    assert state.counts.ceiling == 1500
+    assert state.window_counts().ceiling == 1500
     codes = [limiter.hit(T0 + 1600, [hit(r)]).code for _ in range(376)]
     assert codes.count(Code.OK) == 375
 
@@ -235,7 +235,7 @@ def test_store_down_fallback_judges_each_span_once() -> None:
         limiter.apply_sync(now + 10_000, limiter.end_span(now + 10_000), None)
     state = limiter.keys.get(hit(r).key)
     assert state is not None
-    assert state.counts.seen == 20  # each span's hits counted once
+    assert state.window_counts().seen == 20  # each span's hits counted once
     assert state.blocked_until == 0
     assert limiter.pending_hits() == 20  # all kept for the store's return
 

@@ -312,8 +312,8 @@ def test_a_window_boundary_roll_before_the_sync_loses_no_span() -> None:
     assert [p.window for p in batch.pushes] == [T0 // 1000]  # the retry alone
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.counts.own is not None
-    assert state.counts.own.total() == 0  # confirmed: counted once, in the store's spans
+    own = state.span_state().own if state is not None else None
+    assert own is not None and own.total() == 0  # confirmed: counted once, in the store's spans
     assert limiter.hit(T0 + 1001, [hit(r)]).code is Code.OVER_LIMIT
     assert limiter.hit(T0 + 1999, [hit(r)]).code is Code.OK  # span 3 has left
 
