@@ -125,7 +125,8 @@ class RateLimit:
     # length depends on the start, and no shared flag may outlive the window.
     cooldown: int = field(init=False, compare=False, repr=False)
     capacity: int = field(init=False, compare=False, repr=False)  # burst or requests_per_unit
-    # `algorithm` as an int: compiled, indexing a tuple with an IntEnum is a generic call (-100)
+    # `algorithm` as an int: it indexes the limiter's algorithms on every decision, which an
+    # IntEnum would make a generic call (docs/PERFORMANCE.md).
     algorithm_index: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -47,7 +47,9 @@ class Limiter(ABC):
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
     @property
-    def live_nodes(self) -> int:  # as FleetLimiter's: compiled, an attribute skips its override
+    def live_nodes(self) -> int:
+        """A property, as FleetLimiter's: compiled code reading a plain attribute here would not
+        see that override."""
         return self._live_nodes
 
     @live_nodes.setter
@@ -61,7 +63,7 @@ class Limiter(ABC):
         if not (over or refused):
             for index, hit in enumerate(hits):
                 self._count_all(checked[index], hit.hits, now_ms)
-        verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
+        verdicts = tuple([self._verdict(limits_checked, now_ms) for limits_checked in checked])
         return Decision(OVER_LIMIT if over else OK, verdicts)
 
     def check(  # noqa: PLR0917 - a descriptor's parts, as a compiled request keeps them
@@ -142,7 +144,7 @@ class Limiter(ABC):
             if state is not None and hits:
                 self.algorithm_of(state).count(state, hits, now_ms)
 
-    def _answer(self, limits_checked: list[Checked], now_ms: int) -> Verdict:
+    def _verdict(self, limits_checked: list[Checked], now_ms: int) -> Verdict:
         """Of several limits: the refusal with the longest wait, else the fewest remaining."""
         if len(limits_checked) == 1:
             verdict, state = limits_checked[0]
@@ -153,8 +155,8 @@ class Limiter(ABC):
         refusals = [v for v, _ in limits_checked if v is not None]
         if refusals:
             return max(refusals, key=refusal_order)
-        answers = [self._answer([checked], now_ms) for checked in limits_checked]
-        return min(answers, key=lambda verdict: verdict.remaining)
+        verdicts = [self._verdict([checked], now_ms) for checked in limits_checked]
+        return min(verdicts, key=lambda verdict: verdict.remaining)
 
     def _state(
         self, rule: Rule, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
@@ -175,17 +177,17 @@ class Limiter(ABC):
                 state.counts.ceiling = float(limit.requests_per_unit)
             return state
         nodes = self._new_key_nodes(limit, alone)
-        fresh = KeyState(key, rule, limit, now_ms, nodes, raised=self.penalties)
+        new_state = KeyState(key, rule, limit, now_ms, nodes, raised=self.penalties)
         if state is not None:  # the rule changed under a reload: start over
             self._evicted(state)
             self.keys.remove(state)
-        evicted = self.keys.insert(fresh, now_ms)
+        evicted = self.keys.insert(new_state, now_ms)
         if evicted is None:
             return None
         # Read before the victims are recorded: their records may take the place of this one.
-        resumed = self._evicted_counts.estimate(fresh.key, limit, fresh.window)
-        self.algorithms[limit.algorithm_index].start(fresh, resumed)
-        self._started(fresh)
+        resumed = self._evicted_counts.estimate(new_state.key, limit, new_state.window)
+        self.algorithms[limit.algorithm_index].start(new_state, resumed)
+        self._started(new_state)
         for victim in evicted:  # its count is kept: coming back cannot reset it (core/evicted.py)
             old = victim.limit
             if now_ms // old.window_ms - victim.window <= lasting_windows(old):
@@ -193,7 +195,7 @@ class Limiter(ABC):
                 self._evicted_counts.record(victim.key, old, count, now_ms)
             self._evicted(victim)
         self._schedules.add((limit.window_ms, limit.spans))
-        return fresh
+        return new_state
 
     def _new_key_nodes(self, limit: RateLimit, alone: bool) -> float:  # noqa: ARG002
         """An even split; an int as it is: one object every new key shares, not a float each."""

@@ -63,8 +63,8 @@ class RateLimitServicer:
         return response
 
     def _start_timing(self) -> float:
-        """This call is one of the sample: the clock at its start. Timing every call would cost
-        as much as a tenth of a decision (two clock reads and a histogram update)."""
+        """This call is one of the sample: the clock at its start. Only a sample is timed: two
+        clock reads and a histogram update would weigh on every decision (docs/PERFORMANCE.md)."""
         self._calls_until_timed = TIMED_EVERY - 1 if self._observe is not None else sys.maxsize
         return time.perf_counter()
 

@@ -19,7 +19,7 @@ DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # request bytes held as keys
 MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
-@dataclass(slots=True)  # slots, not a NamedTuple's fields: read on every request
+@dataclass(slots=True)  # not a NamedTuple: its fields are read on every request (PERFORMANCE.md)
 class CompiledRequest:
     """`known` False: no rules for the domain. `tally`: the observer's counters (None: no
     observer). `strict`: a strict limit applies, decided by `StrictDecider` (awaits Redis).

@@ -115,13 +115,13 @@ class RateLimitHandler:
         if one_counted is not None:
             now = self._clock_ms()
             fast = self._fast_path.answer(now, one_counted, compiled.tally)
-            return fast if isinstance(fast, bytes) else self._answer(now, raw, compiled, fast)
+            return fast if isinstance(fast, bytes) else self._response(now, raw, compiled, fast)
         if not compiled.known:
             return self._unknown(raw, compiled)
         if compiled.strict:
             raise StoreNeeded(compiled)
         now = self._clock_ms()
-        return self._answer(now, raw, compiled, self.limiter.hit(now, compiled.hits))
+        return self._response(now, raw, compiled, self.limiter.hit(now, compiled.hits))
 
     async def respond(self, raw: bytes) -> bytes:
         """`respond_now`, and for a request with a strict limit its answer after the store's."""
@@ -135,7 +135,7 @@ class RateLimitHandler:
         assert self._strict is not None
         now = self._clock_ms()
         decision = await self._strict.decide(now, compiled.hits)
-        return self._answer(now, raw, compiled, decision)
+        return self._response(now, raw, compiled, decision)
 
     def _unknown(self, raw: bytes, compiled: CompiledRequest) -> bytes:
         """Every descriptor OK: the domain has no rules."""
@@ -146,7 +146,9 @@ class RateLimitHandler:
             return self._with_metadata(unmatched, raw, compiled.hits, ())
         return unmatched
 
-    def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
+    def _response(
+        self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision
+    ) -> bytes:
         """The response to a decided request: the overall code, metrics, the encoding."""
         if decision.code is OVER_LIMIT and self._refusals_may_pass:  # quota or shadow mode
             decision = self._overall.settle(now, compiled.hits, decision)

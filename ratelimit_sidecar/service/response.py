@@ -7,7 +7,8 @@ the statuses (the one with the least `limit_remaining` wins), and on OVER_LIMIT 
 Why bytes and not protobuf objects: building, serializing and freeing message objects was the
 largest cost of a decision. The encoding below is plain protobuf wire format for the fields we
 set (numbers from proto/envoy/service/ratelimit/v3/rls.proto); each limit's `current_limit` is
-encoded once and reused. Tests parse the bytes with the generated classes.
+encoded once and reused. The fast path (service/fast_path.py) joins an admitted answer from the
+fields this encodes. Tests parse the bytes with the generated classes.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class ResponseEncoder:
     def admitted_head(self, limit: RateLimit) -> bytes:
         """How the status of a descriptor admitted under `limit` starts: OK, current_limit. One
         bytes object per limit, shared by every request under it."""
-        return self._encoded(limit)[2]
+        return self._limit_fields(limit)[2]
 
     def remaining_field(self, remaining: int) -> bytes:
         """A status's `limit_remaining` field; none for 0 (protobuf's default)."""
@@ -165,9 +166,9 @@ class ResponseEncoder:
         if limit is None:
             return code + _UNLIMITED_REMAINING_FIELD if verdict.unlimited else code
         remaining = self.remaining_field(verdict.remaining)
-        return code + self._encoded(limit)[1] + remaining + self.reset_field(verdict.reset_ms)
+        return code + self._limit_fields(limit)[1] + remaining + self.reset_field(verdict.reset_ms)
 
-    def _encoded(self, limit: RateLimit) -> tuple[RateLimit, bytes, bytes]:
+    def _limit_fields(self, limit: RateLimit) -> tuple[RateLimit, bytes, bytes]:
         cached = self._limits.get(id(limit))
         if cached is not None and cached[0] is limit:
             return cached
