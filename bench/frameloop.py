@@ -42,10 +42,10 @@ def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
     now = decider._clock_ms
 
     def decision(body: bytes) -> Any:
-        return decide_one(limiter, now(), get(body).one_counted)
+        return decide_one(limiter, now(), get(body))
 
     def encoding(body: bytes) -> bytes:
-        one = get(body).one_counted
+        one = get(body)
         return admitted_answer(encoder, one, decide_one(limiter, now(), one))
 
     return {

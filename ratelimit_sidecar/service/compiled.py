@@ -8,30 +8,34 @@ decision one dict lookup. Bounded by entries and bytes, emptied whole at a bound
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ratelimit_sidecar.core import Hit
 from ratelimit_sidecar.metrics.hot import Tally
-from ratelimit_sidecar.service.fast_path import OneCounted
 
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # request bytes held as keys
 MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
-@dataclass(slots=True)  # not a NamedTuple: its fields are read on every request (PERFORMANCE.md)
 class CompiledRequest:
     """`known` False: no rules for the domain. `tally`: the observer's counters (None: no
-    observer). `strict`: a strict limit applies, decided by `StrictDecider` (awaits Redis).
-    `one_counted`: what the fast path keeps for a request with one counted descriptor (None:
-    the general path answers it)."""
+    observer). `strict`: a strict limit applies, decided by `StrictDecider` (awaits Redis). A
+    request with one counted descriptor is compiled as the fast path's `OneCounted`, which adds
+    what that path keeps (service/fast_path.py). Slots, not a NamedTuple's fields: they are read
+    on every request (docs/PERFORMANCE.md)."""
 
-    domain: str
-    hits: tuple[Hit, ...]
-    known: bool
-    tally: Tally | None = None
-    strict: bool = False
-    one_counted: OneCounted | None = None
+    __slots__ = ("domain", "hits", "known", "strict", "tally")
+
+    def __init__(
+        self,
+        domain: str,
+        hits: tuple[Hit, ...],
+        known: bool,
+        tally: Tally | None = None,
+        strict: bool = False,
+    ) -> None:
+        self.domain, self.hits, self.known = domain, hits, known
+        self.tally, self.strict = tally, strict
 
 
 class RequestCache:

@@ -23,35 +23,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ratelimit_sidecar.config.model import RateLimit, Rule
-from ratelimit_sidecar.core import Decision, Hit, KeyId, Limiter, Verdict, unlimited_verdict
+from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
 from ratelimit_sidecar.core.limiter import Counter
 from ratelimit_sidecar.core.types import OK
 from ratelimit_sidecar.metrics.hot import Tally
+from ratelimit_sidecar.service.compiled import CompiledRequest
 from ratelimit_sidecar.service.observer import DecisionObserver
-from ratelimit_sidecar.service.response import (
-    OK_CODE_FIELD,
-    STATUS_TAG,
-    ResponseEncoder,
-    ResponseOptions,
-    varint,
-)
+from ratelimit_sidecar.service.response import ResponseEncoder, ResponseOptions, varint
 
 
-class OneCounted:
-    """A request's only descriptor with a limit (`index`; a single limit), and the parts of its
-    admitted answer that never change: `opening` (the answer up to the descriptor's status:
-    the overall code, the statuses before it, its status's tag), `head` (its status's start:
-    the code, the limit) and `closing` (the statuses after it). `counter`: the key's counter,
-    kept for the next decision (None: not known yet)."""
+class OneCounted(CompiledRequest):
+    """A compiled request whose only descriptor with a limit is at `index` (a single limit),
+    and the parts of its admitted answer that never change: `opening` (the answer up to that
+    descriptor's status: the overall code, the statuses before it, its status's tag), `head`
+    (its status's start: the code, the limit) and `closing` (the statuses after it).
+    `counter`: the key's counter, kept for the next decision (None: not known yet)."""
 
     __slots__ = (
-        "after",
-        "before",
         "closing",
         "counter",
         "head",
-        "hits",
+        "hits_addend",
         "index",
         "key",
         "limit",
@@ -59,25 +51,33 @@ class OneCounted:
         "rule",
     )
 
-    def __init__(self, hits: Sequence[Hit], index: int, encoder: ResponseEncoder) -> None:
-        counted = hits[index]
-        rule = counted.rule
+    def __init__(
+        self,
+        domain: str,
+        hits: tuple[Hit, ...],
+        tally: Tally | None,
+        index: int,
+        encoder: ResponseEncoder,
+    ) -> None:
+        super().__init__(domain, hits, True, tally)
+        rule, self.key, self.hits_addend = hits[index]
         assert rule is not None and rule.limit is not None  # a counted descriptor has a limit
-        self.index = index
-        self.rule: Rule = rule
-        self.limit: RateLimit = rule.limit
-        self.key: KeyId = counted.key
-        self.hits: int = counted.hits
-        self.before = tuple([unlimited_verdict(hit.rule) for hit in hits[:index]])
-        self.after = tuple([unlimited_verdict(hit.rule) for hit in hits[index + 1 :]])
-        self.opening = OK_CODE_FIELD + encoder.statuses(self.before) + STATUS_TAG
-        self.head = encoder.admitted_head(self.limit)
-        self.closing = encoder.statuses(self.after)
+        self.index, self.rule, self.limit = index, rule, rule.limit
+        self.opening = encoder.ok_opening(self._others_verdicts()[:index])
+        self.head = encoder.admitted_head(rule.limit)
+        self.closing = encoder.statuses(self._others_verdicts()[index + 1 :])
         self.counter: Counter = None
 
     def decision(self, verdict: Verdict) -> Decision:
         """The whole request's decision, with `verdict` for the counted descriptor."""
-        return Decision(verdict.code, (*self.before, verdict, *self.after))
+        verdicts = self._others_verdicts()
+        verdicts[self.index] = verdict
+        return Decision(verdict.code, tuple(verdicts))
+
+    def _others_verdicts(self) -> list[Verdict]:
+        """The verdicts of the descriptors no limit applies to, which never change (and a
+        placeholder for the counted one's)."""
+        return [unlimited_verdict(hit.rule) for hit in self.hits]
 
 
 class FastPath:
@@ -100,39 +100,41 @@ class FastPath:
         )
         self._enabled = enabled and _constant_statuses(encoder.options)
 
-    def plan(self, hits: Sequence[Hit]) -> OneCounted | None:
-        """The fast path's parts for the descriptors of a request of a known domain without a
-        strict limit; None if it has several counted descriptors, or several limits, or none."""
+    def compile(self, domain: str, hits: tuple[Hit, ...], tally: Tally | None) -> OneCounted | None:
+        """The request as the fast path keeps it, if it has one counted descriptor (of a known
+        domain, without a strict limit); None if it has several, or one with several limits,
+        or none: the general path answers it."""
         index = _only_counted(hits) if self._enabled else -1
-        return None if index < 0 else OneCounted(hits, index, self._encoder)
+        return None if index < 0 else OneCounted(domain, hits, tally, index, self._encoder)
 
-    def answer(self, now_ms: int, one: OneCounted, tally: Tally | None) -> bytes | Decision:
+    def answer(self, now_ms: int, one: OneCounted) -> bytes | Decision:
         """The admitted answer's bytes; for a refusal, the decision the general path answers."""
         verdict = decide_one(self._limiter, now_ms, one)
         if verdict.code is not OK or verdict.shadow_refused:
             return one.decision(verdict)
-        if self._count_admitted is not None and tally is not None:
-            self._count_admitted(tally, one.index, verdict)
+        if self._count_admitted is not None and one.tally is not None:
+            self._count_admitted(one.tally, one.index, verdict)
         return admitted_answer(self._encoder, one, verdict)
 
 
 def decide_one(limiter: Limiter, now_ms: int, one: OneCounted) -> Verdict:
     """`Limiter.hit`'s verdict for the counted descriptor, with the same counts: the others'
     never change."""
-    verdict, counter = limiter.check(now_ms, one.rule, one.limit, one.key, one.hits, one.counter)
+    hits = one.hits_addend
+    verdict, counter = limiter.check(now_ms, one.rule, one.limit, one.key, hits, one.counter)
     one.counter = counter
     if counter is None or (verdict is not None and verdict.code is not OK):
         assert verdict is not None  # a descriptor without a counter has its verdict
         return verdict
     algorithm = limiter.algorithm_of(counter)
-    if one.hits:  # admitted, or over a shadow rule: counted either way
-        algorithm.count(counter, one.hits, now_ms)
+    if hits:  # admitted, or over a shadow rule: counted either way
+        algorithm.count(counter, hits, now_ms)
     return algorithm.admitted(counter, now_ms) if verdict is None else verdict
 
 
 def admitted_answer(encoder: ResponseEncoder, one: OneCounted, verdict: Verdict) -> bytes:
-    """`ResponseEncoder.encode`'s bytes for the admitted `verdict` of the counted descriptor.
-    A status is a length-delimited field: its tag (in `opening`), its length, its fields."""
+    """`ResponseEncoder.encode`'s bytes for the admitted `verdict` of the counted descriptor:
+    its status's length (its tag ends `opening`), then its fields."""
     remaining = encoder.remaining_field(verdict.remaining)
     reset = encoder.reset_field(verdict.reset_ms)
     length = varint(len(one.head) + len(remaining) + len(reset))

@@ -24,7 +24,7 @@ from ratelimit_sidecar.core.types import OVER_LIMIT
 from ratelimit_sidecar.overrides.applied import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.compiled import DEFAULT_MAX_ENTRIES, CompiledRequest, RequestCache
 from ratelimit_sidecar.service.dynamic_metadata import dynamic_metadata_field
-from ratelimit_sidecar.service.fast_path import FastPath
+from ratelimit_sidecar.service.fast_path import FastPath, OneCounted
 from ratelimit_sidecar.service.observer import DecisionObserver
 from ratelimit_sidecar.service.overall import OverallCode
 from ratelimit_sidecar.service.response import (
@@ -111,10 +111,9 @@ class RateLimitHandler:
         Raises StoreNeeded for a request with a strict limit (`respond` awaits the store for it),
         InvalidRequest for one that cannot be answered (malformed, empty, too big)."""
         compiled = self._compiled.get(raw) or self._compile(raw)
-        one_counted = compiled.one_counted
-        if one_counted is not None:
+        if isinstance(compiled, OneCounted):
             now = self._clock_ms()
-            fast = self._fast_path.answer(now, one_counted, compiled.tally)
+            fast = self._fast_path.answer(now, compiled)
             return fast if isinstance(fast, bytes) else self._response(now, raw, compiled, fast)
         if not compiled.known:
             return self._unknown(raw, compiled)
@@ -188,8 +187,8 @@ class RateLimitHandler:
             hits = _apply_replaces(hits)
         tally = None if self._observer is None else self._observer.tally(name, hits)
         strict = known and self._strict is not None and has_strict(hits)
-        one_counted = self._fast_path.plan(hits) if known and not strict else None
-        compiled = CompiledRequest(name, tuple(hits), known, tally, strict, one_counted)
+        fast = self._fast_path.compile(name, tuple(hits), tally) if known and not strict else None
+        compiled = fast or CompiledRequest(name, tuple(hits), known, tally, strict)
         self._compiled.put(raw, compiled)
         return compiled
 

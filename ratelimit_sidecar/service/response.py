@@ -14,7 +14,7 @@ fields this encodes. Tests parse the bytes with the generated classes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,11 +25,12 @@ UNLIMITED_REMAINING = 2**32 - 1
 
 # Field tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
 _OVERALL_CODE, _HEADER, _RAW_BODY = b"\x08", b"\x1a", b"\x2a"
-STATUS_TAG: Final = b"\x12"  # RateLimitResponse.statuses
+_STATUS: Final = b"\x12"
 _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
 _OK_STATUS, _OVER_STATUS = b"\x08\x01", b"\x08\x02"
-OK_CODE_FIELD: Final = _OVERALL_CODE + b"\x01"  # an OK answer's first field
-_UNMATCHED_FIELD = STATUS_TAG + b"\x02" + _OK_STATUS
+_OK_CODE: Final = _OVERALL_CODE + b"\x01"
+_UNMATCHED_FIELD = _STATUS + b"\x02" + _OK_STATUS
+_OK_OPENING = _OK_CODE + _STATUS
 MAX_CACHED_RESETS = 65_536  # distinct refusals kept encoded
 LISTED_RESETS = 86_401  # `duration_until_reset` values kept encoded: whole seconds to a day
 
@@ -90,7 +91,7 @@ class ResponseEncoder:
         over = decision.code is OVER_LIMIT
         verdicts = decision.verdicts
         if not over and not self._ietf:  # an OK answer: statuses only
-            return OK_CODE_FIELD + self.statuses(verdicts)
+            return _OK_CODE + self.statuses(verdicts)
         parts = [_OVERALL_CODE, b"\x02" if over else b"\x01", *map(self._status_field, verdicts)]
         own, body = self._refusal(decision) if over else (b"", b"")
         headers = ietf_headers(decision) if self.options.ietf_headers else []
@@ -102,6 +103,11 @@ class ResponseEncoder:
     def statuses(self, verdicts: Iterable[Verdict]) -> bytes:
         """Encoded DescriptorStatus fields, in order."""
         return b"".join([self._status_field(v) for v in verdicts])
+
+    def ok_opening(self, before: Sequence[Verdict]) -> bytes:
+        """An OK answer up to the tag of the status after `before`'s (a status is a length-
+        delimited field: its tag, its length, its fields); with none before, one shared object."""
+        return _OK_CODE + self.statuses(before) + _STATUS if before else _OK_OPENING
 
     def admitted_head(self, limit: RateLimit) -> bytes:
         """How the status of a descriptor admitted under `limit` starts: OK, current_limit. One
@@ -156,7 +162,7 @@ class ResponseEncoder:
     def _status_field(self, verdict: Verdict) -> bytes:
         if verdict.limit is None and not verdict.unlimited and verdict.code is OK:
             return _UNMATCHED_FIELD  # no rule: the same bytes every time
-        return _field(STATUS_TAG, self._status(verdict))
+        return _field(_STATUS, self._status(verdict))
 
     def _status(self, verdict: Verdict) -> bytes:
         # A shadow rule is reported like any other (OK even when over, by the limiter), so that
@@ -181,7 +187,7 @@ class ResponseEncoder:
 
 def unmatched_response(count: int) -> bytes:
     """OK for every descriptor: the domain has no rules (an unknown domain)."""
-    return OK_CODE_FIELD + _UNMATCHED_FIELD * count
+    return _OK_CODE + _UNMATCHED_FIELD * count
 
 
 def _limit(limit: RateLimit) -> bytes:

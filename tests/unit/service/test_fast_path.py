@@ -89,7 +89,9 @@ def fast_decision(
 ) -> Decision:
     """The fast path's decision of `request`, whose counted descriptor is at `at`; `kept`: the
     requests seen, as the handler keeps them (with their counters, evicted ones too)."""
-    one = kept.setdefault(tuple(request), OneCounted(request, at, ResponseEncoder()))
+    one = kept.setdefault(
+        tuple(request), OneCounted("d", tuple(request), None, at, ResponseEncoder())
+    )
     return one.decision(decide_one(limiter, now, one))
 
 
@@ -145,7 +147,7 @@ def test_the_admitted_answer_is_the_general_encoding(
     for before, verdict, after in answers:
         assert verdict.limit is not None
         counted = hit(Rule("d", (("k", ""),), verdict.limit), "v")
-        one = OneCounted([*before, counted, *after], len(before), encoder)
+        one = OneCounted("d", (*before, counted, *after), None, len(before), encoder)
         fast = admitted_answer(encoder, one, verdict)
         assert fast == encoder.encode(one.decision(verdict))
 
@@ -153,7 +155,9 @@ def test_the_admitted_answer_is_the_general_encoding(
 def test_an_admitted_status_reports_its_limit_remaining_and_whole_seconds_to_reset() -> None:
     limit = RateLimit(10, Unit.MINUTE)
     encoder = ResponseEncoder()
-    one = OneCounted([hit(Rule("d", (("k", ""),), limit, shadow_mode=True))], 0, encoder)
+    one = OneCounted(
+        "d", (hit(Rule("d", (("k", ""),), limit, shadow_mode=True)),), None, 0, encoder
+    )
     verdict = Verdict(Code.OK, limit, remaining=7, reset_ms=29_001, shadow=True)
     [status] = wire.RateLimitResponse.FromString(admitted_answer(encoder, one, verdict)).statuses
     assert (status.code, status.current_limit.requests_per_unit) == (wire.Code.OK, 10)
