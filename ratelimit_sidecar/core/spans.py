@@ -19,9 +19,8 @@ def span_index(now_ms: int, window_ms: int, spans: int) -> int:
 
 def span_end(now_ms: int, window_ms: int, spans: int) -> int:
     """The first ms of the span after the one `now_ms` is in."""
-    offset = now_ms % window_ms
-    following = offset * spans // window_ms + 1
-    return now_ms - offset + (following * window_ms + spans - 1) // spans
+    following = span_index(now_ms, window_ms, spans) + 1
+    return now_ms - now_ms % window_ms + (following * window_ms + spans - 1) // spans
 
 
 def window_end(now_ms: int, window_ms: int) -> int:
