@@ -6,7 +6,6 @@ with and without it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from google.protobuf.wrappers_pb2 import UInt64Value
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 from harness.answer import answer_now
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
+from ratelimit_sidecar.config.model import RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import (
     Code,
     Decision,
@@ -227,22 +226,23 @@ def encoded(descriptors: Sequence[Descriptor], hits_addend: int) -> bytes:
     return message.SerializeToString()
 
 
-def handlers(tmp_path: Path, options: ResponseOptions, shared: bool) -> list[RateLimitHandler]:
-    """The handler with the fast path, then without; the clock is `NOW[0]`."""
-    (tmp_path / "d.yaml").write_text(HANDLER_RULES)
-    rules, kind = load_rules(tmp_path / "d.yaml"), FleetLimiter if shared else LocalLimiter
-    return [
-        RateLimitHandler(
-            rules, kind(), lambda: NOW[0], options=options, observer=Metrics(), fast_path=fast
-        )
-        for fast in (True, False)
-    ]
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
 
 
-NOW = [T0]
+@pytest.fixture(scope="module")
+def handler_rules(tmp_path_factory: pytest.TempPathFactory) -> RuleSet:
+    path = tmp_path_factory.mktemp("rules") / "d.yaml"
+    path.write_text(HANDLER_RULES)
+    return load_rules(path)
 
 
 def decision_counts(handler: RateLimitHandler) -> dict[tuple[str, str], tuple[int, ...]]:
+    """The metrics' decision counters of each rule."""
     observer = handler._observer
     assert isinstance(observer, Metrics)
     by_rule = observer.decisions.by_rule.items()
@@ -254,15 +254,20 @@ def decision_counts(handler: RateLimitHandler) -> dict[tuple[str, str], tuple[in
 @settings(max_examples=60, deadline=None)
 @given(script=requests)
 def test_the_handler_answers_the_same_bytes_and_counts_with_the_fast_path_as_without(
-    tmp_path_factory: pytest.TempPathFactory,
+    handler_rules: RuleSet,
     options: ResponseOptions,
     shared: bool,
     script: list[tuple[int, list[Descriptor], int]],
 ) -> None:
-    fast, general = handlers(tmp_path_factory.mktemp("rules"), options, shared)
-    NOW[0] = T0
+    clock, kind = Clock(), FleetLimiter if shared else LocalLimiter
+    fast, general = (
+        RateLimitHandler(
+            handler_rules, kind(), clock, options=options, observer=Metrics(), fast_path=fast
+        )
+        for fast in (True, False)
+    )
     for dt, descriptors, hits_addend in script:
-        NOW[0] += dt
+        clock.now += dt
         raw = encoded(descriptors, hits_addend)
         assert answer_now(fast, raw) == answer_now(general, raw)
         assert snapshot(fast.limiter) == snapshot(general.limiter)
