@@ -33,20 +33,21 @@ HEADERS = [
 
 def stages(decider: Any) -> dict[str, Callable[[bytes], Any]]:
     """The hot path cut after each stage (cumulative): `lookup` finds the compiled request,
-    `decision` adds the clock and the core's `hit_one`, `encoding` the answer's bytes (the bare
-    decision: what any implementation of the API does per call), `handler` the metrics' counters
-    (the handler's whole answer); `call` is one Python call, whose cost the others include."""
+    `decision` adds the clock and the fast path's decision (service/fast_path.py), `encoding`
+    the answer's bytes (the bare decision: what any implementation of the API does per call),
+    `handler` the metrics' counters (the handler's whole answer); `call` is one Python call,
+    whose cost the others include."""
+    from ratelimit_sidecar.service.fast_path import admitted_answer, decide_one
+
     get, limiter, encoder = decider._compiled.get, decider.limiter, decider._encoder
     now = decider._clock_ms
 
     def decision(body: bytes) -> Any:
-        c = get(body)
-        return limiter.hit_one(now(), c.rule, c.key, c.addend, c.state)
+        return decide_one(limiter, now(), get(body))
 
     def encoding(body: bytes) -> bytes:
-        c = get(body)
-        verdict, c.state = limiter.hit_one(now(), c.rule, c.key, c.addend, c.state)
-        return encoder.admitted(c.opening, c.head, verdict, c.after)  # type: ignore[no-any-return]
+        one = get(body)
+        return admitted_answer(encoder, one, decide_one(limiter, now(), one))
 
     return {
         "call": lambda body: body,

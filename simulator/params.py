@@ -78,22 +78,6 @@ class SimParams:
         return load * self.max * 1000 / self.window_ms
 
 
-@dataclass(frozen=True)  # no slots: its own would hide the compiled parent's fields
-class MsRateLimit(RateLimit):
-    """A limit whose window is not a whole number of seconds (rules cannot say that, the
-    simulator can); the core only reads `window_ms`, so this is all it takes."""
-
-    exact_window_ms: int = 1000
-
-    def __post_init__(self) -> None:
-        # RateLimit derives window_ms and cooldown once, from whole units; override both.
-        RateLimit.__post_init__(self)
-        object.__setattr__(self, "window_ms", self.exact_window_ms)
-        fixed = self.algorithm is AlgorithmName.FIXED_WINDOW
-        cooldown = self.cooldown_ms or (self.exact_window_ms if fixed else 0)
-        object.__setattr__(self, "cooldown", cooldown)
-
-
 def build_rule(  # noqa: PLR0917 - mirrors the limit's own fields, each named at call sites
     max_: int,
     window_ms: int,
@@ -104,33 +88,21 @@ def build_rule(  # noqa: PLR0917 - mirrors the limit's own fields, each named at
     *,
     penalty: Penalty | None = None,
 ) -> Rule:
-    """The one rule every simulated request hits, built as the config loader would."""
-    limit: RateLimit
-    if window_ms % 1000 == 0:
-        seconds = window_ms // 1000
-        limit = RateLimit(
-            max_,
-            Unit.SECOND,
-            seconds,
-            "sim",
-            spans,
-            cooldown_ms,
-            algorithm=algorithm,
-            burst=burst,
-            penalty=penalty,
-        )
-    else:
-        limit = MsRateLimit(
-            max_,
-            Unit.SECOND,
-            name="sim",
-            spans=spans,
-            cooldown_ms=cooldown_ms,
-            algorithm=algorithm,
-            burst=burst,
-            penalty=penalty,
-            exact_window_ms=window_ms,
-        )
+    """The one rule every simulated request hits, built as the config loader would; a window
+    that is not a whole number of seconds (rules cannot say that) is given exactly."""
+    whole = window_ms % 1000 == 0
+    limit = RateLimit(
+        max_,
+        Unit.SECOND,
+        window_ms // 1000 if whole else 1,
+        "sim",
+        spans,
+        cooldown_ms,
+        algorithm=algorithm,
+        burst=burst,
+        penalty=penalty,
+        exact_window_ms=0 if whole else window_ms,
+    )
     return Rule("sim", (("client", ""),), limit)
 
 

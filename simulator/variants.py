@@ -1,8 +1,8 @@
 """The systems a scenario compares: the core as shipped, variants of it, and two baselines.
 
-A variant of the decision rule is the shipped fixed window with a part of it turned off
-(`FixedWindowVariant`, a subclass); a variant of the fleet (the span clock, an oracle for
-`nodes`) is a setting of the engine. Nothing here re-implements the core.
+A variant of the decision rule is the shipped fixed window with a part of it turned off (its
+switches: core/fixed_window.py); a variant of the fleet (the span clock, an oracle for `nodes`)
+is a setting of the engine. Nothing here re-implements the core.
 """
 
 from __future__ import annotations
@@ -12,34 +12,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ratelimit_sidecar.core import FixedWindow
-from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.types import Verdict
 
-
-@dataclass(frozen=True)  # no slots: its own would hide the compiled parent's `early`
-class FixedWindowVariant(FixedWindow):
-    """The shipped fixed window (core/fixed_window.py) with parts of it undone, for the
-    comparisons of docs/ACCURACY.md; the defaults are the shipped rule."""
-
-    lenient: bool = True  # False: the ceiling is always MAX
-    estimate_blocks: bool = False  # True: an estimate over the ceiling starts a block too
-    nodes_from_offered: bool = True  # False: `nodes` from admitted counts only
-
-    def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        if self.estimate_blocks:  # as a count known over MAX does
-            return self._block(state, hits, now_ms)
-        return FixedWindow._estimate_over(self, state, hits, now_ms)
-
-    def _offered(self, state: KeyState, hits: int) -> None:
-        if self.nodes_from_offered:
-            FixedWindow._offered(self, state, hits)
-
-    def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
-        if self.lenient or not answered:
-            FixedWindow.after_sync(self, state, sync_ms, answered)
-
-
-DEFAULT_RULE = FixedWindowVariant()
+DEFAULT_RULE = FixedWindow()  # the shipped rule
 
 
 @dataclass
@@ -73,7 +47,7 @@ class System:
 
     name: str
     about: str
-    algorithm: FixedWindowVariant = DEFAULT_RULE
+    algorithm: FixedWindow = DEFAULT_RULE
     shared: bool = True  # False: each node alone, a MAX/nodes rule (local-only mode)
     store_clock: bool = False  # True: nodes read spans off the store's clock (Redis TIME)
     raw_store_clock: bool = False  # True: ... without compensating half the round trip
@@ -83,7 +57,7 @@ class System:
     new_keys_alone: bool = True  # False: a new key assumes an even split (the rule before)
 
 
-_HARD = FixedWindowVariant(lenient=False, estimate_blocks=True)
+_HARD = FixedWindow(lenient=False, estimate_blocks=True)
 SYSTEMS: dict[str, System] = {
     s.name: s
     for s in (
@@ -91,13 +65,13 @@ SYSTEMS: dict[str, System] = {
         System(
             "strict",
             "decision (i) undone: the estimate over MAX always rejects",
-            FixedWindowVariant(lenient=False),
+            FixedWindow(lenient=False),
         ),
         System("hard", "variant (d) undone: an estimate over MAX starts a cooldown", _HARD),
         System(
             "admitted",
             "bug 2 undone: nodes from admitted counts only",
-            FixedWindowVariant(nodes_from_offered=False),
+            FixedWindow(nodes_from_offered=False),
         ),
         System(
             "old",
@@ -154,11 +128,11 @@ def system_for(name: str) -> System:
     )
 
 
-def _combined(rules: Iterable[FixedWindowVariant]) -> FixedWindowVariant:
+def _combined(rules: Iterable[FixedWindow]) -> FixedWindow:
     """Every parameter that any of `rules` changes from the shipped default."""
     changed: dict[str, Any] = {}
     for rule in rules:
-        for f in fields(FixedWindowVariant):
+        for f in fields(FixedWindow):
             if f.name == "early":  # the fleet limiter's own, set when it is built
                 continue
             value = getattr(rule, f.name)

@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from mypy_extensions import mypyc_attr
-
 
 class Unit(enum.IntEnum):
     """The numbers are Envoy's `RateLimitResponse.RateLimit.Unit`."""
@@ -96,7 +94,6 @@ class Penalty:
     forgive_after_ms: int
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # simulator/params.py
 @dataclass(frozen=True, slots=True)
 class RateLimit:
     """`requests_per_unit` per window of `unit * unit_multiplier`; `burst` is a token bucket's
@@ -118,6 +115,9 @@ class RateLimit:
     penalty: Penalty | None = None  # longer blocks for clients ignoring Retry-After
     # Share of the limit from which an admitted answer says `near_limit` (a metric).
     near_limit_ratio: float = field(default=NEAR_LIMIT_RATIO, compare=False)
+    # A window of this many ms instead of `unit` x `unit_multiplier` (0: those). Rules say whole
+    # units; the accuracy simulator tries windows of any length (simulator/params.py).
+    exact_window_ms: int = 0
     # Derived once: the request path reads these for every hit.
     window_ms: int = field(init=False, compare=False, repr=False)
     # ms a key crossing the limit stays blocked: a fixed window's default is one window; 0 (the
@@ -125,11 +125,12 @@ class RateLimit:
     # length depends on the start, and no shared flag may outlive the window.
     cooldown: int = field(init=False, compare=False, repr=False)
     capacity: int = field(init=False, compare=False, repr=False)  # burst or requests_per_unit
-    # `algorithm` as an int: compiled, indexing a tuple with an IntEnum is a generic call (-100)
+    # `algorithm` as an int: it indexes the limiter's algorithms on every decision, which an
+    # IntEnum would make a generic call (docs/PERFORMANCE.md).
     algorithm_index: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        window = self.unit.seconds * self.unit_multiplier * 1000
+        window = self.exact_window_ms or self.unit.seconds * self.unit_multiplier * 1000
         object.__setattr__(self, "window_ms", window)
         fixed = self.algorithm is AlgorithmName.FIXED_WINDOW
         cooldown = 0 if self.cooldown_window_end else self.cooldown_ms or (window if fixed else 0)

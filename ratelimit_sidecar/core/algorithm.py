@@ -2,19 +2,16 @@
 
 The limiter owns the key table, span bookkeeping and the order of events; an algorithm owns what
 the counts mean (admission, the answer, what a store's answer does) and the key's `counts`.
-Base classes rather than Protocols: a build compiled with mypyc (tools/compile.py) calls their
-methods through a C vtable, a Protocol's through Python's attribute lookup and call.
+Base classes rather than Protocols: the limiter calls them on every decision, and the compiled
+build calls a base class's methods directly (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
-
-from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import Push, PushResult, Verdict
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the simulator's variants subclass one
 class Algorithm:
     __slots__ = ()
 
@@ -42,7 +39,6 @@ class Algorithm:
         raise NotImplementedError
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class SharedAlgorithm(Algorithm):
     """Counts a shared store can sum (all but the sliding log)."""
 

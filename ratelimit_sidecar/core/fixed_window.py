@@ -32,15 +32,15 @@ A span end (with the store's answer, without it, or with no store at all):
 - `nodes` is learnt from finished windows (core/nodes_estimate.py). While the ceiling is
   lenient, the check scales own hits by the lower of the last two estimates (`cautious`).
 
-The accuracy simulator's variants (simulator/variants.py) subclass this to turn parts off.
+The switches `lenient`, `estimate_blocks` and `nodes_from_offered` turn parts of the rule off,
+for the accuracy simulator's comparisons (simulator/variants.py, docs/ACCURACY.md); the sidecar
+runs the defaults.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
 from ratelimit_sidecar.core.keystate import NEVER, KeyState, WindowCounts
@@ -54,37 +54,39 @@ from ratelimit_sidecar.core.verdicts import refusal, refuse_blocked
 NOISE_SIGMAS = 3.0
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # simulator/variants.py
 @dataclass(frozen=True, slots=True)
 class FixedWindow(SharedAlgorithm):
     early: EarlySync | None = None  # where a new key asks for its first push (core/fleet.py)
+    lenient: bool = True  # False: the ceiling is always MAX
+    estimate_blocks: bool = False  # True: an estimate over the ceiling blocks, as a known count
+    nodes_from_offered: bool = True  # False: `nodes` learns from admitted counts only
 
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` may over-count: it refuses past the ceiling but starts no cooldown."""
-        state.counts = WindowCounts(state.limit.requests_per_unit)
-        state.counts.resumed = resumed
+        counts = WindowCounts(state.limit.requests_per_unit)
+        counts.resumed = resumed
+        state.counts = counts
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
-        # `_over` inlined, and `KeyState.counted` in `count`: 1.2 % fewer instructions per decision.
-        counts: WindowCounts = state.counts
-        seen, unpushed = counts.seen, state.inflight + state.pending + hits
-        estimate = seen + counts.resumed + unpushed * state.nodes.check
+        counts = state.window_counts()
+        unpushed = state.inflight + state.pending + hits
         if unpushed > counts.early_at:  # a key alone past an even share: a push now
             self._push_early(state, now_ms)
-        if estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit:
+        if _over(state, counts, unpushed):
             return self._estimate_over(state, hits, now_ms)
         return None
 
     def _push_early(self, state: KeyState, now_ms: int) -> None:
         # Alone until the answer: the even split meanwhile only refused lone clients' bursts.
-        state.counts.early_at, state.next_sync = NEVER, now_ms
+        state.window_counts().early_at, state.next_sync = NEVER, now_ms
         if self.early is not None:
             self.early.want(now_ms)
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
-        """Only a known count blocks: a noisy estimate must not block for a whole cooldown."""
-        known = state.counts.seen + state.inflight + state.pending + hits
-        if known > state.limit.requests_per_unit:
+        """Only a known count blocks (unless `estimate_blocks`): a noisy estimate must not block
+        for a whole cooldown."""
+        known = state.window_counts().seen + state.inflight + state.pending + hits
+        if known > state.limit.requests_per_unit or self.estimate_blocks:
             return self._block(state, hits, now_ms)
         self._offered(state, hits)
         return refusal(state.limit, state.rule.shadow_mode, retry_wait_ms(state, hits, now_ms))
@@ -95,23 +97,20 @@ class FixedWindow(SharedAlgorithm):
 
     def _offered(self, state: KeyState, hits: int) -> None:
         """Refused on the estimate alone: offered all the same, which keeps `nodes` honest."""
-        state.nodes.refused += hits
+        if self.nodes_from_offered:
+            state.nodes.refused += hits
 
     def wait_ms(self, state: KeyState, hits: int, now_ms: int) -> int:
         return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         if hits < 0:  # quota given back: never more than the window holds
-            hits = max(hits, -(state.counts.seen + state.inflight + state.pending))
-        state.pending += hits  # `KeyState.counted` inlined (see `check`)
-        nodes = state.nodes
-        admitted = nodes.admitted + hits
-        nodes.admitted = admitted if admitted > 0 else 0  # not max(): ~1.2k instructions fewer
-        state.last_hit = now_ms
+            hits = max(hits, -(state.window_counts().seen + state.inflight + state.pending))
+        state.counted(hits, now_ms)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
-        counts: WindowCounts = state.counts
+        counts = state.window_counts()
         used = counts.seen + counts.resumed + (state.inflight + state.pending) * state.nodes.value
         remaining = 0 if used >= rpu else rpu if used <= 0 else int(rpu - used)
         reset = limit.window_ms - now_ms % limit.window_ms  # until the window ends
@@ -119,11 +118,11 @@ class FixedWindow(SharedAlgorithm):
         return Verdict(OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
-        counts: WindowCounts = state.counts
+        counts = state.window_counts()
         return counts.seen + counts.resumed + state.inflight + state.pending
 
     def close_span(self, state: KeyState, end_ms: int) -> None:
-        counts: WindowCounts = state.counts  # typed: native attributes (`counts` is Any)
+        counts = state.window_counts()
         counts.seen, state.pending = counts.seen + state.pending, 0
         if counts.seen > state.limit.requests_per_unit:
             state.block(_block_end(state, end_ms, state.window))
@@ -131,7 +130,7 @@ class FixedWindow(SharedAlgorithm):
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
-        counts, limit = state.counts, state.limit
+        counts, limit = state.window_counts(), state.limit
         counts.seen, counts.heard = max(counts.seen, counts.heard), 0  # no longer in flight
         if answer is None:
             scaled = push.hits * state.nodes.value
@@ -152,16 +151,18 @@ class FixedWindow(SharedAlgorithm):
 
     def rearm(self, state: KeyState, now_ms: int) -> bool:
         """A window known over MAX blocks a cooldown past each answer or silent span end."""
-        over = state.counts.seen > state.limit.requests_per_unit
+        over = state.window_counts().seen > state.limit.requests_per_unit
         return over and state.block(_block_end(state, now_ms, state.window), now_ms)
 
     def after_sync(self, state: KeyState, sync_ms: int, answered: bool) -> None:
         """The next span's ceiling, from the window's pace, once every answer is in. A window's
         first sync (no pace yet) keeps the previous window's; no answer: back to MAX."""
-        limit, counts = state.limit, state.counts
+        limit, counts = state.limit, state.window_counts()
         if not answered:
             counts.ceiling = float(limit.requests_per_unit)
             state.nodes.caution(False)
+            return
+        if not self.lenient:  # the ceiling stays MAX
             return
         elapsed = sync_ms - state.window * limit.window_ms
         if 2 * elapsed * limit.spans < limit.window_ms:
@@ -179,7 +180,7 @@ def _early_share(state: KeyState, total: int, live_nodes: int) -> bool:
     """Until a window teaches `nodes`: a key that started alone takes each answer's share (total
     over pushed, at most the live nodes) and re-arms its early push, at each hit once under two
     a node are left; one that started shared only rises. True: alone, it holds past the mark."""
-    nodes, counts, rpu = state.nodes, state.counts, state.limit.requests_per_unit
+    nodes, counts, rpu = state.nodes, state.window_counts(), state.limit.requests_per_unit
     pushed = nodes.admitted - state.pending
     share = max(1.0, min(total / pushed, live_nodes)) if pushed > 0 else 0.0
     if not counts.alone or not share:
@@ -193,10 +194,10 @@ def _early_share(state: KeyState, total: int, live_nodes: int) -> bool:
     return share == 1 and state.pending > counts.early_at
 
 
-def _over(state: KeyState, counts: WindowCounts, hits: int) -> bool:
-    seen, unpushed = counts.seen, state.inflight + state.pending + hits
-    estimate = seen + counts.resumed + unpushed * state.nodes.check
-    return estimate > counts.ceiling or seen + unpushed > state.limit.requests_per_unit
+def _over(state: KeyState, counts: WindowCounts, unpushed: int) -> bool:
+    """The estimate passes the ceiling, or the known count MAX, with `unpushed` own hits."""
+    estimate = counts.seen + counts.resumed + unpushed * state.nodes.check
+    return estimate > counts.ceiling or counts.seen + unpushed > state.limit.requests_per_unit
 
 
 def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
@@ -207,8 +208,9 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     obedient clients retried into a block."""
     # Cheapest tests first: under a retry storm every refusal comes here.
     end = window_end(now_ms, state.limit.window_ms)
-    at = state.blocked_until if state.blocked_until > now_ms else now_ms  # not max(): -1.2k
-    if at < end and hits > 0 and _over(state, state.counts, hits):
+    at = max(state.blocked_until, now_ms)
+    unpushed = state.inflight + state.pending + hits
+    if at < end and hits > 0 and _over(state, state.window_counts(), unpushed):
         at = end
     rearmed = _rearmed_block_end(state, now_ms, end)
     if rearmed > at and _likely_over(state):
@@ -221,7 +223,7 @@ def _likely_over(state: KeyState) -> bool:
     key (`nodes` > 1: only they can admit past MAX) and the known count is within a span's share
     of MAX (`retry_storm` shows how often such a refusal meets a block at the window's end)."""
     rpu, spans = state.limit.requests_per_unit, state.limit.spans
-    known = state.counts.seen + state.inflight + state.pending
+    known = state.window_counts().seen + state.inflight + state.pending
     if known > rpu:
         return True
     return state.nodes.value > 1 and known * spans >= rpu * (spans - 1)
@@ -238,7 +240,7 @@ def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
     )
     start = end - last_span_ms
     if now_ms >= start:
-        if state.counts.seen + state.inflight + state.pending > limit.requests_per_unit:
+        if state.window_counts().seen + state.inflight + state.pending > limit.requests_per_unit:
             return 0  # over already: its block is set, the final push re-arms nothing
         start = end
     penalty = state.penalty

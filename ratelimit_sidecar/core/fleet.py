@@ -129,9 +129,11 @@ class FleetLimiter(Limiter):
             return
         retried = self._plan_unsent(plan, state, now_ms) if state.unsent else False
         counts = state.counts
-        fixed = not flush and isinstance(counts, WindowCounts)
-        held = fixed and self.quiet.quiet(state, counts, now_ms)
-        blocked = fixed and not state.pending and self.quiet.blocked_alone(state, now_ms)
+        fixed = counts if not flush and isinstance(counts, WindowCounts) else None
+        held = fixed is not None and self.quiet.quiet(state, fixed, now_ms)
+        blocked = (
+            fixed is not None and not state.pending and self.quiet.blocked_alone(state, now_ms)
+        )
         if blocked:
             self.fixed_window.rearm(state, now_ms)
         # A key whose hits are being retried for the window just ended gets its flag back from

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from ratelimit_sidecar.config.model import RateLimit, Rule
 from ratelimit_sidecar.core.hitlog import HitLog
@@ -12,7 +12,7 @@ from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_end, window_of
 from ratelimit_sidecar.core.types import KeyId
 
-__all__ = ["NEVER", "NO_WINDOW", "Bucket", "KeyState", "WindowCounts"]
+__all__ = ["NEVER", "NO_WINDOW", "Bucket", "Counts", "KeyState", "WindowCounts"]
 NEVER: Final = float("inf")  # an early push threshold no count reaches (core/quiet_keys.py)
 
 
@@ -42,6 +42,10 @@ class Bucket:
 
     def __init__(self) -> None:
         self.tat: float = 0.0  # the full-again time, in ticks of 1/requests_per_unit ms
+
+
+# What an algorithm keeps of a key beside the span bookkeeping, one type per algorithm.
+Counts = WindowCounts | Bucket | HitLog | SpanState
 
 
 class KeyState:
@@ -91,8 +95,30 @@ class KeyState:
         self.blocked_until = 0
         self.penalty = None if limit.penalty is None else PenaltyState(limit.penalty, raised)
         self.nodes = NodesEstimate(nodes)
-        self.counts: Any = None  # typed by each algorithm's own view of it
+        self.counts: Counts | None = None  # the algorithm's own, from its `start`
         self.tracked = False  # in the limiter's table (core/keytable.py): a caller may keep it
+
+    # The counts as the algorithm that keeps them reads them.
+
+    def window_counts(self) -> WindowCounts:
+        counts = self.counts
+        assert isinstance(counts, WindowCounts), "not a fixed window's key"
+        return counts
+
+    def bucket(self) -> Bucket:
+        counts = self.counts
+        assert isinstance(counts, Bucket), "not a token bucket's key"
+        return counts
+
+    def hit_log(self) -> HitLog:
+        counts = self.counts
+        assert isinstance(counts, HitLog), "not a sliding log's key"
+        return counts
+
+    def span_state(self) -> SpanState:
+        counts = self.counts
+        assert isinstance(counts, SpanState), "not a sliding window's key"
+        return counts
 
     def roll(self, now_ms: int) -> int:
         """Returns hits dropped by the move."""

@@ -47,7 +47,9 @@ class Limiter(ABC):
         self.penalties = RaisedLevels()  # offences that raised a key's penalty level (cumulative)
 
     @property
-    def live_nodes(self) -> int:  # as FleetLimiter's: compiled, an attribute skips its override
+    def live_nodes(self) -> int:
+        """A property, as FleetLimiter's: compiled code reading a plain attribute here would not
+        see that override."""
         return self._live_nodes
 
     @live_nodes.setter
@@ -57,32 +59,38 @@ class Limiter(ABC):
     def hit(self, now_ms: int, hits: Sequence[Hit], refused: bool = False) -> Decision:
         """Counts only if every descriptor admits; `refused`: a strict limit refused it."""
         checked = [self._check_all(now_ms, hit) for hit in hits]
-        over = any(v is not None and v.code is OVER_LIMIT for c in checked for v, _ in c)
+        over = any(_refuses(limits_checked) for limits_checked in checked)
         if not (over or refused):
-            for limits_checked, hit in zip(checked, hits, strict=True):
-                for _, state in limits_checked:
-                    if state is not None and hit.hits:
-                        self.algorithms[state.limit.algorithm_index].count(state, hit.hits, now_ms)
-        verdicts = tuple([self._answer(limits_checked, now_ms) for limits_checked in checked])
+            for index, hit in enumerate(hits):
+                self._count_all(checked[index], hit.hits, now_ms)
+        verdicts = tuple([self._verdict(limits_checked, now_ms) for limits_checked in checked])
         return Decision(OVER_LIMIT if over else OK, verdicts)
 
-    def hit_one(
-        self, now_ms: int, rule: Rule | None, key: KeyId, hits: int, known: Counter = None
-    ) -> tuple[Verdict, Counter]:
-        """The one fast path: the Hit (in parts: read from the caller's own record, one object
-        less in cache) of one counted descriptor with one limit. The caller may hand the counter
-        back as `known`: finding it among 100,000 keys costs ~0.2 µs."""
-        if rule is None or rule.limit is None:
-            return unlimited_verdict(rule), None
-        verdict, state = self._check_limit(now_ms, rule, hits, rule.limit, key, known)
-        if state is not None and (verdict is None or verdict.code is OK):
-            algorithm = self.algorithms[state.limit.algorithm_index]
-            if hits:  # admitted, or over a shadow rule: counted either way
-                algorithm.count(state, hits, now_ms)
-            if verdict is None:
-                return algorithm.admitted(state, now_ms), state
-        assert verdict is not None  # a descriptor without a counter has its verdict
-        return verdict, state
+    def check(  # noqa: PLR0917 - a descriptor's parts, as a compiled request keeps them
+        self, now_ms: int, rule: Rule, limit: RateLimit, key: KeyId, hits: int, counter: Counter
+    ) -> Checked:
+        """One limit of a descriptor: the verdict that refuses `hits` (None: within the limit),
+        and the key's counter (None: it has none). `counter`: what this returned for `key` last
+        time, if the caller kept it (None: looked up); one the table has dropped since is not
+        used."""
+        if limit.requests_per_unit == 0:
+            return deny_verdict(limit, hits, rule.shadow_mode), None
+        state = counter if counter is not None and counter.tracked else self.keys.get(key)
+        if state is None or state.limit is not limit:  # new, or its rule was reloaded
+            state = self._state(rule, key, limit, now_ms, alone=True)
+        algorithm = self.algorithms[limit.algorithm_index]
+        if state is None:  # table full of blocked keys: decide on this request alone, as if
+            self.untracked += 1  # on a key new to the node, whose counter is then dropped
+            state = KeyState(key, rule, limit, now_ms, 1)
+            algorithm.start(state, 0)
+        elif now_ms >= state.next_sync:
+            self._catch_up(state, now_ms)
+        if now_ms < state.blocked_until:  # step 1 of every algorithm: the block's Retry-After
+            wait = algorithm.wait_ms(state, hits, now_ms)  # is the algorithm's
+            return refuse_blocked(state, hits, now_ms, wait), state
+        if hits <= 0:  # a check without hits: nothing to refuse
+            return None, state
+        return algorithm.check(state, hits, now_ms), state
 
     def count_admitted(
         self, now_ms: int, hit: Hit, since_ms: int | None = None
@@ -125,53 +133,30 @@ class Limiter(ABC):
         if rule is None or rule.limit is None:
             return [(unlimited_verdict(rule), None)]
         if len(rule.limits) < 2:
-            return [self._check_limit(now_ms, rule, hit.hits, rule.limit, hit.key)]
+            return [self.check(now_ms, rule, rule.limit, hit.key, hit.hits, None)]
         return [
-            self._check_limit(now_ms, rule, hit.hits, limit, limit_key(hit.key, index))
+            self.check(now_ms, rule, limit, limit_key(hit.key, index), hit.hits, None)
             for index, limit in enumerate(rule.limits)
         ]
 
-    def _check_limit(  # noqa: PLR0917 - the hit in parts, as `hit_one` has it
-        self,
-        now_ms: int,
-        rule: Rule,
-        hits: int,
-        limit: RateLimit,
-        key: KeyId,
-        known: Counter = None,
-    ) -> Checked:
-        if limit.requests_per_unit == 0:
-            return deny_verdict(limit, hits, rule.shadow_mode), None
-        state = known if known is not None and known.tracked else self.keys.get(key)
-        if state is None or state.limit is not limit:  # new, or its rule was reloaded
-            state = self._state(rule, key, limit, now_ms, alone=True)
-        algorithm = self.algorithms[limit.algorithm_index]
-        if state is None:  # table full of blocked keys: decide on this request alone, as if
-            self.untracked += 1  # on a key new to the node, whose counter is then dropped
-            state = KeyState(key, rule, limit, now_ms, 1)
-            algorithm.start(state, 0)
-        elif now_ms >= state.next_sync:
-            self._catch_up(state, now_ms)
-        if now_ms < state.blocked_until:  # step 1 of every algorithm: the block's Retry-After
-            wait = algorithm.wait_ms(state, hits, now_ms)  # is the algorithm's
-            return refuse_blocked(state, hits, now_ms, wait), state
-        if hits <= 0:  # a check without hits: nothing to refuse
-            return None, state
-        return algorithm.check(state, hits, now_ms), state
+    def _count_all(self, limits_checked: list[Checked], hits: int, now_ms: int) -> None:
+        for _, state in limits_checked:
+            if state is not None and hits:
+                self.algorithm_of(state).count(state, hits, now_ms)
 
-    def _answer(self, limits_checked: list[Checked], now_ms: int) -> Verdict:
+    def _verdict(self, limits_checked: list[Checked], now_ms: int) -> Verdict:
         """Of several limits: the refusal with the longest wait, else the fewest remaining."""
         if len(limits_checked) == 1:
             verdict, state = limits_checked[0]
             if verdict is None and state is not None:
-                return self.algorithms[state.limit.algorithm_index].admitted(state, now_ms)
+                return self.algorithm_of(state).admitted(state, now_ms)
             assert verdict is not None  # a descriptor without a counter has its verdict
             return verdict
         refusals = [v for v, _ in limits_checked if v is not None]
         if refusals:
             return max(refusals, key=refusal_order)
-        answers = [self._answer([checked], now_ms) for checked in limits_checked]
-        return min(answers, key=lambda verdict: verdict.remaining)
+        verdicts = [self._verdict([checked], now_ms) for checked in limits_checked]
+        return min(verdicts, key=lambda verdict: verdict.remaining)
 
     def _state(
         self, rule: Rule, key: KeyId, limit: RateLimit, now_ms: int, alone: bool = False
@@ -192,17 +177,17 @@ class Limiter(ABC):
                 state.counts.ceiling = float(limit.requests_per_unit)
             return state
         nodes = self._new_key_nodes(limit, alone)
-        fresh = KeyState(key, rule, limit, now_ms, nodes, raised=self.penalties)
+        new_state = KeyState(key, rule, limit, now_ms, nodes, raised=self.penalties)
         if state is not None:  # the rule changed under a reload: start over
             self._evicted(state)
             self.keys.remove(state)
-        evicted = self.keys.insert(fresh, now_ms)
+        evicted = self.keys.insert(new_state, now_ms)
         if evicted is None:
             return None
         # Read before the victims are recorded: their records may take the place of this one.
-        resumed = self._evicted_counts.estimate(fresh.key, limit, fresh.window)
-        self.algorithms[limit.algorithm_index].start(fresh, resumed)
-        self._started(fresh)
+        resumed = self._evicted_counts.estimate(new_state.key, limit, new_state.window)
+        self.algorithms[limit.algorithm_index].start(new_state, resumed)
+        self._started(new_state)
         for victim in evicted:  # its count is kept: coming back cannot reset it (core/evicted.py)
             old = victim.limit
             if now_ms // old.window_ms - victim.window <= lasting_windows(old):
@@ -210,7 +195,7 @@ class Limiter(ABC):
                 self._evicted_counts.record(victim.key, old, count, now_ms)
             self._evicted(victim)
         self._schedules.add((limit.window_ms, limit.spans))
-        return fresh
+        return new_state
 
     def _new_key_nodes(self, limit: RateLimit, alone: bool) -> float:  # noqa: ARG002
         """An even split; an int as it is: one object every new key shares, not a float each."""
@@ -291,6 +276,11 @@ def same_counting(old: RateLimit, new: RateLimit) -> bool:
 def limit_key(key: KeyId, index: int) -> KeyId:
     """The counter of a descriptor's `index`-th limit (`rate_limits`)."""
     return (*key, "#limit", str(index))
+
+
+def _refuses(limits_checked: list[Checked]) -> bool:
+    """A limit of the descriptor refuses it (shadow mode's refusals admit)."""
+    return any(v is not None and v.code is OVER_LIMIT for v, _ in limits_checked)
 
 
 def refusal_order(verdict: Verdict) -> tuple[bool, int]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Final
 
-NO_WINDOW: Final = -1  # Final: a C constant when compiled, not a dict lookup per roll
+NO_WINDOW: Final = -1  # a constant, read at every roll
 DECAY = 0.5  # the weight an earlier window keeps at each new one
 
 

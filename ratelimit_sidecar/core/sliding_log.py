@@ -24,9 +24,10 @@ from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 class SlidingLog(Algorithm):
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` is logged at the return, later than its hits: over-counts, never under."""
-        state.counts = HitLog(state.limit.requests_per_unit)
+        log = HitLog(state.limit.requests_per_unit)
         if resumed:
-            state.counts.add(state.last_hit, resumed)
+            log.add(state.last_hit, resumed)
+        state.counts = log
 
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         limit = state.limit
@@ -62,11 +63,11 @@ class SlidingLog(Algorithm):
         return Verdict(OK, limit, False, remaining, reset, False, state.rule.shadow_mode, near)
 
     def window_count(self, state: KeyState) -> int:
-        log: HitLog = state.counts
+        log = state.hit_log()
         return log.total
 
 
 def _log(state: KeyState, now_ms: int) -> HitLog:
-    log: HitLog = state.counts
+    log = state.hit_log()
     log.expire(now_ms - state.limit.window_ms + 1)
     return log

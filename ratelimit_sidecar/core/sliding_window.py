@@ -64,7 +64,7 @@ class SlidingWindow(SharedAlgorithm):
         trailing = _trailing(state, now_ms)
         if trailing.fits(extra):
             # For `admitted` of the same request: one trailing count per request, not two.
-            state.counts.checked = (now_ms, state.pending + hits, trailing, extra)
+            state.span_state().checked = (now_ms, state.pending + hits, trailing, extra)
             return None
         return self._over(state, hits, now_ms)
 
@@ -77,7 +77,7 @@ class SlidingWindow(SharedAlgorithm):
         return retry_wait_ms(state, hits, now_ms)
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
-        counts: SpanState = state.counts
+        counts = state.span_state()
         own = counts.own
         if own is None:
             own = counts.own = SpanCounts(state.limit.spans)
@@ -89,7 +89,7 @@ class SlidingWindow(SharedAlgorithm):
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
-        checked = state.counts.checked
+        checked = state.span_state().checked
         if checked is not None and checked[0] == now_ms and checked[1] == state.pending:
             trailing, extra = checked[2], checked[3]  # as checked, plus the hits it admitted
             used = trailing.scaled_count() + extra * trailing.length
@@ -103,7 +103,7 @@ class SlidingWindow(SharedAlgorithm):
 
     def window_count(self, state: KeyState) -> int:
         """The N spans up to the newest counted one, the store's and this node's own."""
-        counts: SpanState = state.counts
+        counts = state.span_state()
         counted = [spans for spans in (counts.fleet, counts.own) if spans is not None]
         if not counted:
             return 0
@@ -115,7 +115,7 @@ class SlidingWindow(SharedAlgorithm):
     ) -> bool:
         if answer is None:
             return _blocks_over(state, now_ms, known=False)
-        counts: SpanState = state.counts
+        counts = state.span_state()
         counts.retry_memo = None  # the counts a Retry-After was computed from change here
         if not answer.spans:
             return False
@@ -161,7 +161,7 @@ def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:
     whole: float = 0.0
     oldest: float = 0.0
     nodes = 1.0 if known else state.nodes.check
-    counts: SpanState = state.counts
+    counts = state.span_state()
     fleet = counts.fleet
     if fleet is not None and known:
         whole, oldest = float(fleet.since(leaving + 1)), float(fleet.get(leaving))
@@ -182,9 +182,8 @@ def _until_oldest_leaves(state: KeyState, trailing: Trailing, now_ms: int) -> in
         return trailing.overlap
     limit = state.limit
     first = trailing.span - limit.spans + (0 if trailing.overlap > 0 else 1)
-    counted = [
-        c.oldest_counted(first) for c in (state.counts.fleet, state.counts.own) if c is not None
-    ]
+    counts = state.span_state()
+    counted = [c.oldest_counted(first) for c in (counts.fleet, counts.own) if c is not None]
     oldest = min((span for span in counted if span is not None), default=None)
     if oldest is None:
         return 0
@@ -201,7 +200,7 @@ def _blocks_over(state: KeyState, now_ms: int, known: bool) -> bool:
 
 
 def _fleet_spans(state: KeyState) -> FleetSpans:
-    counts: SpanState = state.counts
+    counts = state.span_state()
     if counts.fleet is None:
         counts.fleet = FleetSpans(state.limit.spans)
     return counts.fleet

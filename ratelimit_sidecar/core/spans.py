@@ -18,9 +18,9 @@ def span_index(now_ms: int, window_ms: int, spans: int) -> int:
 
 
 def span_end(now_ms: int, window_ms: int, spans: int) -> int:
-    offset = now_ms % window_ms
-    k = offset * spans // window_ms + 1  # span_index + 1, inlined: called per request
-    return now_ms - offset + (k * window_ms + spans - 1) // spans
+    """The first ms of the span after the one `now_ms` is in."""
+    following = span_index(now_ms, window_ms, spans) + 1
+    return now_ms - now_ms % window_ms + (following * window_ms + spans - 1) // spans
 
 
 def window_end(now_ms: int, window_ms: int) -> int:

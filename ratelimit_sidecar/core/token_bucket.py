@@ -68,7 +68,7 @@ class TokenBucket(SharedAlgorithm):
         now, token = now_ms * rpu, limit.window_ms
         full = limit.capacity * token
         guessed = max(0, state.inflight + state.pending) * (state.nodes.value - 1) * token
-        over = max(now, state.counts.tat - guessed) + hits * token - now > full
+        over = max(now, state.bucket().tat - guessed) + hits * token - now > full
         if not over:
             state.nodes.refused += hits
         block = over and limit.cooldown > 0
@@ -81,12 +81,12 @@ class TokenBucket(SharedAlgorithm):
         if 0 < hits <= limit.capacity:
             wait = _projected(state, hits, now) - now - limit.capacity * limit.window_ms
         elif hits > 0:
-            wait = state.counts.tat - now
+            wait = state.bucket().tat - now
         return max(state.blocked_until - now_ms, _ceil_div(max(0, wait), rpu))
 
     def count(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Step 4; the debt stays within the capacity (hits over it are a shadow rule's)."""
-        limit, bucket = state.limit, state.counts
+        limit, bucket = state.limit, state.bucket()
         now = now_ms * limit.requests_per_unit
         token = limit.window_ms
         if hits >= 0:
@@ -100,7 +100,7 @@ class TokenBucket(SharedAlgorithm):
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
         token, full = limit.window_ms, limit.capacity * limit.window_ms
-        debt = max(0, state.counts.tat - now_ms * rpu)
+        debt = max(0, state.bucket().tat - now_ms * rpu)
         remaining = int(max(0, full - debt) // token)
         near = debt >= limit.near_limit_ratio * full
         reset = _ceil_div(debt, rpu)  # until the bucket is full again
@@ -109,7 +109,7 @@ class TokenBucket(SharedAlgorithm):
     def window_count(self, state: KeyState) -> int:
         """The debt as of the last hit (no clock here: the refill since is not credited)."""
         limit = state.limit
-        debt = state.counts.tat - state.last_hit * limit.requests_per_unit
+        debt = state.bucket().tat - state.last_hit * limit.requests_per_unit
         return _ceil_div(max(0, debt), limit.window_ms)
 
     def store_answer(
@@ -122,7 +122,8 @@ class TokenBucket(SharedAlgorithm):
         if answer is None:
             return False
         limit, rpu = state.limit, state.limit.requests_per_unit
-        state.counts.tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
+        tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
+        state.bucket().tat = float(tat)
         if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
             return False
         return state.block(state.cooldown_end(now_ms), now_ms)
@@ -130,7 +131,7 @@ class TokenBucket(SharedAlgorithm):
 
 def _projected(state: KeyState, hits: int, now: float) -> float:
     """Step 2, `now` in ticks."""
-    token, bucket = state.limit.window_ms, state.counts
+    token, bucket = state.limit.window_ms, state.bucket()
     spread: float = max(now, bucket.tat + hits * (state.nodes.value - 1) * token)
     return spread + hits * token
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 
 NEVER_DRAINED = 2**62
@@ -20,7 +19,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     blocked_until = state.blocked_until
     if hits <= 0 or blocked_until >= _drained_at(state, hits):  # it fits by the block's end
         return max(blocked_until, now_ms) - now_ms
-    counts: SpanState = state.counts
+    counts = state.span_state()
     memo, asked = counts.retry_memo, (blocked_until, state.pending, hits, state.nodes.check)
     if memo is not None and memo[:4] == asked:
         return max(blocked_until, memo[4], now_ms) - now_ms
@@ -35,7 +34,8 @@ def _drained_at(state: KeyState, hits: int) -> int:
     limit = state.limit
     if hits * state.nodes.check > limit.requests_per_unit:
         return NEVER_DRAINED
-    counted = (state.counts.fleet, state.counts.own)
+    counts = state.span_state()
+    counted = (counts.fleet, counts.own)
     newest = max((c.newest for c in counted if c is not None), default=-1)
     if newest < 0:
         return 0
@@ -46,7 +46,8 @@ def _wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     """Each span's count from the window's oldest to the newest counted (a store's answer may
     count a later span: a retried push lands in its window's last span), walked."""
     span = span_number(now_ms, state.limit)
-    held = [c.newest for c in (state.counts.fleet, state.counts.own) if c is not None]
+    kept = state.span_state()
+    held = [c.newest for c in (kept.fleet, kept.own) if c is not None]
     spans = range(span - state.limit.spans, max([span, *held]) + 1)
     counts = [_span_count(state, j) for j in spans]
     return walk_wait_ms(state.limit, counts, hits * state.nodes.check, now_ms)
@@ -81,7 +82,7 @@ def _suffix_sums(counts: list[float]) -> list[float]:
 
 def _span_count(state: KeyState, span: int) -> float:
     """As the request check estimates it."""
-    fleet, own = state.counts.fleet, state.counts.own
+    fleet, own = state.span_state().fleet, state.span_state().own
     counted = own.get(span) * state.nodes.check if own is not None else 0
     if fleet is not None:
         counted += fleet.estimate(span)

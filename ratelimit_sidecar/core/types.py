@@ -19,7 +19,7 @@ class Code(enum.IntEnum):
     OVER_LIMIT = 2
 
 
-# Built per request: NamedTuples are ten times cheaper to build than frozen dataclasses.
+# A NamedTuple: built for each descriptor of every request first seen (docs/PERFORMANCE.md).
 class Hit(NamedTuple):
     rule: Rule | None  # None: no rule matched this descriptor
     key: KeyId
@@ -29,7 +29,7 @@ class Hit(NamedTuple):
 class Verdict:  # noqa: PLW1641 - compared (tests, property checks), never hashed
     """What one descriptor got; never changed once built (shared ones exist). `limit` None: none
     applies. `reset_ms`: until the block ends if blocked, else the window; `shadow_refused`: over,
-    answered OK in shadow mode. A plain class: compiled, built in ~40 ns, a NamedTuple in ~210."""
+    answered OK in shadow mode. A plain class: built for every decision (docs/PERFORMANCE.md)."""
 
     def __init__(  # noqa: PLR0917 - positional: the request path builds one per decision
         self, code: Code, limit: RateLimit | None = None, unlimited: bool = False,
@@ -51,17 +51,28 @@ class Verdict:  # noqa: PLW1641 - compared (tests, property checks), never hashe
                 self.shadow_refused, self.shadow, self.near_limit)  # fmt: skip
 
 
-# Request path, Python 3.11: an enum member read off its class costs ~900 instructions, a global
-# ~10. `Final`: compiled with mypyc (tools/compile.py), a C static instead of a dict lookup.
+# The codes as constants: the request path compares with them on every decision, and reading a
+# member off its enum class costs far more than a constant (docs/PERFORMANCE.md).
 OK: Final = Code.OK
 OVER_LIMIT: Final = Code.OVER_LIMIT
 
 
-class Decision(NamedTuple):
-    """The answer to one request: OVER_LIMIT if any descriptor is over (and not shadowed)."""
+class Decision:  # noqa: PLW1641 - compared (tests), never hashed
+    """The answer to one request: OVER_LIMIT if any descriptor is over (and not shadowed). A
+    plain class, as Verdict."""
 
-    code: Code
-    verdicts: tuple[Verdict, ...]
+    def __init__(self, code: Code, verdicts: tuple[Verdict, ...]) -> None:
+        self.code, self.verdicts = code, verdicts
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Decision)
+            and self.code == other.code
+            and self.verdicts == other.verdicts
+        )
+
+    def __repr__(self) -> str:
+        return f"Decision({self.code!r}, {self.verdicts!r})"
 
 
 class Push(NamedTuple):

@@ -29,6 +29,7 @@ from ratelimit_sidecar.service.validation import InvalidRequest
 log = logging.getLogger("ratelimit_sidecar.grpc")
 
 TIMED_EVERY: Final = 16  # calls per call timed for ratelimit_sidecar_decision_seconds
+UNTIMED: Final = 0.0  # the start of a call left out of the timed sample
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # grpc_server/tracing.py's TracedServicer
@@ -41,44 +42,41 @@ class RateLimitServicer:
     ) -> None:
         self.handler = handler
         self._observe = observe_seconds
-        self._untimed = 0  # calls until the next timed one
+        self._calls_until_timed = 0
         # A servicer that reads the call's headers (tracing) answers through this instead.
-        self.answer_with_headers: Callable[[list[tuple[bytes, bytes]], bytes], Any] | None = None
+        self.answer_with_headers: (
+            Callable[[list[tuple[bytes, bytes]], bytes], bytes | Awaitable[bytes]] | None
+        ) = None
 
     def answer(self, request: bytes) -> bytes | Awaitable[bytes]:
         """The response's wire bytes, or an awaitable of them (a strict rule waits for Redis);
         raises CallError with the status of a bad request."""
-        self._untimed -= 1
-        if self._untimed < 0:
-            return self._timed(request)
-        try:  # answered at once unless a strict rule waits for Redis
-            return self.handler.respond_now(request)
-        except StoreNeeded as needed:
-            return self._finish(request, needed, None)
-        except Exception as exc:
-            raise _status_of(exc) from exc
-
-    def _timed(self, request: bytes) -> bytes | Awaitable[bytes]:
-        """`answer`, timed: one call in TIMED_EVERY (two clock reads and a histogram update
-        cost about a tenth of a decision: bench/instructions.py, hot)."""
-        self._untimed = TIMED_EVERY - 1 if self._observe is not None else sys.maxsize
-        started = time.perf_counter()
+        self._calls_until_timed -= 1
+        started = self._start_timing() if self._calls_until_timed < 0 else UNTIMED
         try:
             response = self.handler.respond_now(request)
         except StoreNeeded as needed:
-            return self._finish(request, needed, started)
+            return self._answer_from_store(request, needed, started)
         except Exception as exc:
             raise _status_of(exc) from exc
-        if self._observe is not None:
+        if started != UNTIMED and self._observe is not None:
             self._observe(time.perf_counter() - started)
         return response
 
-    async def _finish(self, request: bytes, needed: StoreNeeded, started: float | None) -> bytes:
+    def _start_timing(self) -> float:
+        """This call is one of the sample: the clock at its start. Only a sample is timed: two
+        clock reads and a histogram update would weigh on every decision (docs/PERFORMANCE.md)."""
+        self._calls_until_timed = TIMED_EVERY - 1 if self._observe is not None else sys.maxsize
+        return time.perf_counter()
+
+    async def _answer_from_store(
+        self, request: bytes, needed: StoreNeeded, started: float
+    ) -> bytes:
         try:
             answer = await self.handler.respond_strict(request, needed.compiled)
         except Exception as exc:
             raise _status_of(exc) from exc
-        if started is not None and self._observe is not None:
+        if started != UNTIMED and self._observe is not None:
             self._observe(time.perf_counter() - started)
         return answer
 

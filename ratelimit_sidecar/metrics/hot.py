@@ -25,8 +25,8 @@ DECISION_COUNTERS: Final = (
 
 
 class RuleCounts:
-    """One rule's decision counters. Attributes, not a list's items: compiled, an attribute is
-    a machine integer, an item a boxed one (callgrind: -300 instructions per admitted request)."""
+    """One rule's decision counters: attributes, not a list's items, which every decision would
+    box and unbox (docs/PERFORMANCE.md)."""
 
     __slots__ = ("near", "over", "shadow", "total", "within")
 

@@ -8,38 +8,34 @@ decision one dict lookup. Bounded by entries and bytes, emptied whole at a bound
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from ratelimit_sidecar.config.model import Rule
-from ratelimit_sidecar.core import Hit, KeyId
-from ratelimit_sidecar.core.limiter import Counter
+from ratelimit_sidecar.core import Hit
+from ratelimit_sidecar.metrics.hot import Tally
 
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # request bytes held as keys
 MAX_REQUEST_BYTES = 4096  # larger requests are rare and not worth holding
 
 
-@dataclass(slots=True)  # not a NamedTuple: a slot is read in ~15 instructions, a field in ~170
 class CompiledRequest:
-    """`known` False: no rules for the domain. `counted`: the only descriptor with a (single,
-    eventual) limit, else -1: the fast path, which reads its Hit from `rule`, `key`, `addend`
-    (one object less in cache); `opening`, `after` and `head` are the encoded parts that never
-    change when it is admitted. `tally`: the observer's counters."""
+    """`known` False: no rules for the domain. `tally`: the observer's counters (None: no
+    observer). `strict`: a strict limit applies, decided by `StrictDecider` (awaits Redis). A
+    request with one counted descriptor is compiled as the fast path's `OneCounted`, which adds
+    what that path keeps (service/fast_path.py). Slots, not a NamedTuple's fields: they are read
+    on every request (docs/PERFORMANCE.md)."""
 
-    domain: str
-    hits: tuple[Hit, ...]
-    known: bool
-    tally: Any = None  # not `object`: mypyc's dataclass support fails on that annotation
-    counted: int = -1
-    rule: Rule | None = None
-    key: KeyId = ()
-    addend: int = 0
-    opening: bytes = b""
-    after: bytes = b""
-    head: bytes = b""
-    strict: bool = False  # a strict limit applies: decided by `StrictDecider` (awaits Redis)
-    state: Counter = None  # `counted`'s counter, kept for `Limiter.hit_one` (evicted: till asked)
+    __slots__ = ("domain", "hits", "known", "strict", "tally")
+
+    def __init__(
+        self,
+        domain: str,
+        hits: tuple[Hit, ...],
+        known: bool,
+        tally: Tally | None = None,
+        strict: bool = False,
+    ) -> None:
+        self.domain, self.hits, self.known = domain, hits, known
+        self.tally, self.strict = tally, strict
 
 
 class RequestCache:

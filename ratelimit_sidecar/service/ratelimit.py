@@ -5,26 +5,27 @@ bytes, and gets the response's. What the bytes mean is worked out once per disti
 (`service.compiled`), so a repeated request costs a lookup, the limiter and the encoder. The one
 exception is a request with a strict limit (when a store is configured): `respond_now` raises
 StoreNeeded and `respond_strict` awaits the store (`service.strict`: one Redis call per slot).
-`respond` does both, for callers that can always await."""
+`respond` does both, for callers that can always await. A request with one counted descriptor
+takes the fast path (`service.fast_path`) until it is refused."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from sys import intern
-from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
-from mypy_extensions import mypyc_attr
 
 from ratelimit_sidecar._proto.wire import RateLimitDescriptor, RateLimitRequest
 from ratelimit_sidecar.config.matcher import apply_replaces, match
 from ratelimit_sidecar.config.model import Domain, RateLimit, Rule, RuleSet, Unit
 from ratelimit_sidecar.core import Decision, Hit, Limiter, Verdict, unlimited_verdict
-from ratelimit_sidecar.core.types import OK, OVER_LIMIT
+from ratelimit_sidecar.core.types import OVER_LIMIT
 from ratelimit_sidecar.overrides.applied import NO_OVERRIDES, AppliedOverrides
 from ratelimit_sidecar.service.compiled import DEFAULT_MAX_ENTRIES, CompiledRequest, RequestCache
 from ratelimit_sidecar.service.dynamic_metadata import dynamic_metadata_field
+from ratelimit_sidecar.service.fast_path import FastPath, OneCounted
+from ratelimit_sidecar.service.observer import DecisionObserver
 from ratelimit_sidecar.service.overall import OverallCode
 from ratelimit_sidecar.service.response import (
     ResponseEncoder,
@@ -45,20 +46,6 @@ MAX_HITS = 2**32 - 1
 _UNITS = frozenset(int(u) for u in Unit if u is not Unit.UNKNOWN)
 
 
-class DecisionObserver(Protocol):
-    """Hook for metrics: `tally` once per distinct request, `decided` after each decision with
-    what `tally` returned for that request; `admitted` instead when the request's one counted
-    descriptor (at `index`) was admitted and the others need no counting."""
-
-    def tally(self, domain: str, hits: Sequence[Hit]) -> Any: ...
-
-    def decided(self, tally: Any, decision: Decision) -> None: ...
-
-    def admitted(self, tally: Any, index: int, verdict: Verdict) -> None: ...
-
-    def unknown_domain(self, domain: str) -> None: ...
-
-
 class StoreNeeded(Exception):
     """`respond_now` cannot answer `compiled` from memory: a strict limit waits for the store."""
 
@@ -67,7 +54,6 @@ class StoreNeeded(Exception):
         self.compiled = compiled
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
 class RateLimitHandler:
     """Answers ShouldRateLimit from the current rules and the limiter."""
 
@@ -82,15 +68,16 @@ class RateLimitHandler:
         observer: DecisionObserver | None = None,
         cache_entries: int = DEFAULT_MAX_ENTRIES,
         strict: StrictDecider | None = None,
+        fast_path: bool = True,
     ) -> None:
+        """`fast_path` False: every request takes the general path (tests compare the two)."""
         self.rules = rules  # replaced whole on reload: one attribute store, no lock needed
         self.limiter = limiter
         self._clock_ms = clock_ms
         self._bounds = bounds or Bounds()
         self._encoder = ResponseEncoder(options)
         self._observer = observer
-        # Bound once: a call through the Protocol looks the method up by name (-250 instructions)
-        self._admitted = None if observer is None else observer.admitted
+        self._fast_path = FastPath(limiter, self._encoder, observer, enabled=fast_path)
         self._request_limits: dict[tuple[object, int, int], Rule] = {}
         self._compiled = RequestCache(cache_entries)
         self._strict = strict  # None: strict rules are decided by the limiter (local-only)
@@ -124,26 +111,16 @@ class RateLimitHandler:
         Raises StoreNeeded for a request with a strict limit (`respond` awaits the store for it),
         InvalidRequest for one that cannot be answered (malformed, empty, too big)."""
         compiled = self._compiled.get(raw) or self._compile(raw)
-        counted = compiled.counted
-        if counted >= 0:  # one counted descriptor; the others' answers never change
+        if isinstance(compiled, OneCounted):
             now = self._clock_ms()
-            verdict, compiled.state = self.limiter.hit_one(
-                now, compiled.rule, compiled.key, compiled.addend, compiled.state
-            )
-            if verdict.code is OK and not verdict.shadow_refused:  # the usual answer
-                if self._admitted is not None:
-                    self._admitted(compiled.tally, counted, verdict)
-                return self._encoder.admitted(
-                    compiled.opening, compiled.head, verdict, compiled.after
-                )
-            decision = Decision(verdict.code, _with_constants(compiled, verdict))
-            return self._answer(now, raw, compiled, decision)
+            fast = self._fast_path.answer(now, compiled)
+            return fast if isinstance(fast, bytes) else self._response(now, raw, compiled, fast)
         if not compiled.known:
             return self._unknown(raw, compiled)
         if compiled.strict:
             raise StoreNeeded(compiled)
         now = self._clock_ms()
-        return self._answer(now, raw, compiled, self.limiter.hit(now, compiled.hits))
+        return self._response(now, raw, compiled, self.limiter.hit(now, compiled.hits))
 
     async def respond(self, raw: bytes) -> bytes:
         """`respond_now`, and for a request with a strict limit its answer after the store's."""
@@ -157,7 +134,7 @@ class RateLimitHandler:
         assert self._strict is not None
         now = self._clock_ms()
         decision = await self._strict.decide(now, compiled.hits)
-        return self._answer(now, raw, compiled, decision)
+        return self._response(now, raw, compiled, decision)
 
     def _unknown(self, raw: bytes, compiled: CompiledRequest) -> bytes:
         """Every descriptor OK: the domain has no rules."""
@@ -168,11 +145,13 @@ class RateLimitHandler:
             return self._with_metadata(unmatched, raw, compiled.hits, ())
         return unmatched
 
-    def _answer(self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision) -> bytes:
+    def _response(
+        self, now: int, raw: bytes, compiled: CompiledRequest, decision: Decision
+    ) -> bytes:
         """The response to a decided request: the overall code, metrics, the encoding."""
         if decision.code is OVER_LIMIT and self._refusals_may_pass:  # quota or shadow mode
             decision = self._overall.settle(now, compiled.hits, decision)
-        if self._observer is not None:
+        if self._observer is not None and compiled.tally is not None:
             self._observer.decided(compiled.tally, decision)
         response = self._encoder.encode(decision)
         if self._metadata:
@@ -207,20 +186,9 @@ class RateLimitHandler:
         if len(hits) > 1 and known:
             hits = _apply_replaces(hits)
         tally = None if self._observer is None else self._observer.tally(name, hits)
-        counted, limit = _only_counted(hits)
-        options = self._encoder.options
-        if known and self._strict is not None and has_strict(hits):
-            compiled = CompiledRequest(name, tuple(hits), known, tally, strict=True)
-        elif limit is None or not known or _more_headers(options) or options.dynamic_metadata:
-            compiled = CompiledRequest(name, tuple(hits), known, tally)
-        else:  # the others are unmatched or unlimited: always the same statuses
-            opening = self._encoder.opening(unlimited_verdict(h.rule) for h in hits[:counted])
-            after = self._encoder.statuses(unlimited_verdict(h.rule) for h in hits[counted + 1 :])
-            head = self._encoder.admitted_head(limit)
-            rule, key, addend = hits[counted]  # not `*hits[counted]`: compiled, a generic call
-            compiled = CompiledRequest(
-                name, tuple(hits), known, tally, counted, rule, key, addend, opening, after, head
-            )
+        strict = known and self._strict is not None and has_strict(hits)
+        fast = self._fast_path.compile(name, tuple(hits), tally) if known and not strict else None
+        compiled = fast or CompiledRequest(name, tuple(hits), known, tally, strict)
         self._compiled.put(raw, compiled)
         return compiled
 
@@ -292,24 +260,6 @@ def _lets_refusals_through(rules: RuleSet, options: ResponseOptions) -> bool:
     return options.shadow_mode or options.quota_mode or rules.has_quota_mode
 
 
-def _with_constants(compiled: CompiledRequest, verdict: Verdict) -> tuple[Verdict, ...]:
-    """Every descriptor's verdict: `verdict` for the counted one, constants for the others."""
-    hits, counted = compiled.hits, compiled.counted
-    before = [unlimited_verdict(h.rule) for h in hits[:counted]]
-    return (*before, verdict, *[unlimited_verdict(h.rule) for h in hits[counted + 1 :]])
-
-
-def _only_counted(hits: Sequence[Hit]) -> tuple[int, RateLimit | None]:
-    """The only descriptor a limit applies to, and its limit; (-1, None) if none or several."""
-    found: tuple[int, RateLimit | None] = (-1, None)
-    for index, hit in enumerate(hits):
-        if hit.rule is not None and hit.rule.limit is not None:
-            if found[1] is not None or len(hit.rule.limits) > 1:  # answered by several limits
-                return -1, None
-            found = (index, hit.rule.limit)
-    return found
-
-
 def _apply_replaces(hits: list[Hit]) -> list[Hit]:
     rules = apply_replaces([hit.rule for hit in hits])
     return [
@@ -337,8 +287,3 @@ def _hits(descriptor: RateLimitDescriptor, default: int) -> int:
     hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default
     hits = min(hits, MAX_HITS)  # more than any limit admits: the protocol's uint32 range
     return -hits if descriptor.is_negative_hits else hits
-
-
-def _more_headers(options: ResponseOptions) -> bool:
-    """Headers computed from every status: no constant answer for the request."""
-    return options.ietf_headers or options.reference_headers is not None

@@ -7,13 +7,14 @@ the statuses (the one with the least `limit_remaining` wins), and on OVER_LIMIT 
 Why bytes and not protobuf objects: building, serializing and freeing message objects was the
 largest cost of a decision. The encoding below is plain protobuf wire format for the fields we
 set (numbers from proto/envoy/service/ratelimit/v3/rls.proto); each limit's `current_limit` is
-encoded once and reused. Tests parse the bytes with the generated classes.
+encoded once and reused. The fast path (service/fast_path.py) joins an admitted answer from the
+fields this encodes. Tests parse the bytes with the generated classes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,12 +25,12 @@ UNLIMITED_REMAINING = 2**32 - 1
 
 # Field tags: (field number << 3) | wire type (0 varint, 2 length-delimited).
 _OVERALL_CODE, _HEADER, _RAW_BODY = b"\x08", b"\x1a", b"\x2a"
-_STATUS: Final = b"\x12"  # Final: a C static when compiled (tools/compile.py), as below
+_STATUS: Final = b"\x12"
 _CODE, _CURRENT_LIMIT, _REMAINING, _RESET = b"\x08", b"\x12", b"\x18", b"\x22"
-_OK_STATUS = b"\x08\x01"
+_OK_STATUS, _OVER_STATUS = b"\x08\x01", b"\x08\x02"
 _OK_CODE: Final = _OVERALL_CODE + b"\x01"
 _UNMATCHED_FIELD = _STATUS + b"\x02" + _OK_STATUS
-_OPENING = _OK_CODE + _STATUS
+_OK_OPENING = _OK_CODE + _STATUS
 MAX_CACHED_RESETS = 65_536  # distinct refusals kept encoded
 LISTED_RESETS = 86_401  # `duration_until_reset` values kept encoded: whole seconds to a day
 
@@ -48,39 +49,31 @@ class ResponseOptions:
 
 
 _SMALL_VARINTS: Final = tuple(bytes((i,)) for i in range(0x80))
-_CONTINUED = tuple(bytes((i | 0x80,)) for i in range(0x80))  # 7 low bits, more to follow
-_HIGH_PARTS: Final[dict[int, bytes]] = {}  # value >> 7 -> its varint: what rarely changes
-MAX_HIGH_PARTS = 4096
-# The `limit_remaining` field's tag and its count's first byte, together.
-_REMAINING_SMALL: Final = tuple(_REMAINING + v for v in _SMALL_VARINTS)
+_CONTINUED: Final = tuple(bytes((i | 0x80,)) for i in range(0x80))  # 7 low bits, more to follow
+# The `limit_remaining` field of a count under 0x80 (0: none, protobuf's default), and the tag
+# with the first byte of a larger one's varint.
+_REMAINING_SMALL: Final = (b"", *(_REMAINING + v for v in _SMALL_VARINTS[1:]))
 _REMAINING_CONTINUED: Final = tuple(_REMAINING + v for v in _CONTINUED)
+MAX_HIGH_PARTS = 4096
 
 
 def varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int. A count changes its low 7 bits with every
-    request and the rest once in 128, so the rest is kept encoded (callgrind: 2.0k instructions
-    for a 5-byte count, was 3.8k)."""
+    """Protobuf base-128 varint of a non-negative int."""
     if value < 0x80:
         return _SMALL_VARINTS[value]
-    return _CONTINUED[value & 0x7F] + _high_part(value >> 7)
-
-
-def _high_part(high: int) -> bytes:
-    """The varint of a count's bits above the low 7, kept encoded."""
-    found = _HIGH_PARTS.get(high)
-    if found is None:
-        if len(_HIGH_PARTS) >= MAX_HIGH_PARTS:
-            _HIGH_PARTS.clear()
-        found = _HIGH_PARTS[high] = varint(high)
-    return found
+    return _CONTINUED[value & 0x7F] + varint(value >> 7)
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
     return tag + varint(len(payload)) + payload
 
 
+_UNLIMITED_REMAINING_FIELD: Final = _REMAINING + varint(UNLIMITED_REMAINING)
+
+
 class ResponseEncoder:
-    """Turns decisions into encoded responses; caches each limit's encoded `current_limit`."""
+    """Turns decisions into encoded responses. Keeps encoded what repeats: each limit's
+    `current_limit`, each second's `duration_until_reset`, a refusal's headers and body."""
 
     def __init__(self, options: ResponseOptions | None = None) -> None:
         self.options = options or ResponseOptions()
@@ -88,7 +81,10 @@ class ResponseEncoder:
         # Per limit: (the limit, its current_limit field, an admitted status's start).
         self._limits: dict[int, tuple[RateLimit, bytes, bytes]] = {}
         self._resets: list[bytes] = []  # per whole second, grown as used; b"": not encoded yet
-        self._high, self._high_part = -1, b""  # the last count's bits above the low 7, encoded
+        # A count changes its low 7 bits with every request and the rest once in 128: the rest
+        # is kept encoded, the last one at hand, the others in a bounded dict.
+        self._high, self._high_part = -1, b""
+        self._high_parts: dict[int, bytes] = {}
         self._refusals: dict[tuple[int, int], tuple[RateLimit | None, bytes, bytes]] = {}
 
     def encode(self, decision: Decision) -> bytes:
@@ -104,9 +100,53 @@ class ResponseEncoder:
         parts += [own, *[_field(_HEADER, _header(k, v)) for k, v in headers], body]
         return b"".join(parts)
 
+    def statuses(self, verdicts: Iterable[Verdict]) -> bytes:
+        """Encoded DescriptorStatus fields, in order."""
+        return b"".join([self._status_field(v) for v in verdicts])
+
+    def ok_opening(self, before: Sequence[Verdict]) -> bytes:
+        """An OK answer up to the tag of the status after `before`'s (a status is a length-
+        delimited field: its tag, its length, its fields); with none before, one shared object."""
+        return _OK_CODE + self.statuses(before) + _STATUS if before else _OK_OPENING
+
+    def admitted_head(self, limit: RateLimit) -> bytes:
+        """How the status of a descriptor admitted under `limit` starts: OK, current_limit. One
+        bytes object per limit, shared by every request under it."""
+        return self._limit_fields(limit)[2]
+
+    def remaining_field(self, remaining: int) -> bytes:
+        """A status's `limit_remaining` field; none for 0 (protobuf's default)."""
+        if remaining < 0x80:
+            return _REMAINING_SMALL[remaining]
+        high = remaining >> 7
+        if high != self._high:
+            self._high, self._high_part = high, self._encoded_high(high)
+        return _REMAINING_CONTINUED[remaining & 0x7F] + self._high_part
+
+    def reset_field(self, ms: int) -> bytes:
+        """A status's `duration_until_reset` field, kept per second up to a day's. Whole
+        seconds, rounded up as Retry-After is: Envoy's `x-ratelimit-reset` shows only the
+        seconds field, and the reference service answers whole seconds too."""
+        seconds, resets = max(0, -(-ms // 1000)), self._resets
+        if seconds < len(resets) and resets[seconds]:
+            return resets[seconds]
+        found = _field(_RESET, _duration(seconds))
+        if seconds < LISTED_RESETS:  # grown as rules need it: a day's list costs 675 KiB
+            resets.extend([b""] * (seconds + 1 - len(resets)))
+            resets[seconds] = found
+        return found
+
+    def _encoded_high(self, high: int) -> bytes:
+        found = self._high_parts.get(high)
+        if found is None:
+            if len(self._high_parts) >= MAX_HIGH_PARTS:
+                self._high_parts.clear()
+            found = self._high_parts[high] = varint(high)
+        return found
+
     def _refusal(self, decision: Decision) -> tuple[bytes, bytes]:
         """A refusal's own header fields and body field, kept encoded per wait and limit: under
-        a retry storm every answer is a refusal (callgrind: -64k instructions each)."""
+        a retry storm every answer is a refusal."""
         retry = retry_after_seconds(decision)
         limit = next(v for v in decision.verdicts if v.code is OVER_LIMIT).limit
         found = self._refusals.get((retry, id(limit)))
@@ -119,38 +159,6 @@ class ResponseEncoder:
             found = self._refusals[retry, id(limit)] = (limit, fields, body)
         return found[1], found[2]
 
-    def admitted_head(self, limit: RateLimit) -> bytes:
-        """How an admitted descriptor's status under `limit` always starts: OK, current_limit;
-        one bytes object per limit, which the CPU's caches keep for every request under it."""
-        return self._encoded(limit)[2]
-
-    def admitted(self, opening: bytes, head: bytes, verdict: Verdict, after: bytes) -> bytes:
-        """The usual answer in one step: one counted descriptor admitted (`verdict`, its status
-        starting with `head`) amid constant statuses already encoded (`opening`: see there).
-        Without IETF headers."""
-        # Every admitted request comes here: one join, the reset field kept encoded, the
-        # status's length from its parts' (one byte unless a name makes it long).
-        reset = self._reset(verdict.reset_ms)
-        remaining = verdict.remaining
-        if remaining >= 0x80:  # `varint` inlined, the tag joined to the low bits: -0.7k
-            count, high = _REMAINING_CONTINUED[remaining & 0x7F], remaining >> 7
-            high_part = self._high_part if high == self._high else self._new_high(high)
-        else:
-            count, high_part = _REMAINING_SMALL[remaining] if remaining else b"", b""
-        size = len(head) + len(count) + len(high_part) + len(reset)
-        length = _SMALL_VARINTS[size] if size < 0x80 else varint(size)
-        return b"".join((opening, length, head, count, high_part, reset, after))
-
-    def opening(self, verdicts: Iterable[Verdict]) -> bytes:
-        """An admitted answer's start, one part of its join: OK, the statuses before the counted
-        descriptor's, that status's tag; with none before, one object for every request."""
-        before = self.statuses(verdicts)
-        return _OK_CODE + before + _STATUS if before else _OPENING
-
-    def statuses(self, verdicts: Iterable[Verdict]) -> bytes:
-        """Encoded DescriptorStatus fields, in order."""
-        return b"".join([self._status_field(v) for v in verdicts])
-
     def _status_field(self, verdict: Verdict) -> bytes:
         if verdict.limit is None and not verdict.unlimited and verdict.code is OK:
             return _UNMATCHED_FIELD  # no rule: the same bytes every time
@@ -160,31 +168,13 @@ class ResponseEncoder:
         # A shadow rule is reported like any other (OK even when over, by the limiter), so that
         # Envoy's x-ratelimit-* headers describe it, as the reference service does.
         limit = verdict.limit
-        code = b"\x08\x02" if verdict.code is OVER_LIMIT else _OK_STATUS
+        code = _OVER_STATUS if verdict.code is OVER_LIMIT else _OK_STATUS
         if limit is None:
-            return code + _REMAINING + varint(UNLIMITED_REMAINING) if verdict.unlimited else code
-        remaining = _REMAINING + varint(verdict.remaining) if verdict.remaining else b""
-        return code + self._encoded(limit)[1] + remaining + self._reset(verdict.reset_ms)
+            return code + _UNLIMITED_REMAINING_FIELD if verdict.unlimited else code
+        remaining = self.remaining_field(verdict.remaining)
+        return code + self._limit_fields(limit)[1] + remaining + self.reset_field(verdict.reset_ms)
 
-    def _reset(self, ms: int) -> bytes:
-        """The encoded `duration_until_reset` field, kept per second up to a day's. Whole
-        seconds, rounded up as Retry-After is: Envoy's `x-ratelimit-reset` shows only the
-        seconds field, and the reference service answers whole seconds too."""
-        seconds, resets = max(0, -(-ms // 1000)), self._resets
-        if seconds < len(resets) and resets[seconds]:
-            return resets[seconds]
-        found = _field(_RESET, _duration(seconds))
-        if seconds < LISTED_RESETS:  # grown as rules need it: a day's list costs 675 KiB
-            resets.extend([b""] * (seconds + 1 - len(resets)))
-            resets[seconds] = found
-        return found
-
-    def _new_high(self, high: int) -> bytes:
-        """A count's bits above the low 7 change once in 128 counts: the last kept at hand."""
-        self._high, self._high_part = high, _high_part(high)
-        return self._high_part
-
-    def _encoded(self, limit: RateLimit) -> tuple[RateLimit, bytes, bytes]:
+    def _limit_fields(self, limit: RateLimit) -> tuple[RateLimit, bytes, bytes]:
         cached = self._limits.get(id(limit))
         if cached is not None and cached[0] is limit:
             return cached

@@ -27,12 +27,14 @@ def synced(total: int, nodes: int = 4, own: int = 1) -> tuple[FleetLimiter, KeyS
 
 def test_a_window_on_course_past_the_bound_keeps_the_strict_check() -> None:
     _, state = synced(total=40)  # 40 in a quarter: on course for 160 > 150
-    assert state.counts.ceiling == 120
+    assert state.window_counts().ceiling == 120
 
 
 def test_a_window_under_its_pace_bound_lets_the_estimate_pass_max_by_the_distance() -> None:
-    assert synced(total=35)[1].counts.ceiling == 130  # on course for 140: 10 under the bound
-    assert synced(total=10)[1].counts.ceiling == 150  # far under: MAX / N at most
+    assert (
+        synced(total=35)[1].window_counts().ceiling == 130
+    )  # on course for 140: 10 under the bound
+    assert synced(total=10)[1].window_counts().ceiling == 150  # far under: MAX / N at most
 
 
 def test_a_lenient_ceiling_still_refuses_what_passes_it_and_never_blocks() -> None:
@@ -44,18 +46,18 @@ def test_a_lenient_ceiling_still_refuses_what_passes_it_and_never_blocks() -> No
 
 def test_a_small_share_gets_room_for_its_own_noise() -> None:
     # nodes 10 and 4 own hits per span: 3 sd of the extrapolation is 3 x 10 x 2 = 60 > 30.
-    assert synced(total=30, nodes=10, own=4)[1].counts.ceiling == 180
+    assert synced(total=30, nodes=10, own=4)[1].window_counts().ceiling == 180
 
 
 def test_the_first_sync_of_a_window_keeps_the_ceiling_and_a_failed_one_is_strict() -> None:
     limiter, state = synced(total=35)
     for now in (T0 + 500, T0 + 750):
         limiter.apply_sync(now, limiter.end_span(now), SyncResult((PushResult(35, 0),)))
-    assert state.counts.ceiling == 150  # 35 in three quarters: on course for 47
+    assert state.window_counts().ceiling == 150  # 35 in three quarters: on course for 47
     limiter.apply_sync(T0 + 1000, limiter.end_span(T0 + 1000), SyncResult((PushResult(0, 0),)))
-    assert state.counts.ceiling == 150  # a new window: no pace yet
+    assert state.window_counts().ceiling == 150  # a new window: no pace yet
     limiter.apply_sync(T0 + 1250, limiter.end_span(T0 + 1250), None)
-    assert state.counts.ceiling == 120
+    assert state.window_counts().ceiling == 120
 
 
 def test_a_lenient_check_takes_the_lower_of_the_last_two_nodes_estimates() -> None:

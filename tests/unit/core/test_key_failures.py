@@ -73,7 +73,9 @@ def test_a_key_that_keeps_failing_uses_the_fallback_and_others_sync() -> None:
     ok = limiter.keys.get(hit(R, "ok").key)
     assert a is not None and ok is not None
     assert a.blocked_until > T0 + 250  # the fallback's block, as when the whole sync fails
-    assert ok.blocked_until == 0 and ok.counts.seen == 9  # the store's total, pushed every span
+    assert (
+        ok.blocked_until == 0 and ok.window_counts().seen == 9
+    )  # the store's total, pushed every span
     assert read(store, "ok", T0 + 750) == 9
     assert limiter.hit(T0 + 760, [hit(R, "ok")]).code is Code.OK
 
@@ -88,7 +90,7 @@ def test_a_not_applied_fresh_push_falls_back_like_a_failed_sync() -> None:
             limiter.apply_sync(T0 + 250, limiter.end_span(T0 + 250), None)
         state = limiter.keys.get(hit(R, "a").key)
         assert state is not None
-        return state.counts.ceiling, state.counts.seen
+        return state.window_counts().ceiling, state.window_counts().seen
 
     assert after({"a"}) == after(set())  # same ceiling and `seen` as a failed sync gives
 

@@ -98,18 +98,20 @@ def test_a_state_is_tracked_from_its_insertion_until_its_eviction_or_removal() -
 
 
 def test_a_counter_handed_back_after_its_key_was_forgotten_is_not_used() -> None:
-    """The handler hands `hit_one` the counter it returned last; once a sweep forgot the key,
-    the decision is the table's again, on a new counter that is tracked."""
+    """The fast path hands `Limiter.check` the counter it returned last; once a sweep forgot the
+    key, the decision is the table's again, on a new counter that is tracked."""
     limiter, r = LocalLimiter(), rule(rpu=5)
+    assert r.limit is not None
     request = hit(r, "v")
-    _, kept = limiter.hit_one(T0, *request)
-    assert kept is limiter.keys.get(request.key)
+    _, kept = limiter.check(T0, r, r.limit, request.key, 1, None)
+    assert kept is not None and kept is limiter.keys.get(request.key)
+    limiter.algorithm_of(kept).count(kept, 1, T0)
     limiter.sweep(T0 + 120_000)
     assert len(limiter.keys) == 0
-    verdict, again = limiter.hit_one(T0 + 120_000, *request, kept)
-    assert again is not kept and again is limiter.keys.get(request.key)
-    assert kept is not None and kept.nodes.admitted == 1
-    assert verdict.remaining == 4
+    verdict, again = limiter.check(T0 + 120_000, r, r.limit, request.key, 1, kept)
+    assert verdict is None and again is not None and again is not kept
+    assert again is limiter.keys.get(request.key)
+    assert kept.nodes.admitted == 1 and again.nodes.admitted == 0
 
 
 def test_local_sweep_in_slices_yields_and_forgets_idle_keys() -> None:

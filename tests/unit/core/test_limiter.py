@@ -137,7 +137,7 @@ def test_nodes_estimate_comes_from_the_previous_windows_total() -> None:
     assert state is not None and state.nodes.value == 4.0
     # With 4 nodes each hit stands for 4. The store's total says this window is idle so far
     # (far under its pace bound), so the estimate may pass MAX by MAX / N: 1500 / 4 hits.
-    assert state.counts.ceiling == 1500
+    assert state.window_counts().ceiling == 1500
     codes = [limiter.hit(T0 + 1600, [hit(r)]).code for _ in range(376)]
     assert codes.count(Code.OK) == 375
 
@@ -235,7 +235,7 @@ def test_store_down_fallback_judges_each_span_once() -> None:
         limiter.apply_sync(now + 10_000, limiter.end_span(now + 10_000), None)
     state = limiter.keys.get(hit(r).key)
     assert state is not None
-    assert state.counts.seen == 20  # each span's hits counted once
+    assert state.window_counts().seen == 20  # each span's hits counted once
     assert state.blocked_until == 0
     assert limiter.pending_hits() == 20  # all kept for the store's return
 
@@ -341,3 +341,11 @@ def test_nodes_falls_towards_the_offered_ratio_only_as_far_as_admitted_counts_su
     # only as far as the admitted ratio, 40 / 10, supports (core/nodes_estimate.py). That one
     # cannot lift it: see tests/unit/core/test_nodes_estimate.py for the runaway of bug 2.
     assert state is not None and state.nodes.value == 40 / 10
+
+
+def test_a_table_full_of_blocked_keys_decides_a_new_key_untracked() -> None:
+    limiter, r = FleetLimiter(max_keys=1), rule(rpu=1)
+    limiter.hit(T0, [hit(r, "a")])
+    assert limiter.hit(T0, [hit(r, "a")]).code is Code.OVER_LIMIT  # blocked: never evicted
+    assert limiter.hit(T0 + 1, [hit(r, "b")]).code is Code.OK
+    assert (limiter.untracked, len(limiter.keys)) == (1, 1)

@@ -90,7 +90,7 @@ def test_a_near_notice_syncs_a_tracked_quiet_key_and_gives_it_the_total() -> Non
     limiter = fleet()
     limiter.hit(T0 + 1, [hit(RULE)])
     limiter.apply_near(hit(RULE).key, "|".join(hit(RULE).key), T0 // 1000, 60, T0 + 2)
-    assert state_of(limiter).counts.seen == 60
+    assert state_of(limiter).window_counts().seen == 60
     assert sync(limiter, T0 + 500) == 1
 
 
@@ -164,7 +164,7 @@ def test_a_key_near_already_keeps_its_count_on_a_later_notice() -> None:
     key, window = hit(RULE).key, T0 // 1000
     limiter.apply_near(key, "|".join(key), window, 60, T0 + 2)
     limiter.apply_near(key, "|".join(key), window, 80, T0 + 3)
-    assert state_of(limiter).counts.seen == 60
+    assert state_of(limiter).window_counts().seen == 60
     limiter.apply_near(None, "|".join(hit(RULE, "w").key), window, 70, T0 + 4)
     limiter.apply_near(None, "|".join(hit(RULE, "w").key), window, 90, T0 + 5)
     assert limiter.heard.take(hit(RULE, "w").key, window) == 90

@@ -92,9 +92,9 @@ def test_hits_of_one_millisecond_share_an_entry_and_entries_never_outnumber_max(
     for i in range(20):  # a shadow rule counts past MAX
         assert limiter.hit(T0 + i, [hit(shadow)]).code is Code.OK
     logs = [limiter.keys.get(hit(rl).key) for rl in (r, shadow)]
-    assert [len(s.counts.times) for s in logs if s] == [1, 5]
-    assert [s.counts.total for s in logs if s] == [5, 20]
-    merged = logs[1].counts if logs[1] else None
+    assert [len(s.hit_log().times) for s in logs if s] == [1, 5]
+    assert [s.hit_log().total for s in logs if s] == [5, 20]
+    merged = logs[1].hit_log() if logs[1] else None
     assert merged is not None  # the oldest merged into the next: over-counted, in order
     assert (list(merged.times), list(merged.counts)) == (
         [T0 + 15, *range(T0 + 16, T0 + 20)],

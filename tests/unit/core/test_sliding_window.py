@@ -14,17 +14,15 @@ from hypothesis import strategies as st
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import (
     Code,
-    Decision,
     FleetLimiter,
     Limiter,
     LocalLimiter,
     PushResult,
     SyncResult,
 )
-from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.spans import span_end, span_number
+from ratelimit_sidecar.service.fast_path import OneCounted
 from simulator.exact.sliding_window import ExactSlidingWindow
-from tests.unit.core import test_counted_alone as counted_alone
 from tests.unit.core.rules import hit, rule
 from tests.unit.core.trailing import (
     LOG,
@@ -38,6 +36,7 @@ from tests.unit.core.trailing import (
     trailing_rule,
     worst_trailing_count,
 )
+from tests.unit.service import test_fast_path as counted_alone
 
 
 def replay(
@@ -313,8 +312,8 @@ def test_a_window_boundary_roll_before_the_sync_loses_no_span() -> None:
     assert [p.window for p in batch.pushes] == [T0 // 1000]  # the retry alone
     limiter.apply_sync(T0 + 1000, batch, store.execute(batch))
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.counts.own is not None
-    assert state.counts.own.total() == 0  # confirmed: counted once, in the store's spans
+    own = state.span_state().own if state is not None else None
+    assert own is not None and own.total() == 0  # confirmed: counted once, in the store's spans
     assert limiter.hit(T0 + 1001, [hit(r)]).code is Code.OVER_LIMIT
     assert limiter.hit(T0 + 1999, [hit(r)]).code is Code.OK  # span 3 has left
 
@@ -425,11 +424,11 @@ SHARED_RULES = (SLIDING_RULES[0], trailing_rule(WINDOW, rpu=1, key="x"), SLIDING
 def test_the_counted_descriptor_alone_decides_as_the_whole_request(
     script: list[tuple[int, tuple[int, str, int, int, bool]]], max_keys: int, shared: bool
 ) -> None:
-    """As tests/unit/core/test_counted_alone.py checks for the fixed window."""
+    """As tests/unit/service/test_fast_path.py checks for the fixed window."""
     kind = FleetLimiter if shared else LocalLimiter
     rules = SHARED_RULES if shared else SLIDING_RULES
     alone, whole, now = kind(max_keys), kind(max_keys), T0
-    kept: dict[tuple[int, str], KeyState | None] = {}  # evicted or removed ones too, as a cache
+    kept: dict[object, OneCounted] = {}
     for dt, (index, value, count, companions, first) in script:
         now += dt
         if index < 0:
@@ -442,13 +441,9 @@ def test_the_counted_descriptor_alone_decides_as_the_whole_request(
         )
         request = [counted, *others] if first else [*others, counted]
         at = 0 if first else len(others)
-        single = companions != 3
-        if single:  # the handler's one fast path, handed back the counter it returned last
-            verdict, kept[index, value] = alone.hit_one(now, *counted, kept.get((index, value)))
-            mine = Decision(verdict.code, (verdict,))
+        if companions != 3:  # one counted descriptor: the fast path
+            mine = counted_alone.fast_decision(alone, now, request, at, kept)
         else:
             mine = alone.hit(now, request)
-        theirs = whole.hit(now, request)
-        assert mine.code is theirs.code
-        assert mine.verdicts[0 if single else at] == theirs.verdicts[at]
+        assert mine == whole.hit(now, request)
         assert counted_alone.snapshot(alone) == counted_alone.snapshot(whole)

@@ -12,6 +12,7 @@ from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.service.compiled import MAX_REQUEST_BYTES, CompiledRequest, RequestCache
+from ratelimit_sidecar.service.fast_path import OneCounted
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.validation import InvalidRequest
 
@@ -67,7 +68,8 @@ def test_counters_of_one_rule_share_their_domain_and_key_strings(tmp_path: Path)
     first, second = (h._compiled.get(body) for body in bodies)
     assert first is not None and second is not None
     assert first.domain is second.domain is keys[0][0]
-    assert first.state is states[0] and second.state is states[1]  # kept for the next call
+    assert isinstance(first, OneCounted) and isinstance(second, OneCounted)
+    assert first.counter is states[0] and second.counter is states[1]  # kept for the next call
 
 
 def test_swapping_rules_forgets_compiled_requests(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_every_answer_to_extreme_hits_is_in_range(
         for status in answer.statuses:
             assert 0 <= status.limit_remaining <= UINT32
     for state in limiter.keys:
-        assert state.counts.seen + state.inflight + state.pending >= 0  # never below zero
+        assert state.window_counts().seen + state.inflight + state.pending >= 0  # never below zero
 
 
 VALID = encode("user", 1, False, None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.metrics import Metrics
-from ratelimit_sidecar.service.compiled import CompiledRequest
 from ratelimit_sidecar.service.ratelimit import RateLimitHandler
 from ratelimit_sidecar.service.response import ResponseOptions
 
@@ -124,13 +122,6 @@ def test_the_references_headers_describe_the_descriptor_closest_to_its_limit(
     assert not unlimited.response_headers_to_add  # no limit, no headers
 
 
-class GeneralPathHandler(RateLimitHandler):
-    """Every request decided by Limiter.hit and the general encoder (no short path)."""
-
-    def _compile(self, raw: bytes) -> CompiledRequest:
-        return replace(super()._compile(raw), counted=-1)
-
-
 @pytest.mark.parametrize(
     "entries",
     [
@@ -148,7 +139,7 @@ def test_the_short_path_answers_byte_for_byte_as_the_general_path(
     (tmp_path / "d.yaml").write_text(RULES)
     rules = load_rules(tmp_path / "d.yaml")
     short = RateLimitHandler(rules, FleetLimiter(), lambda: T0)
-    general = GeneralPathHandler(rules, FleetLimiter(), lambda: T0)
+    general = RateLimitHandler(rules, FleetLimiter(), lambda: T0, fast_path=False)
     raw = request("d", *entries).SerializeToString()
     answers = [
         (answer_now(short, raw), answer_now(general, raw)) for _ in range(4)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.params import MsRateLimit, build_rule, parse_duration_ms
+from simulator.params import build_rule, parse_duration_ms
 from simulator.scenarios import SCENARIOS
 
 SMALL = ["--windows", "12", "--max", "60", "--window", "2s", "--spans", "4"]
@@ -79,7 +79,7 @@ def test_durations_and_sub_second_windows() -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration_ms("ten")
     limit = build_rule(10, 1_500, 3, 0).limit
-    assert isinstance(limit, MsRateLimit)
+    assert limit is not None
     assert (limit.window_ms, limit.cooldown) == (1_500, 1_500)
     assert main(["--scenario", "steady", "--window", "1500ms", "--windows", "20"]) == 0
 
