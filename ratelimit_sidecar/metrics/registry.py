@@ -34,97 +34,107 @@ class Metrics:
     """Every metric the sidecar exports; also the service's DecisionObserver."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = r = registry if registry is not None else CollectorRegistry()
-        self.decisions = DecisionCounts(NS)
-        self.decision_seconds = LatencyHistogram(
-            f"{NS}_decision_seconds",
-            "Time to decide one request, of one request in 16 (the others are not timed)",
-            LATENCY_BUCKETS,
-        )
-        r.register(self.decisions)
-        r.register(self.decision_seconds)
-        self.unknown_domains = Counter(
-            f"{NS}_unknown_domain", "Requests for a domain with no rules", registry=r
-        )
-
-        def histogram(name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(f"{NS}_{name}", text, buckets=buckets, registry=r)
-
-        self.sync_seconds = histogram("sync_seconds", "Duration of one span sync", SYNC_BUCKETS)
-        self.sync_errors = Counter(
-            f"{NS}_sync_errors", "Failed syncs by error kind", ("kind",), registry=r
-        )
-        self.sync_key_errors = Counter(
-            f"{NS}_sync_key_errors",
-            "Keys the store answered in a sync but did not apply (kept for the next sync)",
-            registry=r,
-        )
-        self.heartbeat_errors = Counter(
-            f"{NS}_heartbeat_errors",
-            "Heartbeats the store refused (live node count stale)",
-            registry=r,
-        )
-        self.sync_round_trips = Counter(f"{NS}_sync_round_trips", "Store round trips", registry=r)
-        self.keys_pushed = Counter(f"{NS}_sync_keys_pushed", "Counter deltas pushed", registry=r)
-        self.dropped_hits = Counter(
-            f"{NS}_dropped_hits", "Admitted hits never confirmed by the store", registry=r
-        )
-        self.config_loads = Counter(
-            f"{NS}_config_loads", "Rule loads by result", ("result",), registry=r
-        )
-        self.config_load_errors = Counter(
-            f"{NS}_config_load_errors", "Rule loads that failed", registry=r
-        )
-        self.config_version = Gauge(
-            f"{NS}_config_version_info", "Loaded rules version", ("version",), registry=r
-        )
-        self.value_label_overflow = Counter(
-            f"{NS}_value_label_overflow",
-            "Distinct requests counted under the rule id: value_to_metric labels were used up",
-            ("rule",),
-            registry=r,
-        )
-        self.strict_checks = Counter(
-            f"{NS}_strict_checks",
-            "Requests' strict checks by result (breaker_open: Redis not called)",
-            ("result",),
-            registry=r,
-        )
-        self.strict_check_seconds = histogram(
-            "strict_check_seconds",
-            "Duration of one request's strict check on Redis (failures included)",
-            STRICT_BUCKETS,
-        )
-        self.strict_breaker_state = Gauge(
-            f"{NS}_strict_breaker_state",
-            "Circuit breaker of strict checks: 0 closed, 1 open, 2 half-open (one probe)",
-            registry=r,
-        )
-        for result in STRICT_RESULTS:
-            self.strict_checks.labels(result)
-        in_force = "Runtime overrides applied now (expired ones not)"
-        self.overrides_in_force = Gauge(f"{NS}_overrides_in_force", in_force, registry=r)
-        self.overrides_version = Gauge(
-            f"{NS}_overrides_version", "Version of the override set applied", registry=r
-        )
-        self.overrides_propagation_seconds = histogram(
-            "overrides_propagation_seconds",
-            "From an override write to its set applied on this node",
-            PROPAGATION_BUCKETS,
-        )
-        self.tls_reload_errors = Counter(
-            f"{NS}_tls_reload_errors",
-            "Rotated TLS files that could not be used (the last good ones kept serving)",
-            registry=r,
-        )
-        self.admin_requests = Counter(
-            f"{NS}_admin_requests", "Admin API requests by status code", ("code",), registry=r
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._decision_metrics()
+        self._sync_metrics()
+        self._config_metrics()
+        self._strict_metrics()
+        self._override_metrics()
+        self.admin_requests = self._counter(
+            "admin_requests", "Admin API requests by status code", ("code",)
         )
         self._labels = RuleLabels(lambda rule_id: self.value_label_overflow.labels(rule_id).inc())
         for kind in ERROR_KINDS:  # export zeros, so rate() and alerts work before a failure
             self.sync_errors.labels(kind)
         self._version = ""
         self._tallies: dict[tuple[str, tuple[str | None, ...]], Tally] = {}
+
+    def _counter(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(f"{NS}_{name}", text, labels, registry=self.registry)
+
+    def _gauge(self, name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(f"{NS}_{name}", text, labels, registry=self.registry)
+
+    def _histogram(self, name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(f"{NS}_{name}", text, buckets=buckets, registry=self.registry)
+
+    def _decision_metrics(self) -> None:
+        self.decisions = DecisionCounts(NS)
+        self.decision_seconds = LatencyHistogram(
+            f"{NS}_decision_seconds",
+            "Time to decide one request, of one request in 16 (the others are not timed)",
+            LATENCY_BUCKETS,
+        )
+        self.registry.register(self.decisions)
+        self.registry.register(self.decision_seconds)
+        self.unknown_domains = self._counter(
+            "unknown_domain", "Requests for a domain with no rules"
+        )
+
+    def _sync_metrics(self) -> None:
+        self.sync_seconds = self._histogram(
+            "sync_seconds", "Duration of one span sync", SYNC_BUCKETS
+        )
+        self.sync_errors = self._counter("sync_errors", "Failed syncs by error kind", ("kind",))
+        self.sync_key_errors = self._counter(
+            "sync_key_errors",
+            "Keys the store answered in a sync but did not apply (kept for the next sync)",
+        )
+        self.heartbeat_errors = self._counter(
+            "heartbeat_errors", "Heartbeats the store refused (live node count stale)"
+        )
+        self.sync_round_trips = self._counter("sync_round_trips", "Store round trips")
+        self.keys_pushed = self._counter("sync_keys_pushed", "Counter deltas pushed")
+        self.dropped_hits = self._counter(
+            "dropped_hits", "Admitted hits never confirmed by the store"
+        )
+
+    def _config_metrics(self) -> None:
+        self.config_loads = self._counter("config_loads", "Rule loads by result", ("result",))
+        self.config_load_errors = self._counter("config_load_errors", "Rule loads that failed")
+        self.config_version = self._gauge(
+            "config_version_info", "Loaded rules version", ("version",)
+        )
+        self.value_label_overflow = self._counter(
+            "value_label_overflow",
+            "Distinct requests counted under the rule id: value_to_metric labels were used up",
+            ("rule",),
+        )
+
+    def _strict_metrics(self) -> None:
+        self.strict_checks = self._counter(
+            "strict_checks",
+            "Requests' strict checks by result (breaker_open: Redis not called)",
+            ("result",),
+        )
+        self.strict_check_seconds = self._histogram(
+            "strict_check_seconds",
+            "Duration of one request's strict check on Redis (failures included)",
+            STRICT_BUCKETS,
+        )
+        self.strict_breaker_state = self._gauge(
+            "strict_breaker_state",
+            "Circuit breaker of strict checks: 0 closed, 1 open, 2 half-open (one probe)",
+        )
+        for result in STRICT_RESULTS:
+            self.strict_checks.labels(result)
+
+    def _override_metrics(self) -> None:
+        self.overrides_in_force = self._gauge(
+            "overrides_in_force", "Runtime overrides applied now (expired ones not)"
+        )
+        self.overrides_version = self._gauge(
+            "overrides_version", "Version of the override set applied"
+        )
+        self.overrides_propagation_seconds = self._histogram(
+            "overrides_propagation_seconds",
+            "From an override write to its set applied on this node",
+            PROPAGATION_BUCKETS,
+        )
+        self.tls_reload_errors = self._counter(
+            "tls_reload_errors",
+            "Rotated TLS files that could not be used (the last good ones kept serving)",
+        )
 
     # -- DecisionObserver ---------------------------------------------------------------
 
