@@ -39,7 +39,7 @@ INPUTS = st.one_of(RAW, STRUCTURED, st.binary(max_size=400))
 
 
 @settings(
-    max_examples=1500,
+    max_examples=6000,
     deadline=None,
     database=None,
     derandomize=True,
