@@ -5,8 +5,8 @@ drives it and which invariants it checks).
 Run from the repository's root, on the pure-Python sources (atheris measures coverage of Python
 bytecode; the mypyc build's extension modules would hide it), e.g. for an hour:
 
-    .venv/bin/python tests/fuzz/protocol_fuzz.py --seeds /work/ext/fuzz-corpus
-    .venv/bin/python tests/fuzz/protocol_fuzz.py /work/ext/fuzz-corpus \
+    .venv/bin/python tests/fuzz/protocol_fuzz.py --seeds fuzz-corpus
+    .venv/bin/python tests/fuzz/protocol_fuzz.py fuzz-corpus \
         -dict=tests/fuzz/http2.dict -max_total_time=3600 -print_final_stats=1
 
 `--seeds DIR` writes the seed corpus: the client byte streams of the protocol core's unit tests
