@@ -111,7 +111,7 @@ class RateLimitHandler:
         Raises StoreNeeded for a request with a strict limit (`respond` awaits the store for it),
         InvalidRequest for one that cannot be answered (malformed, empty, too big)."""
         compiled = self._compiled.get(raw) or self._compile(raw)
-        if isinstance(compiled, OneCounted):
+        if isinstance(compiled, OneCounted):  # the fast path; a refusal comes back decided
             now = self._clock_ms()
             fast = self._fast_path.answer(now, compiled)
             return fast if isinstance(fast, bytes) else self._response(now, raw, compiled, fast)

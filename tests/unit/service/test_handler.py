@@ -130,10 +130,10 @@ def test_the_references_headers_describe_the_descriptor_closest_to_its_limit(
         [[("user", "a")], [("free", "y")]],
         [[("free", "y")], [("nothing", "x")], [("user", "a")], [("nothing", "z")]],
         [[("nothing", "x")], [("trial", "t")]],
-        [[("user", "a")], [("user", "b")]],  # two counted: never the short path
+        [[("user", "a")], [("user", "b")]],  # two counted: never the fast path
     ],
 )
-def test_the_short_path_answers_byte_for_byte_as_the_general_path(
+def test_the_fast_path_answers_byte_for_byte_as_the_general_path(
     tmp_path: Path, entries: list[list[tuple[str, str]]]
 ) -> None:
     (tmp_path / "d.yaml").write_text(RULES)
