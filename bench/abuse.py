@@ -29,8 +29,8 @@ from bench.report import Options, Outcome, conclude, fmt, table
 from bench.workload import request
 from harness import h2frames as f
 from harness.attacks import ATTACKS, Attack, launch
-from harness.h2frames import ErrorCode
 from harness.h2raw import RawH2
+from ratelimit_sidecar.grpc_server.protocol.frames import ErrorCode
 
 PACED_RPS = 10_000
 RUN_S = 4

@@ -37,6 +37,7 @@ from harness.process import NotReady, python_module, wait_ready
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from harness.xds_certs import Pki, make_pki
+from ratelimit_sidecar.grpc_server.protocol.frames import ErrorCode
 
 BODY = request("gateway", [("tier", "internal")]).SerializeToString()  # unlimited: always OK
 OTHERS = request("gateway", [("tier", "other")])
@@ -502,7 +503,7 @@ CONTROL_FRAMES: dict[str, Callable[[int], bytes]] = {  # each after the call on 
     "ping": lambda _sid: f.ping(),
     "settings": lambda _sid: f.settings({}),
     "window_update": lambda _sid: f.window_update(0, 1),
-    "rst_stream": lambda sid: f.rst_stream(sid, f.ErrorCode.CANCEL),  # the call's, answered
+    "rst_stream": lambda sid: f.rst_stream(sid, ErrorCode.CANCEL),  # the call's, answered
 }
 
 

@@ -4,8 +4,10 @@ so that the tests and benches that speak raw HTTP/2 do not depend on the transpo
 
 from __future__ import annotations
 
-import enum
 import struct
+
+# RFC 9113 §7's codes: facts, shared with the server's core, not its behaviour.
+from ratelimit_sidecar.grpc_server.protocol.frames import ErrorCode, error_name
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER = struct.Struct("!BHBBL")  # length (24 bits, split 8+16), type, flags, stream id
@@ -31,29 +33,9 @@ DEFAULT_FRAME_SIZE = 16_384
 MAX_WINDOW = 2**31 - 1
 
 
-class ErrorCode(enum.IntEnum):
-    NO_ERROR = 0x0
-    PROTOCOL_ERROR = 0x1
-    INTERNAL_ERROR = 0x2
-    FLOW_CONTROL_ERROR = 0x3
-    SETTINGS_TIMEOUT = 0x4
-    STREAM_CLOSED = 0x5
-    FRAME_SIZE_ERROR = 0x6
-    REFUSED_STREAM = 0x7
-    CANCEL = 0x8
-    COMPRESSION_ERROR = 0x9
-    CONNECT_ERROR = 0xA
-    ENHANCE_YOUR_CALM = 0xB
-    INADEQUATE_SECURITY = 0xC
-    HTTP_1_1_REQUIRED = 0xD
-
-
 def code_name(code: int) -> str:
     """An error code's name, or its number when RFC 9113 names none."""
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"0x{code:x}"
+    return error_name(code)
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:

@@ -19,7 +19,8 @@ import time
 from dataclasses import replace
 from types import FrameType
 
-from ratelimit_sidecar.app.settings import REUSE_PORT_ENV, Settings, environment
+from ratelimit_sidecar.app.flags import environment
+from ratelimit_sidecar.app.settings import REUSE_PORT_ENV, Settings
 from ratelimit_sidecar.http_server.admin import ADMIN_OFF
 from ratelimit_sidecar.http_server.admin_token import admin_token_configured
 

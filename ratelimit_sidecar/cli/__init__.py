@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ratelimit_sidecar.app.settings import ENV_PREFIX, OPTIONS, Option, settings_from
+from ratelimit_sidecar.app.flags import OPTIONS, Option, settings_from
+from ratelimit_sidecar.app.settings import ENV_PREFIX
 from ratelimit_sidecar.config.limits import LIMIT_NAMES
 
 

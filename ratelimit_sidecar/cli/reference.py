@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
-from ratelimit_sidecar.app.settings import OPTIONS
+from ratelimit_sidecar.app.flags import OPTIONS
 from ratelimit_sidecar.cli import reference_xds as xds
 from ratelimit_sidecar.cli.reference_ignored import IGNORED
 

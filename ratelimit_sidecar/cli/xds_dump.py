@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ratelimit_sidecar._proto.envoy.service.discovery.v3 import discovery_pb2
+from ratelimit_sidecar.app.flags import settings_from
 from ratelimit_sidecar.app.options import rule_loading, xds_options
-from ratelimit_sidecar.app.settings import Settings, settings_from
+from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.config.errors import ConfigError
 from ratelimit_sidecar.config.xds_rules import (
     RESOURCE_TYPE,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.h2frames import ErrorCode
 from harness.h2raw import RawH2
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
+from ratelimit_sidecar.grpc_server.protocol.frames import ErrorCode
 
 AGE = ("--grpc-max-connection-age-s", "0.5", "--grpc-max-connection-age-grace-s", "0.5")
 

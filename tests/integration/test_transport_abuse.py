@@ -39,11 +39,11 @@ from harness.attacks import (
     Target,
 )
 from harness.grpc_client import request, rls_stub
-from harness.h2frames import ErrorCode
 from harness.h2raw import RawH2, grpc_message
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar._proto import wire
+from ratelimit_sidecar.grpc_server.protocol.frames import ErrorCode
 
 BODY = request("gateway", [("api_key", "abuse")]).SerializeToString()
 OK_STATUS = 0

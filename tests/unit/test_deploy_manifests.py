@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ratelimit_sidecar.app.settings import OPTIONS, Settings
+from ratelimit_sidecar.app.flags import OPTIONS
+from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.cli.reference import known, translate
 from ratelimit_sidecar.http_server.endpoints import HEALTH_PATHS, Endpoints
 

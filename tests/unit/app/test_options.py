@@ -8,7 +8,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from ratelimit_sidecar.app import options
-from ratelimit_sidecar.app.settings import ENV_PREFIX, OPTIONS, Settings
+from ratelimit_sidecar.app.flags import OPTIONS
+from ratelimit_sidecar.app.settings import ENV_PREFIX, Settings
 from ratelimit_sidecar.config.limits import LIMIT_NAMES
 from ratelimit_sidecar.grpc_server.tls import TlsFiles
 from ratelimit_sidecar.grpc_server.tracing import TracingOptions

@@ -7,7 +7,8 @@ from dataclasses import fields
 
 import pytest
 
-from ratelimit_sidecar.app.settings import OPTIONS, REUSE_PORT_ENV, Settings, settings_from
+from ratelimit_sidecar.app.flags import OPTIONS, settings_from
+from ratelimit_sidecar.app.settings import REUSE_PORT_ENV, Settings
 from ratelimit_sidecar.app.workers import WORKER_COMMAND, worker_env, worker_settings
 from ratelimit_sidecar.cli import build_parser
 

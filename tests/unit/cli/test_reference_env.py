@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ratelimit_sidecar.app.settings import OPTIONS
+from ratelimit_sidecar.app.flags import OPTIONS
 from ratelimit_sidecar.cli.reference import ReferenceEnvError, known, translate
 from ratelimit_sidecar.cli.reference_ignored import IGNORED
 from ratelimit_sidecar.storage.redis_urls import open_redis

@@ -15,7 +15,8 @@ from harness.hostile_rules import (
     many_descriptors,
     sparse_file,
 )
-from ratelimit_sidecar.app.settings import OPTIONS, Settings
+from ratelimit_sidecar.app.flags import OPTIONS
+from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.config import ConfigError, Problem, load_rules
 from ratelimit_sidecar.config.limits import (
     DEFAULT_LIMITS,
