@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from random import Random
 
+from ratelimit_sidecar.config.model import Rule
 from ratelimit_sidecar.core import (
     Code,
     FleetLimiter,
@@ -93,6 +94,7 @@ class SimNode:
     dropped: int = 0  # the limiter's dropped_hits already recorded
     tracking: bool = False  # has a key, hence span ends to wake for
     gateway: Gateway | None = None  # an RLQS gateway: its Envoy decides (rlqs.py)
+    wake_ms: int = 0  # the planned sync, on the node's clock
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +116,8 @@ class Engine:
         self.rule = setup.rule
         if not system.shared:  # local-only: each node enforces its share of the fleet's limit
             self.rule = rule_for(p, p.nodes)
+        elif system.edge:
+            self.rule = with_edge(self.rule)
         limit = setup.rule.limit
         assert limit is not None
         # The exact reference, run centrally on every arrival: it is the `exact` system, and
@@ -166,6 +170,7 @@ class Engine:
         exact = self.reference.hit(t)
         if self.system.central:
             ok = exact
+            self.recorder.store_calls += 1  # a check on the store per request
         else:
             node = self.nodes[index]
             if node.gateway is not None:
@@ -238,6 +243,7 @@ class Engine:
 
     def _wake(self, node: SimNode, t: int) -> None:
         node.token += 1
+        node.wake_ms = t + node.offset
         self._at(t, SYNC, node.index, node.token)
 
     def _sync(self, node: SimNode) -> None:
@@ -261,6 +267,7 @@ class Engine:
             answer: SyncResult | None = self.shared.execute(batch, node.name)
         except StoreError:
             answer = None
+        self.recorder.store_calls += len(batch.pushes) + len(batch.total_reads)
         if batch is node.batch and not node.timed_out:
             node.answer = answer
         for notice in notices.announced(batch, answer) if answer is not None else ():
@@ -289,12 +296,17 @@ class Engine:
         span_end = node.limiter.next_span_end(now)
         node.tracking = span_end is not None
         wake = node.schedule.next_sync(span_end)
-        self._wake(node, wake - node.offset + self.jitter.randrange(WAKE_JITTER_MS))
+        # A span end already passed (a push between span ends may end after one) is due now.
+        at = max(wake - node.offset, self.now)
+        self._wake(node, at + self.jitter.randrange(WAKE_JITTER_MS))
 
     def _early_push(self, node: SimNode, now: int) -> None:
-        """A new key asked for its first push just now: the sync loop is woken for it."""
+        """A key asked for a push before the planned wake-up: the sync loop is woken for it."""
         fleet = node.fleet
-        if fleet is not None and fleet.early.due_ms == now and node.batch is None:
+        if fleet is None or node.batch is not None:
+            return
+        due = fleet.early.due_ms
+        if due is not None and due < node.wake_ms:
             self._plan_wake(node, now)
 
     def _first_key(self, node: SimNode) -> None:
@@ -328,6 +340,13 @@ class Engine:
             if self.system.oracle_nodes:
                 state.nodes.set(truth)
             self.recorder.nodes_sample(state.nodes.value, truth)
+
+
+def with_edge(rule: Rule) -> Rule:
+    """`rule` with `consistency: edge`."""
+    assert rule.limit is not None
+    limit = replace(rule.limit, edge=True)
+    return replace(rule, limit=limit, limits=(limit,))
 
 
 def _fleet(node: SimNode) -> FleetLimiter:

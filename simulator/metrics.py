@@ -18,6 +18,8 @@ which is what clients experience whatever the nodes' clocks say.
   is false rejections / eligible requests (those meeting (1) and (2), admitted or not).
   Under the limit every request is eligible.
 * nodes error: |nodes - global/local share| / that share, sampled after every store answer.
+* store per request: the keys store calls carried (a batched sync counts once per key it
+  carries; the exact counter, one call per request) / requests offered.
 
 Per-rule measures, for every algorithm (the columns `--algorithm` shows). The exact reference
 of the run's algorithm (references.py) decides every arrival centrally, alongside the system:
@@ -73,6 +75,7 @@ class Summary:
     false_rejection_pct: float
     nodes_error_pct: float | None  # None: the system has no nodes estimate
     dropped_hits: int
+    store_per_request: float = 0.0  # keys carried by store calls / requests offered
     cpu_s: float = 0.0
     algorithm: str = "fixed_window"
     bound: int = 0  # the most the exact rule admits in a trailing window
@@ -104,6 +107,7 @@ class Recorder:
         self.eligible = 0
         self.nodes_errors: list[float] = []
         self.dropped_hits = 0
+        self.store_calls = 0  # keys carried by store calls: a batch counts once per key
         self.algorithm, self.bound = "fixed_window", max_  # set by the engine
         self.admitted_times: list[int] = []  # arrivals of admitted requests, in order
         self.exact_times: list[int] = []  # ... of those the exact reference admitted
@@ -214,5 +218,7 @@ def summarize(recs: list[Recorder], scenario: str, system: str, has_nodes: bool)
         false_rejection_pct=100 * false / max(1, eligible),
         nodes_error_pct=100 * sum(errors) / len(errors) if has_nodes and errors else None,
         dropped_hits=sum(r.dropped_hits for r in recs),
+        store_per_request=sum(r.store_calls for r in recs)
+        / max(1, sum(sum(r.offered) for r in recs)),
         **trailing(recs),
     )

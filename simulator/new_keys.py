@@ -23,7 +23,7 @@ SHAPES = {
     "skewed 60/30/10": (6.0, 3.0, 1.0),
 }
 TRAFFIC = (("steady", 0.8, 1), ("steady", 2.0, 1), ("boundary", None, 2))
-SYSTEMS = {"core": "alone", "even-split": "even split"}
+SYSTEMS = {"core": "alone", "even-split": "even split", "edge": "edge (alone, then its total)"}
 SEEDS = 10
 
 

@@ -37,6 +37,7 @@ COLUMNS: list[tuple[str, Cell]] = [
     ("false-rej%", lambda s: f"{s.false_rejection_pct:.2f}"),
     ("(n/eligible)", lambda s: f"{s.false_rejections}/{s.eligible}"),
     ("nodes err%", _nodes),
+    ("store/req", lambda s: f"{s.store_per_request:.3f}"),
     ("cpu s", lambda s: f"{s.cpu_s:.2f}"),
 ]
 

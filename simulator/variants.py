@@ -55,6 +55,7 @@ class System:
     oracle_nodes: bool = False  # True: nodes set to the true inverse share (diagnostic)
     rlqs: float = 0.0  # share of the gateways on RLQS (simulate/rlqs.py); 0: all on RLS
     new_keys_alone: bool = True  # False: a new key assumes an even split (the rule before)
+    edge: bool = False  # True: the rule says `consistency: edge` (core/edge.py)
 
 
 _HARD = FixedWindow(lenient=False, estimate_blocks=True)
@@ -93,6 +94,12 @@ SYSTEMS: dict[str, System] = {
         ),
         System("oracle", "diagnostic: nodes = true global/local share", oracle_nodes=True),
         System(
+            "edge",
+            "consistency: edge: keys near their limit pushed fast (spans on Redis TIME)",
+            store_clock=True,
+            edge=True,
+        ),
+        System(
             "even-split",
             "a new key assumes an even split over the live nodes (before quiet keys)",
             new_keys_alone=False,
@@ -125,6 +132,7 @@ def system_for(name: str) -> System:
         raw_store_clock=any(s.raw_store_clock for s in specs),
         oracle_nodes=any(s.oracle_nodes for s in specs),
         rlqs=max(s.rlqs for s in specs),
+        edge=any(s.edge for s in specs),
     )
 
 

@@ -13,12 +13,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ratelimit_sidecar.config.limits import DEFAULT_LIMITS
-from ratelimit_sidecar.config.model import NEAR_LIMIT_RATIO, AlgorithmName, RuleDefaults
+from ratelimit_sidecar.config.model import (
+    NEAR_LIMIT_RATIO,
+    AlgorithmName,
+    Consistency,
+    RuleDefaults,
+)
 from ratelimit_sidecar.core import DEFAULT_MAX_KEYS
 from ratelimit_sidecar.core.quiet_keys import QUIET_SHARE
 from ratelimit_sidecar.core.schedule import DEFAULT_TIMEOUT_MS
 from ratelimit_sidecar.grpc_server.transport.options import PORT_DEFAULTS
 from ratelimit_sidecar.service.validation import DEFAULT_BOUNDS
+
+CONSISTENCY_CHOICES = tuple(choice.value for choice in Consistency)
 
 ENV_PREFIX = "RLS_"
 DEFAULT_ADMIN_ADDRESS = "127.0.0.1:9091"
@@ -205,6 +212,13 @@ class Settings:
             " or sliding_log"
         ),
     )
+    default_consistency: str = field(
+        default="edge",
+        metadata=_help(
+            "consistency of limits that name none: edge (fixed windows synced fast near their"
+            " limit; other algorithms eventual), eventual or strict"
+        ),
+    )
     strict_timeout_ms: int = field(
         default=50,
         metadata=_help("Redis timeout of one strict check (keep it under Envoy's filter timeout)"),
@@ -263,6 +277,9 @@ class Settings:
         if AlgorithmName.parse(self.default_algorithm) is None:
             names = ", ".join(name.text for name in AlgorithmName)
             raise ValueError(f"--default-algorithm must be one of {names}")
+        if self.default_consistency not in CONSISTENCY_CHOICES:
+            names = ", ".join(CONSISTENCY_CHOICES)
+            raise ValueError(f"--default-consistency must be one of {names}")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"--transport must be one of {', '.join(TRANSPORTS)}")
         if self.overrides_refresh_s <= 0:
@@ -328,6 +345,7 @@ class Settings:
         algorithm = AlgorithmName.parse(self.default_algorithm) or AlgorithmName.FIXED_WINDOW
         return RuleDefaults(
             algorithm=algorithm,
+            consistency=Consistency(self.default_consistency),
             shared_store=not self.local_only,
             near_limit_ratio=self.near_limit_ratio,
         )

@@ -14,7 +14,15 @@ from typing import NamedTuple
 
 from yaml.nodes import Node, ScalarNode, SequenceNode
 
-from .model import MIN_SPAN_MS, AlgorithmName, RateLimit, RuleDefaults, StoreFailure, Unit
+from .model import (
+    MIN_SPAN_MS,
+    AlgorithmName,
+    Consistency,
+    RateLimit,
+    RuleDefaults,
+    StoreFailure,
+    Unit,
+)
 from .penaltyreader import DURATION_FORMS, PenaltyReader
 from .yamlnodes import is_null, join_path, shown
 
@@ -31,6 +39,7 @@ RATE_LIMIT_KEYS = (
     "burst",
     "consistency",
     "on_store_failure",
+    "count_refused",
     "penalty",
 )
 REPLACES_KEYS = ("name",)
@@ -42,7 +51,7 @@ MAX_WINDOW_DAYS = 366
 MAX_WINDOW_MS = MAX_WINDOW_DAYS * 86_400_000
 UNIT_NAMES = "second, minute, hour, day, week, month, year"
 ALGORITHM_NAMES = ", ".join(name.text for name in AlgorithmName)
-CONSISTENCY_NAMES = ("eventual", "strict")
+CONSISTENCY_NAMES = ", ".join(c.value for c in Consistency)
 STORE_FAILURE_NAMES = ", ".join(choice.value for choice in StoreFailure)
 WINDOW_END = "window_end"  # `cooldown: window_end`
 _COUNTING = tuple(key for key in RATE_LIMIT_KEYS if key not in ("unlimited", "name", "replaces"))
@@ -61,6 +70,7 @@ class _Counting(NamedTuple):
     algorithm: AlgorithmName
     burst: int
     strict: bool
+    edge: bool
     on_store_failure: StoreFailure
 
 
@@ -126,6 +136,8 @@ class LimitReader(PenaltyReader):
             algorithm=counting.algorithm,
             burst=counting.burst,
             strict=counting.strict,
+            edge=counting.edge,
+            count_refused=self.flag(fields, "count_refused", path),
             on_store_failure=counting.on_store_failure,
             near_limit_ratio=self.defaults.near_limit_ratio,
         )
@@ -165,7 +177,14 @@ class LimitReader(PenaltyReader):
         if "burst" in fields and algorithm is not AlgorithmName.TOKEN_BUCKET:
             message = f"only applies to algorithm token_bucket (this one is {algorithm.text})"
             self.add(fields["burst"], join_path(path, "burst"), message)
-        strict = self.consistency(fields.get("consistency"), join_path(path, "consistency"))
+        consistency = self.consistency(fields.get("consistency"), join_path(path, "consistency"))
+        strict = consistency is Consistency.STRICT
+        edge = consistency is Consistency.EDGE and self.defaults.shared_store
+        if edge and algorithm is not AlgorithmName.FIXED_WINDOW:
+            edge = False
+            if "consistency" in fields:
+                message = f"edge applies to fixed_window only (this one is {algorithm.text})"
+                self.add(fields["consistency"], join_path(path, "consistency"), message)
         failure = self.store_failure(fields.get("on_store_failure"), path, strict)
         if algorithm is AlgorithmName.SLIDING_LOG and not strict and self.defaults.shared_store:
             where = fields.get("algorithm") or fields.get("consistency")
@@ -174,7 +193,7 @@ class LimitReader(PenaltyReader):
                 " is not a sum of span totals): add consistency: strict, or use sliding_window"
             )
             self.add(where or 0, join_path(path, "algorithm"), message)
-        return _Counting(algorithm, burst if "burst" in fields else 0, strict, failure)
+        return _Counting(algorithm, burst if "burst" in fields else 0, strict, edge, failure)
 
     def algorithm(self, node: Node | None, key: str) -> AlgorithmName:
         if node is None:
@@ -185,13 +204,15 @@ class LimitReader(PenaltyReader):
             return self.defaults.algorithm
         return found
 
-    def consistency(self, node: Node | None, key: str) -> bool:
+    def consistency(self, node: Node | None, key: str) -> Consistency:
         if node is None:
-            return False
+            return self.defaults.consistency
         text = self.text(node, key).strip().lower()
-        if text not in CONSISTENCY_NAMES:
-            self.add(node, key, f"must be eventual or strict (got {shown(node)})")
-        return text == "strict"
+        try:
+            return Consistency(text)
+        except ValueError:
+            self.add(node, key, f"must be one of {CONSISTENCY_NAMES} (got {shown(node)})")
+            return Consistency.EVENTUAL
 
     def store_failure(self, node: Node | None, path: str, strict: bool) -> StoreFailure:
         key = join_path(path, "on_store_failure")

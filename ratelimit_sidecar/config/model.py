@@ -57,6 +57,16 @@ class StoreFailure(enum.Enum):
     DENY = "deny"
 
 
+class Consistency(enum.Enum):
+    """How a limit's counts are shared: `eventual` decides every request from memory; `edge`
+    does too, but syncs a key fast while the fleet could reach its limit before the next span
+    sync (core/edge.py); `strict` checks every request on the store."""
+
+    EVENTUAL = "eventual"
+    EDGE = "edge"
+    STRICT = "strict"
+
+
 DEFAULT_SPANS = 6
 NEAR_LIMIT_RATIO = 0.8  # the reference's NEAR_LIMIT_RATIO default
 MIN_SPAN_MS = 50
@@ -69,6 +79,7 @@ class RuleDefaults:
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
     spans: int = DEFAULT_SPANS
     near_limit_ratio: float = NEAR_LIMIT_RATIO
+    consistency: Consistency = Consistency.EDGE  # of a limit that names none
     # With a store, rules exact only on one node (an eventual sliding log) are refused.
     shared_store: bool = False
 
@@ -111,6 +122,10 @@ class RateLimit:
     algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW
     burst: int = 0
     strict: bool = False
+    edge: bool = False  # `consistency: edge` (core/edge.py)
+    # The hits of a refused request count too, as the reference counts them: costs reported
+    # after the response (Envoy's `apply_on_stream_done`) are spent whatever the answer.
+    count_refused: bool = False
     on_store_failure: StoreFailure = StoreFailure.LOCAL
     penalty: Penalty | None = None  # longer blocks for clients ignoring Retry-After
     # Share of the limit from which an admitted answer says `near_limit` (a metric).

@@ -43,6 +43,16 @@ import math
 from dataclasses import dataclass
 
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
+from ratelimit_sidecar.core.edge import (
+    at_edge,
+    edge_from,
+    estimate,
+    others_since,
+    push_due_ms,
+    stale_after_block,
+)
+from ratelimit_sidecar.core.edge import ceiling as edge_ceiling
+from ratelimit_sidecar.core.edge import enter as enter_edge
 from ratelimit_sidecar.core.keystate import NEVER, KeyState, WindowCounts
 from ratelimit_sidecar.core.quiet_keys import EarlySync
 from ratelimit_sidecar.core.spans import window_end
@@ -70,17 +80,25 @@ class FixedWindow(SharedAlgorithm):
     def check(self, state: KeyState, hits: int, now_ms: int) -> Verdict | None:
         counts = state.window_counts()
         unpushed = state.inflight + state.pending + hits
-        if unpushed > counts.early_at:  # a key alone past an even share: a push now
+        # A key alone past an even share, or at the edge after a block: a push now.
+        stale = (
+            state.edge
+            and counts.seen_ms < state.blocked_until
+            and stale_after_block(state, unpushed, now_ms)
+        )
+        if unpushed > counts.early_at or stale:
             self._push_early(state, now_ms)
-        if _over(state, counts, unpushed):
+        if _over(state, counts, unpushed, now_ms):
             return self._estimate_over(state, hits, now_ms)
         return None
 
     def _push_early(self, state: KeyState, now_ms: int) -> None:
         # Alone until the answer: the even split meanwhile only refused lone clients' bursts.
-        state.window_counts().early_at, state.next_sync = NEVER, now_ms
+        state.window_counts().early_at = NEVER
         if self.early is not None:
-            self.early.want(now_ms)
+            self.early.want(now_ms, state)
+        else:
+            state.next_sync = now_ms
 
     def _estimate_over(self, state: KeyState, hits: int, now_ms: int) -> Verdict:
         """Only a known count blocks (unless `estimate_blocks`): a noisy estimate must not block
@@ -107,6 +125,27 @@ class FixedWindow(SharedAlgorithm):
         if hits < 0:  # quota given back: never more than the window holds
             hits = max(hits, -(state.window_counts().seen + state.inflight + state.pending))
         state.counted(hits, now_ms)
+        if state.edge and hits > 0:
+            counts = state.window_counts()
+            if counts.edge or estimate(state, counts) >= counts.edge_from:
+                self._edge_hit(state, counts, now_ms)
+
+    def _edge_hit(self, state: KeyState, counts: WindowCounts, now_ms: int) -> None:
+        """A hit of a key that may be at the edge: its push asked for (core/edge.py)."""
+        early = self.early
+        if early is None or not early.store_up:
+            return
+        due = now_ms  # on entering the edge: the others need these hits now
+        if counts.edge:
+            due = push_due_ms(state, counts, now_ms)
+        else:
+            threshold = edge_from(state, now_ms, early.live_nodes)
+            if estimate(state, counts) < threshold:
+                counts.edge_from = threshold  # no check until the estimate passes it
+                return
+            enter_edge(counts, state.limit)
+        if due < state.next_sync:
+            early.want(due, state)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
@@ -142,11 +181,13 @@ class FixedWindow(SharedAlgorithm):
         if push.window != state.window:  # a late push: its total no longer gates requests
             return False
         total = answer.total
-        counts.seen = max(counts.seen, total)
+        counts.seen, counts.seen_ms = max(counts.seen, total), now_ms
         counts.resumed = 0  # the store's total holds what the key counted before its eviction
         early = self.early
         if early and not state.nodes.ratio and _early_share(state, total, early.live_nodes):
             self._push_early(state, now_ms)
+        if state.edge and early and at_edge(state, counts, now_ms, early.live_nodes):
+            enter_edge(counts, limit)
         return self.rearm(state, now_ms)
 
     def rearm(self, state: KeyState, now_ms: int) -> bool:
@@ -161,6 +202,9 @@ class FixedWindow(SharedAlgorithm):
         if not answered:
             counts.ceiling = float(limit.requests_per_unit)
             state.nodes.caution(False)
+            return
+        if state.edge:  # its own ceiling at the edge, MAX before (core/edge.py)
+            counts.ceiling = edge_ceiling(limit) if counts.edge else float(limit.requests_per_unit)
             return
         if not self.lenient:  # the ceiling stays MAX
             return
@@ -194,9 +238,13 @@ def _early_share(state: KeyState, total: int, live_nodes: int) -> bool:
     return share == 1 and state.pending > counts.early_at
 
 
-def _over(state: KeyState, counts: WindowCounts, unpushed: int) -> bool:
-    """The estimate passes the ceiling, or the known count MAX, with `unpushed` own hits."""
-    estimate = counts.seen + counts.resumed + unpushed * state.nodes.check
+def _over(state: KeyState, counts: WindowCounts, unpushed: int, now_ms: int) -> bool:
+    """The estimate passes the ceiling, or the known count MAX, with `unpushed` own hits. At the
+    edge, the others' hits since the store's total are the fleet's pace over its age."""
+    if counts.edge:
+        estimate = counts.seen + counts.resumed + unpushed + others_since(state, counts, now_ms)
+    else:
+        estimate = counts.seen + counts.resumed + unpushed * state.nodes.check
     return estimate > counts.ceiling or counts.seen + unpushed > state.limit.requests_per_unit
 
 
@@ -210,7 +258,7 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
     end = window_end(now_ms, state.limit.window_ms)
     at = max(state.blocked_until, now_ms)
     unpushed = state.inflight + state.pending + hits
-    if at < end and hits > 0 and _over(state, state.window_counts(), unpushed):
+    if at < end and hits > 0 and _over(state, state.window_counts(), unpushed, now_ms):
         at = end
     rearmed = _rearmed_block_end(state, now_ms, end)
     if rearmed > at and _likely_over(state):

@@ -7,7 +7,7 @@ with the answer, or None if the store failed. Which keys are synced: core/quiet_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
@@ -40,7 +40,16 @@ class FleetLimiter(Limiter):
         self.new_keys_alone = new_keys_alone
         self.heard = HeardTotals(key_digest)
         self.quiet = QuietKeys(quiet_share, self.early, self.heard)
-        self.store_up = True  # the last sync was answered
+        self._swept_ms = -1  # when a sync last looked at every key
+
+    @property
+    def store_up(self) -> bool:
+        """The last sync was answered."""
+        return self.early.store_up
+
+    @store_up.setter
+    def store_up(self, up: bool) -> None:
+        self.early.store_up = up
 
     @property
     def live_nodes(self) -> int:
@@ -64,13 +73,22 @@ class FleetLimiter(Limiter):
         """The sync loop pushes the ended span; only the window may have moved on."""
         self.dropped_hits += self.quiet.roll(state, now_ms)
 
-    def apply_near(
-        self, key: KeyId | None, digest: str, window: int, total: int, now_ms: int
+    def apply_near(  # noqa: PLR0917 - a notice's fields, as the store sends them
+        self,
+        key: KeyId | None,
+        digest: str,
+        window: int,
+        total: int,
+        now_ms: int,
+        edge: bool = False,
     ) -> None:
-        """A near notice (core/quiet_keys.py); an untracked key's total waits for its request."""
+        """A near notice (core/quiet_keys.py), or a push at the edge (core/edge.py); an untracked
+        key's total waits for its request."""
         state = None if key is None else self.keys.get(key)
         if state is None:
-            self.heard.put(digest, window, total)
+            self.heard.put(digest, window, total, now_ms if edge else -1)
+        elif edge:
+            self.quiet.edge_announced(state, window, total, now_ms)
         else:
             self.quiet.announced(state, window, total, now_ms)
 
@@ -101,18 +119,35 @@ class FleetLimiter(Limiter):
         if self._plan is not None:
             raise RuntimeError("end_span called while a sync is still in flight")
         plan = self._plan = SyncPlan(now_ms, self.algorithms)
-        self.early.due_ms = None
+        asked = _still_tracked(self.early.states)
+        self.early.states, self.early.due_ms = [], None
         for orphan in self._orphans:
             plan.push(None, orphan)
         self._orphans = []
-        for index, state in enumerate(self.keys):
+        keys: Iterable[KeyState] = self.keys
+        waiting = [] if flush else [state for state in asked if now_ms < state.next_sync]
+        if not (flush or self._span_ended(now_ms)):  # only the keys that asked (core/edge.py)
+            keys = asked
+        else:
+            self._swept_ms = now_ms
+        for index, state in enumerate(keys):
             if flush or now_ms >= state.next_sync:
                 self._plan_key(plan, state, now_ms, flush)
             if index % keys_per_step == keys_per_step - 1:
                 yield index + 1
+        for state in waiting:  # asked for a later push: still asks
+            self.early.want(state.next_sync, state, wake=False)
+
+    def _span_ended(self, now_ms: int) -> bool:
+        """A span of some rule ended since the last sync that looked at every key."""
+        ended = super().next_span_end(self._swept_ms)
+        return ended is None or now_ms >= ended
 
     def next_span_end(self, now_ms: int) -> int | None:
-        ends = (super().next_span_end(now_ms), self.early.due_ms)
+        """The first span end since the last sync that looked at every key (a push between span
+        ends may end after one), or an early push's."""
+        swept = self._swept_ms if self._swept_ms >= 0 else now_ms
+        ends = (super().next_span_end(swept), self.early.due_ms)
         return min((end for end in ends if end is not None), default=None)
 
     def batch_in_flight(self) -> SyncBatch:
@@ -141,11 +176,13 @@ class FleetLimiter(Limiter):
         if not (held or blocked) and (state.pending or not retried):
             span = push_span(state, ended, now_ms)
             levels = _levels(state, now_ms)
-            alone = isinstance(counts, WindowCounts) and counts.alone and state.nodes.value == 1
-            push = Push(state.key, state.window, state.pending, limit, span, *levels, alone)
+            window_counts = counts if isinstance(counts, WindowCounts) else None
+            alone = window_counts is not None and window_counts.alone and state.nodes.value == 1
+            edge = window_counts is not None and window_counts.edge
+            push = Push(state.key, state.window, state.pending, limit, span, *levels, alone, edge)
             plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
-            self.quiet.pushed(state)
+            self.quiet.pushed(state, now_ms)
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.nodes.window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.nodes.window))
@@ -218,6 +255,12 @@ class FleetLimiter(Limiter):
         """What a shutdown flush must push."""
         tracked = sum(s.pending + s.inflight + s.unsent for s in self.keys)
         return tracked + sum(p.hits for p in self._orphans)
+
+
+def _still_tracked(states: list[KeyState]) -> list[KeyState]:
+    """Each state once, if the table still holds it."""
+    unique = {id(state): state for state in states if state.tracked}
+    return list(unique.values())
 
 
 def _levels(state: KeyState, now_ms: int) -> tuple[int, int]:

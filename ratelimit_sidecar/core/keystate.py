@@ -19,7 +19,20 @@ NEVER: Final = float("inf")  # an early push threshold no count reaches (core/qu
 class WindowCounts:
     """A fixed window's own state (core/fixed_window.py) of the key's current window."""
 
-    __slots__ = ("alone", "ceiling", "early_at", "heard", "near", "pushed", "resumed", "seen")
+    __slots__ = (
+        "alone",
+        "ceiling",
+        "early_at",
+        "edge",
+        "edge_from",
+        "heard",
+        "near",
+        "pushed",
+        "pushed_ms",
+        "resumed",
+        "seen",
+        "seen_ms",
+    )
 
     def __init__(self, ceiling: float) -> None:
         self.seen = 0  # the store's total for the window, at the last sync
@@ -31,10 +44,15 @@ class WindowCounts:
         self.pushed = False  # this node pushed hits of the window: it pushes all of them
         self.early_at = NEVER  # own unpushed hits past this ask for an early push
         self.alone = False  # a new key's first window, assumed alone here (core/quiet_keys.py)
+        self.edge = False  # the window is at its edge: pushed fast (core/edge.py)
+        self.pushed_ms = 0  # when this node last pushed the window's hits
+        self.seen_ms = 0  # when `seen` last came from the store, at the edge
+        self.edge_from = 0.0  # an estimate under this is not at the edge (core/edge.py)
 
     def next_window(self) -> None:
-        self.seen = self.resumed = self.heard = 0
-        self.near = self.pushed = self.alone = False
+        self.seen = self.resumed = self.heard = self.pushed_ms = self.seen_ms = 0
+        self.near = self.pushed = self.alone = self.edge = False
+        self.edge_from = 0.0
 
 
 class Bucket:
@@ -57,6 +75,7 @@ class KeyState:
     __slots__ = (
         "blocked_until",
         "counts",
+        "edge",
         "inflight",
         "key",
         "last_hit",
@@ -97,6 +116,9 @@ class KeyState:
         self.nodes = NodesEstimate(nodes)
         self.counts: Counts | None = None  # the algorithm's own, from its `start`
         self.tracked = False  # in the limiter's table (core/keytable.py): a caller may keep it
+        # Synced fast near its limit (core/edge.py): what the limit says, until an RLQS report
+        # counts into it (a gateway's usage between reports reaches no store: no edge to hold).
+        self.edge = limit.edge
 
     # The counts as the algorithm that keeps them reads them.
 
@@ -130,6 +152,8 @@ class KeyState:
         counts = self.counts
         if isinstance(counts, WindowCounts):  # only a fixed window's counts end with it
             counts.next_window()
+            if self.edge:  # the edge's ceiling ends with the edge (core/edge.py)
+                counts.ceiling = float(self.limit.requests_per_unit)
         self.pending = self.inflight = 0
         self.window = w
         return dropped

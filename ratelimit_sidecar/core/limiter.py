@@ -63,6 +63,9 @@ class Limiter(ABC):
         if not (over or refused):
             for index, hit in enumerate(hits):
                 self._count_all(checked[index], hit.hits, now_ms)
+        else:
+            for index, hit in enumerate(hits):
+                self._count_refused(checked[index], hit.hits, now_ms)
         verdicts = tuple([self._verdict(limits_checked, now_ms) for limits_checked in checked])
         return Decision(OVER_LIMIT if over else OK, verdicts)
 
@@ -111,6 +114,7 @@ class Limiter(ABC):
             if state is not None:
                 if now_ms >= state.next_sync:
                     self._catch_up(state, now_ms)
+                state.edge = False  # RLQS: usage arrives per report, not within a period
                 self._count_reported(state, hit.hits, now_ms, since_ms)
             states.append(state)
         return states
@@ -142,6 +146,12 @@ class Limiter(ABC):
     def _count_all(self, limits_checked: list[Checked], hits: int, now_ms: int) -> None:
         for _, state in limits_checked:
             if state is not None and hits:
+                self.algorithm_of(state).count(state, hits, now_ms)
+
+    def _count_refused(self, limits_checked: list[Checked], hits: int, now_ms: int) -> None:
+        """`count_refused` limits count a refused request's hits (a cost already spent)."""
+        for _, state in limits_checked:
+            if state is not None and hits > 0 and state.limit.count_refused and state.tracked:
                 self.algorithm_of(state).count(state, hits, now_ms)
 
     def _verdict(self, limits_checked: list[Checked], now_ms: int) -> Verdict:

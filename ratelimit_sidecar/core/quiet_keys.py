@@ -27,7 +27,9 @@ even split. Sliding windows and token buckets are synced every span: they need e
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
+from ratelimit_sidecar.core.edge import enter, new_key_push_at
 from ratelimit_sidecar.core.keystate import NEVER, NO_WINDOW, KeyState, WindowCounts
 from ratelimit_sidecar.core.types import KeyId
 
@@ -39,18 +41,33 @@ HEARD_KEYS = 10_000  # near notices kept for keys this node does not track yet
 class EarlySync:
     """The live node count, and an early push (`want`): the sync loop, woken, syncs at `due_ms`."""
 
-    __slots__ = ("due_ms", "live_nodes", "wake")
+    __slots__ = ("due_ms", "live_nodes", "states", "store_up", "wake")
 
     def __init__(self) -> None:
         self.due_ms: int | None = None
         self.wake: Callable[[], None] | None = None  # the sync loop's, if it sleeps
         self.live_nodes = 1  # from the heartbeats
+        self.store_up = True  # the last sync was answered: pushing early is worth it
+        # The keys that asked, for a sync between span ends (only they are planned then).
+        self.states: list[KeyState] = []
 
-    def want(self, now_ms: int) -> None:
-        if self.due_ms is None or now_ms < self.due_ms:
-            self.due_ms = now_ms
-        if self.wake is not None:
-            self.wake()
+    def want(self, due_ms: int, state: KeyState, *, wake: bool = True) -> None:
+        """`state` asks for a push at `due_ms`; the sync loop is woken to plan its sleep (not
+        from the sync itself: it plans after)."""
+        state.next_sync = min(state.next_sync, due_ms)
+        self.states.append(state)
+        if self.due_ms is None or due_ms < self.due_ms:
+            self.due_ms = due_ms
+            if wake and self.wake is not None:
+                self.wake()
+
+
+class Heard(NamedTuple):
+    """A near notice of a key this node does not track yet."""
+
+    window: int
+    total: int
+    edge_ms: int = -1  # a push at the edge (core/edge.py), heard then; -1: a near notice
 
 
 class HeardTotals:
@@ -60,19 +77,19 @@ class HeardTotals:
 
     def __init__(self, digest: Callable[[KeyId], str] | None) -> None:
         self._digest = digest
-        self._totals: dict[str, tuple[int, int]] = {}  # digest -> (window, total)
+        self._totals: dict[str, Heard] = {}
 
-    def put(self, digest: str, window: int, total: int) -> None:
+    def put(self, digest: str, window: int, total: int, edge_ms: int = -1) -> None:
         self._totals.pop(digest, None)
         if len(self._totals) >= HEARD_KEYS:
             del self._totals[next(iter(self._totals))]
-        self._totals[digest] = (window, total)
+        self._totals[digest] = Heard(window, total, edge_ms)
 
-    def take(self, key: KeyId, window: int) -> int:
+    def take(self, key: KeyId, window: int) -> Heard | None:
         if not self._totals or self._digest is None:
-            return 0
+            return None
         heard = self._totals.pop(self._digest(key), None)
-        return heard[1] if heard is not None and heard[0] == window else 0
+        return heard if heard is not None and heard.window == window else None
 
 
 class QuietKeys:
@@ -87,8 +104,11 @@ class QuietKeys:
 
     def quiet(self, state: KeyState, counts: WindowCounts, now_ms: int) -> bool:
         """Held back at this span end; not blocked either."""
-        if counts.near or counts.pushed or not self.nodes_known or now_ms < state.blocked_until:
+        synced = counts.near or counts.pushed or counts.edge
+        if synced or not self.nodes_known or now_ms < state.blocked_until:
             return False
+        if state.edge and state.pending > new_key_push_at(state.limit):
+            return False  # it asked for its window's total (core/edge.py)
         return state.pending * self.fleet.live_nodes < self.share * state.limit.requests_per_unit
 
     @staticmethod
@@ -123,11 +143,16 @@ class QuietKeys:
         counts = state.counts
         if not isinstance(counts, WindowCounts):
             return
-        if total := self.heard.take(state.key, state.window):
-            counts.seen, counts.near = max(counts.seen, total), True
+        if heard := self.heard.take(state.key, state.window):
+            counts.seen, counts.near = max(counts.seen, heard.total), True
+            if heard.edge_ms >= 0 and state.edge:  # the fleet is at the edge: so is this node
+                enter(counts, state.limit)
+                counts.seen_ms = heard.edge_ms
         elif state.nodes.value == 1 and self.fleet.live_nodes > 1:
             counts.alone = True
             counts.early_at = state.limit.requests_per_unit / self.fleet.live_nodes
+        if state.edge:  # its window may be at the edge already: its total, soon
+            counts.early_at = min(counts.early_at, new_key_push_at(state.limit))
 
     def announced(self, state: KeyState, window: int, total: int, now_ms: int) -> None:
         counts = state.counts
@@ -136,11 +161,23 @@ class QuietKeys:
             counts.heard, counts.near = max(counts.heard, total), True
             counts.seen = counts.seen if state.inflight else max(counts.seen, total)
             if counts.alone and state.pending:  # the others need it now (docs/QUIET_KEYS.md)
-                state.next_sync = now_ms
-                self.fleet.want(now_ms)
+                self.fleet.want(now_ms, state)
+
+    def edge_announced(self, state: KeyState, window: int, total: int, now_ms: int) -> None:
+        """Another node's push at the edge (core/edge.py): the key is at the edge here too, and
+        its unpushed hits go at once."""
+        counts = state.counts
+        if not isinstance(counts, WindowCounts) or state.window != window or not state.edge:
+            return
+        counts.heard, counts.near = max(counts.heard, total), True
+        enter(counts, state.limit)
+        if not state.inflight:
+            counts.seen, counts.seen_ms = max(counts.seen, total), now_ms
+        if state.pending and self.fleet.store_up:
+            self.fleet.want(now_ms, state)
 
     @staticmethod
-    def pushed(state: KeyState) -> None:
+    def pushed(state: KeyState, now_ms: int) -> None:
         counts = state.counts
         if isinstance(counts, WindowCounts):
-            counts.pushed, counts.early_at = True, NEVER
+            counts.pushed, counts.early_at, counts.pushed_ms = True, NEVER, now_ms

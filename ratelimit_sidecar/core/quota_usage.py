@@ -81,7 +81,7 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
     algorithm = limiter.algorithm_of(state)
     answer = algorithm.admitted(state, now_ms)  # what is left, and when room frees
     blocked_ms = algorithm.wait_ms(state, 0, now_ms) if now_ms < state.blocked_until else 0
-    sync_ms = max(0, state.next_sync - now_ms)
+    sync_ms = max(1, state.next_sync - now_ms)  # due now (a push asked for): news soon
     fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
     return KeyView(
         limit,

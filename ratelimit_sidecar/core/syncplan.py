@@ -47,7 +47,7 @@ class SyncPlan:
 
     def succeed(self, now_ms: int, result: types.SyncResult) -> types.SyncStats:
         """A push answered as not applied fails alone, as in `fail`, and is resent."""
-        pushed = hits = dropped = blocked = failed_orphans = 0
+        pushed = hits = dropped = blocked = failed_orphans = edge = 0
         failed: set[KeyState] = set()  # keys whose push failed: their pace is unknown
         paced: list[KeyState] = []  # fixed windows that synced: they pace their check
         rows = zip(self.batch.pushes, self._push_states, self._fresh, result.pushes, strict=True)
@@ -59,7 +59,7 @@ class SyncPlan:
                 if state is not None:
                     failed.add(state)
                 continue
-            pushed, hits = pushed + 1, hits + push.hits
+            pushed, hits, edge = pushed + 1, hits + push.hits, edge + push.edge
             if state is not None:
                 blocked += self._take_answer(now_ms, push, state, answer)
                 if push.window == state.window and _paced(state):
@@ -69,7 +69,16 @@ class SyncPlan:
             if state not in failed:
                 self._paced.after_sync(state, self.batch.now_ms, True)
         failed_keys = len(failed) + failed_orphans
-        return types.SyncStats(pushed, hits, dropped, blocked, failed_keys=failed_keys)
+        reads = len(self.batch.total_reads)
+        return types.SyncStats(
+            pushed,
+            hits,
+            dropped,
+            blocked,
+            failed_keys=failed_keys,
+            read_keys=reads,
+            edge_pushes=edge,
+        )
 
     def _take_answer(
         self, now_ms: int, push: types.Push, state: KeyState, answer: types.PushResult

@@ -84,6 +84,7 @@ class Push(NamedTuple):
     wanted_level: int = 0  # a penalised client offended: the level asked for; 0: none
     blocking_level: int = -1  # the level of the node's own running block; -1: none
     announce: bool = False  # a key alone here: the store announces its total past NEAR_SHARE
+    edge: bool = False  # a key at the edge: the store announces every push (core/edge.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,3 +133,5 @@ class SyncStats:
     failed: bool = False  # the whole sync failed
     failed_keys: int = 0  # keys with a push the store answered but did not apply
     heartbeat_failed: bool = False  # the store answered, but not the node's heartbeat
+    read_keys: int = 0  # window totals read without a push
+    edge_pushes: int = 0  # pushes of keys at the edge (core/edge.py), of `pushed_keys`

@@ -13,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
+from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.types import OVER_LIMIT
 from ratelimit_sidecar.metrics.grpc_port import GrpcPortCollector
 from ratelimit_sidecar.metrics.hot import DecisionCounts, LatencyHistogram, Tally
@@ -85,6 +86,10 @@ class Metrics:
         )
         self.sync_round_trips = self._counter("sync_round_trips", "Store round trips")
         self.keys_pushed = self._counter("sync_keys_pushed", "Counter deltas pushed")
+        self.keys_read = self._counter("sync_keys_read", "Window totals read without a push")
+        self.edge_pushes = self._counter(
+            "edge_pushes", "Deltas pushed of keys at the edge, within sync_keys_pushed"
+        )
         self.dropped_hits = self._counter(
             "dropped_hits", "Admitted hits never confirmed by the store"
         )
@@ -203,6 +208,8 @@ class Metrics:
         self.sync_seconds.observe(seconds)
         self.sync_round_trips.inc()
         self.keys_pushed.inc(stats.pushed_keys)
+        self.keys_read.inc(stats.read_keys)
+        self.edge_pushes.inc(stats.edge_pushes)
         self.dropped_hits.inc(stats.dropped_hits)
         self.sync_key_errors.inc(stats.failed_keys)
         if stats.heartbeat_failed:
@@ -226,6 +233,13 @@ class Metrics:
         """Register gauges computed at scrape time from the limiter's state."""
         self.registry.register(StateCollector(limiter, store_up, now_ms))
         self.registry.register(PenaltyCollector(limiter, now_ms))
+
+
+def _at_edge(state: KeyState, now_ms: int) -> bool:
+    """In its current window: a key's counts roll to the next window only at its next use."""
+    counts = state.counts
+    current = state.window == now_ms // state.limit.window_ms
+    return isinstance(counts, WindowCounts) and counts.edge and current
 
 
 class StateCollector(Collector):
@@ -257,6 +271,12 @@ class StateCollector(Collector):
             f"{NS}_live_nodes", "Nodes the store's heartbeats counted", value=limiter.live_nodes
         )
         quiet = limiter.quiet.hits if isinstance(limiter, FleetLimiter) else 0
+        now_ms = self._now_ms()
+        yield GaugeMetricFamily(
+            f"{NS}_edge_keys",
+            "Counters whose window is at the edge: pushed within milliseconds",
+            value=sum(1 for state in limiter.keys if _at_edge(state, now_ms)),
+        )
         yield GaugeMetricFamily(
             f"{NS}_quiet_hits", "Hits of quiet windows never sent to the store", value=quiet
         )

@@ -104,11 +104,13 @@ class DigestIndex:
 
 
 class NearNotice(NamedTuple):
-    """A fixed window's count reached NEAR_SHARE of MAX: `<digest>|<window>|<total>[|...]`."""
+    """A fixed window's count reached NEAR_SHARE of MAX: `<digest>|<window>|<total>[|e]`, `e`
+    for a push at the edge (core/edge.py)."""
 
     digest: str
     window: int
     total: int
+    edge: bool = False
 
 
 def parse_near(data: bytes) -> NearNotice | None:
@@ -119,4 +121,5 @@ def parse_near(data: bytes) -> NearNotice | None:
         window, total = int(fields[1]), int(fields[2])
     except ValueError:
         return None
-    return NearNotice(fields[0].decode("ascii"), window, total) if total > 0 else None
+    edge = len(fields) > 3 and fields[3] == b"e"
+    return NearNotice(fields[0].decode("ascii"), window, total, edge) if total > 0 else None

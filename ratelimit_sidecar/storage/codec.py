@@ -194,7 +194,8 @@ def by_slot(keys: Iterable[tuple[int, KeyId]]) -> list[list[int]]:
 def fixed_entry(push: Push) -> str:
     limit = push.limit
     ttl = rules.window_ttl_ms(limit)
-    fields = push.hits, ttl, limit.requests_per_unit, limit.cooldown, int(push.announce)
+    announce = 2 if push.edge else int(push.announce)  # sync.lua's announce field
+    fields = push.hits, ttl, limit.requests_per_unit, limit.cooldown, announce
     return _entry(push, *fields)
 
 

@@ -9,7 +9,9 @@
 --          joined by ";"
 --          (counter = prefix{digest}suffix, flag = prefix{digest}:block; count may be 0: the
 --          key is only read; negative: quota given back; announce: 1 for a key its node holds
---          alone, whose every push past NEAR_SHARE (up to max) is announced; penalty: empty, or
+--          alone, whose every push past NEAR_SHARE (up to max) is announced, 2 for a key at the
+--          edge (core/edge.py), whose every push from a total up to max is announced with a
+--          trailing "|e", however far from NEAR_SHARE; penalty: empty, or
 --          "factor/max_ms/forgive_ms/wanted/blocking" (penalty.lua): the answer then ends with
 --          "|level|block_level")
 -- ARGV[3]  the blocks channel (sync_common.lua)
@@ -31,7 +33,7 @@
 
 local prefix = ARGV[1]
 local near_channel = ARGV[4] or ''
-local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([01])|([^|]*)$'
+local entry = '^([^|]+)|([^|]*)|(-?%d+)|(%d+)|(%d+)|(%d+)|([012])|([^|]*)$'
 
 local function push(text)
   local digest, suffix, count, ttl, max, cooldown, announce, penalty = string.match(text, entry)
@@ -56,9 +58,11 @@ local function push(text)
   max = tonumber(max)
   local near, before = {{NEAR_SHARE}} * max, total - tonumber(count)
   local again = announce == '1' and before < total and total <= max
-  if near_channel ~= '' and total >= near and (before < near or again) then
+  local edge = announce == '2' and before < total and before <= max
+  if near_channel ~= '' and (edge or (total >= near and (before < near or again))) then
     local window = string.match(suffix, '(%d+)$')
-    redis.pcall('PUBLISH', near_channel, digest .. '|' .. window .. '|' .. total)
+    local marker = edge and '|e' or ''
+    redis.pcall('PUBLISH', near_channel, digest .. '|' .. window .. '|' .. total .. marker)
   end
   if p then -- "total,left|level|block_level" (sync_common.lua)
     local left, levels = penalised(digest, tag, cooldown, total > max, p, max)

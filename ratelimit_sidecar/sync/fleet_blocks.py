@@ -51,6 +51,7 @@ class FleetBlocks:
         self.applied = 0  # ... that blocked a key of this node (or blocked it longer)
         self.malformed = 0
         self.near_received = 0  # near notices (core/quiet_keys.py)
+        self.edge_received = 0  # of them, pushes at the edge (core/edge.py)
         self._rebuilding: asyncio.Task[None] | None = None
         self._waiting: list[tuple[BlockNotice, int]] = []  # notices for keys not indexed yet
 
@@ -76,8 +77,10 @@ class FleetBlocks:
             self.malformed += 1
             return
         self.near_received += 1
+        self.edge_received += notice.edge
         key = self.index.find(notice.digest)
-        self.limiter.apply_near(key, notice.digest, notice.window, notice.total, self._clock_ms())
+        now = self._clock_ms()
+        self.limiter.apply_near(key, notice.digest, notice.window, notice.total, now, notice.edge)
 
     def _apply(self, notice: BlockNotice, left_ms: int, now_ms: int) -> bool:
         key = self.index.find(notice.digest)
@@ -156,6 +159,11 @@ class BlocksCollector(Collector):
             f"{NS}_fleet_near_received",
             "Windows announced near their limit (core/quiet_keys.py)",
             value=blocks.near_received,
+        )
+        yield CounterMetricFamily(
+            f"{NS}_edge_notices_received",
+            "Pushes of keys at the edge announced to this node (core/edge.py)",
+            value=blocks.edge_received,
         )
         yield GaugeMetricFamily(
             f"{NS}_subscription_up",

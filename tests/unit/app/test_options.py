@@ -21,6 +21,7 @@ APP_DIR = Path(options.__file__).parent
 READ_THROUGH = {
     "config_xds": "xds_url",
     "default_algorithm": "rule_defaults",
+    "default_consistency": "rule_defaults",
     "near_limit_ratio": "rule_defaults",
 }
 

@@ -9,7 +9,14 @@ import pytest
 from ratelimit_sidecar.app.settings import Settings
 from ratelimit_sidecar.config import ConfigError, load_rules
 from ratelimit_sidecar.config.matcher import match
-from ratelimit_sidecar.config.model import AlgorithmName, RuleDefaults, StoreFailure, Unit
+from ratelimit_sidecar.config.model import (
+    AlgorithmName,
+    Consistency,
+    RateLimit,
+    RuleDefaults,
+    StoreFailure,
+    Unit,
+)
 
 GOOD = """\
 domain: d
@@ -87,7 +94,7 @@ BAD = [
     ),
     (
         "rate_limit: {unit: second, requests_per_unit: 5, consistency: exact}",
-        "5: descriptors[0].rate_limit.consistency: must be eventual or strict",
+        "5: descriptors[0].rate_limit.consistency: must be one of eventual, edge, strict",
     ),
     (
         "rate_limit: {unit: second, requests_per_unit: 200000, algorithm: sliding_log}",
@@ -138,3 +145,60 @@ def test_settings_refuse_an_unknown_default_algorithm() -> None:
         Settings(config_path="x", default_algorithm="leaky")
     chosen = Settings(config_path="x", default_algorithm="token_bucket", redis_url="redis://h")
     assert chosen.rule_defaults == RuleDefaults(AlgorithmName.TOKEN_BUCKET, shared_store=True)
+
+
+CONSISTENCIES = """\
+domain: d
+descriptors:
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: named
+    rate_limit: {unit: minute, requests_per_unit: 5, consistency: eventual}
+  - key: search
+    rate_limit: {unit: minute, requests_per_unit: 600, algorithm: sliding_window}
+  - key: tokens
+    rate_limit: {unit: day, requests_per_unit: 2000000, count_refused: true}
+"""
+
+
+def limit_of(tmp_path: Path, key: str, defaults: RuleDefaults) -> RateLimit:
+    domain = load_rules(write(tmp_path, CONSISTENCIES), defaults=defaults).domain("d")
+    assert domain is not None
+    found = match(domain, [(key, "v")])
+    assert found is not None and found.limit is not None
+    return found.limit
+
+
+def test_fixed_windows_are_at_the_edge_by_default_with_a_store(tmp_path: Path) -> None:
+    shared = RuleDefaults(shared_store=True)
+    assert limit_of(tmp_path, "plain", shared).edge
+    assert not limit_of(tmp_path, "named", shared).edge  # eventual, as the rule says
+    assert not limit_of(tmp_path, "search", shared).edge  # the default skips other algorithms
+    assert not limit_of(tmp_path, "plain", RuleDefaults()).edge  # local-only: nothing to sync
+    eventual = RuleDefaults(consistency=Consistency.EVENTUAL, shared_store=True)
+    assert not limit_of(tmp_path, "plain", eventual).edge
+
+
+def test_count_refused_loads_on_its_limit_only(tmp_path: Path) -> None:
+    assert limit_of(tmp_path, "tokens", RuleDefaults()).count_refused
+    assert not limit_of(tmp_path, "plain", RuleDefaults()).count_refused
+
+
+def test_edge_on_another_algorithm_names_file_line_and_key(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit:"
+        " 5, algorithm: token_bucket, consistency: edge}\n",
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_rules(path, defaults=RuleDefaults(shared_store=True))
+    expected = "4: descriptors[0].rate_limit.consistency: edge applies to fixed_window only"
+    assert f"{path}:{expected}" in str(caught.value)
+
+
+def test_settings_choose_the_default_consistency() -> None:
+    with pytest.raises(ValueError, match="--default-consistency must be one of"):
+        Settings(config_path="x", default_consistency="exact")
+    chosen = Settings(config_path="x", default_consistency="eventual", redis_url="redis://h")
+    assert chosen.rule_defaults.consistency is Consistency.EVENTUAL
+    assert Settings(config_path="x").rule_defaults.consistency is Consistency.EDGE

@@ -291,7 +291,7 @@ def test_reference_defaults_missing_requests_per_unit_and_empty_value(tmp_path: 
 UNITS = "second, minute, hour, day, week, month, year"
 RATE_LIMIT_KEYS = (
     "unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, spans, cooldown,"
-    " algorithm, burst, consistency, on_store_failure, penalty"
+    " algorithm, burst, consistency, on_store_failure, count_refused, penalty"
 )
 DESCRIPTOR_KEYS = (
     "key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric,"

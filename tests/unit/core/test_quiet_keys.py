@@ -167,7 +167,8 @@ def test_a_key_near_already_keeps_its_count_on_a_later_notice() -> None:
     assert state_of(limiter).window_counts().seen == 60
     limiter.apply_near(None, "|".join(hit(RULE, "w").key), window, 70, T0 + 4)
     limiter.apply_near(None, "|".join(hit(RULE, "w").key), window, 90, T0 + 5)
-    assert limiter.heard.take(hit(RULE, "w").key, window) == 90
+    heard = limiter.heard.take(hit(RULE, "w").key, window)
+    assert heard is not None and heard.total == 90
 
 
 def test_after_its_first_window_a_key_waits_for_its_span_end_on_a_notice() -> None:
