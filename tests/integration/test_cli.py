@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import time
 from pathlib import Path
 
 import grpc
@@ -21,6 +22,7 @@ def test_serve_answers_and_stops_gracefully(tmp_path: Path, sig: int) -> None:
     try:
         with grpc.insecure_channel(sidecar.address) as channel:
             stub = rls_stub(channel)
+            time.sleep(1.02 - time.time() % 1)  # 3 a second: all four within one window
             codes = [
                 stub.ShouldRateLimit(request("gateway", [("client", "x")]), timeout=5).overall_code
                 for _ in range(4)
