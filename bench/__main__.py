@@ -30,6 +30,7 @@ SECTIONS = {  # section: what it measures
     "rlqs": "wrk -> Envoy: no filter, RLQS (ALLOW_ALL; sidecar), ShouldRateLimit, at once",
     "workers": "sidecar --workers 1 vs 2 under load; metrics cost per request",
     "edge": "keys at the edge on 3 sidecars: admitted per window, store work, switch, outage",
+    "edge-trailing": "sliding windows and token buckets at the edge on 3 sidecars vs exact",
     "flood": "a flood of fresh values cannot reset heavy clients' counters",
     "overrides": "overrides: propagation p50/p99 over 3 nodes; 10,000 loaded vs none",
     "xds": "xDS rules: push -> 3 nodes, p50/p99; reconnect attempts while down",

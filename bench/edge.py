@@ -43,8 +43,8 @@ from harness.grpc_client import rls_stub
 from harness.redis_servers import ServerProcess, server_group
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar._proto import wire
-from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
-from ratelimit_sidecar.core import FleetLimiter, Hit, SyncResult
+from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
+from ratelimit_sidecar.core import FleetLimiter, Hit, PushResult, SyncResult
 
 NODES, LIMIT, WINDOW_S, WINDOWS = 3, 240, 10, 3
 BOUNDS = {2: 1.02, 10: 1.05}  # load -> worst window / MAX
@@ -79,6 +79,7 @@ class Sent:
     """What a run's client saw: admitted per window, answers' time, errors."""
 
     admitted: dict[int, int] = field(default_factory=dict)
+    arrivals: list[tuple[int, bool]] = field(default_factory=list)  # (wall ms, admitted)
     requests: int = 0
     errors: int = 0
     slowest_ms: float = 0.0
@@ -127,10 +128,12 @@ def metrics(node: SidecarProcess) -> dict[str, float]:
 
 
 @contextmanager
-def fleet(workdir: Path, store: ServerProcess, *flags: str) -> Iterator[Fleet]:
+def fleet(
+    workdir: Path, store: ServerProcess, *flags: str, rules_text: str = RULES
+) -> Iterator[Fleet]:
     with store.client() as admin:
         admin.flushall()
-    rules = rules_dir(workdir, RULES, DOMAIN)
+    rules = rules_dir(workdir, rules_text, DOMAIN)
     extra = ("--redis-url", store.url, "--strict-timeout-ms", str(STRICT_TIMEOUT_MS), *flags)
     nodes = [SidecarProcess(rules, *extra, "--node-id", f"n{i}") for i in range(NODES)]
     try:
@@ -171,6 +174,7 @@ def paced(
         sent.requests += 1
         sent.errors += ok is None
         sent.admitted[window] = sent.admitted.get(window, 0) + bool(ok)
+        sent.arrivals.append((int(1000 * time.time()), bool(ok)))
         n += 1
         between()
     return sent
@@ -242,12 +246,20 @@ def under_half(clients: Fleet) -> tuple[float, float]:
     return (clients.store_work() - before) / max(1, sent.requests), sent.p99_ms()
 
 
-def decision_cost(rounds: int = COST_ROUNDS, calls: int = COST_CALLS) -> dict[str, list[float]]:
+def decision_cost(
+    rounds: int = COST_ROUNDS,
+    calls: int = COST_CALLS,
+    algorithm: AlgorithmName = AlgorithmName.FIXED_WINDOW,
+) -> dict[str, list[float]]:
     """ns per `FleetLimiter.hit` of 100 keys far from their limit (a billion per 10 s) on a
     limiter that knows 3 live nodes, eventual and edge in alternating rounds: the request
     path's only change."""
     rules = {
-        mode: Rule(DOMAIN, (("far", ""),), RateLimit(10**9, Unit.SECOND, WINDOW_S, edge=edge))
+        mode: Rule(
+            DOMAIN,
+            (("far", ""),),
+            RateLimit(10**9, Unit.SECOND, WINDOW_S, algorithm=algorithm, edge=edge),
+        )
         for mode, edge in (("eventual (before)", False), ("edge", True))
     }
     found: dict[str, list[float]] = {mode: [] for mode in rules}
@@ -257,11 +269,21 @@ def decision_cost(rounds: int = COST_ROUNDS, calls: int = COST_CALLS) -> dict[st
             now = int(time.time() * 1000)
             limiter.apply_sync(now, limiter.end_span(now), SyncResult(live_nodes=NODES))
             hits = [[Hit(rule, (DOMAIN, "far", f"v{i}"), 1)] for i in range(100)]
+            synced(limiter, now, hits)
             started = time.perf_counter()
             for n in range(calls):
                 limiter.hit(now, hits[n % 100])
             found[mode].append(1e9 * (time.perf_counter() - started) / calls)
     return found
+
+
+def synced(limiter: FleetLimiter, now: int, hits: Sequence[Sequence[Hit]]) -> None:
+    """Each key counted and pushed once, as a key away from the edge has been."""
+    for one in hits:
+        limiter.hit(now, one)
+    batch = limiter.end_span(now, flush=True)
+    answers = tuple(PushResult(0, 0) for _ in batch.pushes)
+    limiter.apply_sync(now, batch, SyncResult(answers, (0,) * len(batch.total_reads), NODES))
 
 
 def median(values: Sequence[float]) -> float:
@@ -276,12 +298,12 @@ def fresh_keys(clients: Fleet, count: int = FRESH) -> float:
     return (clients.store_work() - before) / count
 
 
-def tiny_limit(clients: Fleet) -> int:
+def tiny_limit(clients: Fleet, key: str = "tiny") -> int:
     """3 a minute: one request on each gateway at once, then one more on each 30 ms later."""
     answers: list[bool | None] = []
 
     def on(node: int) -> None:
-        answers.append(clients.ask(node, "tiny", "new"))  # one append: no lost update
+        answers.append(clients.ask(node, key, "new"))  # one append: no lost update
 
     for _ in range(2):
         threads = [threading.Thread(target=on, args=(node,)) for node in range(NODES)]
@@ -348,6 +370,10 @@ def measure(workdir: Path, store: ServerProcess) -> dict[str, object]:
             "decision_ns": decision_cost()}  # fmt: skip
 
 
+def without_arrivals(sent: Sent) -> dict[str, object]:
+    return {name: value for name, value in asdict(sent).items() if name != "arrivals"}
+
+
 def report(options: Options, found: dict[str, object]) -> Outcome:
     runs = found["runs"]
     assert isinstance(runs, list)
@@ -402,7 +428,8 @@ def report(options: Options, found: dict[str, object]) -> Outcome:
     ]
     document = {
         "runs": [asdict(r) for r in runs], "switch_spread_ms": spread, "under_half": under,
-        "fresh": fresh, "tiny": tiny, "outage": asdict(outage), "outage_windows": windows,
+        "fresh": fresh, "tiny": tiny, "outage": without_arrivals(outage),
+        "outage_windows": windows,
         "decision_ns": cost,
     }  # fmt: skip
     return conclude(options, lines, document, verdicts)

@@ -215,8 +215,8 @@ class Settings:
     default_consistency: str = field(
         default="edge",
         metadata=_help(
-            "consistency of limits that name none: edge (fixed windows synced fast near their"
-            " limit; other algorithms eventual), eventual or strict"
+            "consistency of limits that name none: edge (synced fast near their limit; a"
+            " sliding_log is never shared without strict), eventual or strict"
         ),
     )
     strict_timeout_ms: int = field(

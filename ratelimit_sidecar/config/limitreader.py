@@ -179,17 +179,14 @@ class LimitReader(PenaltyReader):
             self.add(fields["burst"], join_path(path, "burst"), message)
         consistency = self.consistency(fields.get("consistency"), join_path(path, "consistency"))
         strict = consistency is Consistency.STRICT
+        # A sliding log is never summed in a store: it says so below, unless strict.
         edge = consistency is Consistency.EDGE and self.defaults.shared_store
-        if edge and algorithm is not AlgorithmName.FIXED_WINDOW:
-            edge = False
-            if "consistency" in fields:
-                message = f"edge applies to fixed_window only (this one is {algorithm.text})"
-                self.add(fields["consistency"], join_path(path, "consistency"), message)
+        edge = edge and algorithm is not AlgorithmName.SLIDING_LOG
         failure = self.store_failure(fields.get("on_store_failure"), path, strict)
         if algorithm is AlgorithmName.SLIDING_LOG and not strict and self.defaults.shared_store:
             where = fields.get("algorithm") or fields.get("consistency")
             message = (
-                "sliding_log with eventual consistency cannot be shared through Redis (a log"
+                "sliding_log without consistency: strict cannot be shared through Redis (a log"
                 " is not a sum of span totals): add consistency: strict, or use sliding_window"
             )
             self.add(where or 0, join_path(path, "algorithm"), message)

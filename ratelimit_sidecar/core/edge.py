@@ -1,4 +1,4 @@
-"""Keys at the edge: a fixed window whose fleet could reach MAX before every node syncs again.
+"""Keys at the edge: a limit whose fleet could reach MAX before every node syncs again.
 
 A limit with `consistency: edge` is decided from memory as an eventual one is, while the fleet
 cannot reach MAX before its next span sync: the estimate of the window's count (the store's total
@@ -22,18 +22,37 @@ nothing early. A limit under NEW_KEY_PER_NODE requests per live node (3 a minute
 gateways) is at the edge from its first hit. When the store does not answer, the local
 thresholds of the fallback decide, and nothing is pushed early. A counter fed by RLQS reports
 is never at the edge (`KeyState.edge`): its gateways' usage reaches the store per report.
+
+Sliding windows and token buckets have no window that fills and stays full: at twice their
+limit they sit near MAX all the time, and pushing every SLACK of MAX would cost the store
+nearly a call per request. Their own-hits-times-`nodes` estimate splits what frees up between
+the nodes, which holds them near their exact reference; at the edge the rest of their error
+is closed where it is made, with store work once a span at most:
+
+- a key that never pushed (a node that just joined, a client that moved) reads the fleet's
+  counts past `new_key_push_at` own hits (`first_read_due`);
+- a span end's first answer lacks the pushes of the nodes that sync after this one (the first
+  to push a span sees only its own hits): a key within reach of MAX (`reread_due`,
+  `bucket_near`) reads again LATE_PUSH_MS later, once a span, and a bucket keeps its own
+  projection until then;
+- a fleet grown since the key's last answer raises its `nodes` at once
+  (`NodesEstimate.grow`): learning from finished windows lags a window or two, while the
+  joiners take their share again.
 """
 
 from __future__ import annotations
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
+from ratelimit_sidecar.core.spancounts import Trailing
 
 SLACK = 0.01  # the share of MAX the fleet may add between two pushes of a node at the edge
 MIN_PERIOD_MS = 10  # the shortest time between two pushes of a key
 HORIZON_EXTRA_MS = 100  # a store round trip, a late timer and clock skew, beyond the span
 NOTICE_LAG_MS = 10  # from a push's hit to its notice at every node: a timer, a round trip
 NEW_KEY_PER_NODE = 4  # a limit under this many requests per live node: at the edge at once
+LATE_PUSH_MS = 20  # the other nodes' pushes of a span just ended land within this of the first
+MIN_BUCKET_SPANS = 2  # a bucket holding fewer spans' refill is read at span ends only
 
 
 def tiny(limit: RateLimit, live_nodes: int) -> bool:
@@ -130,3 +149,36 @@ def push_due_ms(state: KeyState, counts: WindowCounts, now_ms: int) -> int:
     if state.pending * state.nodes.value >= SLACK * state.limit.requests_per_unit:
         return now_ms  # a burst: the fleet has added SLACK of MAX since the last push
     return max(now_ms, counts.pushed_ms + period_ms(state, counts, now_ms))
+
+
+def first_read_due(state: KeyState, now_ms: int) -> bool:
+    """A sliding window or bucket at the edge that has never pushed (a node that just joined, a
+    client that moved here) reads the fleet's counts past `new_key_push_at` own hits: until its
+    first span end it counts its own hits times `nodes`, which the fleet's may pass."""
+    if state.inflight or state.next_sync <= now_ms:  # asked already
+        return False
+    return state.pending > new_key_push_at(state.limit)  # a key seen once: never early
+
+
+def reread_due(limit: RateLimit, trailing: Trailing, pushed: float) -> bool:
+    """After a span end's answer, a sliding window whose count plus what its pushed span adds
+    again over the horizon reaches MAX: its spans are read again once the other nodes' pushes
+    of that span are in (the first node to push a span sees only its own hits)."""
+    added = pushed * horizon_ms(limit) * limit.spans / limit.window_ms
+    return (
+        trailing.scaled_count() + added * trailing.length
+        >= limit.requests_per_unit * trailing.length
+    )
+
+
+def bucket_near(limit: RateLimit, tat: float, now_ms: int) -> bool:
+    """A token bucket whose projected debt leaves less than a span's refill: one node's late
+    push could empty it. Not a bucket under MIN_BUCKET_SPANS spans' refill: the store counts a
+    span's hits as if at its end, so its debt there exceeds the truth by up to a span's refill,
+    which a late push's absence offsets; read again, it refuses under the limit (more spans
+    make such a bucket fit)."""
+    span_refill = limit.window_ms * limit.requests_per_unit / limit.spans  # in ticks
+    full = limit.capacity * limit.window_ms
+    if full < MIN_BUCKET_SPANS * span_refill:
+        return False
+    return tat - now_ms * limit.requests_per_unit >= full - span_refill

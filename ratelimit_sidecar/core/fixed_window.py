@@ -127,7 +127,7 @@ class FixedWindow(SharedAlgorithm):
         state.counted(hits, now_ms)
         if state.edge and hits > 0:
             counts = state.window_counts()
-            if counts.edge or estimate(state, counts) >= counts.edge_from:
+            if counts.edge or counts.edge_from <= _estimate(state, counts):
                 self._edge_hit(state, counts, now_ms)
 
     def _edge_hit(self, state: KeyState, counts: WindowCounts, now_ms: int) -> None:
@@ -218,6 +218,14 @@ class FixedWindow(SharedAlgorithm):
             slack += max(0.0, _noise(state, elapsed) - share)
         counts.ceiling = rpu + slack
         state.nodes.caution(counts.ceiling > rpu)
+
+
+def _estimate(state: KeyState, counts: WindowCounts) -> float:
+    """`core.edge.estimate`, in this module: a call within a compiled module costs less than
+    one across modules, and this one runs on every hit of a key under the default
+    (docs/PERFORMANCE.md; tests/unit/core/test_edge.py checks that the two agree)."""
+    unpushed = state.inflight + state.pending
+    return counts.seen + counts.resumed + unpushed * state.nodes.value
 
 
 def _early_share(state: KeyState, total: int, live_nodes: int) -> bool:

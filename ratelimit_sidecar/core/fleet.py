@@ -15,8 +15,10 @@ from ratelimit_sidecar.core.fixed_window import FixedWindow
 from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter, lifts_block
 from ratelimit_sidecar.core.quiet_keys import QUIET_SHARE, EarlySync, HeardTotals, QuietKeys
-from ratelimit_sidecar.core.spans import span_end, span_index, span_number
+from ratelimit_sidecar.core.sliding_window import SlidingWindow
+from ratelimit_sidecar.core.spans import span_bounds, span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
+from ratelimit_sidecar.core.token_bucket import TokenBucket
 from ratelimit_sidecar.core.types import KeyId, Push, SyncBatch, SyncResult, SyncStats, TotalRead
 
 
@@ -33,7 +35,12 @@ class FleetLimiter(Limiter):
         """`key_digest` names a key as the store's near notices do (None: not followed)."""
         self.early = EarlySync()
         fixed_window = replace(fixed_window or FixedWindow(), early=self.early)
-        super().__init__(max_keys, fixed_window=fixed_window)
+        super().__init__(
+            max_keys,
+            fixed_window=fixed_window,
+            sliding_window=SlidingWindow(early=self.early),
+            token_bucket=TokenBucket(early=self.early),
+        )
         self.fixed_window = fixed_window
         self._orphans: list[Push] = []  # unpushed hits of keys that left the table
         self._plan: SyncPlan | None = None
@@ -67,6 +74,7 @@ class FleetLimiter(Limiter):
         return 1 if alone else self.live_nodes
 
     def _started(self, state: KeyState) -> None:
+        state.nodes.live = self.live_nodes  # what its first guess knew (`NodesEstimate.grow`)
         self.quiet.start_key(state)
 
     def _catch_up(self, state: KeyState, now_ms: int) -> None:
@@ -178,7 +186,7 @@ class FleetLimiter(Limiter):
             levels = _levels(state, now_ms)
             window_counts = counts if isinstance(counts, WindowCounts) else None
             alone = window_counts is not None and window_counts.alone and state.nodes.value == 1
-            edge = window_counts is not None and window_counts.edge
+            edge = window_counts.edge if window_counts is not None else asked(state, ended)
             push = Push(state.key, state.window, state.pending, limit, span, *levels, alone, edge)
             plan.push(state, push)
             state.inflight, state.pending = state.pending, 0
@@ -283,4 +291,17 @@ def push_span(state: KeyState, ended_ms: int, now_ms: int) -> int:
         return span_number(now_ms - 1, limit)
     span = span_number(state.last_hit, limit)
     late = ended_ms <= state.last_hit and span_number(ended_ms, limit) == span
+    # An early push's due time (core/edge.py) ends no span: its hits are the span's own.
+    late = late and is_span_end(ended_ms, limit)
     return span - 1 if late and span % limit.spans else span
+
+
+def asked(state: KeyState, ended_ms: int) -> bool:
+    """A sliding window's or bucket's push at the edge between span ends (core/edge.py): its
+    store work is the edge's."""
+    return state.edge and not is_span_end(ended_ms, state.limit)
+
+
+def is_span_end(ms: int, limit: RateLimit) -> bool:
+    """`ms` is the first of a span: a span end's sync, not an early push's due time."""
+    return span_bounds(span_number(ms, limit), limit)[0] == ms

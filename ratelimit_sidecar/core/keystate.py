@@ -56,10 +56,12 @@ class WindowCounts:
 
 
 class Bucket:
-    __slots__ = ("tat",)
+    __slots__ = ("pushed", "reread_span", "tat")
 
     def __init__(self) -> None:
         self.tat: float = 0.0  # the full-again time, in ticks of 1/requests_per_unit ms
+        self.pushed = False  # pushed once: its first read at the edge is done (core/edge.py)
+        self.reread_span = -1  # the span whose first answer asked to read again (core/edge.py)
 
 
 # What an algorithm keeps of a key beside the span bookkeeping, one type per algorithm.

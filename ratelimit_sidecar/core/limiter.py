@@ -33,12 +33,17 @@ Checked = tuple[Verdict | None, Counter]
 
 class Limiter(ABC):
     def __init__(
-        self, max_keys: int = DEFAULT_MAX_KEYS, *, fixed_window: FixedWindow | None = None
+        self,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        *,
+        fixed_window: FixedWindow | None = None,
+        sliding_window: SlidingWindow | None = None,
+        token_bucket: TokenBucket | None = None,
     ) -> None:
         # Global shadow mode is the service's (service/overall.py); a rule's is here.
         self.keys = KeyTable(max_keys)
         # Indexed by AlgorithmName; `fixed_window` replaces the shipped one (simulator variants).
-        self.algorithms = all_algorithms(fixed_window)
+        self.algorithms = all_algorithms(fixed_window, sliding_window, token_bucket)
         self._live_nodes = 1  # node-level estimate for keys without history
         self.dropped_hits = 0  # admitted hits that could never be pushed (cumulative)
         self.untracked = 0  # decisions made without a counter: the table was full of blocks
@@ -249,11 +254,15 @@ class Limiter(ABC):
         return self.algorithms[state.limit.algorithm_index]
 
 
-def all_algorithms(fixed_window: FixedWindow | None = None) -> tuple[Algorithm, ...]:
+def all_algorithms(
+    fixed_window: FixedWindow | None = None,
+    sliding_window: SlidingWindow | None = None,
+    token_bucket: TokenBucket | None = None,
+) -> tuple[Algorithm, ...]:
     chosen: dict[AlgorithmName, Algorithm] = {
         AlgorithmName.FIXED_WINDOW: fixed_window or FixedWindow(),
-        AlgorithmName.SLIDING_WINDOW: SlidingWindow(),
-        AlgorithmName.TOKEN_BUCKET: TokenBucket(),
+        AlgorithmName.SLIDING_WINDOW: sliding_window or SlidingWindow(),
+        AlgorithmName.TOKEN_BUCKET: token_bucket or TokenBucket(),
         AlgorithmName.SLIDING_LOG: SlidingLog(),
     }
     return tuple(chosen[name] for name in AlgorithmName)

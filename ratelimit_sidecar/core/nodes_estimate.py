@@ -41,6 +41,7 @@ class NodesEstimate:
         "cautious",
         "check",
         "fleet_sum",
+        "live",
         "prev",
         "ratio",
         "refused",
@@ -62,6 +63,7 @@ class NodesEstimate:
         self.refused = 0  # ... and refused on the estimate alone (offered, not admitted)
         self.window = NO_WINDOW  # a finished window whose fleet total is still wanted
         self.window_admitted = self.window_refused = 0  # own counts of that window
+        self.live = 0  # the live node count when the key started, or `grow` last saw it
 
     def roll(self, window: int, consecutive: bool) -> None:
         """Keep `window`'s own counts for the fleet's total, if it was the one just before."""
@@ -81,6 +83,23 @@ class NodesEstimate:
         self.prev = self.value if self.prev else nodes
         self.value = nodes
         self.check = self.lower_of_last_two() if self.cautious else nodes
+
+    def grow(self, live_nodes: int) -> None:
+        """The fleet grew since the last call: a balancer spreads this key's traffic over the
+        new nodes too, so this node's share falls as live / new live (believed at once, as any
+        larger fleet; a key pinned to this node refuses early until its next window teaches
+        it). Learning from finished windows alone lags a window or two, and a trailing limit
+        meanwhile admits the joiners' share again (core/edge.py)."""
+        live, self.live = self.live, live_nodes
+        if 0 < live < live_nodes:
+            scale = live_nodes / live
+            self.value, self.check, self.prev = (
+                self.value * scale,
+                self.check * scale,
+                self.prev * scale,
+            )
+            # The windows learnt so far count the larger fleet too, or the next one undoes it.
+            self.ratio, self.fleet_sum = self.ratio * scale, self.fleet_sum * scale
 
     def guess(self, nodes: float) -> None:
         """A new key's estimate before it has learnt one (core/quiet_keys.py)."""

@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ratelimit_sidecar.core.edge import enter, new_key_push_at
-from ratelimit_sidecar.core.keystate import NEVER, NO_WINDOW, KeyState, WindowCounts
+from ratelimit_sidecar.core.edge import enter, first_read_due, new_key_push_at
+from ratelimit_sidecar.core.keystate import NEVER, NO_WINDOW, Bucket, KeyState, WindowCounts
+from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.types import KeyId
 
 QUIET_SHARE = 0.1  # the default quiet bound, as a share of MAX for the whole fleet
@@ -60,6 +61,12 @@ class EarlySync:
             self.due_ms = due_ms
             if wake and self.wake is not None:
                 self.wake()
+
+    def first_read(self, state: KeyState, now_ms: int) -> None:
+        """A sliding window or bucket at the edge that never pushed: its first read, past a few
+        own hits (core/edge.py)."""
+        if self.store_up and first_read_due(state, now_ms):
+            self.want(now_ms, state)
 
 
 class Heard(NamedTuple):
@@ -181,3 +188,5 @@ class QuietKeys:
         counts = state.counts
         if isinstance(counts, WindowCounts):
             counts.pushed, counts.early_at, counts.pushed_ms = True, NEVER, now_ms
+        elif isinstance(counts, SpanState | Bucket):
+            counts.pushed = True  # its first read at the edge is done (core/edge.py)

@@ -27,6 +27,10 @@ A span end:
   node has pushed it yet). An answer without spans confirms nothing.
 - The store failed: the hits stay own, scaled by `nodes`, until confirmed or out of the window;
   with a cooldown, an estimate over MAX blocks. Local-only mode: nothing to do.
+- At the edge (`consistency: edge`, core/edge.py): a key that never pushed reads the spans
+  after a few own hits; a span end's answer leaving the key within reach of MAX reads the
+  spans again once the other nodes' pushes of that span are in; a fleet grown since the last
+  answer raises `nodes` at once. The store down: nothing asked early.
 - `nodes` as for the fixed window, from admitted counts only: over a trailing limit every node
   refuses on its estimate all the time, and its own refusals alone as offered would make a
   fleet too small. No lenient ceiling; every estimate uses the lower of the last two `nodes`.
@@ -39,7 +43,9 @@ from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
+from ratelimit_sidecar.core.edge import LATE_PUSH_MS, reread_due
 from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.quiet_keys import EarlySync
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
@@ -51,6 +57,8 @@ MIN_EARLY_OWN = 5  # own hits (taken low) before a new key's spans may lower its
 
 @dataclass(frozen=True, slots=True)
 class SlidingWindow(SharedAlgorithm):
+    early: EarlySync | None = None  # where a key at the edge asks for a push (core/fleet.py)
+
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` is counted in the span of the key's return: it leaves later than its hits
         would (over-counts, never under), or the store's total of that span replaces it."""
@@ -86,6 +94,8 @@ class SlidingWindow(SharedAlgorithm):
         else:
             own.add(span_number(now_ms, state.limit), hits)
         state.counted(hits, now_ms)  # what the next push carries
+        if state.edge and not counts.pushed and hits > 0 and self.early is not None:
+            self.early.first_read(state, now_ms)  # a new key at the edge (core/edge.py)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
@@ -110,11 +120,23 @@ class SlidingWindow(SharedAlgorithm):
         first = max(spans.newest for spans in counted) - state.limit.spans + 1
         return sum(spans.since(first) for spans in counted)
 
+    def _read_again(self, state: KeyState, counts: SpanState, pushed: float, now_ms: int) -> None:
+        """Near MAX at the edge, the spans are read again LATE_PUSH_MS after a span's first
+        answer: the other nodes' pushes of the span just ended may land after it."""
+        early, span = self.early, span_number(now_ms, state.limit)
+        if early is None or not early.store_up or counts.reread_span == span:
+            return
+        if reread_due(state.limit, _trailing(state, now_ms), pushed):
+            counts.reread_span = span
+            early.want(now_ms + LATE_PUSH_MS, state)
+
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int
     ) -> bool:
         if answer is None:
             return _blocks_over(state, now_ms, known=False)
+        if state.edge and self.early is not None:
+            state.nodes.grow(self.early.live_nodes)
         counts = state.span_state()
         counts.retry_memo = None  # the counts a Retry-After was computed from change here
         if not answer.spans:
@@ -128,6 +150,8 @@ class SlidingWindow(SharedAlgorithm):
             counts.own.take_oldest(push.hits)  # in the store's totals now
         fleet.raise_floor(newest, max(0, push.hits) * state.nodes.check)
         _learn_from_spans(state, counts, newest, push.hits, answer.spans)
+        if state.edge:
+            self._read_again(state, counts, fleet.estimate(newest), now_ms)
         return _blocks_over(state, now_ms, known=True)
 
 

@@ -124,8 +124,10 @@ class SpanState:
         "early_own",
         "fleet",
         "own",
+        "pushed",
         "pushed_count",
         "pushed_span",
+        "reread_span",
         "retry_memo",
     )
 
@@ -139,6 +141,8 @@ class SpanState:
         self.pushed_count = 0
         self.early_fleet = 0
         self.early_own = 0
+        self.reread_span = -1  # the span whose first answer asked to read again (core/edge.py)
+        self.pushed = False  # pushed once: its first read at the edge is done (core/edge.py)
         # The last check (now_ms, pending after its hits, its Trailing, hits scaled) for its answer.
         self.checked: tuple[int, int, Trailing, float] | None = None
         # A blocked key's last Retry-After: (blocked_until, pending, hits, nodes, fits_at).

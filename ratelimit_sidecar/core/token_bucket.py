@@ -28,6 +28,10 @@ A span end:
   Own hits are pushed unscaled. The store takes a span's hits as if at its end, so its debt may
   exceed the truth by up to a span's refill: never lenient, but a bucket not much larger than
   that refuses more than it should (more spans help).
+- At the edge (`consistency: edge`, core/edge.py): a key that never pushed reads the fleet's
+  debt after a few own hits; a span's first answer may lack the others' pushes of it, so a
+  bucket this node projects nearly empty keeps its projection and reads the debt again a
+  moment later, when every node's push is in.
 - The store failed: nothing to add (the projection counts each own hit for `nodes`);
   local-only mode: every hit moved TAT when it was counted. `nodes`: as the fixed window's.
 
@@ -41,13 +45,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
+from ratelimit_sidecar.core.edge import LATE_PUSH_MS, bucket_near
 from ratelimit_sidecar.core.keystate import Bucket, KeyState
+from ratelimit_sidecar.core.quiet_keys import EarlySync
+from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
 
 @dataclass(frozen=True, slots=True)
 class TokenBucket(SharedAlgorithm):
+    early: EarlySync | None = None  # where a key at the edge asks to read again (core/fleet.py)
+
     def start(self, state: KeyState, resumed: int) -> None:
         """`resumed` hits of debt from the key's return."""
         limit, bucket = state.limit, Bucket()
@@ -96,6 +105,8 @@ class TokenBucket(SharedAlgorithm):
             bucket.tat = max(now, bucket.tat + hits * token)
             hits = max(hits, -lacked)
         state.counted(hits, now_ms)
+        if state.edge and not bucket.pushed and hits > 0 and self.early is not None:
+            self.early.first_read(state, now_ms)  # a new key at the edge (core/edge.py)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit
@@ -122,11 +133,26 @@ class TokenBucket(SharedAlgorithm):
         if answer is None:
             return False
         limit, rpu = state.limit, state.limit.requests_per_unit
-        tat = (now_ms + answer.total) * rpu + state.pending * limit.window_ms
-        state.bucket().tat = float(tat)
+        tat = float((now_ms + answer.total) * rpu + state.pending * limit.window_ms)
+        if state.edge and self.early is not None and self.early.store_up:
+            tat = self._edge_answer(state, self.early, tat, now_ms)
+        state.bucket().tat = tat
         if limit.cooldown <= 0 or answer.total * rpu <= limit.capacity * limit.window_ms:
             return False
         return state.block(state.cooldown_end(now_ms), now_ms)
+
+    @staticmethod
+    def _edge_answer(state: KeyState, early: EarlySync, tat: float, now_ms: int) -> float:
+        """A span's first answer may lack the other nodes' pushes of it: a bucket nearly empty
+        by this node's projection keeps it and reads again LATE_PUSH_MS later, when every
+        node's push is in (the first to push a span sees only its own hits)."""
+        limit, bucket = state.limit, state.bucket()
+        span = span_number(now_ms, limit)
+        if bucket.reread_span == span or not bucket_near(limit, bucket.tat, now_ms):
+            return tat  # the read again, or a bucket far from empty: the store's debt
+        bucket.reread_span = span
+        early.want(now_ms + LATE_PUSH_MS, state)
+        return max(tat, bucket.tat)
 
 
 def _projected(state: KeyState, hits: int, now: float) -> float:

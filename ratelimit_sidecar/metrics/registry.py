@@ -13,7 +13,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
-from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
+from ratelimit_sidecar.core.keystate import Bucket, KeyState, WindowCounts
+from ratelimit_sidecar.core.spancounts import SpanState
+from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import OVER_LIMIT
 from ratelimit_sidecar.metrics.grpc_port import GrpcPortCollector
 from ratelimit_sidecar.metrics.hot import DecisionCounts, LatencyHistogram, Tally
@@ -236,8 +238,11 @@ class Metrics:
 
 
 def _at_edge(state: KeyState, now_ms: int) -> bool:
-    """In its current window: a key's counts roll to the next window only at its next use."""
+    """In its current window: a key's counts roll to the next window only at its next use. A
+    sliding window or bucket: its span's first answer found it within reach of MAX."""
     counts = state.counts
+    if isinstance(counts, SpanState | Bucket):
+        return counts.reread_span == span_number(now_ms, state.limit)
     current = state.window == now_ms // state.limit.window_ms
     return isinstance(counts, WindowCounts) and counts.edge and current
 

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from ratelimit_sidecar.config import RuleSet, load_rules, match
-from ratelimit_sidecar.core import Code, Decision, Hit, SyncStats, Verdict
+from ratelimit_sidecar.core import Code, Decision, Hit, PushResult, SyncStats, Verdict
 from ratelimit_sidecar.metrics import Metrics
 from ratelimit_sidecar.metrics.labels import MAX_VALUE_LABELS
+from tests.unit.core.test_edge_trailing import BUCKET, T0, send, sync
+from tests.unit.core.test_edge_trailing import fleet as trailing_fleet
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REFERENCE = Path(__file__).parent / "config" / "fixtures" / "reference"
@@ -103,3 +105,15 @@ def test_keys_the_store_did_not_apply_are_counted_and_redis_stays_up() -> None:
     assert sample("ratelimit_sidecar_sync_key_errors_total") == 2
     assert sample("ratelimit_sidecar_sync_errors_total", {"kind": "timeout"}) == 1
     assert sample("ratelimit_sidecar_sync_errors_total", {"kind": "refused"}) == 0
+
+
+def test_a_trailing_key_asked_to_read_again_shows_in_edge_keys() -> None:
+    limiter = trailing_fleet()
+    metrics = Metrics()
+    now = {"ms": T0 + 500}
+    metrics.watch(limiter, lambda: True, lambda: now["ms"])
+    send(limiter, BUCKET, T0 + 450, 150)
+    sync(limiter, T0 + 500, PushResult(150, 0))
+    assert metrics.registry.get_sample_value("ratelimit_sidecar_edge_keys") == 1
+    now["ms"] = T0 + 1000  # the next span: its first answer decides again
+    assert metrics.registry.get_sample_value("ratelimit_sidecar_edge_keys") == 0

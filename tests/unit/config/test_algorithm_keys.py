@@ -135,7 +135,7 @@ def test_an_eventual_sliding_log_is_refused_only_with_a_shared_store(tmp_path: P
     assert load_rules(path).domain("d") is not None  # local-only: exact, fine
     with pytest.raises(ConfigError) as caught:
         load_rules(path, defaults=RuleDefaults(shared_store=True))
-    assert f"{path}:4: descriptors[0].rate_limit.algorithm: sliding_log with eventual" in str(
+    assert f"{path}:4: descriptors[0].rate_limit.algorithm: sliding_log without consistency" in str(
         caught.value
     )
 
@@ -169,11 +169,11 @@ def limit_of(tmp_path: Path, key: str, defaults: RuleDefaults) -> RateLimit:
     return found.limit
 
 
-def test_fixed_windows_are_at_the_edge_by_default_with_a_store(tmp_path: Path) -> None:
+def test_limits_are_at_the_edge_by_default_with_a_store(tmp_path: Path) -> None:
     shared = RuleDefaults(shared_store=True)
     assert limit_of(tmp_path, "plain", shared).edge
     assert not limit_of(tmp_path, "named", shared).edge  # eventual, as the rule says
-    assert not limit_of(tmp_path, "search", shared).edge  # the default skips other algorithms
+    assert limit_of(tmp_path, "search", shared).edge  # a sliding window too
     assert not limit_of(tmp_path, "plain", RuleDefaults()).edge  # local-only: nothing to sync
     eventual = RuleDefaults(consistency=Consistency.EVENTUAL, shared_store=True)
     assert not limit_of(tmp_path, "plain", eventual).edge
@@ -184,15 +184,15 @@ def test_count_refused_loads_on_its_limit_only(tmp_path: Path) -> None:
     assert not limit_of(tmp_path, "plain", RuleDefaults()).count_refused
 
 
-def test_edge_on_another_algorithm_names_file_line_and_key(tmp_path: Path) -> None:
+def test_edge_on_a_sliding_log_names_file_line_and_key(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit:"
-        " 5, algorithm: token_bucket, consistency: edge}\n",
+        " 5, algorithm: sliding_log, consistency: edge}\n",
     )
     with pytest.raises(ConfigError) as caught:
         load_rules(path, defaults=RuleDefaults(shared_store=True))
-    expected = "4: descriptors[0].rate_limit.consistency: edge applies to fixed_window only"
+    expected = "4: descriptors[0].rate_limit.algorithm: sliding_log without consistency: strict"
     assert f"{path}:{expected}" in str(caught.value)
 
 

@@ -4,11 +4,20 @@ is a parameter."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 from ratelimit_sidecar.config.model import Rule
 from ratelimit_sidecar.core import Code, FleetLimiter, PushResult, SyncResult
-from ratelimit_sidecar.core.edge import MIN_PERIOD_MS, SLACK, at_edge, new_key_push_at, tiny
+from ratelimit_sidecar.core.edge import (
+    MIN_PERIOD_MS,
+    SLACK,
+    at_edge,
+    estimate,
+    new_key_push_at,
+    tiny,
+)
+from ratelimit_sidecar.core.fixed_window import _estimate as fixed_estimate
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.types import SyncBatch
 from tests.unit.core.rules import hit, rule
@@ -253,3 +262,17 @@ def test_a_hit_under_the_last_threshold_is_not_checked_again() -> None:
     counts.seen = 550
     hits(limiter, T0 + 900, 1)
     assert counts.edge_from == 600 and not counts.edge  # 1000 / (1 + 600 / 900)
+
+
+def test_the_fixed_windows_own_estimate_is_the_edges() -> None:
+    """`fixed_window._estimate` is `edge.estimate` in the compiled module of the hot path."""
+    rng = random.Random(7)
+    limiter = fleet()
+    hits(limiter, T0 + 1, 1)
+    state = state_of(limiter)
+    counts = state.window_counts()
+    for _ in range(1000):
+        counts.seen, counts.resumed = rng.randrange(5000), rng.randrange(50)
+        state.inflight, state.pending = rng.randrange(100), rng.randrange(100)
+        state.nodes.value = rng.uniform(1, 12)
+        assert fixed_estimate(state, counts) == estimate(state, counts)

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
+from ratelimit_sidecar.config.model import AlgorithmName, Rule
 from ratelimit_sidecar.core import Code, FleetLimiter, PushResult, SyncResult
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.schedule import BEAT_MS, SyncSchedule
@@ -19,8 +24,8 @@ def fleet(live_nodes: int = 4, **options: object) -> FleetLimiter:
     return limiter
 
 
-def state_of(limiter: FleetLimiter, value: str = "v") -> KeyState:
-    state = limiter.keys.get(hit(RULE, value).key)
+def state_of(limiter: FleetLimiter, r: Rule = RULE, value: str = "v") -> KeyState:
+    state = limiter.keys.get(hit(r, value).key)
     assert state is not None
     return state
 
@@ -225,3 +230,17 @@ def test_a_notice_read_while_a_push_is_in_flight_counts_in_full_with_its_answer(
     limiter.apply_sync(T0 + 502, batch, SyncResult((PushResult(4, 0),)))
     codes = [limiter.hit(T0 + 510 + i, [hit(ten)]).code for i in range(3)]
     assert codes == [Code.OK, Code.OK, Code.OVER_LIMIT]  # 8 of 10 known: two left
+
+
+def trailing(algorithm: AlgorithmName, edge: bool = True) -> Rule:
+    limit = replace(RULE.limits[0], algorithm=algorithm, edge=edge)
+    return replace(RULE, limit=limit, limits=(limit,))
+
+
+@pytest.mark.parametrize("edge", [False, True])
+@pytest.mark.parametrize("algorithm", [AlgorithmName.SLIDING_WINDOW, AlgorithmName.TOKEN_BUCKET])
+def test_a_trailing_key_is_never_quiet(algorithm: AlgorithmName, edge: bool) -> None:
+    """Held hits would hide from the others past the window's end (docs/EDGE.md)."""
+    limiter = fleet()
+    limiter.hit(T0 + 1, [hit(trailing(algorithm, edge))])
+    assert sync(limiter, T0 + 500) == 1
