@@ -111,12 +111,7 @@ class LimitReader(PenaltyReader):
         name = self.text(fields["name"], join_path(path, "name")) if "name" in fields else ""
         replaces = self.replaces(fields.get("replaces"), join_path(path, "replaces"), name)
         if self.flag(fields, "unlimited", path):
-            # Counting settings on an allow-list entry mean the author expected a limit.
-            for extra in _COUNTING:
-                if extra in fields:
-                    message = "must not be set when unlimited is true"
-                    self.add(fields[extra], join_path(path, extra), message)
-            return ParsedLimits((), True, replaces)
+            return self.unlimited(fields, path, replaces)
         counting = self.counting(fields, path)
         cooldown = fields.get("cooldown")
         window_end = self.window_end(cooldown, join_path(path, "cooldown"), counting.algorithm)
@@ -145,6 +140,17 @@ class LimitReader(PenaltyReader):
             self.check_limit(limit, fields, node, path)
             limit = self.limit_penalty(limit, fields, path)
         return ParsedLimits((limit,), False, replaces)
+
+    def unlimited(
+        self, fields: dict[str, Node], path: str, replaces: tuple[str, ...]
+    ) -> ParsedLimits:
+        """Counting settings on an allow-list entry mean the author expected a limit."""
+        for extra in _COUNTING:
+            if extra in fields:
+                self.add(
+                    fields[extra], join_path(path, extra), "must not be set when unlimited is true"
+                )
+        return ParsedLimits((), True, replaces)
 
     def check_limit(self, limit: RateLimit, fields: dict[str, Node], node: Node, path: str) -> None:
         """What only the whole limit can tell: window too long, spans too short, log too long."""

@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ratelimit_sidecar.core.edge import enter, first_read_due, new_key_push_at
+from ratelimit_sidecar.core.edge import LATE_PUSH_MS, enter, first_read_due, new_key_push_at
 from ratelimit_sidecar.core.keystate import NEVER, NO_WINDOW, Bucket, KeyState, WindowCounts
 from ratelimit_sidecar.core.spancounts import SpanState
+from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import KeyId
 
 QUIET_SHARE = 0.1  # the default quiet bound, as a share of MAX for the whole fleet
@@ -62,11 +63,22 @@ class EarlySync:
             if wake and self.wake is not None:
                 self.wake()
 
+    def read_again(self, state: KeyState, counts: SpanState | Bucket, now_ms: int) -> None:
+        """A sliding window or bucket near MAX after a span end's first answer reads again
+        LATE_PUSH_MS later, once a span (core/edge.py)."""
+        counts.reread_span = span_number(now_ms, state.limit)
+        self.want(now_ms + LATE_PUSH_MS, state)
+
     def first_read(self, state: KeyState, now_ms: int) -> None:
         """A sliding window or bucket at the edge that never pushed: its first read, past a few
         own hits (core/edge.py)."""
         if self.store_up and first_read_due(state, now_ms):
             self.want(now_ms, state)
+
+
+def read_again_asked(state: KeyState, counts: SpanState | Bucket, now_ms: int) -> bool:
+    """This span's first answer asked a sliding window or bucket to read again."""
+    return counts.reread_span == span_number(now_ms, state.limit)
 
 
 class Heard(NamedTuple):

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 
 from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
-from ratelimit_sidecar.core.edge import LATE_PUSH_MS, reread_due
+from ratelimit_sidecar.core.edge import reread_due
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.quiet_keys import EarlySync
+from ratelimit_sidecar.core.quiet_keys import EarlySync, read_again_asked
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
@@ -123,12 +123,11 @@ class SlidingWindow(SharedAlgorithm):
     def _read_again(self, state: KeyState, counts: SpanState, pushed: float, now_ms: int) -> None:
         """Near MAX at the edge, the spans are read again LATE_PUSH_MS after a span's first
         answer: the other nodes' pushes of the span just ended may land after it."""
-        early, span = self.early, span_number(now_ms, state.limit)
-        if early is None or not early.store_up or counts.reread_span == span:
+        early = self.early
+        if early is None or not early.store_up or read_again_asked(state, counts, now_ms):
             return
         if reread_due(state.limit, _trailing(state, now_ms), pushed):
-            counts.reread_span = span
-            early.want(now_ms + LATE_PUSH_MS, state)
+            early.read_again(state, counts, now_ms)
 
     def store_answer(
         self, state: KeyState, push: Push, answer: PushResult | None, now_ms: int

@@ -45,10 +45,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
-from ratelimit_sidecar.core.edge import LATE_PUSH_MS, bucket_near
+from ratelimit_sidecar.core.edge import bucket_near
 from ratelimit_sidecar.core.keystate import Bucket, KeyState
-from ratelimit_sidecar.core.quiet_keys import EarlySync
-from ratelimit_sidecar.core.spans import span_number
+from ratelimit_sidecar.core.quiet_keys import EarlySync, read_again_asked
 from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict
 from ratelimit_sidecar.core.verdicts import refuse_for_cooldown
 
@@ -146,12 +145,11 @@ class TokenBucket(SharedAlgorithm):
         """A span's first answer may lack the other nodes' pushes of it: a bucket nearly empty
         by this node's projection keeps it and reads again LATE_PUSH_MS later, when every
         node's push is in (the first to push a span sees only its own hits)."""
-        limit, bucket = state.limit, state.bucket()
-        span = span_number(now_ms, limit)
-        if bucket.reread_span == span or not bucket_near(limit, bucket.tat, now_ms):
+        bucket = state.bucket()
+        asked = read_again_asked(state, bucket, now_ms)
+        if asked or not bucket_near(state.limit, bucket.tat, now_ms):
             return tat  # the read again, or a bucket far from empty: the store's debt
-        bucket.reread_span = span
-        early.want(now_ms + LATE_PUSH_MS, state)
+        early.read_again(state, bucket, now_ms)
         return max(tat, bucket.tat)
 
 

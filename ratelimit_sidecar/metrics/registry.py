@@ -14,8 +14,8 @@ from prometheus_client.registry import Collector
 
 from ratelimit_sidecar.core import Decision, FleetLimiter, Hit, Limiter, SyncStats, Verdict
 from ratelimit_sidecar.core.keystate import Bucket, KeyState, WindowCounts
+from ratelimit_sidecar.core.quiet_keys import read_again_asked
 from ratelimit_sidecar.core.spancounts import SpanState
-from ratelimit_sidecar.core.spans import span_number
 from ratelimit_sidecar.core.types import OVER_LIMIT
 from ratelimit_sidecar.metrics.grpc_port import GrpcPortCollector
 from ratelimit_sidecar.metrics.hot import DecisionCounts, LatencyHistogram, Tally
@@ -242,7 +242,7 @@ def _at_edge(state: KeyState, now_ms: int) -> bool:
     sliding window or bucket: its span's first answer found it within reach of MAX."""
     counts = state.counts
     if isinstance(counts, SpanState | Bucket):
-        return counts.reread_span == span_number(now_ms, state.limit)
+        return read_again_asked(state, counts, now_ms)
     current = state.window == now_ms // state.limit.window_ms
     return isinstance(counts, WindowCounts) and counts.edge and current
 
