@@ -277,12 +277,13 @@ def retry_wait_ms(state: KeyState, hits: int, now_ms: int) -> int:
 def _likely_over(state: KeyState) -> bool:
     """The window will likely end over MAX: it already is (for sure), or other nodes share the
     key (`nodes` > 1: only they can admit past MAX) and the known count is within a span's share
-    of MAX (`retry_storm` shows how often such a refusal meets a block at the window's end)."""
+    of MAX (`retry_storm` shows how often such a refusal meets a block at the window's end). At
+    the edge the fleet is held to MAX: only a count known over it says so."""
     rpu, spans = state.limit.requests_per_unit, state.limit.spans
     known = state.window_counts().seen + state.inflight + state.pending
     if known > rpu:
         return True
-    return state.nodes.value > 1 and known * spans >= rpu * (spans - 1)
+    return not state.edge and state.nodes.value > 1 and known * spans >= rpu * (spans - 1)
 
 
 def _rearmed_block_end(state: KeyState, now_ms: int, end: int) -> int:
