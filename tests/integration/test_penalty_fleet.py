@@ -153,13 +153,17 @@ def metric(node: SidecarProcess, name: str) -> float:
 
 def test_a_hammering_client_waits_1x_2x_4x_on_every_node_across_a_restart(fleet: Fleet) -> None:
     """A block's Retry-After is its length, or up to one window more where it also counts the
-    block re-armed while its window stays over: 1-2 s, then 2-3 s; after a restart of every
-    node, 4-5 s (a block at level 0 would say at most 2 s): the level lived in Redis."""
+    block re-armed while its window stays over: 1-2 s, then 2-3 s (the fleet's level: a node may
+    meet it raised by the others' blocks); after a restart of every node, 4-5 s (a block at
+    level 0 would say at most 2 s): the level lived in Redis."""
     addresses = fleet.start()
     before = hammer(addresses, 3.2, "hammer")  # block 1 (1 s), offended; block 2 (2 s) ...
     for node in range(3):
         blocks = runs(before, node)
-        assert blocks and blocks[0] <= 2 and 2 <= max(blocks) <= 3, (node, blocks)
+        # A node admitting while the others block meets the level their offences raised: its
+        # next block may already be the top one (measured once in a CI run: 1 s, 1 s, then 4 s).
+        assert blocks and blocks[0] <= 2 and 2 <= max(blocks) <= MAX_RETRY_S + 1, (node, blocks)
+    assert any(2 <= wait <= 3 for node in range(3) for wait in runs(before, node))  # a 2 s block
     assert sum(metric(n, "ratelimit_sidecar_penalties_applied_total") for n in fleet.nodes) >= 2
     levels = [k.get("penalty_level") for n in fleet.nodes for k in debug_keys(n)]
     assert 2 in levels, levels
