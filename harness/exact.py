@@ -69,14 +69,19 @@ def worst_trailing(times_ms: Sequence[int], window_ms: int) -> int:
 
 
 def drive_keys(
-    addresses: list[str], rates: list[float], seconds: float, values: dict[str, str]
+    addresses: list[str],
+    rates: list[float],
+    seconds: float,
+    values: dict[str, str],
+    *,
+    jitter: float = 0.0,
 ) -> dict[str, list[Answer]]:
     """`drive` for every (descriptor key, value) of `values` at once, each on its own threads:
     one descriptor per request, so no rule's refusal holds back another's count."""
     out: dict[str, list[Answer]] = {}
 
     def run(key: str) -> None:
-        out[key] = drive(addresses, rates, seconds, [(key, values[key])])
+        out[key] = drive(addresses, rates, seconds, [(key, values[key])], jitter=jitter)
 
     threads = [threading.Thread(target=run, args=(key,)) for key in values]
     for thread in threads:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class _Node:
     index: int
     address: str
     rate: float  # requests per second
+    jitter: float = 0.0
 
 
 def drive(
@@ -37,11 +39,15 @@ def drive(
     seconds: float,
     entries: list[tuple[str, str]],
     domain: str = "gateway",
+    *,
+    jitter: float = 0.0,
 ) -> list[Answer]:
-    """Send `rates[i]` requests per second to `addresses[i]` for `seconds`; bounded by both."""
+    """Send `rates[i]` requests per second to `addresses[i]` for `seconds`; bounded by both.
+    `jitter` (0 to 1) spreads each gap uniformly over (1 ± jitter) × 1/rate, so a node's hits
+    do not keep one phase against the sync loop's span ends."""
     message = request(domain, entries)
     deadline = time.time() + seconds
-    nodes = [_Node(i, a, r) for i, (a, r) in enumerate(zip(addresses, rates, strict=True))]
+    nodes = [_Node(i, a, r, jitter) for i, (a, r) in enumerate(zip(addresses, rates, strict=True))]
     per_node: list[list[Answer]] = [[] for _ in nodes]
     threads = [
         threading.Thread(target=_node_load, args=(node, deadline, message, per_node[node.index]))
@@ -58,14 +64,14 @@ def _node_load(
     node: _Node, deadline: float, message: wire.RateLimitRequest, out: list[Answer]
 ) -> None:
     """Paced calls to one node until `deadline`; its answers appended to `out`."""
-    interval = 1.0 / node.rate
+    interval, gaps = 1.0 / node.rate, random.Random(node.index)
     with grpc.insecure_channel(node.address) as channel:
         stub = rls_stub(channel)
         next_at = time.time()
         while next_at < deadline:
             time.sleep(max(0.0, next_at - time.time()))
             out.append(_call(stub, message, node.index))
-            next_at += interval
+            next_at += interval * (1 + node.jitter * gaps.uniform(-1.0, 1.0))
 
 
 def _call(stub: Any, message: wire.RateLimitRequest, node: int) -> Answer:
