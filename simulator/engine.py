@@ -131,7 +131,8 @@ class Engine:
         if system.rlqs and quota is None:
             from simulator.quota_server import SidecarQuota
 
-            self.quota = SidecarQuota
+            leases = system.leases
+            self.quota = lambda: SidecarQuota(leases=leases)
 
     def run(self) -> Recorder:
         rng = Random(self.setup.params.seed)
@@ -333,6 +334,7 @@ class Engine:
         self.recorder.dropped_hits += self.rlqs_stats.lost_hits - lost
         if not node.tracking:
             self._first_key(node)
+        self._early_push(node, self.now + node.offset)  # a lease asks for its push at once
 
     def _sample_nodes(self, node: SimNode) -> None:
         truth = self.setup.membership.inverse_share(node.index, self.now)

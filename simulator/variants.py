@@ -56,6 +56,7 @@ class System:
     rlqs: float = 0.0  # share of the gateways on RLQS (simulate/rlqs.py); 0: all on RLS
     new_keys_alone: bool = True  # False: a new key assumes an even split (the rule before)
     edge: bool = False  # True: the rule says `consistency: edge` (core/edge.py)
+    leases: bool = False  # True: RLQS fixed windows at the edge as leases (`--rlqs-leases`)
 
 
 _HARD = FixedWindow(lenient=False, estimate_blocks=True)
@@ -106,6 +107,14 @@ SYSTEMS: dict[str, System] = {
         ),
         System("rlqs", "every gateway on RLQS: Envoy token buckets, 5 s usage reports", rlqs=1.0),
         System("rlqs-half", "every other gateway on RLQS, the rest on ShouldRateLimit", rlqs=0.5),
+        System(
+            "rlqs-lease",
+            "every gateway on RLQS, a fixed window at the edge leased (--rlqs-leases)",
+            store_clock=True,
+            rlqs=1.0,
+            edge=True,
+            leases=True,
+        ),
     )
 }
 BASELINES = ("core", "local", "exact")
@@ -133,6 +142,7 @@ def system_for(name: str) -> System:
         oracle_nodes=any(s.oracle_nodes for s in specs),
         rlqs=max(s.rlqs for s in specs),
         edge=any(s.edge for s in specs),
+        leases=any(s.leases for s in specs),
     )
 
 

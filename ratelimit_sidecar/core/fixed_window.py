@@ -130,6 +130,17 @@ class FixedWindow(SharedAlgorithm):
             if counts.edge or counts.edge_from <= _estimate(state, counts):
                 self._edge_hit(state, counts, now_ms)
 
+    def count_leased(self, state: KeyState, hits: int, now_ms: int) -> None:
+        """An RLQS lease's tokens (core/quota_lease.py): pushed at once and announced as a push at
+        the edge, so every node's next lease sees them."""
+        self.count(state, hits, now_ms)
+        counts = state.window_counts()
+        if not counts.edge:
+            enter_edge(counts, state.limit)
+        early = self.early
+        if hits and early is not None and early.store_up:
+            early.want(now_ms, state)
+
     def _edge_hit(self, state: KeyState, counts: WindowCounts, now_ms: int) -> None:
         """A hit of a key that may be at the edge: its push asked for (core/edge.py)."""
         early = self.early

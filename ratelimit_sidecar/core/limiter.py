@@ -124,6 +124,22 @@ class Limiter(ABC):
             states.append(state)
         return states
 
+    def lease_counter(self, now_ms: int, hit: Hit) -> KeyState | None:
+        """The fixed-window counter an RLQS lease counts into (core/quota_lease.py), caught up;
+        None without room. Its pushes stay fast: leases are counted before they are spent."""
+        rule = hit.rule
+        assert rule is not None and len(rule.limits) == 1
+        state = self._state(rule, hit.key, rule.limits[0], now_ms)
+        if state is not None and now_ms >= state.next_sync:
+            self._catch_up(state, now_ms)
+        return state
+
+    def count_lease(self, state: KeyState, hits: int, now_ms: int) -> None:
+        """Leased tokens counted (negative: given back), pushed at once."""
+        algorithm = self.algorithms[state.limit.algorithm_index]
+        assert isinstance(algorithm, FixedWindow)
+        algorithm.count_leased(state, hits, now_ms)
+
     def _count_reported(
         self, state: KeyState, hits: int, now_ms: int, since_ms: int | None
     ) -> None:

@@ -15,6 +15,7 @@ from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import Limiter
 from ratelimit_sidecar.core.quota_assign import (
     DEFAULT_POLICY,
+    MS,
     Action,
     Assignment,
     KeyView,
@@ -23,11 +24,15 @@ from ratelimit_sidecar.core.quota_assign import (
     TokenBucket,
     allow_all,
     assign,
+    deny_until,
     held_tokens,
     kept,
     settle,
 )
+from ratelimit_sidecar.core.quota_lease import LEASE_FILL_S, Free, Grant, Lease
 from ratelimit_sidecar.core.types import Hit
+
+LEASE_MIN_RECHECK_MS = 100  # a lease's recheck is no sooner than this
 
 
 def report_usage(
@@ -100,6 +105,17 @@ def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
     return max((pace.unreported(limit, now_ms) for limit in rule.limits), default=0.0)
 
 
+def leased(rule: Rule | None, policy: QuotaPolicy) -> bool:
+    """A counter handed out as leases (core/quota_lease.py): one fixed-window limit at the edge."""
+    if not policy.leases or rule is None or len(rule.limits) != 1:
+        return False
+    if rule.shadow_mode or policy.shadow_mode:
+        return False
+    limit = rule.limits[0]
+    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
+    return fixed and limit.edge and limit.requests_per_unit > 0
+
+
 class BucketQuota:
     """One stream's bucket: the assignment Envoy holds, and what was reported spent from it."""
 
@@ -109,6 +125,7 @@ class BucketQuota:
         self.spent = 0
         self.reported_ms: int | None = None  # the last report's time (None: none yet)
         self.rate = 0.0  # offered (allowed and denied) per ms over the last report's period
+        self.lease = Lease()  # a leased counter's (`leased`)
 
     @property
     def recheck_ms(self) -> int:
@@ -126,6 +143,8 @@ class BucketQuota:
         if since is not None and now_ms > since:
             self.rate = (max(0, hit.hits) + max(0, denied)) / (now_ms - since)
         self.reported_ms = now_ms
+        if leased(hit.rule, self.policy):
+            return self._lease_report(limiter, hit, now_ms, streams)
         pace = Pace(self.rate)
         fresh = report_usage(limiter, hit, now_ms, streams, self.policy, since_ms=since, pace=pace)
         return self._settle(fresh, now_ms, 0.0)
@@ -134,6 +153,8 @@ class BucketQuota:
         self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1
     ) -> Assignment | None:
         """No report: on the counters, less what the gateway likely spent since its report."""
+        if leased(hit.rule, self.policy):
+            return self._lease_recheck(limiter, hit, now_ms, streams)
         pace = self._pace(now_ms)
         fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
         unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
@@ -157,3 +178,93 @@ class BucketQuota:
             self.spent = 0
         self.sent = send
         return send
+
+    def _lease_report(
+        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int
+    ) -> Assignment | None:
+        state = limiter.lease_counter(now_ms, hit)
+        if state is None:
+            return self._settle(allow_all(now_ms, self.policy), now_ms, 0.0)
+        lease, allowed = self.lease, max(0, hit.hits)
+        lease.roll(state.window, now_ms % state.limit.window_ms)
+        # All of it in the current window: the part spent before it began is not known, and
+        # counted pro rata it went missing from the window's leases (+7 % at twice MAX).
+        lease.report(allowed, now_ms, self.rate)
+        return self._lease_decide(limiter, state, now_ms, streams)
+
+    def _lease_recheck(
+        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int
+    ) -> Assignment | None:
+        state = limiter.lease_counter(now_ms, hit)
+        if state is None:
+            return None
+        self.lease.roll(state.window, now_ms % state.limit.window_ms)
+        return self._lease_decide(limiter, state, now_ms, streams)
+
+    def _lease_decide(
+        self, limiter: Limiter, state: KeyState, now_ms: int, streams: int
+    ) -> Assignment | None:
+        # A block is not consulted: leases may hold the count over MAX until reports return them.
+        grant = self.lease.decide(_free(limiter, state, now_ms, streams), now_ms)
+        send = self._lease_assignment(grant, now_ms)
+        lease = self.lease
+        delta = lease.target() - lease.reserved
+        if delta:
+            limiter.count_lease(state, delta, now_ms)
+            lease.reserved += delta
+        return send
+
+    def _lease_assignment(self, grant: Grant, now_ms: int) -> Assignment | None:
+        recheck = max(grant.recheck_ms, now_ms + LEASE_MIN_RECHECK_MS)
+        sent = self.sent
+        if grant.tokens is None and sent is not None:
+            return self._lease_keep(sent, recheck, now_ms)
+        if grant.tokens is None or grant.tokens == 0:
+            self.lease.build(0, now_ms)
+            denied = sent is not None and sent.action is Action.DENY_ALL
+            if denied and sent is not None and sent.expires_ms > recheck + MS:
+                self.sent = replace(sent, recheck_ms=recheck)
+                return None
+            self.sent = deny_until(now_ms, recheck - now_ms)
+            return self.sent
+        self.lease.build(grant.tokens, now_ms)
+        bucket = TokenBucket(grant.tokens, 1, LEASE_FILL_S)
+        replaces = sent is not None and sent.action is Action.TOKEN_BUCKET
+        self.sent = Assignment(
+            Action.TOKEN_BUCKET,
+            self.policy.ttl_s,
+            now_ms,
+            bucket,
+            recheck,
+            replaces_bucket=replaces,
+        )
+        self.spent = 0
+        return self.sent
+
+    def _lease_keep(self, sent: Assignment, recheck: int, now_ms: int) -> Assignment | None:
+        """Nothing new: the same assignment again when about to expire (Envoy keeps its tokens)."""
+        if sent.expires_ms - now_ms > self.policy.refresh_before_ms:
+            self.sent = replace(sent, recheck_ms=recheck)
+            return None
+        self.sent = replace(
+            sent,
+            issued_ms=now_ms,
+            built_ms=sent.since_ms,
+            recheck_ms=recheck,
+            replaces_bucket=False,
+        )
+        return self.sent
+
+
+def _free(limiter: Limiter, state: KeyState, now_ms: int, streams: int) -> Free:
+    limit, counts = state.limit, state.window_counts()
+    count = limiter.algorithm_of(state).window_count(state)
+    return Free(
+        limit.requests_per_unit,
+        limit.requests_per_unit - count,
+        limit.window_ms - now_ms % limit.window_ms,
+        max(1, state.next_sync - now_ms),
+        limiter.live_nodes,
+        max(1, streams),
+        counts.pushed or counts.seen_ms > 0 or counts.seen > 0,
+    )

@@ -24,12 +24,14 @@ from ratelimit_sidecar.storage.keys import KeySchema
 
 pytestmark = [pytest.mark.integration]
 
-MAX, WINDOW_MS = 10, 3_600_000
+MAX, LEASED_MAX, WINDOW_MS = 10, 40, 3_600_000
 RULES = f"""\
 domain: shop
 descriptors:
   - key: client
     rate_limit: {{unit: hour, requests_per_unit: {MAX}, spans: 3600, cooldown: 5s}}
+  - key: leased
+    rate_limit: {{unit: hour, requests_per_unit: {LEASED_MAX}, spans: 3600}}
 """
 SYNC_S = 2.5  # two 1 s spans and slack: a count pushed by one node is read by the other
 
@@ -40,10 +42,10 @@ def prefix() -> str:
 
 
 def start_nodes(
-    config: Path, redis: ServerProcess, prefix: str, count: int
+    config: Path, redis: ServerProcess, prefix: str, count: int, *flags: str
 ) -> list[SidecarProcess]:
     rules = write_rules(config, RULES, "shop.yaml")
-    extra = ("--redis-url", redis.url, "--redis-prefix", prefix)
+    extra = ("--redis-url", redis.url, "--redis-prefix", prefix, *flags)
     started = [SidecarProcess(rules, *extra, "--node-id", f"q{i}") for i in range(count)]
     return [node.wait_ready() for node in started]
 
@@ -80,8 +82,8 @@ async def stream(rlqs_node: grpc.aio.Channel) -> AsyncIterator[QuotaStream]:
     await quota.close()
 
 
-def redis_count(server: ServerProcess, prefix: str, value: str) -> int:
-    key = ("shop", "client", value)
+def redis_count(server: ServerProcess, prefix: str, value: str, key_name: str = "client") -> int:
+    key = ("shop", key_name, value)
     name = KeySchema(prefix).counter(key, int(time.time() * 1000) // WINDOW_MS)
     with server.client() as client:
         return int(client.get(name) or 0)
@@ -185,3 +187,42 @@ async def test_sigterm_ends_the_stream_and_flushes_the_reported_hits(
     finally:
         node.stop()
     assert redis_count(redis_server, prefix, "flushed") == 3
+
+
+async def lease_of(stream: QuotaStream, bucket: dict[str, str]) -> int:
+    """Report a first request; the token bucket the stream holds once answers stop coming."""
+    answer = (await stream.exchange((bucket, 1, 0)))[bucket_key(bucket)]
+    got = strategy(await stream.latest(bucket, 0.5) or answer)
+    assert got.WhichOneof("strategy") == "token_bucket", got  # type: ignore[attr-defined]
+    return int(got.token_bucket.max_tokens)  # type: ignore[attr-defined]
+
+
+async def test_leases_reach_redis_before_they_are_spent_and_add_up_to_at_most_max(
+    tmp_path: Path, redis_server: ServerProcess
+) -> None:
+    """`--rlqs-leases`, two sidecars each with a gateway: a lease is counted in Redis at once
+    (not at the 1 s span end), and the second node leases from what the first left."""
+    lease_prefix = f"lease-{uuid.uuid4().hex[:8]}:"
+    pair = start_nodes(tmp_path, redis_server, lease_prefix, 2, "--rlqs-leases")
+    bucket = {"leased": "k"}
+    try:
+        deadline = time.monotonic() + 15
+        while min(node.metric("live_nodes") for node in pair) < 2:  # each leases a half
+            assert time.monotonic() < deadline, "the sidecars never counted each other"
+            await asyncio.sleep(0.1)
+        async with (
+            grpc.aio.insecure_channel(pair[0].address) as first_channel,
+            grpc.aio.insecure_channel(pair[1].address) as second_channel,
+        ):
+            first, second = QuotaStream(first_channel, "shop"), QuotaStream(second_channel, "shop")
+            granted = await lease_of(first, bucket)  # a first lease, then one past its push
+            stored = redis_count(redis_server, lease_prefix, "k", "leased")
+            assert stored >= granted + 1, (stored, granted)  # counted before it is spent
+            other = await lease_of(second, bucket)
+            assert granted + other + 2 <= LEASED_MAX, (granted, other)
+            assert other >= 5, (granted, other)  # the second gateway is not shut out
+            await first.close()
+            await second.close()
+    finally:
+        for node in pair:
+            node.stop()

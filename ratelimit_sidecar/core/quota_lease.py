@@ -1,0 +1,165 @@
+"""Leases: an RLQS gateway's fixed window counted before it is spent (pure; `now_ms` a parameter).
+
+An Envoy on `rate_limit_quota` reports its usage every few seconds (5 s in 1.40), so a counter fed
+by reports learns a gateway's admissions up to a report late, and no push of that counter can hold
+a window at MAX. A lease turns it around: every token a gateway's bucket is handed is counted into
+the counter (and pushed at once, announced as a push at the edge) when it is handed out, so the
+store's total for the window is what the fleet *may* admit, not what it reported. The fleet admits
+at most what it was leased; a window never holds more leases than MAX:
+
+- A lease is at most `share` of what the window has free (MAX less the store's total and this
+  node's unpushed counts) divided by the live nodes and this node's streams for the bucket: the
+  leases granted at one instant by every node add up to at most what is free.
+- A gateway gets enough for its pace over `horizon_ms` (its next report and a second), more in
+  proportion far from MAX, and is topped up when its bucket likely falls under `low` of that;
+  Envoy builds each lease full (a DENY_ALL goes first), so the old bucket's unspent tokens are
+  gone: they stay counted until the next report tells what was spent.
+- At each report the counted reservation becomes what was reported spent in the window plus the
+  most the bucket can still hold (`upper`); the rest goes back to the window (counted negative).
+- A node that never read the window's total (it just started) leases at most `unheard` of a
+  fair share first: a fair share taken on a count of 0 passed MAX by that share whenever a node
+  joined a full window (simulator, churn at twice MAX: 272 of 240).
+- Nothing free: DENY_ALL, decided again at the next sync or within a second (other gateways'
+  reports give back what their leases did not spend), at the latest at the window's reset.
+
+A lease bucket refills one token per `LEASE_FILL_S` (Envoy 1.40 never refills a bucket without
+`tokens_per_fill`, and refills continuously): at most one token a window more than leased.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MS = 1000
+LEASE_FILL_S = 3600  # a lease bucket's refill: one token an hour
+
+
+@dataclass(frozen=True, slots=True)
+class LeasePolicy:
+    horizon_ms: int = 6000  # a lease covers the pace until the next report (5 s) and a second
+    low: float = 0.25  # topped up under this share of a horizon's need
+    share: float = 1.0  # of what is free, at most this over (live nodes x streams) per lease
+    far: float = 2.0  # far from MAX a lease may cover this many horizons
+    denied_recheck_ms: int = 1000  # denied, decided again this often (leases come back)
+    unheard: float = 0.25  # of its fair share, a first lease on a window's total not read yet
+
+
+DEFAULT_LEASE = LeasePolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """What the counter says of the lease's fixed window at `now_ms`."""
+
+    limit: int  # MAX
+    free: int  # MAX less the window's known count (the store's total and own unpushed counts)
+    until_reset_ms: int
+    until_sync_ms: int  # until this node next learns the fleet's count
+    live_nodes: int = 1
+    streams: int = 1
+    heard: bool = True  # the store's total for the window was read (False: a node just started)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A decision: `tokens` > 0, a new lease built full; 0, DENY_ALL; None (`keep`), nothing new.
+    `recheck_ms`: decide again then without a report."""
+
+    tokens: int | None
+    recheck_ms: int
+
+
+class Lease:
+    """One gateway's bucket of one fixed-window counter: what it was leased and spent."""
+
+    __slots__ = (
+        "allowance",
+        "built_ms",
+        "rate",
+        "reported_ms",
+        "reserved",
+        "upper",
+        "used",
+        "window",
+    )
+
+    def __init__(self) -> None:
+        self.window = -1
+        self.used = 0  # reported spent in `window`
+        self.reserved = 0  # counted into the counter for `window`
+        self.upper = 0.0  # the most the gateway's current bucket holds, as of its last report
+        self.allowance = 0.0  # tokens of buckets replaced since that report: spendable meanwhile
+        self.reported_ms = -1
+        self.built_ms = -1  # the current bucket's build (full at `upper`)
+        self.rate = 0.0  # requests offered per ms over the last report's period
+
+    def roll(self, window: int, since_start_ms: int) -> None:
+        """A new window, `since_start_ms` ago: what the bucket may have spent in it already (at
+        twice its pace, at least a token) stays counted until the bucket is replaced or reported."""
+        if window != self.window:
+            self.window, self.used, self.reserved = window, 0, 0
+            spent = 2 * self.rate * since_start_ms + 1
+            self.allowance = min(self.allowance, spent)
+            self.upper = min(self.upper, spent - self.allowance)
+
+    def report(self, allowed: int, now_ms: int, rate: float) -> None:
+        """`allowed` since the last report, counted in the current window."""
+        self.upper = max(0.0, self.upper - max(0.0, allowed - self.allowance))
+        self.allowance = 0.0
+        self.used += allowed
+        self.reported_ms, self.rate = now_ms, rate
+
+    def held(self, now_ms: int) -> float:
+        """What the bucket likely holds now: `upper` less the pace since the report."""
+        last = max(self.reported_ms, self.built_ms)
+        since = max(0, now_ms - last) if last >= 0 else 0
+        return max(0.0, self.upper - self.rate * since)
+
+    def decide(self, free: Free, now_ms: int, policy: LeasePolicy = DEFAULT_LEASE) -> Grant:
+        cap = policy.share * self._cap(free)
+        if not free.heard and self.built_ms < 0:  # a first lease on a count not read yet
+            first = policy.unheard * free.limit / max(1, free.live_nodes * free.streams)
+            tokens = math.floor(min(cap, max(1.0, first))) if cap >= 1 else 0
+            return Grant(tokens, now_ms)  # decided again once the push has answered
+        if not self.rate:  # no pace reported yet: an even part, the fair share at most
+            held = self.held(now_ms)
+            if held + 1 >= cap:
+                return Grant(None, now_ms + free.until_reset_ms)
+            return Grant(math.floor(cap), now_ms + free.until_reset_ms)
+        need = self.rate * min(policy.horizon_ms, free.until_reset_ms)
+        low, held = policy.low * need, self.held(now_ms)
+        tokens = math.floor(min(cap, max(1.0, need * self._room(free, policy))))
+        if held > low or (held > 0 and tokens <= held):  # a new lease would take more than it gives
+            return Grant(None, self._dry_at(held - low if held > low else held, now_ms, free))
+        if tokens < 1:
+            wait = min(free.until_sync_ms, free.until_reset_ms, policy.denied_recheck_ms)
+            return Grant(0, now_ms + wait)
+        return Grant(tokens, self._dry_at(tokens - low, now_ms, free))
+
+    def _cap(self, free: Free) -> float:
+        """Of what is free, an even part; up to its fair share of MAX while it holds less."""
+        gateways = max(1, free.live_nodes * free.streams)
+        fair = free.limit / gateways - (self.used + self.allowance + self.upper)
+        return max(0.0, min(float(free.free), max(free.free / gateways, fair)))
+
+    def _room(self, free: Free, policy: LeasePolicy) -> float:
+        """How many horizons a lease covers: more while the fleet is far from MAX."""
+        fleet_need = self.rate * free.live_nodes * free.streams * free.until_reset_ms
+        return policy.far if free.free >= fleet_need else 1.0
+
+    def _dry_at(self, spare: float, now_ms: int, free: Free) -> int:
+        """When the bucket likely falls to its low mark (at the reset the window rolls anyway)."""
+        until = free.until_reset_ms
+        if self.rate > 0:
+            until = min(until, max(0, math.floor(spare / self.rate)))
+        return now_ms + until
+
+    def build(self, tokens: int, now_ms: int) -> None:
+        """A lease of `tokens` replaces the bucket (or a DENY_ALL, with `tokens` 0)."""
+        self.allowance += self.upper
+        self.upper, self.built_ms = float(tokens), now_ms
+
+    def target(self) -> int:
+        """What the window must hold counted for this gateway."""
+        return self.used + math.ceil(self.allowance + self.upper)

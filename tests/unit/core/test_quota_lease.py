@@ -1,0 +1,117 @@
+"""RLQS leases (core/quota_lease.py) and their counting through the limiter
+(core/quota_usage.py, `--rlqs-leases`), on a fake clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
+from ratelimit_sidecar.core import FleetLimiter
+from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
+from ratelimit_sidecar.core.quota_lease import LEASE_FILL_S, Free, Lease
+from ratelimit_sidecar.core.quota_usage import LEASE_MIN_RECHECK_MS, BucketQuota, leased
+from ratelimit_sidecar.core.types import Push, SyncBatch
+from simulator.memory_store import MemoryStorage
+from tests.unit.core.rules import hit
+
+T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
+LEASES = QuotaPolicy(leases=True)
+
+
+def free(left: int, *, limit: int = 240, reset_ms: int = 10_000, live: int = 4) -> Free:
+    return Free(limit, left, reset_ms, 1000, live)
+
+
+def paced(rate_per_s: float, upper: float = 0.0) -> Lease:
+    """A lease whose last report (at T0) measured this pace, its bucket holding `upper`."""
+    lease = Lease()
+    lease.roll(0, 0)
+    lease.report(0, T0, rate_per_s / 1000)
+    lease.upper = upper
+    return lease
+
+
+def edge_rule(rpu: int = 240, *, edge: bool = True) -> Rule:
+    limit = RateLimit(rpu, Unit.SECOND, 10, spans=5, edge=edge)
+    return Rule("d", (("k", ""),), limit)
+
+
+def test_leases_granted_at_one_instant_add_up_to_at_most_what_is_free() -> None:
+    """Every node sees the same free count at a window's start: each takes at most its
+    gateway's part, so no interleaving of the grants passes MAX."""
+    grants = [paced(60.0).decide(free(240), T0).tokens for _ in range(4)]
+    assert grants == [60, 60, 60, 60]
+    late = paced(60.0, upper=0.0)
+    late.used = 60  # it spent its fair share: only an even part of what is still free
+    assert late.decide(free(40), T0).tokens == 10
+
+
+def test_a_lease_covers_the_pace_and_more_far_from_max() -> None:
+    near = paced(5.0)
+    assert near.decide(free(20, reset_ms=8000), T0).tokens == 20  # under its fair share of 60
+    near.used = 60
+    assert near.decide(free(20, reset_ms=8000), T0).tokens == 5  # past it: an even part
+    far = paced(1.0).decide(free(240, reset_ms=9000), T0)
+    assert far.tokens == 12  # two horizons (6 s) of its 1/s
+
+
+def test_a_bucket_holding_enough_is_kept_and_rechecked_when_it_will_run_low() -> None:
+    lease = paced(10.0, upper=40.0)
+    got = lease.decide(free(100), T0 + 1000)  # 30 likely held, over a quarter of 60 needed
+    assert got.tokens is None
+    assert got.recheck_ms == T0 + 1000 + 1500  # (30 - 15) tokens at 10/s
+
+
+def test_nothing_free_denies_until_the_next_sync() -> None:
+    got = paced(10.0).decide(free(0), T0)
+    assert (got.tokens, got.recheck_ms) == (0, T0 + 1000)
+
+
+def test_a_replaced_bucket_stays_counted_until_the_report_tells_what_it_spent() -> None:
+    lease = paced(10.0)
+    lease.build(30, T0)
+    assert lease.target() == 30
+    lease.build(20, T0 + 2000)  # its 30 may have been spent meanwhile: both counted
+    assert lease.target() == 50
+    lease.report(25, T0 + 5000, 0.01)  # 25 spent, all of them maybe from the first bucket
+    assert (lease.used, lease.upper, lease.allowance) == (25, 20.0, 0.0)
+    assert lease.target() == 45  # the first bucket's 5 unspent go back
+
+
+def test_a_new_window_counts_the_whole_report_and_what_the_old_bucket_may_spend_in_it() -> None:
+    lease = paced(10.0)
+    lease.build(50, T0)
+    lease.roll(1, 100)  # 100 ms into the next window: at twice its pace, 3 tokens at most
+    assert (lease.used, lease.target()) == (0, 3)
+    lease.report(20, T0 + 5000, 0.01)  # pro rata some were the old window's: all count here
+    assert lease.used == 20
+
+
+def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
+    limiter, store, r = FleetLimiter(), MemoryStorage(), edge_rule()
+    limiter.live_nodes = 4
+    quota = BucketQuota(LEASES)
+    first = quota.report(limiter, hit(r, hits=1), T0 + 10)
+    assert first is not None and first.action is Action.TOKEN_BUCKET and first.bucket
+    # The window's total never read: a quarter of the fair share (240 / 4 nodes), decided again
+    # once the push has answered.
+    assert (first.bucket.max_tokens, first.bucket.fill_interval_s) == (15, LEASE_FILL_S)
+    assert first.recheck_ms == T0 + 10 + LEASE_MIN_RECHECK_MS
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and state.pending == 15 + 1  # the lease, and the first request
+    assert state.next_sync == T0 + 10  # pushed at once
+    store.execute(SyncBatch(T0, [Push(hit(r).key, state.window, 180, state.limit)]))  # others
+    batch = limiter.end_span(T0 + 10)
+    limiter.apply_sync(T0 + 10, batch, store.execute(batch))
+    again = quota.recheck(limiter, hit(r, hits=0), T0 + 110)
+    assert again is not None and again.bucket is not None and again.replaces_bucket
+    # No pace yet: up to its fair share, within what is free (240 - 180 - its own 16).
+    assert again.bucket.max_tokens == 44
+    assert state.pending == 44  # the replaced bucket's 15, pushed, stay counted until a report
+
+
+def test_leases_are_opt_in_and_only_for_one_fixed_window_at_the_edge() -> None:
+    r = edge_rule()
+    assert leased(r, LEASES) and not leased(r, QuotaPolicy())
+    assert not leased(edge_rule(edge=False), LEASES)
+    assert not leased(replace(r, shadow_mode=True), LEASES)
