@@ -113,12 +113,8 @@ class Limiter(ABC):
         states: list[KeyState | None] = []
         for index, limit in enumerate(rule.limits):
             key = limit_key(hit.key, index) if several else hit.key
-            state = None
-            if limit.requests_per_unit > 0:
-                state = self._state(rule, key, limit, now_ms)
+            state = self._caught_up(rule, key, limit, now_ms) if limit.requests_per_unit else None
             if state is not None:
-                if now_ms >= state.next_sync:
-                    self._catch_up(state, now_ms)
                 state.edge = False  # RLQS: usage arrives per report, not within a period
                 self._count_reported(state, hit.hits, now_ms, since_ms)
             states.append(state)
@@ -129,7 +125,11 @@ class Limiter(ABC):
         None without room. Its pushes stay fast: leases are counted before they are spent."""
         rule = hit.rule
         assert rule is not None and len(rule.limits) == 1
-        state = self._state(rule, hit.key, rule.limits[0], now_ms)
+        return self._caught_up(rule, hit.key, rule.limits[0], now_ms)
+
+    def _caught_up(self, rule: Rule, key: KeyId, limit: RateLimit, now_ms: int) -> KeyState | None:
+        """An RLQS counter, made if new, its span ends caught up; None without room."""
+        state = self._state(rule, key, limit, now_ms)
         if state is not None and now_ms >= state.next_sync:
             self._catch_up(state, now_ms)
         return state

@@ -243,10 +243,14 @@ def settle(
     if previous.action is Action.DENY_ALL and previous.recheck_ms > now_ms:
         return None  # decided again at the recheck, before it expires
     if previous.expires_ms - now_ms <= policy.refresh_before_ms:
-        renewed = replace(previous, issued_ms=now_ms, built_ms=previous.since_ms)
-        renewed = replace(renewed, replaces_bucket=False)  # the same bucket: Envoy keeps it
-        return replace(renewed, recheck_ms=fresh.recheck_ms)
+        return renewed(previous, now_ms, fresh.recheck_ms)
     return None
+
+
+def renewed(previous: Assignment, now_ms: int, recheck_ms: int) -> Assignment:
+    """`previous` sent again for a new TTL: the same bucket, so Envoy keeps its tokens."""
+    again = replace(previous, issued_ms=now_ms, built_ms=previous.since_ms, recheck_ms=recheck_ms)
+    return replace(again, replaces_bucket=False)
 
 
 def kept(previous: Assignment, fresh: Assignment) -> Assignment:

@@ -27,6 +27,7 @@ from ratelimit_sidecar.core.quota_assign import (
     deny_until,
     held_tokens,
     kept,
+    renewed,
     settle,
 )
 from ratelimit_sidecar.core.quota_lease import LEASE_FILL_S, Free, Grant, Lease
@@ -219,10 +220,13 @@ class BucketQuota:
         sent = self.sent
         if grant.tokens is None and sent is not None:
             return self._lease_keep(sent, recheck, now_ms)
-        if grant.tokens is None or grant.tokens == 0:
+        if not grant.tokens:
             self.lease.build(0, now_ms)
-            denied = sent is not None and sent.action is Action.DENY_ALL
-            if denied and sent is not None and sent.expires_ms > recheck + MS:
+            if (
+                sent is not None
+                and sent.action is Action.DENY_ALL
+                and sent.expires_ms > recheck + MS
+            ):
                 self.sent = replace(sent, recheck_ms=recheck)
                 return None
             self.sent = deny_until(now_ms, recheck - now_ms)
@@ -246,13 +250,7 @@ class BucketQuota:
         if sent.expires_ms - now_ms > self.policy.refresh_before_ms:
             self.sent = replace(sent, recheck_ms=recheck)
             return None
-        self.sent = replace(
-            sent,
-            issued_ms=now_ms,
-            built_ms=sent.since_ms,
-            recheck_ms=recheck,
-            replaces_bucket=False,
-        )
+        self.sent = renewed(sent, now_ms, recheck)
         return self.sent
 
 
