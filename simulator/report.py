@@ -58,6 +58,7 @@ RULE_COLUMNS: list[tuple[str, Cell]] = [
     ("false-rej%", lambda s: f"{s.false_vs_exact_pct:.2f}"),
     ("(n/exact adm)", lambda s: f"{s.false_vs_exact}/{s.exact_admitted}"),
     ("exact rej", lambda s: str(s.exact_rejected)),
+    ("store/req", lambda s: f"{s.store_per_request:.3f}"),
     ("cpu s", lambda s: f"{s.cpu_s:.2f}"),
 ]
 VIEWS = {"classic": COLUMNS, "rule": RULE_COLUMNS}

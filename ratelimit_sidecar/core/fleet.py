@@ -165,6 +165,7 @@ class FleetLimiter(Limiter):
 
     def _plan_key(self, plan: SyncPlan, state: KeyState, now_ms: int, flush: bool) -> None:
         self.dropped_hits += self.quiet.roll(state, now_ms)
+        self.quiet.expire(state, now_ms)
         limit = state.limit
         ended, state.next_sync = state.next_sync, span_end(now_ms, limit.window_ms, limit.spans)
         if state.idle(now_ms):
@@ -173,7 +174,7 @@ class FleetLimiter(Limiter):
         retried = self._plan_unsent(plan, state, now_ms) if state.unsent else False
         counts = state.counts
         fixed = counts if not flush and isinstance(counts, WindowCounts) else None
-        held = fixed is not None and self.quiet.quiet(state, fixed, now_ms)
+        held = not flush and self.quiet.quiet(state, now_ms)
         blocked = (
             fixed is not None and not state.pending and self.quiet.blocked_alone(state, now_ms)
         )

@@ -21,7 +21,15 @@ nodes) its push leaves at once (`EarlySync`), re-armed by each answer; while its
 alone, the store announces each of its pushes past NEAR_SHARE, so a gateway its client moves to
 starts from all it admitted. A burst every node sees at once over-admits what they admit during
 those round trips. Without a store answering, and for RLQS-reported hits, a new key assumes an
-even split. Sliding windows and token buckets are synced every span: they need every answer.
+even split.
+
+Sliding windows and token buckets need every answer once synced. At the edge one that never
+pushed is quiet while this node holds HELD_TRAILING hit of it at most, within the quiet bound:
+a flood of keys seen once costs the store nothing. The hit stays across span and window ends
+(pushed with the next, in its span: it leaves the store's count later, never sooner) and is
+forgotten once it counts no more: out of the trailing window, or the bucket full again. One
+hit, not `new_key_push_at`: a new key's early share is learnt span by span, and the others'
+held hits are missing from those spans (core/sliding_window.py adds one per other node).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from ratelimit_sidecar.core.types import KeyId
 QUIET_SHARE = 0.1  # the default quiet bound, as a share of MAX for the whole fleet
 NEAR_SHARE = 0.5  # sync.lua announces a window's count reaching this share of MAX
 HEARD_KEYS = 10_000  # near notices kept for keys this node does not track yet
+HELD_TRAILING = 1  # hits of a trailing key at the edge a node holds back at most
 
 
 class EarlySync:
@@ -121,9 +130,13 @@ class QuietKeys:
         self.nodes_known = False  # a heartbeat has told the live node count
         self.hits = 0  # held hits whose window ended unpushed (cumulative)
 
-    def quiet(self, state: KeyState, counts: WindowCounts, now_ms: int) -> bool:
+    def quiet(self, state: KeyState, now_ms: int) -> bool:
         """Held back at this span end; not blocked either."""
-        synced = counts.near or counts.pushed or counts.edge
+        counts = state.counts
+        if isinstance(counts, WindowCounts):
+            synced = counts.near or counts.pushed or counts.edge
+        else:
+            synced = not self.holds(state) or state.pending > HELD_TRAILING
         if synced or not self.nodes_known or now_ms < state.blocked_until:
             return False
         if state.edge and state.pending > new_key_push_at(state.limit):
@@ -131,21 +144,43 @@ class QuietKeys:
         return state.pending * self.fleet.live_nodes < self.share * state.limit.requests_per_unit
 
     @staticmethod
+    def holds(state: KeyState) -> bool:
+        """A sliding window or bucket at the edge that never pushed: its hits may stay here."""
+        counts = state.counts
+        return state.edge and isinstance(counts, SpanState | Bucket) and not counts.pushed
+
+    def expire(self, state: KeyState, now_ms: int) -> None:
+        """A trailing key's held hits that count no more are forgotten: out of the trailing
+        window (the span leaving it too), or the bucket full again."""
+        if state.pending <= 0 or not self.holds(state):
+            return
+        counts, limit = state.counts, state.limit
+        if isinstance(counts, Bucket):
+            left = state.pending if now_ms * limit.requests_per_unit < counts.tat else 0
+        else:
+            own = counts.own if isinstance(counts, SpanState) else None
+            first = span_number(now_ms, limit) - limit.spans
+            left = min(state.pending, own.since(first)) if own is not None else 0
+        self.hits += state.pending - left
+        state.pending = left
+
+    @staticmethod
     def blocked_alone(state: KeyState, now_ms: int) -> bool:
         """Refusing, and no offences to report (a penalty's): nothing to tell the store."""
         return now_ms < state.blocked_until and state.penalty is None
 
     def forget_held(self, state: KeyState, now_ms: int) -> None:
-        counts = state.counts
-        if isinstance(counts, WindowCounts) and self.quiet(state, counts, now_ms):
+        if self.quiet(state, now_ms):
             self.hits += state.pending
             state.pending = 0
 
     def roll(self, state: KeyState, now_ms: int) -> int:
         """A window never synced has no total worth reading; a near one's next starts near."""
         counts, window = state.counts, now_ms // state.limit.window_ms
-        if not isinstance(counts, WindowCounts) or window == state.window:
-            return state.roll(now_ms)
+        if window == state.window:
+            return 0
+        if not isinstance(counts, WindowCounts):
+            return self._roll_trailing(state, now_ms)
         self.forget_held(state, now_ms)
         synced = counts.near or counts.pushed
         # A block in it says it was over, even where a blocked node stopped reading the total.
@@ -157,6 +192,17 @@ class QuietKeys:
         if not synced:
             state.nodes.window = NO_WINDOW
         return dropped
+
+    def _roll_trailing(self, state: KeyState, now_ms: int) -> int:
+        """A never pushed trailing key's hits outlive its window: they still count (`expire`
+        says when not), pushed with the next push. The window's total holds none of them:
+        nothing to learn `nodes` from, no read."""
+        if not self.holds(state):
+            return state.roll(now_ms)
+        held, state.pending = state.pending, 0
+        state.roll(now_ms)
+        state.pending, state.nodes.window = held, NO_WINDOW
+        return 0
 
     def start_key(self, state: KeyState) -> None:
         counts = state.counts

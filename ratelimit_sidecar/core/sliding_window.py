@@ -45,7 +45,7 @@ from ratelimit_sidecar.config.model import RateLimit
 from ratelimit_sidecar.core.algorithm import SharedAlgorithm
 from ratelimit_sidecar.core.edge import reread_due
 from ratelimit_sidecar.core.keystate import KeyState
-from ratelimit_sidecar.core.quiet_keys import EarlySync, read_again_asked
+from ratelimit_sidecar.core.quiet_keys import HELD_TRAILING, EarlySync, read_again_asked
 from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
@@ -161,7 +161,7 @@ def _learn_from_spans(
     its first finished window. So each span before the pushed one (all nodes pushed it) adds to
     sums of fleet and own counts, whose ratio may lower the guess: own taken one standard
     deviation low (a small sample is no big share), spans skipped within a span's share of MAX
-    (there the first deciders admit more than their share)."""
+    (there the first deciders admit more than their share), the others' held hits added."""
     previous, own = counts.pushed_span, counts.pushed_count
     counts.pushed_span, counts.pushed_count = newest, max(0, count)
     limit, nodes = state.limit, state.nodes
@@ -171,9 +171,15 @@ def _learn_from_spans(
     counts.early_fleet += spans[-2]
     counts.early_own += own
     sure = counts.early_own - math.sqrt(counts.early_own)
-    ratio = counts.early_fleet / sure if sure >= MIN_EARLY_OWN else 0.0
+    ratio = (counts.early_fleet + _held_elsewhere(state)) / sure if sure >= MIN_EARLY_OWN else 0.0
     if 1.0 <= ratio < nodes.value:
         nodes.set(ratio)
+
+
+def _held_elsewhere(state: KeyState) -> int:
+    """At the edge each other node may hold a hit of a key it never pushed (core/quiet_keys.py):
+    missing from the spans it fell in, a fleet total learnt from them looks that much smaller."""
+    return max(0, state.nodes.live - 1) * HELD_TRAILING if state.edge else 0
 
 
 def _trailing(state: KeyState, now_ms: int, known: bool = False) -> Trailing:

@@ -237,10 +237,57 @@ def trailing(algorithm: AlgorithmName, edge: bool = True) -> Rule:
     return replace(RULE, limit=limit, limits=(limit,))
 
 
-@pytest.mark.parametrize("edge", [False, True])
-@pytest.mark.parametrize("algorithm", [AlgorithmName.SLIDING_WINDOW, AlgorithmName.TOKEN_BUCKET])
-def test_a_trailing_key_is_never_quiet(algorithm: AlgorithmName, edge: bool) -> None:
-    """Held hits would hide from the others past the window's end (docs/EDGE.md)."""
+TRAILING = [AlgorithmName.SLIDING_WINDOW, AlgorithmName.TOKEN_BUCKET]
+
+
+@pytest.mark.parametrize("algorithm", TRAILING)
+def test_an_eventual_trailing_key_is_never_quiet(algorithm: AlgorithmName) -> None:
     limiter = fleet()
-    limiter.hit(T0 + 1, [hit(trailing(algorithm, edge))])
+    limiter.hit(T0 + 1, [hit(trailing(algorithm, edge=False))])
     assert sync(limiter, T0 + 500) == 1
+
+
+def test_a_sliding_key_at_the_edge_holds_its_hits_while_they_count() -> None:
+    """Held across the window's end (the next window's trailing count holds them), forgotten
+    once out of it: the span leaving the window still counts in part."""
+    limiter, sliding = fleet(), trailing(AlgorithmName.SLIDING_WINDOW)
+    limiter.hit(T0 + 1, [hit(sliding)])  # 1 <= 1 % of MAX, 1 x 4 < 10 % of MAX
+    assert sync(limiter, T0 + 500) == 0
+    assert sync(limiter, T0 + 1000) == 0  # the window ended; its first span still leaves
+    assert state_of(limiter, sliding).pending == 1
+    assert sync(limiter, T0 + 1500) == 0
+    assert state_of(limiter, sliding).pending == 0
+    assert limiter.quiet.hits == 1 and limiter.dropped_hits == 0
+
+
+def test_a_bucket_at_the_edge_forgets_its_held_hits_once_full_again() -> None:
+    limiter, bucket = fleet(), trailing(AlgorithmName.TOKEN_BUCKET)
+    limiter.hit(T0 + 1, [hit(bucket)])  # 4 nodes' worth: 40 ms of refill
+    assert state_of(limiter, bucket).pending == 1
+    assert sync(limiter, T0 + 500) == 0
+    assert state_of(limiter, bucket).pending == 0 and limiter.quiet.hits == 1
+    assert sync(limiter, T0 + 1000) == 0  # its window ended: no total read either
+    assert sync(limiter, T0 + 1500) == 0
+
+
+def test_a_held_sliding_key_pushes_every_held_hit_in_its_last_hits_span() -> None:
+    """Seen twice, it is synced: the push carries the held hit too, a span late (it leaves the
+    store's count later, never sooner)."""
+    limiter, sliding = fleet(), trailing(AlgorithmName.SLIDING_WINDOW)
+    span0 = T0 // 500
+    limiter.hit(T0 + 1, [hit(sliding)])
+    assert sync(limiter, T0 + 500) == 0
+    limiter.hit(T0 + 600, [hit(sliding)])
+    batch = limiter.end_span(T0 + 1000)
+    assert [(push.hits, push.span) for push in batch.pushes] == [(2, span0 + 1)]
+    limiter.apply_sync(T0 + 1000, batch, SyncResult((PushResult(0, 0, spans=(0, 5)),)))
+    assert sync(limiter, T0 + 1500) == 1  # pushed once: synced every span from now on
+
+
+@pytest.mark.parametrize("algorithm", TRAILING)
+def test_an_evicted_quiet_trailing_key_leaves_no_orphan_push(algorithm: AlgorithmName) -> None:
+    limiter = fleet(max_keys=1)
+    limiter.hit(T0 + 1, [hit(trailing(algorithm))])
+    limiter.hit(T0 + 2, [hit(RULE, "other")])  # evicts the first
+    assert [push.key for push in limiter.end_span(T0 + 500).pushes] == []
+    assert limiter.dropped_hits == 0

@@ -5,6 +5,7 @@ unconfirmed hits times `nodes`."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -247,8 +248,13 @@ def test_store_failure_keeps_own_hits_scaled_until_an_answer_confirms_them() -> 
     assert limiter.hit(T0 + 1010, [hit(r)]).verdicts[0].remaining == 73
 
 
-def test_a_new_key_lowers_its_even_split_guess_from_a_span_every_node_has_pushed() -> None:
-    r = trailing_rule(WINDOW, rpu=100, spans=4)
+@pytest.mark.parametrize(("edge", "held_elsewhere"), [(False, 0), (True, 2)])
+def test_a_new_key_lowers_its_even_split_guess_from_a_span_every_node_has_pushed(
+    edge: bool, held_elsewhere: int
+) -> None:
+    """At the edge the 2 other nodes may each hold a hit of the key unseen (core/quiet_keys.py):
+    the fleet's spans are taken that much larger."""
+    r = _at_edge(trailing_rule(WINDOW, rpu=100, spans=4), edge)
     limiter = _fleet_of(nodes=3)
     limiter.hit(T0 + 10, [hit(r, hits=4)])  # 60 % of a span's 7: too few to learn from
     batch = limiter.end_span(T0 + 250)
@@ -263,8 +269,8 @@ def test_a_new_key_lowers_its_even_split_guess_from_a_span_every_node_has_pushed
     batch = limiter.end_span(T0 + 750)
     limiter.apply_sync(T0 + 750, batch, SyncResult((PushResult(77, 0, spans=(0, 7, 43, 1)),)))
     sure = 30 - 30**0.5  # own 4 + 26, one standard deviation low; fleet 7 + 43
-    assert state.nodes.value == pytest.approx(50 / sure)
-    assert state.nodes.check == pytest.approx(50 / sure)
+    assert state.nodes.value == pytest.approx((50 + held_elsewhere) / sure)
+    assert state.nodes.check == pytest.approx((50 + held_elsewhere) / sure)
 
 
 def test_a_span_never_raises_the_guess_nor_overrides_a_learnt_window() -> None:
@@ -339,6 +345,11 @@ def _fleet_of(nodes: int) -> FleetLimiter:
     batch = limiter.end_span(T0)  # nothing tracked yet: learns the fleet's size
     limiter.apply_sync(T0, batch, SyncResult(live_nodes=nodes))
     return limiter
+
+
+def _at_edge(r: Rule, edge: bool) -> Rule:
+    limit = replace(_limit(r), edge=edge)
+    return replace(r, limit=limit, limits=(limit,))
 
 
 def _limit(r: Rule) -> RateLimit:
