@@ -283,7 +283,7 @@ class StateCollector(Collector):
             value=sum(1 for state in limiter.keys if _at_edge(state, now_ms)),
         )
         yield GaugeMetricFamily(
-            f"{NS}_quiet_hits", "Hits of quiet windows never sent to the store", value=quiet
+            f"{NS}_quiet_hits", "Hits of quiet keys never sent to the store", value=quiet
         )
         yield self._nodes()  # fmt: skip
 
