@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from harness.net import free_port, http_ok
+from harness.net import free_port, free_ports, http_ok
 from harness.process import NotReady, launch, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ class EnvoyProcess:
         template: Path = TEMPLATE,
         tune: Tune | None = None,
     ) -> None:
-        self.port, self.admin_port = free_port(), free_port()
+        self.port, self.admin_port = free_ports(2)
         self.config = workdir / f"{name}.yaml"
         config = render(sidecar_port, self.port, self.admin_port, domain, template)
         if tune is not None:

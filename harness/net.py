@@ -8,6 +8,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -18,10 +19,12 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1, all distinct (sockets held until all picked), below the kernel's
-    ephemeral range: a port from that range (what binding port 0 gives) may become an outgoing
-    connection's source port before the server binds it ("Address already in use")."""
+def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
+    """Ports free on 127.0.0.1, all distinct (sockets held until all picked) and none in
+    `avoid` (ports picked before that nothing holds yet), below the kernel's ephemeral range: a
+    port from that range (what binding port 0 gives) may become an outgoing connection's source
+    port before the server binds it ("Address already in use"). One call for the ports of one
+    process: two calls may pick the same port."""
     low = _ephemeral_low()
     with contextlib.ExitStack() as stack:
         ports: list[int] = []
@@ -29,6 +32,8 @@ def free_ports(count: int) -> list[int]:
             if len(ports) == count:
                 break
             port = random.randrange(max(1024, low - 20_000), low)
+            if port in avoid:
+                continue
             with contextlib.suppress(OSError):
                 stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
                 ports.append(port)

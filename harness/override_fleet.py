@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 
 from harness.grpc_client import request, rls_stub
-from harness.net import free_port
+from harness.net import free_port, free_ports
 from harness.sidecar import SidecarProcess
 
 TOKEN = "test-admin-token-4b1d"
@@ -40,7 +40,9 @@ class OverrideNode:
 
     def start(self) -> OverrideNode:
         """Start and wait until it serves gRPC (the override set is read before that)."""
-        self.process = SidecarProcess(self._rules, *self._args, env={"RLS_ADMIN_TOKEN": TOKEN})
+        ports = free_ports(2, avoid=(self.admin_port,))  # fresh ones at each start
+        env = {"RLS_ADMIN_TOKEN": TOKEN}
+        self.process = SidecarProcess(self._rules, *self._args, env=env, ports=(ports[0], ports[1]))
         self.process.wait_ready()
         self._channel = grpc.insecure_channel(self.process.address)
         self._stub = rls_stub(self._channel)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.envoy import EnvoyProcess, Wrap, envoy_binary
-from harness.net import free_port
+from harness.net import free_ports
 from harness.process import launch
 
 FILTER = "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3."
@@ -130,7 +130,7 @@ class RlqsEnvoy(EnvoyProcess):
         wrap: Wrap | None = None,
     ) -> None:
         # EnvoyProcess.__init__ renders the RLS template; this class renders its own instead.
-        self.port, self.admin_port = free_port(), free_port()
+        self.port, self.admin_port = free_ports(2)
         settings = bucket_settings(bucket_headers, reporting_interval_s, no_assignment, expired)
         config = bootstrap(self.port, self.admin_port, rlqs_port, domain, settings)
         self.config = workdir / f"{name}.yaml"

@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.net import free_port, wait_grpc_serving
+from harness.net import free_ports, wait_grpc_serving
 from harness.process import python_module, stop_process
 
 
@@ -41,7 +41,7 @@ class SidecarProcess:
         `wrapper` is a command that runs it (`prlimit …`, `taskset …`: limits set before it
         starts); `cwd` is where it runs (another source tree: `-m` puts the cwd first on
         sys.path)."""
-        self.port, self.metrics_port = ports or (free_port(), free_port())
+        self.port, self.metrics_port = ports or tuple(free_ports(2))
         self.address = f"127.0.0.1:{self.port}"
         metrics = f"127.0.0.1:{self.metrics_port}"
         chosen = ("--transport", transport) if transport else ()

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
-from harness.net import free_port
+from harness.net import free_ports
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess, run_cli, serve_args
 from harness.xds_certs import SERVER_NAME, Pki, client_cert, make_ca, make_pki, signed_cert
@@ -142,7 +142,8 @@ def test_a_bad_file_at_start_exits_1_naming_it(
     else:
         key = pki.client_key
     config = write_rules(tmp_path)
-    args = serve_args(config, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+    grpc_port, metrics_port = free_ports(2)
+    args = serve_args(config, f"127.0.0.1:{grpc_port}", f"127.0.0.1:{metrics_port}")
     result = run_cli([*args, "--grpc-tls-cert", str(cert), "--grpc-tls-key", str(key)])
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()

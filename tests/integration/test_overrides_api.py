@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
-from harness.net import consecutive_free_ports, free_port
+from harness.net import consecutive_free_ports, free_port, free_ports
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess, start_cli
 from ratelimit_sidecar._proto import wire
@@ -44,7 +44,7 @@ class Node:
     """One sidecar process with its admin address."""
 
     def __init__(self, tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
-        self.admin_port = free_port()
+        self.admin_port, *ports = free_ports(3)
         args = [
             "--state-dir",
             str(tmp_path / "state"),
@@ -52,7 +52,7 @@ class Node:
             f"127.0.0.1:{self.admin_port}",
         ]
         self.process = SidecarProcess(
-            write_rules(tmp_path, RULES), *args, *extra, env=env
+            write_rules(tmp_path, RULES), *args, *extra, env=env, ports=(ports[0], ports[1])
         ).wait_ready()
         self.url = f"http://127.0.0.1:{self.admin_port}"
 

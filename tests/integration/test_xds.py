@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from harness.grpc_client import request, rls_stub
-from harness.net import free_port
+from harness.net import free_ports
 from harness.override_fleet import TOKEN
 from harness.redis_servers import ServerProcess
 from harness.sidecar import SidecarProcess, run_cli
@@ -236,12 +236,13 @@ def test_counters_of_unchanged_rules_continue_across_a_push(ads: AdsServer) -> N
 
 
 def test_runtime_overrides_keep_precedence_across_pushes(ads: AdsServer, tmp_path: Path) -> None:
-    admin_port = free_port()
+    admin_port, grpc_port, metrics_port = free_ports(3)
     node = SidecarProcess(
         None,
         *("--config-xds", ads.address, *NODE, *RETRY, "--state-dir", str(tmp_path)),
         *("--admin-address", f"127.0.0.1:{admin_port}"),
         env={"RLS_ADMIN_TOKEN": TOKEN},
+        ports=(grpc_port, metrics_port),
     ).wait_ready()
     try:
         ads.push([gateway_config(3)], "o1")
