@@ -128,7 +128,7 @@ class QuietKeys:
         self.fleet = fleet
         self.heard = heard
         self.nodes_known = False  # a heartbeat has told the live node count
-        self.hits = 0  # held hits whose window ended unpushed (cumulative)
+        self.hits = 0  # held hits never pushed: their window ended, or they count no more
 
     def quiet(self, state: KeyState, now_ms: int) -> bool:
         """Held back at this span end; not blocked either."""
