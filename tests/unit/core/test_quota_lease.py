@@ -87,6 +87,24 @@ def test_a_new_window_counts_the_whole_report_and_what_the_old_bucket_may_spend_
     assert lease.used == 20
 
 
+def test_a_report_spanning_the_window_start_does_not_make_a_bucket_look_empty() -> None:
+    """The report's hits all count in the new window and against the new bucket, though some
+    were spent before the window began, from the old one. The new bucket may still hold them:
+    it is not replaced (its tokens would stay counted until the next report)."""
+    lease = paced(10.0)
+    lease.build(50, T0)
+    lease.roll(1, 0)  # at the window's start: 49 of the old bucket's 50 count in the old window
+    assert lease.decide(free(240), T0 + 1).tokens == 60  # a new lease, built full
+    lease.build(60, T0 + 1)
+    lease.report(70, T0 + 3000, 0.01)  # 70 hits: up to 49 of them before the window began
+    assert (lease.used, lease.upper, lease.unsure) == (70, 0.0, 49.0)
+    assert lease.target() == 70  # counted: the hits and the bucket's bound, nothing more
+    kept = lease.decide(free(100), T0 + 3000)
+    assert (kept.tokens, kept.recheck_ms) == (None, T0 + 3000 + 3400)  # 49 - 15 low, at 10/s
+    lease.report(10, T0 + 8000, 0.01)  # the next report: `upper` is a bound again
+    assert lease.unsure == 0.0
+
+
 def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
     limiter, store, r = FleetLimiter(), MemoryStorage(), edge_rule()
     limiter.live_nodes = 4
