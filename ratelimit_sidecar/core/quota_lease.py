@@ -13,7 +13,9 @@ at most what it was leased; a window never holds more leases than MAX:
 - A gateway gets enough for its pace over `horizon_ms` (its next report and a second), more in
   proportion far from MAX, and is topped up when its bucket likely falls under `low` of that;
   Envoy builds each lease full (a DENY_ALL goes first), so the old bucket's unspent tokens are
-  gone: they stay counted until the next report tells what was spent.
+  gone: they stay counted until the next report tells what was spent. So while the window has
+  `scarce` little free, a bucket is kept until it likely ran dry (simulator, 4 gateways at
+  skewed 0.9 x MAX: 10.2 % refused against 13.4 %; a minute's window +0.1 %).
 - At each report the counted reservation becomes what was reported spent in the window plus the
   most the bucket can still hold (`upper`); the rest goes back to the window (counted negative).
   A report that spans the window's start counts wholly in the new window and wholly against the
@@ -44,6 +46,7 @@ LEASE_FILL_S = 3600  # a lease bucket's refill: one token an hour
 class LeasePolicy:
     horizon_ms: int = 6000  # a lease covers the pace until the next report (5 s) and a second
     low: float = 0.25  # topped up under this share of a horizon's need
+    scarce: float = 0.5  # less free than this share of every gateway's need: kept until dry
     share: float = 1.0  # of what is free, at most this over (live nodes x streams) per lease
     far: float = 2.0  # far from MAX a lease may cover this many horizons
     denied_recheck_ms: int = 1000  # denied, decided again this often (leases come back)
@@ -144,9 +147,10 @@ class Lease:
                 return Grant(None, now_ms + free.until_reset_ms)
             return Grant(math.floor(cap), now_ms + free.until_reset_ms)
         need = self.rate * min(policy.horizon_ms, free.until_reset_ms)
-        low, held = policy.low * need, self.held(now_ms)
+        scarce = free.free < policy.scarce * need * free.live_nodes * free.streams
+        low, held = (0.0 if scarce else policy.low) * need, self.held(now_ms)
         tokens = math.floor(min(cap, max(1.0, need * self._room(free, policy))))
-        if held > low or (held > 0 and tokens <= held):  # a new lease would take more than it gives
+        if held > low or (held > 0 and (tokens <= held or scarce)):  # it would destroy tokens
             return Grant(None, self._dry_at(held - low if held > low else held, now_ms, free))
         if tokens < 1:
             wait = min(free.until_sync_ms, free.until_reset_ms, policy.denied_recheck_ms)

@@ -57,9 +57,19 @@ def test_a_lease_covers_the_pace_and_more_far_from_max() -> None:
 
 def test_a_bucket_holding_enough_is_kept_and_rechecked_when_it_will_run_low() -> None:
     lease = paced(10.0, upper=40.0)
-    got = lease.decide(free(100), T0 + 1000)  # 30 likely held, over a quarter of 60 needed
+    got = lease.decide(free(200), T0 + 1000)  # 30 likely held, over a quarter of 60 needed
     assert got.tokens is None
     assert got.recheck_ms == T0 + 1000 + 1500  # (30 - 15) tokens at 10/s
+
+
+def test_with_little_free_a_bucket_is_kept_until_it_likely_ran_dry() -> None:
+    """Under a quarter of its need left, a bucket is topped up early while the window has room;
+    with little free (under half of every gateway's need), replacing it would leave its tokens
+    counted until the next report, which the window cannot spare."""
+    plenty = paced(10.0, upper=10.0).decide(free(200), T0)
+    assert plenty.tokens == 50  # 10 left of 60 needed: a new lease
+    scarce = paced(10.0, upper=10.0).decide(free(100), T0)  # 100 < 0.5 x 60 x 4 gateways
+    assert (scarce.tokens, scarce.recheck_ms) == (None, T0 + 1000)  # dry in a second
 
 
 def test_nothing_free_denies_until_the_next_sync() -> None:
@@ -99,7 +109,7 @@ def test_a_report_spanning_the_window_start_does_not_make_a_bucket_look_empty() 
     lease.report(70, T0 + 3000, 0.01)  # 70 hits: up to 49 of them before the window began
     assert (lease.used, lease.upper, lease.unsure) == (70, 0.0, 49.0)
     assert lease.target() == 70  # counted: the hits and the bucket's bound, nothing more
-    kept = lease.decide(free(100), T0 + 3000)
+    kept = lease.decide(free(200), T0 + 3000)
     assert (kept.tokens, kept.recheck_ms) == (None, T0 + 3000 + 3400)  # 49 - 15 low, at 10/s
     lease.report(10, T0 + 8000, 0.01)  # the next report: `upper` is a bound again
     assert lease.unsure == 0.0
