@@ -15,7 +15,7 @@ at most what it was leased; a window never holds more leases than MAX:
   Envoy builds each lease full (a DENY_ALL goes first), so the old bucket's unspent tokens are
   gone: they stay counted until the next report tells what was spent. So while the window has
   `scarce` little free, a bucket is kept until it likely ran dry (simulator, 4 gateways at
-  skewed 0.9 x MAX: 10.2 % refused against 13.4 %; a minute's window +0.1 %).
+  skewed 0.9 x MAX: 10.2 % refused against 13.4 %).
 - At each report the counted reservation becomes what was reported spent in the window plus the
   most the bucket can still hold (`upper`); the rest goes back to the window (counted negative).
   A report that spans the window's start counts wholly in the new window and wholly against the
@@ -103,7 +103,7 @@ class Lease:
         self.reported_ms = -1
         self.built_ms = -1  # the current bucket's build (full at `upper`)
         self.rate = 0.0  # requests offered per ms over the last report's period
-        self.carried = 0.0  # what replaced buckets may have spent before the window began
+        self.carried = 0.0  # what the next report may count from buckets not counted to hold it
         self.unsure = 0.0  # what the bucket may hold beyond `upper`, until the next report
 
     def roll(self, window: int, since_start_ms: int) -> None:
@@ -119,8 +119,9 @@ class Lease:
 
     def report(self, allowed: int, now_ms: int, rate: float) -> None:
         """`allowed` since the last report, counted in the current window and taken from the
-        current bucket; the part spent before the window began (at most `carried`) was not, so
-        the bucket may hold that much more until the next report (`unsure`)."""
+        current bucket; a part of it (at most `carried`) may have been spent before the window
+        began or from a bucket since replaced, so the bucket may hold that much more until the
+        next report (`unsure`)."""
         upper = max(0.0, self.upper - max(0.0, allowed - self.allowance))
         self.unsure, self.carried = min(self.carried, self.upper - upper), 0.0
         self.upper = upper
@@ -176,9 +177,11 @@ class Lease:
         return now_ms + until
 
     def build(self, tokens: int, now_ms: int) -> None:
-        """A lease of `tokens` replaces the bucket (or a DENY_ALL, with `tokens` 0)."""
+        """A lease of `tokens` replaces the bucket (or a DENY_ALL, with `tokens` 0). The new one
+        holds `tokens`; what the old one may have held more, the next report may take from it."""
         self.allowance += self.upper
         self.upper, self.built_ms = float(tokens), now_ms
+        self.carried, self.unsure = self.carried + self.unsure, 0.0
 
     def target(self) -> int:
         """What the window must hold counted for this gateway."""

@@ -111,7 +111,11 @@ def test_a_report_spanning_the_window_start_does_not_make_a_bucket_look_empty() 
     assert lease.target() == 70  # counted: the hits and the bucket's bound, nothing more
     kept = lease.decide(free(200), T0 + 3000)
     assert (kept.tokens, kept.recheck_ms) == (None, T0 + 3000 + 3400)  # 49 - 15 low, at 10/s
-    lease.report(10, T0 + 8000, 0.01)  # the next report: `upper` is a bound again
+    lease.build(20, T0 + 3000)  # replaced: the new bucket holds its 20, nothing more
+    assert lease.held(T0 + 3000) == 20.0
+    lease.report(30, T0 + 8000, 0.01)  # up to 49 of these from the replaced bucket
+    assert (lease.upper, lease.unsure) == (0.0, 20.0)
+    lease.report(10, T0 + 13_000, 0.01)  # nothing carried over: `upper` is a bound again
     assert lease.unsure == 0.0
 
 
