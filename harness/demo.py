@@ -22,7 +22,9 @@ RULES = ROOT / "envoy" / "rules"
 WINDOW_S = 10  # the demo key's window (envoy/rules/gateway.yaml)
 # Windows start at each multiple of WINDOW_S of the clock: an example started late in one would
 # see its second half counted in the next window and read as a limit not held.
-AT_WINDOW_START = f"sleep $(( {WINDOW_S} - $(date +%s) % {WINDOW_S} ))"
+# To the millisecond (GNU date): whole seconds started the example up to a second late.
+_LEFT_MS = f"$(( {WINDOW_S * 1000} - $(date +%s%3N) % {WINDOW_S * 1000} ))"
+AT_WINDOW_START = f"left={_LEFT_MS}; sleep $((left / 1000)).$(printf %03d $((left % 1000)))"
 
 
 def start(workdir: Path, group: ServerGroup, started: list[SidecarProcess | EnvoyProcess]) -> str:
@@ -101,8 +103,10 @@ def first_story(a: str, b: str) -> list[str]:
 
 
 def rlqs_story(c: str, a: str) -> list[str]:
-    """Gateway C's example: 12 requests on C, then 8 with the same key on A, in one window."""
-    return [AT_WINDOW_START, _burst(c, key="k5", count=12), "sleep 6", _burst(a, key="k5")]
+    """Gateway C's example: 12 requests on C, then 8 with the same key on A, in one window. C's
+    Envoy reports within 5 s, its sidecar pushes at the next span end (6 s), and A's sidecar
+    reads it at its own span end: at 6 s if it syncs after C's push, else at 8 s."""
+    return [AT_WINDOW_START, _burst(c, key="k5", count=12), "sleep 8", _burst(a, key="k5")]
 
 
 def _indented(commands: list[str]) -> str:
