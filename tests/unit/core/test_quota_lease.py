@@ -125,21 +125,21 @@ def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
     quota = BucketQuota(LEASES)
     first = quota.report(limiter, hit(r, hits=1), T0 + 10)
     assert first is not None and first.action is Action.TOKEN_BUCKET and first.bucket
-    # The window's total never read: a quarter of the fair share (240 / 4 nodes), decided again
-    # once the push has answered.
-    assert (first.bucket.max_tokens, first.bucket.fill_interval_s) == (15, LEASE_FILL_S)
+    # The window's total never read (nor the live nodes, in a node just started): one token,
+    # decided again once the push has answered.
+    assert (first.bucket.max_tokens, first.bucket.fill_interval_s) == (1, LEASE_FILL_S)
     assert first.recheck_ms == T0 + 10 + LEASE_MIN_RECHECK_MS
     state = limiter.keys.get(hit(r).key)
-    assert state is not None and state.pending == 15 + 1  # the lease, and the first request
+    assert state is not None and state.pending == 1 + 1  # the lease, and the first request
     assert state.next_sync == T0 + 10  # pushed at once
     store.execute(SyncBatch(T0, [Push(hit(r).key, state.window, 180, state.limit)]))  # others
     batch = limiter.end_span(T0 + 10)
     limiter.apply_sync(T0 + 10, batch, store.execute(batch))
     again = quota.recheck(limiter, hit(r, hits=0), T0 + 110)
     assert again is not None and again.bucket is not None and again.replaces_bucket
-    # No pace yet: up to its fair share, within what is free (240 - 180 - its own 16).
-    assert again.bucket.max_tokens == 44
-    assert state.pending == 44  # the replaced bucket's 15, pushed, stay counted until a report
+    # No pace yet: up to its fair share, within what is free (240 - 180 - its own 2).
+    assert again.bucket.max_tokens == 58
+    assert state.pending == 58  # 58 more: the replaced bucket's 1 stays counted until a report
 
 
 def test_leases_are_opt_in_and_only_for_one_fixed_window_at_the_edge() -> None:
