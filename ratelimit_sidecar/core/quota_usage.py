@@ -30,7 +30,7 @@ from ratelimit_sidecar.core.quota_assign import (
     renewed,
     settle,
 )
-from ratelimit_sidecar.core.quota_lease import LEASE_FILL_S, Free, Grant, Lease
+from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
 from ratelimit_sidecar.core.types import Hit
 
 LEASE_MIN_RECHECK_MS = 100  # a lease's recheck is no sooner than this
@@ -218,9 +218,10 @@ class BucketQuota:
     def _lease_assignment(self, grant: Grant, now_ms: int) -> Assignment | None:
         recheck = max(grant.recheck_ms, now_ms + LEASE_MIN_RECHECK_MS)
         sent = self.sent
-        if grant.tokens is None and sent is not None:
+        if grant.tokens is None and sent is not None and sent.action is not Action.DENY_ALL:
             return self._lease_keep(sent, recheck, now_ms)
-        if not grant.tokens:
+        if not grant.tokens:  # nothing free; or nothing to keep: a DENY_ALL holds no tokens
+            recheck = min(recheck, now_ms + DEFAULT_LEASE.denied_recheck_ms)
             self.lease.build(0, now_ms)
             if (
                 sent is not None

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
-from ratelimit_sidecar.core.quota_lease import LEASE_FILL_S, Free, Lease
+from ratelimit_sidecar.core.quota_lease import LEASE_FILL_S, Free, Grant, Lease
 from ratelimit_sidecar.core.quota_usage import LEASE_MIN_RECHECK_MS, BucketQuota, leased
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from simulator.memory_store import MemoryStorage
@@ -140,6 +140,70 @@ def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
     # No pace yet: up to its fair share, within what is free (240 - 180 - its own 2).
     assert again.bucket.max_tokens == 58
     assert state.pending == 58  # 58 more: the replaced bucket's 1 stays counted until a report
+
+
+def test_a_gateways_pace_is_blended_over_its_reports() -> None:
+    """A quiet report (5 s of a Poisson stream may count nothing) does not make a busy bucket
+    look full: the pace keeps 70 % of the one before (PACE_WEIGHT 0.3)."""
+    lease = paced(10.0, upper=0.0)  # the first report sets the pace as it is
+    assert lease.rate * 1000 == 10.0
+    lease.report(0, T0 + 5000, 0.0)
+    assert round(lease.rate * 1000, 6) == 7.0
+    lease.report(100, T0 + 10_000, 0.02)
+    assert round(lease.rate * 1000, 6) == round(0.3 * 20 + 0.7 * 7, 6)
+    # So its bucket is topped up as the blended pace runs it low, not kept until the reset.
+    lease.upper = 5.0
+    got = lease.decide(free(200), T0 + 10_000)
+    assert got.tokens is not None and got.tokens > 5
+
+
+def test_a_gateway_quiet_for_days_keeps_a_pace_that_decides() -> None:
+    """Blended over a thousand quiet reports, the pace nears 0 without reaching it: a bucket's
+    dry time then lies past the reset (dividing by that pace overflowed)."""
+    lease = paced(10.0, upper=5.0)
+    for report in range(1, 3000):
+        lease.report(0, T0 + report * 5000, 0.0)
+    assert 0.0 < lease.rate < 1e-300
+    got = lease.decide(free(200, reset_ms=86_400_000), T0 + 3000 * 5000)
+    assert got == Grant(None, T0 + 3000 * 5000 + 86_400_000)
+
+
+def test_a_gateway_denied_in_a_full_window_holds_its_deny_until_the_reset() -> None:
+    """A gateway that spent its lease in a full window, then reports no traffic (a pace of 0),
+    holds a DENY_ALL at every moment: one left to lapse lets Envoy apply its fallback (ALLOW_ALL
+    in the documented setup). Before: renewed with its 2 s TTL and decided again only at the
+    reset, so 3 s of every 5 s admitted everything (simulator, a daily window of 2,000 at 2x:
+    3,118 admitted)."""
+    limiter, store = FleetLimiter(), MemoryStorage()
+    r = Rule("d", (("k", ""),), RateLimit(240, Unit.MINUTE, spans=5, edge=True))
+    limiter.live_nodes, quota, key = 4, BucketQuota(LEASES), hit(r).key
+    quota.report(limiter, hit(r, hits=1), T0 + 10)
+    state = limiter.keys.get(key)
+    assert state is not None
+    store.execute(SyncBatch(T0, [Push(key, state.window, 180, state.limit)]))  # the others
+    sync(limiter, store, T0 + 10)
+    lease = quota.recheck(limiter, hit(r, hits=0), T0 + 110)
+    assert lease is not None and lease.bucket is not None and lease.bucket.max_tokens == 58
+    store.execute(SyncBatch(T0, [Push(key, state.window, 1, state.limit)]))  # the last one
+    sync(limiter, store, T0 + 1000)
+    live_until, spent = lease.expires_ms, 58
+    for now in range(T0 + 5000, T0 + 59_000, 100):
+        if (now - T0) % 5000 == 0:  # Envoy's report: what it admitted, then nothing
+            sent = quota.report(limiter, hit(r, hits=spent), now)
+            spent = 0
+        elif quota.recheck_ms and quota.recheck_ms <= now:
+            sent = quota.recheck(limiter, hit(r, hits=0), now)
+        else:
+            sent = None
+        if sent is not None:
+            assert sent.action is Action.DENY_ALL, now - T0
+            live_until = sent.expires_ms
+        assert now < live_until, f"no assignment {now - T0} ms into the window"
+
+
+def sync(limiter: FleetLimiter, store: MemoryStorage, now_ms: int) -> None:
+    batch = limiter.end_span(now_ms)
+    limiter.apply_sync(now_ms, batch, store.execute(batch))
 
 
 def test_leases_are_opt_in_and_only_for_one_fixed_window_at_the_edge() -> None:
