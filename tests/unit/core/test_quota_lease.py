@@ -31,6 +31,12 @@ def paced(rate_per_s: float, upper: float = 0.0) -> Lease:
     return lease
 
 
+def sync(limiter: FleetLimiter, store: MemoryStorage, now_ms: int) -> None:
+    """A span end of this node against the store."""
+    batch = limiter.end_span(now_ms)
+    limiter.apply_sync(now_ms, batch, store.execute(batch))
+
+
 def edge_rule(rpu: int = 240, *, edge: bool = True) -> Rule:
     limit = RateLimit(rpu, Unit.SECOND, 10, spans=5, edge=edge)
     return Rule("d", (("k", ""),), limit)
@@ -133,8 +139,7 @@ def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
     assert state is not None and state.pending == 1 + 1  # the lease, and the first request
     assert state.next_sync == T0 + 10  # pushed at once
     store.execute(SyncBatch(T0, [Push(hit(r).key, state.window, 180, state.limit)]))  # others
-    batch = limiter.end_span(T0 + 10)
-    limiter.apply_sync(T0 + 10, batch, store.execute(batch))
+    sync(limiter, store, T0 + 10)
     again = quota.recheck(limiter, hit(r, hits=0), T0 + 110)
     assert again is not None and again.bucket is not None and again.replaces_bucket
     # No pace yet: up to its fair share, within what is free (240 - 180 - its own 2).
@@ -158,8 +163,8 @@ def test_a_gateways_pace_is_blended_over_its_reports() -> None:
 
 
 def test_a_gateway_quiet_for_days_keeps_a_pace_that_decides() -> None:
-    """Blended over a thousand quiet reports, the pace nears 0 without reaching it: a bucket's
-    dry time then lies past the reset (dividing by that pace overflowed)."""
+    """Blended over 3,000 quiet reports (four hours), the pace nears 0 without reaching it: a
+    bucket's dry time then lies past the reset (dividing by that pace overflowed)."""
     lease = paced(10.0, upper=5.0)
     for report in range(1, 3000):
         lease.report(0, T0 + report * 5000, 0.0)
@@ -199,11 +204,6 @@ def test_a_gateway_denied_in_a_full_window_holds_its_deny_until_the_reset() -> N
             assert sent.action is Action.DENY_ALL, now - T0
             live_until = sent.expires_ms
         assert now < live_until, f"no assignment {now - T0} ms into the window"
-
-
-def sync(limiter: FleetLimiter, store: MemoryStorage, now_ms: int) -> None:
-    batch = limiter.end_span(now_ms)
-    limiter.apply_sync(now_ms, batch, store.execute(batch))
 
 
 def test_leases_are_opt_in_and_only_for_one_fixed_window_at_the_edge() -> None:
