@@ -61,6 +61,20 @@ def test_a_lease_covers_the_pace_and_more_far_from_max() -> None:
     assert far.tokens == 12  # two horizons (6 s) of its 1/s
 
 
+def test_a_lease_in_a_long_window_covers_part_of_its_pace_until_the_reset_from_the_spare() -> None:
+    def minute(left: int) -> Free:
+        return free(left, limit=1440, reset_ms=60_000)
+
+    # two horizons (12) and its 1/s for the 48 s past them: the fleet's pace leaves 1,200 spare
+    assert paced(1.0).decide(minute(1440), T0).tokens == 60
+    # at 5/s the fleet's pace leaves 240 spare: an even part of it, 60, on top of 2 x 30
+    assert paced(5.0).decide(minute(1440), T0).tokens == 120
+    # the fleet's pace needs more than is free: one horizon, nothing spare
+    assert paced(1.0).decide(minute(200), T0).tokens == 6
+    # a window no longer than the horizons: as before
+    assert paced(1.0).decide(free(240, reset_ms=9000), T0).tokens == 12
+
+
 def test_a_bucket_holding_enough_is_kept_and_rechecked_when_it_will_run_low() -> None:
     lease = paced(10.0, upper=40.0)
     got = lease.decide(free(200), T0 + 1000)  # 30 likely held, over a quarter of 60 needed
