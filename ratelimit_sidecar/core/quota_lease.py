@@ -23,8 +23,9 @@ at most what it was leased; a window never holds more leases than MAX:
   `scarce` little free, a bucket is kept until it likely ran dry (simulator, 4 gateways at
   skewed 0.9 x MAX: 10.2 % refused against 13.4 %).
 - At each report the counted reservation becomes what was reported spent in the window plus the
-  most the bucket can still hold (`upper`); the rest goes back to the store (counted negative),
-  though no node lowers the count it read for the window, so it serves no lease before the reset.
+  most the bucket can still hold (`upper`); the rest goes back (counted negative), netted against
+  this node's next lease. Beyond that the store's total drops, but no node lowers the count it
+  read for a window (a late answer must not undo counts): it serves no other gateway.
   A report that spans the window's start counts wholly in the new window and wholly against the
   current bucket, which may then hold more than `upper`: a bucket is not replaced while it may
   still hold tokens (replaced, they would stay counted until the next report; simulator, 4
