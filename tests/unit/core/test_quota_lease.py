@@ -97,6 +97,16 @@ def test_nothing_free_denies_until_the_next_sync() -> None:
     assert (got.tokens, got.recheck_ms) == (0, T0 + 1000)
 
 
+def test_nothing_free_keeps_a_bucket_that_may_still_hold_tokens() -> None:
+    """Its pace says it ran dry, its report has not said so: a DENY_ALL would free none of its
+    tokens (counted until the report) and only take them from the gateway."""
+    lease = paced(10.0, upper=20.0)
+    got = lease.decide(free(0), T0 + 3000)  # 30 tokens' worth of pace since: likely dry
+    assert (got.tokens, got.recheck_ms) == (None, T0 + 4000)
+    lease.report(20, T0 + 5000, 10.0 / 1000)  # it was: now empty, denied
+    assert lease.decide(free(0), T0 + 5000).tokens == 0
+
+
 def test_a_replaced_bucket_stays_counted_until_the_report_tells_what_it_spent() -> None:
     lease = paced(10.0)
     lease.build(30, T0)
@@ -189,10 +199,10 @@ def test_a_gateway_quiet_for_days_keeps_a_pace_that_decides() -> None:
 
 def test_a_gateway_denied_in_a_full_window_holds_its_deny_until_the_reset() -> None:
     """A gateway that spent its lease in a full window, then reports no traffic (a pace of 0),
-    holds a DENY_ALL at every moment: one left to lapse lets Envoy apply its fallback (ALLOW_ALL
-    in the documented setup). Before: renewed with its 2 s TTL and decided again only at the
-    reset, so 3 s of every 5 s admitted everything (simulator, a daily window of 2,000 at 2x:
-    3,118 admitted)."""
+    holds a DENY_ALL (or its spent bucket) at every moment: one left to lapse lets Envoy apply
+    its fallback (ALLOW_ALL in the documented setup). Before: renewed with its 2 s TTL and
+    decided again only at the reset, so 3 s of every 5 s admitted everything (simulator, a
+    daily window of 2,000 at 2x: 3,118 admitted)."""
     limiter, store = FleetLimiter(), MemoryStorage()
     r = Rule("d", (("k", ""),), RateLimit(240, Unit.MINUTE, spans=5, edge=True))
     limiter.live_nodes, quota, key = 4, BucketQuota(LEASES), hit(r).key
@@ -214,8 +224,9 @@ def test_a_gateway_denied_in_a_full_window_holds_its_deny_until_the_reset() -> N
             sent = quota.recheck(limiter, hit(r, hits=0), now)
         else:
             sent = None
-        if sent is not None:
-            assert sent.action is Action.DENY_ALL, now - T0
+        if sent is not None:  # denied, or the spent bucket kept (it may hold a counted token)
+            renewed = sent.bucket == lease.bucket and sent.built_ms > 0
+            assert sent.action is Action.DENY_ALL or renewed, now - T0
             live_until = sent.expires_ms
         assert now < live_until, f"no assignment {now - T0} ms into the window"
 
