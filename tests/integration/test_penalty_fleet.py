@@ -169,7 +169,7 @@ def metric(node: SidecarProcess, name: str) -> float:
 
 def test_a_hammering_client_waits_1x_2x_4x_on_every_node_across_a_restart(fleet: Fleet) -> None:
     """A block's Retry-After is its length, or up to one window more where it also counts the
-    block re-armed while its window stays over: 1-2 s, then 2-3 s on some node (the fleet's
+    block re-armed while its window stays over: 1-2 s, then longer on some node (the fleet's
     level: a node may meet it raised by the others' blocks); after a restart of every node,
     4-5 s (a block at level 0 would say at most 2 s): the level lived in Redis."""
     addresses = fleet.start()
@@ -185,7 +185,12 @@ def test_a_hammering_client_waits_1x_2x_4x_on_every_node_across_a_restart(fleet:
             node,
             [timeline(before, n) for n in range(3)],
         )
-    assert any(2 <= wait <= 3 for node in range(3) for wait in runs(before, node))  # a 2 s block
+    # The blocks grew on some node: a later one longer than its first. "A 2 s block on some
+    # node" failed once in about 4 CI runs (no timeline kept): the fleet's level is raised by
+    # every node's offences, so a node may go from 1 s blocks straight to 4 s ones, and within
+    # 3.2 s no node may show the step between. After the restart the top level is asserted.
+    grew = [max(b[1:], default=0) > b[0] for b in (runs(before, n) for n in range(3)) if b]
+    assert any(grew), [timeline(before, n) for n in range(3)]
     assert sum(metric(n, "ratelimit_sidecar_penalties_applied_total") for n in fleet.nodes) >= 2
     levels = [k.get("penalty_level") for n in fleet.nodes for k in debug_keys(n)]
     assert 2 in levels, levels
