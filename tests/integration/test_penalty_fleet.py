@@ -123,22 +123,9 @@ def obey(addresses: list[str], seconds: float, value: str) -> list[Told]:
     return told
 
 
-def runs(told: list[Told], node: int) -> list[int]:
-    """The longest Retry-After (s) of each run of refusals one node gave, in order."""
-    longest: list[int] = []
-    refusing = False
-    for answer in (t for t in told if t.node == node):
-        if answer.over and not refusing:
-            longest.append(0)
-        if answer.over:
-            longest[-1] = max(longest[-1], answer.retry_s)
-        refusing = answer.over
-    return longest
-
-
 def timeline(told: list[Told], node: int) -> list[tuple[float, float, int]]:
     """Each run of refusals one node gave: its first and last answer (s into the test) and its
-    longest Retry-After: what a failed assertion shows."""
+    longest Retry-After (s); a failed assertion shows them."""
     start = told[0].at if told else 0.0
     spans: list[tuple[float, float, int]] = []
     refusing = False
@@ -150,6 +137,11 @@ def timeline(told: list[Told], node: int) -> list[tuple[float, float, int]]:
             spans[-1] = (spans[-1][0], at, max(spans[-1][2], answer.retry_s))
         refusing = answer.over
     return spans
+
+
+def runs(told: list[Told], node: int) -> list[int]:
+    """The longest Retry-After (s) of each run of refusals one node gave, in order."""
+    return [longest for _first, _last, longest in timeline(told, node)]
 
 
 def debug_keys(node: SidecarProcess) -> list[dict[str, object]]:
