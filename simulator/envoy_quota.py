@@ -15,7 +15,9 @@ this module is only what Envoy does with an answer, pinned to 1.40's measured be
   time to live starts again (docs/RLQS-ENVOY.md, pinned in tests/e2e/test_rlqs_envoy.py);
 * an assignment expires after its TTL (no TTL: at once), then the fallback applies
   (`no_assignment_behavior`; ALLOW_ALL in the example bootstrap);
-* usage counted while the server is unreachable is never reported (`drop_usage`).
+* usage counted while the server is unreachable is never reported (`drop_usage`);
+* an abandoned bucket is dropped with its usage not yet reported; the next request makes it
+  anew under `no_assignment_behavior` and reports it at once (one request).
 """
 
 from __future__ import annotations
@@ -116,7 +118,11 @@ class EnvoyBucket:
         self.filled_at = now_ms
 
     def assign(self, now_ms: int, assignment: EnvoyAssignment) -> None:
-        """An answer from the server: a new bucket, the same one, or the same fill level."""
+        """An answer from the server: a new bucket, the same one, or the same fill level; or the
+        bucket abandoned."""
+        if assignment.action is Action.ABANDON:
+            self._abandon()
+            return
         if assignment.after_blanket:
             self.assign(now_ms, EnvoyAssignment(Action.DENY_ALL, 1000))
         held = self.assignment if now_ms < self.expires_at else None
@@ -130,6 +136,13 @@ class EnvoyBucket:
             self.tokens = fill * assignment.max_tokens
         self.assignment = assignment
         self.expires_at = now_ms + assignment.ttl_ms
+
+    def _abandon(self) -> None:
+        """Dropped with its usage not yet reported (never sent); the next request makes it anew,
+        under the no-assignment fallback, and reports it at once."""
+        self.assignment, self.expires_at, self.tokens = None, 0, 0.0
+        self.allowed = self.denied = 0
+        self.reported_at = None
 
     @property
     def rebuilds(self) -> int:

@@ -20,6 +20,8 @@ from simulator.envoy_quota import EnvoyAssignment, Usage
 def on_the_wire(assignment: Assignment) -> EnvoyAssignment:
     """What Envoy receives: whole seconds, as the protos carry them."""
     bucket = assignment.bucket
+    if assignment.action is Action.ABANDON:
+        return EnvoyAssignment(Action.ABANDON)
     if bucket is None:
         return EnvoyAssignment(assignment.action, assignment.ttl_s * 1000)
     return EnvoyAssignment(
@@ -52,7 +54,11 @@ class SidecarQuota:
         return _wire(self.bucket.report(limiter, hit, now_ms, denied=usage.denied))
 
     def recheck(self, limiter: Limiter, hits: Sequence[Hit], now_ms: int) -> EnvoyAssignment | None:
-        """No report: the same rule on the counters as they are now (nothing counted)."""
+        """No report: the same rule on the counters as they are now (nothing counted). A bucket
+        abandoned and not made anew by its recheck is forgotten (service/quota.py)."""
+        if self.bucket.abandoned:
+            self.bucket = BucketQuota(self.bucket.policy)
+            return None
         return _wire(self.bucket.recheck(limiter, hits[0], now_ms))
 
 

@@ -44,6 +44,7 @@ class Action(enum.Enum):
     ALLOW_ALL = "allow_all"
     DENY_ALL = "deny_all"
     TOKEN_BUCKET = "token_bucket"
+    ABANDON = "abandon"  # not an assignment: Envoy drops the bucket and its unreported usage
 
 
 class TokenBucket(NamedTuple):
@@ -109,6 +110,11 @@ class QuotaPolicy:
     @property
     def refresh_before_ms(self) -> int:
         return 2 * self.report_interval_ms
+
+    @property
+    def forget_ms(self) -> int:
+        """A lease bucket abandoned at its window's end, not made anew since: forgotten."""
+        return self.abandon_after_reports * self.report_interval_ms
 
 
 DEFAULT_POLICY = QuotaPolicy()

@@ -17,20 +17,28 @@ at most what it was leased; a window never holds more leases than MAX:
   proportion far from MAX, and in a window longer than that `spare` of its pace past it, out of
   what the fleet's pace leaves free (simulator, 4 gateways, a minute's window: 2.8 / 2.8 / 3.4 %
   refused at 0.8, 0.95 and skewed 0.9 x MAX, bursts at 0.8 x 19 %, before; 1.5 / 2.9 / 2.7 % and
-  9.6 % after); it is topped up when its bucket likely falls under `low` of that;
-  Envoy builds each lease full (a DENY_ALL goes first), so the old bucket's unspent tokens are
-  gone: they stay counted until the next report tells what was spent. So while the window has
-  `scarce` little free, a bucket is kept until it likely ran dry (simulator, 4 gateways at
-  skewed 0.9 x MAX: 10.2 % refused against 13.4 %).
+  9.6 % after). Within `reach_ms` of the reset (two of Envoy's reports) it gets its pace until
+  the reset, `margin` more far from MAX: no report will come in time to top it up better
+  (10 s windows, 4 gateways: 3.0 / 5.9 / 6.9 % refused at 0.8, 0.95 and skewed 0.9 x MAX
+  before, 2.3 / 3.4 / 5.4 % after). It is topped up
+  when its bucket likely falls under `low` of that; Envoy builds each lease full (a DENY_ALL
+  goes first), so the old bucket's unspent tokens are gone: they stay counted until the next
+  report tells what was spent. So while the window has `scarce` little free, a bucket is kept
+  until it likely ran dry (simulator, 4 gateways at skewed 0.9 x MAX: 10.2 % refused against
+  13.4 %).
 - At each report the counted reservation becomes what was reported spent in the window plus the
   most the bucket can still hold (`upper`); the rest goes back (counted negative), netted against
   this node's next lease. Beyond that the store's total drops, but no node lowers the count it
   read for a window (a late answer must not undo counts): it serves no other gateway.
-  A report that spans the window's start counts wholly in the new window and wholly against the
-  current bucket, which may then hold more than `upper`: a bucket is not replaced while it may
-  still hold tokens (replaced, they would stay counted until the next report; simulator, 4
-  gateways: 7.4 / 14.9 / 15.2 % refused at 0.8, 0.95 and skewed 0.9 x MAX before, 5.6 / 11.9 /
-  13.4 % after).
+- **A new window abandons the bucket** (`roll`, then `abandon`; windows of a minute at most,
+  quota_usage.py). Envoy drops an abandoned bucket with its usage not yet reported, and
+  reports the request that makes it anew at once, alone (admitted by its no-assignment
+  fallback; counted here in advance); its next reports count only what it admitted since. So a
+  report never spans a window's start: its usage is this window's, exactly. Counted wholly in
+  the new window, a report's part from before the window's start held a quarter of a 10 s
+  window's leases on counts that were never spent (simulator, 4 gateways: 4.4 / 8.6 / 8.2 %
+  refused at 0.8, 0.95 and skewed 0.9 x MAX before, 3.0 / 5.9 / 6.9 % after; the exact split,
+  which only the simulator knew, left 3.4 / 7.9 / 11.4 %).
 - A node that never read the window's total (it just started) leases one token first, and the
   rest once its push has answered: a share taken on a count of 0 passed MAX by that share
   whenever a node joined a full window, and a node that just started knows neither the count
@@ -67,6 +75,8 @@ class LeasePolicy:
     share: float = 1.0  # of what is free, at most this over (live nodes x streams) per lease
     far: float = 2.0  # far from MAX a lease may cover this many horizons
     spare: float = 1.0  # and this part of its pace past them until the reset, out of the spare
+    reach_ms: int = 10_000  # this near the reset (two reports), its pace until then ...
+    margin: float = 1.2  # ... and this much more far from MAX
     denied_recheck_ms: int = 1000  # denied, decided again this often (leases come back)
 
 
@@ -101,11 +111,9 @@ class Lease:
     __slots__ = (
         "allowance",
         "built_ms",
-        "carried",
         "rate",
         "reported_ms",
         "reserved",
-        "unsure",
         "upper",
         "used",
         "window",
@@ -120,28 +128,29 @@ class Lease:
         self.reported_ms = -1
         self.built_ms = -1  # the current bucket's build (full at `upper`)
         self.rate = 0.0  # requests offered per ms: the reports' pace, blended (`PACE_WEIGHT`)
-        self.carried = 0.0  # what the next report may count from buckets not counted to hold it
-        self.unsure = 0.0  # what the bucket may hold beyond `upper`, until the next report
 
-    def roll(self, window: int, since_start_ms: int) -> None:
-        """A new window, `since_start_ms` ago: what the bucket may have spent in it already (at
-        twice its pace, at least a token) stays counted until the bucket is replaced or reported."""
-        if window != self.window:
-            self.window, self.used, self.reserved = window, 0, 0
-            spent = 2 * self.rate * since_start_ms + 1
-            before = self.allowance + self.upper
-            self.allowance = min(self.allowance, spent)
-            self.upper = min(self.upper, spent - self.allowance)
-            self.carried = before - self.allowance - self.upper
+    def roll(self, window: int) -> bool:
+        """A new window: nothing of it counted yet. True: the gateway holds a bucket (or a
+        DENY_ALL) of the window before, to abandon (`abandon`)."""
+        if window == self.window:
+            return False
+        held = self.window >= 0 and self.built_ms >= 0
+        self.window, self.used, self.reserved = window, 0, 0
+        return held
+
+    def abandon(self, since_start_ms: int) -> None:
+        """Envoy drops the bucket with its unreported usage. Counted in this window: what the
+        bucket may have spent in it before (`since_start_ms`, at twice its pace), which no
+        report will tell, and the request that makes the bucket anew (Envoy admits it by its
+        no-assignment fallback and reports it alone at once)."""
+        early = min(self.allowance + self.upper, 2 * self.rate * since_start_ms)
+        self.used += math.ceil(early)
+        self.allowance, self.upper = 0.0, 1.0
 
     def report(self, allowed: int, now_ms: int, rate: float) -> None:
-        """`allowed` since the last report, counted in the current window and taken from the
-        current bucket; a part of it (at most `carried`) may have been spent before the window
-        began or from a bucket since replaced, so the bucket may hold that much more until the
-        next report (`unsure`)."""
-        upper = max(0.0, self.upper - max(0.0, allowed - self.allowance))
-        self.unsure, self.carried = min(self.carried, self.upper - upper), 0.0
-        self.upper = upper
+        """`allowed` since the last report, counted in the current window; taken from the
+        replaced buckets' tokens first, then from the current bucket."""
+        self.upper = max(0.0, self.upper - max(0.0, allowed - self.allowance))
         self.allowance = 0.0
         self.used += allowed
         self.reported_ms, self.rate = now_ms, self._blended(rate)
@@ -154,11 +163,11 @@ class Lease:
         return PACE_WEIGHT * rate + (1 - PACE_WEIGHT) * self.rate
 
     def held(self, now_ms: int) -> float:
-        """What the bucket likely holds now: `upper` (and what it may hold more) less the pace
-        since the report. Only decisions read it; what is counted is `target`."""
+        """What the bucket likely holds now: `upper` less the pace since the report. Only
+        decisions read it; what is counted is `target`."""
         last = max(self.reported_ms, self.built_ms)
         since = max(0, now_ms - last) if last >= 0 else 0
-        return max(0.0, self.upper + self.unsure - self.rate * since)
+        return max(0.0, self.upper - self.rate * since)
 
     def decide(self, free: Free, now_ms: int, policy: LeasePolicy = DEFAULT_LEASE) -> Grant:
         cap = policy.share * self._cap(free)
@@ -169,16 +178,16 @@ class Lease:
             if held + 1 >= cap:
                 return Grant(None, now_ms + free.until_reset_ms)
             return Grant(math.floor(cap), now_ms + free.until_reset_ms)
-        need = self.rate * min(policy.horizon_ms, free.until_reset_ms)
+        need, room = self._need(free, policy)
         scarce = free.free < policy.scarce * need * free.live_nodes * free.streams
         low, held = (0.0 if scarce else policy.low) * need, self.held(now_ms)
-        want = need * self._room(free, policy) + self._spare(free, policy)
+        want = need * room + self._spare(free, policy)
         tokens = math.floor(min(cap, max(1.0, want)))
         if held > low or (held > 0 and (tokens <= held or scarce)):  # it would destroy tokens
             return Grant(None, self._dry_at(held - low if held > low else held, now_ms, free))
         if tokens < 1:
             wait = min(free.until_sync_ms, free.until_reset_ms, policy.denied_recheck_ms)
-            if self.upper + self.unsure > 0:  # it may hold tokens: a DENY_ALL frees none
+            if self.upper > 0:  # it may hold tokens: a DENY_ALL frees none
                 return Grant(None, now_ms + wait)
             return Grant(0, now_ms + wait)
         return Grant(tokens, self._dry_at(tokens - low, now_ms, free))
@@ -189,9 +198,13 @@ class Lease:
         fair = free.limit / gateways - (self.used + self.allowance + self.upper)
         return max(0.0, min(float(free.free), max(free.free / gateways, fair)))
 
-    def _room(self, free: Free, policy: LeasePolicy) -> float:
-        """How many horizons a lease covers: more while the fleet is far from MAX."""
-        return policy.far if free.free >= self._fleet_need(free) else 1.0
+    def _need(self, free: Free, policy: LeasePolicy) -> tuple[float, float]:
+        """The pace over a horizon, or until the reset within reach of it; and how many of
+        those a lease covers: more while the fleet is far from MAX."""
+        far = free.free >= self._fleet_need(free)
+        if free.until_reset_ms <= policy.reach_ms:
+            return self.rate * free.until_reset_ms, policy.margin if far else 1.0
+        return self.rate * policy.horizon_ms, policy.far if far else 1.0
 
     def _spare(self, free: Free, policy: LeasePolicy) -> float:
         """A window longer than a lease's horizons: a part of the pace past them, out of what the
@@ -218,10 +231,9 @@ class Lease:
 
     def build(self, tokens: int, now_ms: int) -> None:
         """A lease of `tokens` replaces the bucket (or a DENY_ALL, with `tokens` 0). The new one
-        holds `tokens`; what the old one may have held more, the next report may take from it."""
+        holds `tokens`; what the old one held, the next report may take from it."""
         self.allowance += self.upper
         self.upper, self.built_ms = float(tokens), now_ms
-        self.carried, self.unsure = self.carried + self.unsure, 0.0
 
     def target(self) -> int:
         """What the window must hold counted for this gateway."""

@@ -132,6 +132,11 @@ class BucketQuota:
     def recheck_ms(self) -> int:
         return self.sent.recheck_ms if self.sent is not None else 0
 
+    @property
+    def abandoned(self) -> bool:
+        """Abandoned at a window's end (leases), its gateway has not made it anew since."""
+        return self.sent is not None and self.sent.action is Action.ABANDON
+
     def report(
         self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1, *, denied: int = 0
     ) -> Assignment | None:
@@ -154,6 +159,8 @@ class BucketQuota:
         self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1
     ) -> Assignment | None:
         """No report: on the counters, less what the gateway likely spent since its report."""
+        if self.abandoned:  # Envoy holds no bucket to assign until a request makes it anew
+            return None
         if leased(hit.rule, self.policy):
             return self._lease_recheck(limiter, hit, now_ms, streams)
         pace = self._pace(now_ms)
@@ -186,11 +193,14 @@ class BucketQuota:
         state = limiter.lease_counter(now_ms, hit)
         if state is None:
             return self._settle(allow_all(now_ms, self.policy), now_ms, 0.0)
-        lease, allowed = self.lease, max(0, hit.hits)
-        lease.roll(state.window, now_ms % state.limit.window_ms)
-        # All of it in the current window: the part spent before it began is not known, and
-        # counted pro rata it went missing from the window's leases (+7 % at twice MAX).
-        lease.report(allowed, now_ms, self.rate)
+        lease = self.lease
+        rolled = lease.roll(state.window) and self._abandons(state)
+        # All of it in the current window: a report that spans the window's start (the bucket
+        # not abandoned yet) has its part from before unknown; counted pro rata, that part went
+        # missing from the window's leases (+7 % at twice MAX).
+        lease.report(max(0, hit.hits), now_ms, self.rate)
+        if rolled:
+            return self._lease_abandon(limiter, state, now_ms, 0)
         return self._lease_decide(limiter, state, now_ms, streams)
 
     def _lease_recheck(
@@ -199,8 +209,27 @@ class BucketQuota:
         state = limiter.lease_counter(now_ms, hit)
         if state is None:
             return None
-        self.lease.roll(state.window, now_ms % state.limit.window_ms)
+        if self.lease.roll(state.window) and self._abandons(state):
+            return self._lease_abandon(limiter, state, now_ms, now_ms % state.limit.window_ms)
         return self._lease_decide(limiter, state, now_ms, streams)
+
+    def _abandons(self, state: KeyState) -> bool:
+        """A window's end abandons the bucket in windows of a minute at most: in a longer one a
+        report spans its start for a small part of it, and an abandoned bucket whose gateway
+        stays quiet for a minute is forgotten with its pace (a day's window, skewed traffic at
+        0.9 x MAX: 22.8 % refused, against 9.5 % not abandoned). One abandoned already (its
+        gateway quiet since) has no bucket to abandon."""
+        return state.limit.window_ms <= self.policy.forget_ms and not self.abandoned
+
+    def _lease_abandon(
+        self, limiter: Limiter, state: KeyState, now_ms: int, since_start_ms: int
+    ) -> Assignment:
+        """A new window: the bucket goes, its next report counts only this window's requests."""
+        self.lease.abandon(since_start_ms)
+        self._count_lease(limiter, state, now_ms)
+        self.sent = Assignment(Action.ABANDON, 0, now_ms, recheck_ms=now_ms + self.policy.forget_ms)
+        self.spent, self.reported_ms = 0, None  # its first report is one request, not a pace
+        return self.sent
 
     def _lease_decide(
         self, limiter: Limiter, state: KeyState, now_ms: int, streams: int
@@ -208,16 +237,21 @@ class BucketQuota:
         # A block is not consulted: leases may hold the count over MAX until reports return them.
         grant = self.lease.decide(_free(limiter, state, now_ms, streams), now_ms)
         send = self._lease_assignment(grant, now_ms)
+        self._count_lease(limiter, state, now_ms)
+        return send
+
+    def _count_lease(self, limiter: Limiter, state: KeyState, now_ms: int) -> None:
         lease = self.lease
         delta = lease.target() - lease.reserved
         if delta:
             limiter.count_lease(state, delta, now_ms)
             lease.reserved += delta
-        return send
 
     def _lease_assignment(self, grant: Grant, now_ms: int) -> Assignment | None:
         recheck = max(grant.recheck_ms, now_ms + LEASE_MIN_RECHECK_MS)
         sent = self.sent
+        if sent is not None and sent.action is Action.ABANDON:
+            sent = None  # Envoy holds no bucket: a new one is built full
         if grant.tokens is None and sent is not None and sent.action is not Action.DENY_ALL:
             return self._lease_keep(sent, recheck, now_ms)
         if not grant.tokens:  # nothing free; or nothing to keep: a DENY_ALL holds no tokens

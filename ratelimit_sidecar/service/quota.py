@@ -121,8 +121,14 @@ class QuotaStream:
         """Buckets whose recheck has come: decided again, nothing counted."""
         now = self._service.clock_ms()
         due = [(b, t) for b, t in self._buckets.items() if 0 < t.quota.recheck_ms <= now]
-        actions = [self._decide(bucket, tracked, None, now) for bucket, tracked in due]
+        actions = [self._due(bucket, tracked, now) for bucket, tracked in due]
         return [action for action in actions if action is not None]
+
+    def _due(self, bucket: BucketId, tracked: _Tracked, now: int) -> BucketAction | None:
+        if tracked.quota.abandoned:  # Envoy dropped it and no request made it anew: forget it
+            self._forget(bucket, tracked)
+            return None
+        return self._decide(bucket, tracked, None, now)
 
     def next_recheck_ms(self) -> int | None:
         rechecks = [t.quota.recheck_ms for t in self._buckets.values() if t.quota.recheck_ms]
@@ -225,14 +231,18 @@ class QuotaStream:
             return None
         if service.observer is not None:
             service.observer.assigned(send.action.value)
-        return BucketAction(bucket, send)
+        # A lease's window ended: abandoned, but its pace kept for the request that makes it anew
+        return BucketAction(bucket, None if send.action is Action.ABANDON else send)
 
     def _abandon(self, bucket: BucketId, tracked: _Tracked) -> BucketAction:
+        self._forget(bucket, tracked)
+        if self._service.observer is not None:
+            self._service.observer.assigned(Action.ABANDON.value)
+        return BucketAction(bucket, None)
+
+    def _forget(self, bucket: BucketId, tracked: _Tracked) -> None:
         del self._buckets[bucket]
         self._service.hold(tracked.key, -1)
-        if self._service.observer is not None:
-            self._service.observer.assigned("abandon")
-        return BucketAction(bucket, None)
 
 
 __all__ = ["Action", "BucketAction", "QuotaService", "QuotaStream", "Usage"]

@@ -119,6 +119,7 @@ class Observed:
     after_end: int = 0  # a new bucket's first request then
     resubscribe_delay_s: float = 0.0  # an abandoned bucket's next request to its report
     abandoned_at: float = 0.0
+    before_abandon: list[int] = field(default_factory=list)  # admitted just before the abandon
     outage_allowed: dict[str, int] = field(default_factory=dict)
     restarted_at: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
@@ -232,6 +233,8 @@ def _outage(seen: Observed) -> None:
         REPORT_PERIOD_S + 2,
         "a timer report of abandon-me",
     )
+    # admitted since that report, then abandoned: never reported (a lease counts on it)
+    seen.before_abandon = [status(seen.envoys["plain"].url, "abandon-me") for _ in range(2)]
     # to every stream: `reuse` is all its Envoy has; the others know neither bucket
     abandon = [action(bucket_key({"name": n}), abandon=True) for n in ("abandon-me", "reuse")]
     seen.server.push(*abandon)
@@ -363,6 +366,15 @@ def test_an_abandoned_bucket_starts_over_with_an_immediate_report(observed: Obse
     assert observed.resubscribe_delay_s < 0.5
     last = observed.usages("abandon-me")[-1]
     assert (last.elapsed_s, last.allowed, last.denied) == (0.0, 1, 0)
+
+
+def test_an_abandoned_bucket_drops_what_it_admitted_since_its_last_report(
+    observed: Observed,
+) -> None:
+    """Two requests admitted after its last timer report, then abandoned: no report carries
+    them, only its first request and the one that made it anew."""
+    assert observed.before_abandon == [200, 200]
+    assert [u.allowed for u in observed.usages("abandon-me") if u.allowed] == [1, 1]
 
 
 def test_abandoning_every_bucket_leaves_empty_reports(observed: Observed) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from harness.grpc_client import request, rls_stub
 from harness.redis_servers import ServerProcess
-from harness.rlqs_client import QuotaStream, bucket_key
+from harness.rlqs_client import QuotaStream, actions, bucket_key
 from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar._proto import wire
@@ -32,6 +32,8 @@ descriptors:
     rate_limit: {{unit: hour, requests_per_unit: {MAX}, spans: 3600, cooldown: 5s}}
   - key: leased
     rate_limit: {{unit: hour, requests_per_unit: {LEASED_MAX}, spans: 3600}}
+  - key: rolled
+    rate_limit: {{unit: second, requests_per_unit: {LEASED_MAX}, spans: 2}}
 """
 SYNC_S = 2.5  # two 1 s spans and slack: a count pushed by one node is read by the other
 
@@ -226,3 +228,42 @@ async def test_leases_reach_redis_before_they_are_spent_and_add_up_to_at_most_ma
     finally:
         for node in pair:
             node.stop()
+
+
+async def test_a_lease_is_abandoned_at_its_windows_end_and_leased_again_when_made_anew(
+    tmp_path: Path, redis_server: ServerProcess
+) -> None:
+    """`--rlqs-leases`, a one-second window: at its end the stream abandons the bucket (Envoy
+    drops it and its unreported usage); the report of the request that makes it anew gets a
+    new lease."""
+    prefix = f"roll-{uuid.uuid4().hex[:8]}:"
+    (node,) = start_nodes(tmp_path, redis_server, prefix, 1, "--rlqs-leases")
+    bucket = {"rolled": "k"}
+    try:
+        async with grpc.aio.insecure_channel(node.address) as channel:
+            stream = QuotaStream(channel, "shop")
+            await stream.report((bucket, 1, 0))
+            assert await next_action(stream, bucket) == "token_bucket"
+            assert await next_action(stream, bucket, until="abandon") == "abandon"
+            await stream.report((bucket, 1, 0))  # the request that makes it anew
+            assert await next_action(stream, bucket) == "token_bucket"
+            assert node.metric('rlqs_assignments_total{action="abandon"}') >= 1
+            await stream.close()
+    finally:
+        node.stop()
+
+
+async def next_action(stream: QuotaStream, bucket: dict[str, str], until: str = "") -> str:
+    """The first action for `bucket` (`until`: the first of that kind) within 3 s: "abandon",
+    or the assignment's strategy ("token_bucket", "blanket_rule")."""
+    deadline = time.monotonic() + 3
+    while True:
+        response = await stream.next(timeout_s=max(0.1, deadline - time.monotonic()))
+        assert response is not None, f"no {until or 'action'} for {bucket} within 3 s"
+        got = actions(response).get(bucket_key(bucket))
+        if got is None:
+            continue
+        kind = "abandon" if got.WhichOneof("bucket_action") == "abandon_action" else ""
+        kind = kind or str(strategy(got).WhichOneof("strategy"))  # type: ignore[attr-defined]
+        if not until or kind == until:
+            return kind

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
@@ -25,7 +27,7 @@ def free(left: int, *, limit: int = 240, reset_ms: int = 10_000, live: int = 4) 
 def paced(rate_per_s: float, upper: float = 0.0) -> Lease:
     """A lease whose last report (at T0) measured this pace, its bucket holding `upper`."""
     lease = Lease()
-    lease.roll(0, 0)
+    lease.roll(0)
     lease.report(0, T0, rate_per_s / 1000)
     lease.upper = upper
     return lease
@@ -57,8 +59,16 @@ def test_a_lease_covers_the_pace_and_more_far_from_max() -> None:
     assert near.decide(free(20, reset_ms=8000), T0).tokens == 20  # under its fair share of 60
     near.used = 60
     assert near.decide(free(20, reset_ms=8000), T0).tokens == 5  # past it: an even part
-    far = paced(1.0).decide(free(240, reset_ms=9000), T0)
+    far = paced(1.0).decide(free(240, reset_ms=12_000), T0)
     assert far.tokens == 12  # two horizons (6 s) of its 1/s
+
+
+def test_near_the_reset_a_lease_covers_the_pace_until_then() -> None:
+    """Within two reports of the reset no report comes in time to top a bucket up better: its
+    pace until the reset, a fifth more far from MAX."""
+    assert paced(1.0).decide(free(240, reset_ms=9000), T0).tokens == 10  # 9 x 1.2
+    assert paced(10.0).decide(free(200, reset_ms=9000), T0).tokens == 60  # 90: its fair share
+    assert paced(5.0).decide(free(150, reset_ms=9000), T0).tokens == 45  # 180 > 150: not far
 
 
 def test_a_lease_in_a_long_window_covers_part_of_its_pace_until_the_reset_from_the_spare() -> None:
@@ -72,12 +82,12 @@ def test_a_lease_in_a_long_window_covers_part_of_its_pace_until_the_reset_from_t
     # the fleet's pace needs more than is free: one horizon, nothing spare
     assert paced(1.0).decide(minute(200), T0).tokens == 6
     # a window no longer than the horizons: as before
-    assert paced(1.0).decide(free(240, reset_ms=9000), T0).tokens == 12
+    assert paced(1.0).decide(free(240, reset_ms=12_000), T0).tokens == 12
 
 
 def test_a_bucket_holding_enough_is_kept_and_rechecked_when_it_will_run_low() -> None:
     lease = paced(10.0, upper=40.0)
-    got = lease.decide(free(200), T0 + 1000)  # 30 likely held, over a quarter of 60 needed
+    got = lease.decide(free(200, reset_ms=20_000), T0 + 1000)  # 30 held, over 60 / 4 needed
     assert got.tokens is None
     assert got.recheck_ms == T0 + 1000 + 1500  # (30 - 15) tokens at 10/s
 
@@ -118,35 +128,16 @@ def test_a_replaced_bucket_stays_counted_until_the_report_tells_what_it_spent() 
     assert lease.target() == 45  # the first bucket's 5 unspent go back
 
 
-def test_a_new_window_counts_the_whole_report_and_what_the_old_bucket_may_spend_in_it() -> None:
+def test_a_new_window_abandons_the_bucket_counting_what_it_may_have_spent_in_it() -> None:
     lease = paced(10.0)
     lease.build(50, T0)
-    lease.roll(1, 100)  # 100 ms into the next window: at twice its pace, 3 tokens at most
-    assert (lease.used, lease.target()) == (0, 3)
-    lease.report(20, T0 + 5000, 0.01)  # pro rata some were the old window's: all count here
-    assert lease.used == 20
-
-
-def test_a_report_spanning_the_window_start_does_not_make_a_bucket_look_empty() -> None:
-    """The report's hits all count in the new window and against the new bucket, though some
-    were spent before the window began, from the old one. The new bucket may still hold them:
-    it is not replaced (its tokens would stay counted until the next report)."""
-    lease = paced(10.0)
-    lease.build(50, T0)
-    lease.roll(1, 0)  # at the window's start: 49 of the old bucket's 50 count in the old window
-    assert lease.decide(free(240), T0 + 1).tokens == 60  # a new lease, built full
-    lease.build(60, T0 + 1)
-    lease.report(70, T0 + 3000, 0.01)  # 70 hits: up to 49 of them before the window began
-    assert (lease.used, lease.upper, lease.unsure) == (70, 0.0, 49.0)
-    assert lease.target() == 70  # counted: the hits and the bucket's bound, nothing more
-    kept = lease.decide(free(200), T0 + 3000)
-    assert (kept.tokens, kept.recheck_ms) == (None, T0 + 3000 + 3400)  # 49 - 15 low, at 10/s
-    lease.build(20, T0 + 3000)  # replaced: the new bucket holds its 20, nothing more
-    assert lease.held(T0 + 3000) == 20.0
-    lease.report(30, T0 + 8000, 0.01)  # up to 49 of these from the replaced bucket
-    assert (lease.upper, lease.unsure) == (0.0, 20.0)
-    lease.report(10, T0 + 13_000, 0.01)  # nothing carried over: `upper` is a bound again
-    assert lease.unsure == 0.0
+    assert lease.roll(1)  # a bucket of the window before: abandoned
+    lease.abandon(100)  # 100 ms into the window: at twice its pace, 2 tokens at most
+    # Those 2 (no report will tell) and the request that makes the bucket anew.
+    assert (lease.used, lease.upper, lease.target()) == (2, 1.0, 3)
+    lease.report(1, T0 + 10_150, 0.01)  # that request, reported alone
+    assert (lease.used, lease.upper, lease.target()) == (3, 0.0, 3)
+    assert not Lease().roll(1)  # nothing held yet: nothing to abandon
 
 
 def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
@@ -171,6 +162,59 @@ def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
     assert state.pending == 58  # 58 more: the replaced bucket's 1 stays counted until a report
 
 
+def _leased_window(now_ms: int, unit: Unit = Unit.SECOND) -> tuple[FleetLimiter, BucketQuota, Rule]:
+    """A gateway's bucket leased at `now_ms` after two reports 2 s apart (25/s)."""
+    tens = 10 if unit is Unit.SECOND else 1
+    r = Rule("d", (("k", ""),), RateLimit(240, unit, tens, spans=5, edge=True))
+    limiter, quota = FleetLimiter(), BucketQuota(LEASES)
+    limiter.live_nodes = 4
+    quota.report(limiter, hit(r, hits=1), now_ms - 2000)
+    lease = quota.report(limiter, hit(r, hits=50), now_ms)
+    assert lease is not None and lease.action is Action.TOKEN_BUCKET
+    return limiter, quota, r
+
+
+def test_a_window_end_abandons_the_bucket_and_its_gateway_makes_it_anew() -> None:
+    """Envoy drops an abandoned bucket with its unreported usage and reports the request that
+    makes it anew at once: its reports then count only the new window's requests."""
+    limiter, quota, r = _leased_window(T0 + 13_000)
+    pace = quota.lease.rate
+    gone = quota.recheck(limiter, hit(r, hits=0), T0 + 20_000)  # the window's reset
+    assert gone is not None and gone.action is Action.ABANDON and quota.abandoned
+    assert quota.lease.target() == 1  # the request that makes it anew, admitted by Envoy
+    assert gone.recheck_ms == T0 + 20_000 + LEASES.forget_ms
+    assert quota.recheck(limiter, hit(r, hits=0), T0 + 20_500) is None  # nothing to assign
+    anew = quota.report(limiter, hit(r, hits=1), T0 + 20_010)
+    assert anew is not None and anew.bucket is not None and not anew.replaces_bucket
+    assert quota.lease.rate == pytest.approx(pace)  # one request is not a pace
+    assert not quota.abandoned
+
+
+def test_a_bucket_made_anew_windows_after_its_abandon_is_not_abandoned_again() -> None:
+    limiter, quota, r = _leased_window(T0 + 13_000)
+    quota.recheck(limiter, hit(r, hits=0), T0 + 20_000)  # abandoned; its gateway quiet since
+    anew = quota.report(limiter, hit(r, hits=1), T0 + 45_000)  # two windows later
+    assert anew is not None and anew.action is Action.TOKEN_BUCKET
+    assert quota.lease.used == 1  # that request, in its own window
+
+
+def test_a_report_first_in_a_new_window_counts_there_then_the_bucket_is_abandoned() -> None:
+    limiter, quota, r = _leased_window(T0 + 13_000)
+    gone = quota.report(limiter, hit(r, hits=30), T0 + 20_300)  # before any recheck
+    assert gone is not None and gone.action is Action.ABANDON
+    assert quota.lease.target() == 30 + 1  # all of it here: its split is unknown
+
+
+def test_a_window_longer_than_a_minute_keeps_its_bucket_counted_into_the_next() -> None:
+    """An abandoned bucket whose gateway stays quiet for a minute is forgotten with its pace: a
+    longer window rolls with its bucket, whose tokens count in the new window."""
+    limiter, quota, r = _leased_window(T0 + 3_590_000, Unit.HOUR)
+    held = quota.lease.upper
+    again = quota.recheck(limiter, hit(r, hits=0), T0 + 3_600_000)
+    assert again is None or again.action is not Action.ABANDON
+    assert quota.lease.target() >= held
+
+
 def test_a_gateways_pace_is_blended_over_its_reports() -> None:
     """A quiet report (5 s of a Poisson stream may count nothing) does not make a busy bucket
     look full: the pace keeps 70 % of the one before (PACE_WEIGHT 0.3)."""
@@ -182,7 +226,7 @@ def test_a_gateways_pace_is_blended_over_its_reports() -> None:
     assert round(lease.rate * 1000, 6) == round(0.3 * 20 + 0.7 * 7, 6)
     # So its bucket is topped up as the blended pace runs it low, not kept until the reset.
     lease.upper = 5.0
-    got = lease.decide(free(200), T0 + 10_000)
+    got = lease.decide(free(200, reset_ms=20_000), T0 + 10_000)
     assert got.tokens is not None and got.tokens > 5
 
 

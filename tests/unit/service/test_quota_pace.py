@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from ratelimit_sidecar.config.loader import load_rules
-from ratelimit_sidecar.core import LocalLimiter
+from ratelimit_sidecar.config.model import RuleDefaults
+from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
+from ratelimit_sidecar.core.quota_assign import QuotaPolicy
 from ratelimit_sidecar.service import quota as quota_module
 from ratelimit_sidecar.service.quota import QuotaService, QuotaStream, Usage
 from ratelimit_sidecar.service.validation import InvalidRequest
@@ -54,3 +56,25 @@ def test_one_report_cannot_take_a_stream_past_its_bucket_limit(
     again = [Usage({"user": str(n)}, 1, 0) for n in (0, 1, 2, 2, 3, 4)]  # 2 new: 5 in all
     stream.report("d", again)
     assert len(stream._buckets) == 5
+
+
+def test_a_lease_abandoned_at_its_windows_end_keeps_its_pace_then_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    """Abandoned at the window's end (leases), a bucket stays tracked with its pace for the
+    request that makes it anew; not made anew by its recheck (a minute), it is forgotten."""
+    path = tmp_path / "d.yaml"
+    limit = "{unit: minute, requests_per_unit: 240, consistency: edge}"
+    path.write_text(f"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {limit}\n")
+    rules = load_rules(path, defaults=RuleDefaults(shared_store=True))
+    now, limiter = [T0 + 13_000], FleetLimiter()
+    service = QuotaService(lambda: rules, limiter, lambda: now[0], policy=QuotaPolicy(leases=True))
+    stream, bucket = service.open_stream(), (("user", "a"),)
+    stream.report("d", [Usage({"user": "a"}, 1, 0)])
+    now[0] = T0 + 60_000  # the window's reset
+    due = stream.due()
+    assert [(a.bucket, a.assignment) for a in due] == [(bucket, None)]  # abandon_action
+    assert bucket in stream._buckets and len(service.holders) == 1
+    now[0] = T0 + 60_000 + QuotaPolicy().forget_ms
+    assert stream.due() == []
+    assert bucket not in stream._buckets and not service.holders

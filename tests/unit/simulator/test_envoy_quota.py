@@ -109,6 +109,18 @@ def test_usage_is_counted_between_reports_and_lost_when_not_sent() -> None:
     assert envoy.lost == 3
 
 
+def test_an_abandoned_bucket_drops_its_unreported_usage_and_is_made_anew() -> None:
+    """What a bucket admitted since its last report is never sent once it is abandoned; the next
+    request is admitted by the no-assignment fallback and reported at once, alone."""
+    envoy = EnvoyBucket()
+    envoy.assign(0, bucket(5, 1, 1000))
+    admitted(envoy, range(0, 3))
+    envoy.assign(10, EnvoyAssignment(Action.ABANDON))
+    assert envoy.new and envoy.assignment is None
+    assert envoy.admit(20)  # ALLOW_ALL: no assignment yet
+    assert envoy.take_usage(20) == Usage(1, 0, 0)
+
+
 class FixedServer:
     """A stand-in RLQS server: counts the usage as the limiter's hits, answers `answer`."""
 
