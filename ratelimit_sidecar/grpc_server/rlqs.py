@@ -195,7 +195,7 @@ def _describe(action: BucketAction) -> str:
     """One action for the debug log; bucket values may be API keys: their keys only."""
     keys = ",".join(key for key, _ in action.bucket)
     a = action.assignment
-    if a is None:
+    if a.action is Action.ABANDON:
         return f"{keys} abandon"
     numbers = "" if a.bucket is None else f" {a.bucket.max_tokens}+{a.bucket.tokens_per_fill}"
     return f"{keys} {a.action.value}{numbers} ttl {a.ttl_s}s"
@@ -206,13 +206,13 @@ def _response(actions: Sequence[BucketAction]) -> RateLimitQuotaResponse:
     for action in actions:
         bucket_id = BucketId(bucket=dict(action.bucket))
         assignment = action.assignment
-        if assignment is not None and assignment.replaces_bucket:
+        if assignment.replaces_bucket:
             # Envoy applies a response's actions in order and only then shows the result to
             # its workers: after a blanket rule, the token bucket is built full.
             out = response.bucket_action.add(bucket_id=bucket_id)
             _assignment(out.quota_assignment_action, Assignment(Action.DENY_ALL, 1, 0))
         out = response.bucket_action.add(bucket_id=bucket_id)
-        if assignment is None:
+        if assignment.action is Action.ABANDON:
             out.abandon_action.SetInParent()
         else:
             _assignment(out.quota_assignment_action, assignment)

@@ -41,10 +41,10 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class BucketAction:
-    """None: abandon it."""
+    """An assignment for the bucket, or (`Action.ABANDON`) abandon it."""
 
     bucket: BucketId
-    assignment: Assignment | None
+    assignment: Assignment
 
 
 class QuotaObserver(Protocol):
@@ -190,7 +190,7 @@ class QuotaStream:
         idle = usage.allowed == 0 and usage.denied == 0
         tracked.idle = tracked.idle + 1 if idle else 0
         if abandoned(tracked.idle, service.policy):
-            return self._abandon(bucket, tracked)
+            return self._abandon(bucket, tracked, now)
         hits = (min(usage.allowed, MAX_HITS), min(usage.denied, MAX_HITS))
         return self._decide(bucket, tracked, hits, now)
 
@@ -231,14 +231,14 @@ class QuotaStream:
             return None
         if service.observer is not None:
             service.observer.assigned(send.action.value)
-        # A lease's window ended: abandoned, but its pace kept for the request that makes it anew
-        return BucketAction(bucket, None if send.action is Action.ABANDON else send)
+        return BucketAction(bucket, send)
 
-    def _abandon(self, bucket: BucketId, tracked: _Tracked) -> BucketAction:
+    def _abandon(self, bucket: BucketId, tracked: _Tracked, now: int) -> BucketAction:
+        """Idle: forgotten here too (a lease abandoned at its window's end keeps its pace)."""
         self._forget(bucket, tracked)
         if self._service.observer is not None:
             self._service.observer.assigned(Action.ABANDON.value)
-        return BucketAction(bucket, None)
+        return BucketAction(bucket, Assignment(Action.ABANDON, 0, now))
 
     def _forget(self, bucket: BucketId, tracked: _Tracked) -> None:
         del self._buckets[bucket]

@@ -10,7 +10,7 @@ import pytest
 from ratelimit_sidecar.config.loader import load_rules
 from ratelimit_sidecar.config.model import RuleDefaults
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
-from ratelimit_sidecar.core.quota_assign import QuotaPolicy
+from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
 from ratelimit_sidecar.service import quota as quota_module
 from ratelimit_sidecar.service.quota import QuotaService, QuotaStream, Usage
 from ratelimit_sidecar.service.validation import InvalidRequest
@@ -73,7 +73,7 @@ def test_a_lease_abandoned_at_its_windows_end_keeps_its_pace_then_is_forgotten(
     stream.report("d", [Usage({"user": "a"}, 1, 0)])
     now[0] = T0 + 60_000  # the window's reset
     due = stream.due()
-    assert [(a.bucket, a.assignment) for a in due] == [(bucket, None)]  # abandon_action
+    assert [(a.bucket, a.assignment.action) for a in due] == [(bucket, Action.ABANDON)]
     assert bucket in stream._buckets and len(service.holders) == 1
     now[0] = T0 + 60_000 + QuotaPolicy().forget_ms
     assert stream.due() == []
