@@ -300,4 +300,5 @@ def _free(limiter: Limiter, state: KeyState, now_ms: int, streams: int) -> Free:
         limiter.live_nodes,
         max(1, streams),
         counts.pushed or counts.seen_ms > 0 or counts.seen > 0,
+        state.nodes.value,
     )

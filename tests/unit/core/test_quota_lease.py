@@ -29,7 +29,7 @@ def paced(rate_per_s: float, upper: float = 0.0) -> Lease:
     lease = Lease()
     lease.roll(0)
     lease.report(0, T0, rate_per_s / 1000)
-    lease.upper = upper
+    lease.upper = lease.likely = upper
     return lease
 
 
@@ -126,6 +126,30 @@ def test_a_replaced_bucket_stays_counted_until_the_report_tells_what_it_spent() 
     lease.report(25, T0 + 5000, 0.01)  # 25 spent, all of them maybe from the first bucket
     assert (lease.used, lease.upper, lease.allowance) == (25, 20.0, 0.0)
     assert lease.target() == 45  # the first bucket's 5 unspent go back
+
+
+def test_a_report_after_a_new_lease_decides_on_what_the_new_bucket_likely_holds() -> None:
+    """The report cannot say which bucket spent its usage: counted, the old one first (the most
+    the new one can hold); decided, the old one at the pace until it was replaced."""
+    lease = paced(10.0)
+    lease.build(30, T0)
+    lease.build(20, T0 + 2000)  # the first bucket likely spent 20 by then
+    lease.report(28, T0 + 5000, 0.01)
+    assert (lease.upper, lease.target()) == (20.0, 48)  # at most 20 left: counted
+    assert lease.held(T0 + 5000) == 12.0  # likely 20 - (28 - 20)
+    got = lease.decide(free(200, reset_ms=20_000), T0 + 5000)
+    assert got.tokens == 50  # 12, under a quarter of 60: topped up (on `upper` it was kept)
+
+
+def test_a_node_carrying_clearly_more_than_an_even_part_takes_its_part_of_what_is_free() -> None:
+    def third_of_free(nodes: float) -> int | None:
+        lease = paced(20.0)
+        lease.used = 100  # past its fair share of MAX: only a part of what is free
+        return lease.decide(replace(free(90, live=3), nodes=nodes), T0).tokens
+
+    assert third_of_free(1.6) == 56  # 90 / 1.6: it carries 60 % of the traffic
+    assert third_of_free(2.5) == 30  # a little over an even part: an even part, 90 / 3
+    assert third_of_free(0.0) == 30  # no estimate yet
 
 
 def test_a_new_window_abandons_the_bucket_counting_what_it_may_have_spent_in_it() -> None:
