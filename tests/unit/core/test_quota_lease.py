@@ -242,16 +242,27 @@ def test_a_window_longer_than_a_minute_keeps_its_bucket_counted_into_the_next() 
 def test_a_gateways_pace_is_blended_over_its_reports() -> None:
     """A quiet report (5 s of a Poisson stream may count nothing) does not make a busy bucket
     look full: the pace keeps 70 % of the one before (PACE_WEIGHT 0.3)."""
-    lease = paced(10.0, upper=0.0)  # the first report sets the pace as it is
+    lease = paced(10.0, upper=200.0)  # the first report sets the pace as it is
     assert lease.rate * 1000 == 10.0
     lease.report(0, T0 + 5000, 0.0)
     assert round(lease.rate * 1000, 6) == 7.0
     lease.report(100, T0 + 10_000, 0.02)
     assert round(lease.rate * 1000, 6) == round(0.3 * 20 + 0.7 * 7, 6)
     # So its bucket is topped up as the blended pace runs it low, not kept until the reset.
-    lease.upper = 5.0
+    lease.upper = lease.likely = 5.0
     got = lease.decide(free(200, reset_ms=20_000), T0 + 10_000)
     assert got.tokens is not None and got.tokens > 5
+
+
+def test_a_report_that_leaves_the_bucket_dry_takes_a_rise_in_pace_whole() -> None:
+    """It ran out because it got busier: a top-up by the blended pace would run dry again."""
+    dry, left = paced(1.0), paced(1.0)
+    dry.build(10, T0)
+    left.build(30, T0)
+    dry.report(10, T0 + 5000, 4.0 / 1000)  # all 10 spent, 20 offered
+    left.report(10, T0 + 5000, 4.0 / 1000)  # 20 still held: blended
+    assert dry.rate * 1000 == pytest.approx(4.0)
+    assert left.rate * 1000 == pytest.approx(0.3 * 4.0 + 0.7 * 1.0)
 
 
 def test_a_gateway_quiet_for_days_keeps_a_pace_that_decides() -> None:
