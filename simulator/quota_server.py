@@ -51,7 +51,10 @@ class SidecarQuota:
         self, limiter: Limiter, hits: Sequence[Hit], now_ms: int, usage: Usage
     ) -> EnvoyAssignment | None:
         hit = hits[0]._replace(hits=usage.allowed)
-        return _wire(self.bucket.report(limiter, hit, now_ms, denied=usage.denied))
+        answer = _wire(self.bucket.report(limiter, hit, now_ms, denied=usage.denied))
+        if self.bucket.forgotten:  # idle: the servicer drops it (service/quota.py)
+            self.bucket = BucketQuota(self.bucket.policy)
+        return answer
 
     def recheck(self, limiter: Limiter, hits: Sequence[Hit], now_ms: int) -> EnvoyAssignment | None:
         """No report: the same rule on the counters as they are now (nothing counted). A bucket

@@ -20,7 +20,6 @@ from ratelimit_sidecar.core.quota_assign import (
     Action,
     Assignment,
     QuotaPolicy,
-    abandoned,
 )
 from ratelimit_sidecar.core.quota_usage import BucketQuota
 from ratelimit_sidecar.overrides.applied import NO_OVERRIDES, AppliedOverrides
@@ -61,7 +60,6 @@ class _Tracked:
     rule: Rule | None
     key: KeyId
     quota: BucketQuota = field(default_factory=BucketQuota)
-    idle: int = 0
     overrides: AppliedOverrides = NO_OVERRIDES
 
 
@@ -187,12 +185,11 @@ class QuotaStream:
         if service.observer is not None:
             service.observer.reported(usage.allowed, usage.denied)
         tracked = self._track(domain, bucket)
-        idle = usage.allowed == 0 and usage.denied == 0
-        tracked.idle = tracked.idle + 1 if idle else 0
-        if abandoned(tracked.idle, service.policy):
-            return self._abandon(bucket, tracked, now)
         hits = (min(usage.allowed, MAX_HITS), min(usage.denied, MAX_HITS))
-        return self._decide(bucket, tracked, hits, now)
+        action = self._decide(bucket, tracked, hits, now)
+        if tracked.quota.forgotten:  # idle: Envoy drops it, and so does this stream
+            self._forget(bucket, tracked)
+        return action
 
     def _track(self, domain: str, bucket: BucketId) -> _Tracked:
         """Matched again when the rules or overrides changed."""
@@ -232,13 +229,6 @@ class QuotaStream:
         if service.observer is not None:
             service.observer.assigned(send.action.value)
         return BucketAction(bucket, send)
-
-    def _abandon(self, bucket: BucketId, tracked: _Tracked, now: int) -> BucketAction:
-        """Idle: forgotten here too (a lease abandoned at its window's end keeps its pace)."""
-        self._forget(bucket, tracked)
-        if self._service.observer is not None:
-            self._service.observer.assigned(Action.ABANDON.value)
-        return BucketAction(bucket, Assignment(Action.ABANDON, 0, now))
 
     def _forget(self, bucket: BucketId, tracked: _Tracked) -> None:
         del self._buckets[bucket]

@@ -71,6 +71,27 @@ def test_near_the_reset_a_lease_covers_the_pace_until_then() -> None:
     assert paced(5.0).decide(free(150, reset_ms=9000), T0).tokens == 45  # 180 > 150: not far
 
 
+def test_far_from_max_counts_what_the_other_gateways_leases_hold_for_their_pace() -> None:
+    """What is free lacks the other gateways' leases, counted but not spent: their pace spends
+    them within the fleet's need, so they are not a shortfall."""
+    lease = paced(5.0)
+    assert lease.decide(free(150, reset_ms=9000), T0).tokens == 45  # 180 > 150: not far
+    lease.leased = 45  # its last lease: three more like it, counted, cover their pace
+    assert lease.decide(free(150, reset_ms=9000), T0).tokens == 54  # 150 + 135 >= 180: far
+    lease.leased = 5  # small leases outstanding leave the fleet short
+    assert lease.decide(free(150, reset_ms=9000), T0).tokens == 45
+
+
+def test_the_fleets_need_follows_the_nodes_estimate() -> None:
+    """A node carrying 60 % of the traffic stands for 1.6 nodes, not the 4 live ones."""
+
+    def lease_of(nodes: float) -> int | None:
+        return paced(10.0).decide(replace(free(150, reset_ms=6000), nodes=nodes), T0).tokens
+
+    assert lease_of(1.6) == 72  # the fleet needs 10 x 1.6 x 6 = 96 of 150: far, 60 x 1.2
+    assert lease_of(0.0) == 60  # unknown: 4 x 60 = 240 > 150, its pace until the reset
+
+
 def test_a_lease_in_a_long_window_covers_part_of_its_pace_until_the_reset_from_the_spare() -> None:
     def minute(left: int) -> Free:
         return free(left, limit=1440, reset_ms=60_000)
@@ -83,6 +104,20 @@ def test_a_lease_in_a_long_window_covers_part_of_its_pace_until_the_reset_from_t
     assert paced(1.0).decide(minute(200), T0).tokens == 6
     # a window no longer than the horizons: as before
     assert paced(1.0).decide(free(240, reset_ms=12_000), T0).tokens == 12
+
+
+def test_a_long_window_with_room_tops_a_bucket_up_before_it_runs_low() -> None:
+    """A top-up leaves the old bucket's tokens counted until the next report: far from MAX that
+    is cheap, and a burst then finds the bucket nearly full, not half spent."""
+
+    def minute(left: int, reset_ms: int = 60_000) -> Free:
+        return free(left, limit=1440, reset_ms=reset_ms)
+
+    assert paced(1.0, upper=40.0).decide(minute(1440), T0).tokens == 60  # 40 < 0.7 x 60
+    # the headroom, 400 - 240 = 160, under 3 x 4 gateways x 40 held: kept until low
+    assert paced(1.0, upper=40.0).decide(minute(400), T0).tokens is None
+    # near the reset: kept (40 held over a quarter of 90), though 108 would be leased
+    assert paced(10.0, upper=40.0).decide(minute(1440, reset_ms=9000), T0).tokens is None
 
 
 def test_a_bucket_holding_enough_is_kept_and_rechecked_when_it_will_run_low() -> None:
@@ -222,6 +257,31 @@ def test_a_bucket_made_anew_windows_after_its_abandon_is_not_abandoned_again() -
     assert quota.lease.used == 1  # that request, in its own window
 
 
+def test_an_idle_bucket_of_an_unleased_counter_is_forgotten() -> None:
+    quota, r = BucketQuota(QuotaPolicy()), edge_rule()
+    limiter = FleetLimiter()
+    quota.report(limiter, hit(r, hits=1), T0)
+    answers = [
+        quota.report(limiter, hit(r, hits=0), T0 + n * 5000)
+        for n in range(1, QuotaPolicy().abandon_after_reports + 1)
+    ]
+    assert answers[-1] is not None and answers[-1].action is Action.ABANDON
+    assert quota.forgotten
+    assert all(a is None or a.action is not Action.ABANDON for a in answers[:-1])
+
+
+def test_an_idle_bucket_under_a_deny_all_is_kept() -> None:
+    """Abandoned, its next request would pass by Envoy's no-assignment fallback."""
+    quota, r = BucketQuota(QuotaPolicy()), Rule("d", (("k", ""),), RateLimit(0, Unit.DAY))
+    limiter = FleetLimiter()
+    first = quota.report(limiter, hit(r, hits=1), T0)
+    assert first is not None and first.action is Action.DENY_ALL
+    for n in range(1, 2 * QuotaPolicy().abandon_after_reports):
+        answer = quota.report(limiter, hit(r, hits=0), T0 + n * 5000)
+        assert answer is None or answer.action is Action.DENY_ALL
+    assert not quota.abandoned
+
+
 def test_a_report_first_in_a_new_window_counts_there_then_the_bucket_is_abandoned() -> None:
     limiter, quota, r = _leased_window(T0 + 13_000)
     gone = quota.report(limiter, hit(r, hits=30), T0 + 20_300)  # before any recheck
@@ -229,14 +289,18 @@ def test_a_report_first_in_a_new_window_counts_there_then_the_bucket_is_abandone
     assert quota.lease.target() == 30 + 1  # all of it here: its split is unknown
 
 
-def test_a_window_longer_than_a_minute_keeps_its_bucket_counted_into_the_next() -> None:
-    """An abandoned bucket whose gateway stays quiet for a minute is forgotten with its pace: a
-    longer window rolls with its bucket, whose tokens count in the new window."""
-    limiter, quota, r = _leased_window(T0 + 3_590_000, Unit.HOUR)
-    held = quota.lease.upper
-    again = quota.recheck(limiter, hit(r, hits=0), T0 + 3_600_000)
-    assert again is None or again.action is not Action.ABANDON
-    assert quota.lease.target() >= held
+def test_a_window_longer_than_a_minute_is_not_leased() -> None:
+    """It outlives a quiet gateway's bucket (Envoy forgets it after a minute of empty reports)
+    with its lease counted: the plain assignments serve it."""
+    minute, hour = (
+        Rule("d", (("k", ""),), RateLimit(240, u, edge=True)) for u in (Unit.MINUTE, Unit.HOUR)
+    )
+    assert leased(minute, LEASES) and not leased(hour, LEASES)
+    quota, limiter = BucketQuota(LEASES), FleetLimiter()
+    first = quota.report(limiter, hit(hour, hits=1), T0)
+    assert first is not None and first.action is Action.TOKEN_BUCKET
+    quota.report(limiter, hit(hour, hits=50), T0 + 5000)
+    assert quota.lease.built_ms < 0  # never leased
 
 
 def test_a_gateways_pace_is_blended_over_its_reports() -> None:

@@ -78,3 +78,21 @@ def test_a_lease_abandoned_at_its_windows_end_keeps_its_pace_then_is_forgotten(
     now[0] = T0 + 60_000 + QuotaPolicy().forget_ms
     assert stream.due() == []
     assert bucket not in stream._buckets and not service.holders
+
+
+def test_an_idle_bucket_is_abandoned_and_forgotten(tmp_path: Path) -> None:
+    """Idle for a minute of reports: abandoned, and forgotten by the stream at once."""
+    path = tmp_path / "d.yaml"
+    limit = "{unit: day, requests_per_unit: 2000, consistency: edge}"
+    path.write_text(f"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {limit}\n")
+    rules = load_rules(path, defaults=RuleDefaults(shared_store=True))
+    now, limiter, policy = [T0 + 1000], FleetLimiter(), QuotaPolicy(leases=True)
+    service = QuotaService(lambda: rules, limiter, lambda: now[0], policy=policy)
+    stream, bucket = service.open_stream(), (("user", "a"),)
+    for allowed in [1, 5, 5] + [0] * (policy.abandon_after_reports - 1):
+        stream.report("d", [Usage({"user": "a"}, allowed, 0)])
+        now[0] += policy.report_interval_ms
+    assert bucket in stream._buckets
+    last = stream.report("d", [Usage({"user": "a"}, 0, 0)])
+    assert [(a.bucket, a.assignment.action) for a in last] == [(bucket, Action.ABANDON)]
+    assert bucket not in stream._buckets and not service.holders
