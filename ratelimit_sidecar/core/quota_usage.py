@@ -231,11 +231,13 @@ class BucketQuota:
 
     @property
     def _denying(self) -> bool:
-        """Under a DENY_ALL, an idle bucket is kept: abandoned, the request that makes it anew
-        passes by Envoy's no-assignment fallback, so a key blocked for a day admitted every
-        request that came a minute or more after the last (simulator, 2,000 a day at twice
-        MAX on 4 gateways: up to 3,394 a day)."""
-        return self.sent is not None and self.sent.action is Action.DENY_ALL
+        """Under a block's DENY_ALL, an idle bucket is kept until the block ends: abandoned, the
+        request that makes it anew passes by Envoy's no-assignment fallback, so a key blocked
+        for a day admitted every request that came a minute or more after the last (simulator,
+        2,000 a day at twice MAX on 4 gateways: up to 3,394 a day). Not a deny list's, which
+        never ends: kept, its idle buckets would pile up on the stream."""
+        sent = self.sent
+        return sent is not None and sent.action is Action.DENY_ALL and sent.recheck_ms > 0
 
     def _abandons(self) -> bool:
         """A window's end abandons the bucket (leased windows are a minute at most), unless it

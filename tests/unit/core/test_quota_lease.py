@@ -270,16 +270,23 @@ def test_an_idle_bucket_of_an_unleased_counter_is_forgotten() -> None:
     assert all(a is None or a.action is not Action.ABANDON for a in answers[:-1])
 
 
-def test_an_idle_bucket_under_a_deny_all_is_kept() -> None:
-    """Abandoned, its next request would pass by Envoy's no-assignment fallback."""
-    quota, r = BucketQuota(QuotaPolicy()), Rule("d", (("k", ""),), RateLimit(0, Unit.DAY))
-    limiter = FleetLimiter()
-    first = quota.report(limiter, hit(r, hits=1), T0)
-    assert first is not None and first.action is Action.DENY_ALL
-    for n in range(1, 2 * QuotaPolicy().abandon_after_reports):
-        answer = quota.report(limiter, hit(r, hits=0), T0 + n * 5000)
-        assert answer is None or answer.action is Action.DENY_ALL
-    assert not quota.abandoned
+def test_an_idle_bucket_under_a_block_is_kept_under_a_deny_list_abandoned() -> None:
+    """Abandoned, its next request would pass by Envoy's no-assignment fallback: kept until its
+    block ends. A deny list never ends: its idle buckets go, or they would pile up."""
+
+    def idle_after(rule: Rule, hits: list[int]) -> tuple[BucketQuota, list[Action | None]]:
+        quota, limiter = BucketQuota(QuotaPolicy()), FleetLimiter()
+        answers = [
+            quota.report(limiter, hit(rule, hits=n), T0 + i * 5000) for i, n in enumerate(hits)
+        ]
+        return quota, [None if a is None else a.action for a in answers]
+
+    idle = [0] * 2 * QuotaPolicy().abandon_after_reports
+    blocked, actions = idle_after(Rule("d", (("k", ""),), RateLimit(2, Unit.DAY)), [1, 5, *idle])
+    assert actions[1] is Action.DENY_ALL and Action.ABANDON not in actions
+    assert not blocked.abandoned
+    denied, actions = idle_after(Rule("d", (("k", ""),), RateLimit(0, Unit.DAY)), [1, *idle])
+    assert actions[0] is Action.DENY_ALL and Action.ABANDON in actions and denied.forgotten
 
 
 def test_a_report_first_in_a_new_window_counts_there_then_the_bucket_is_abandoned() -> None:
