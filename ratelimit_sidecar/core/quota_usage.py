@@ -210,7 +210,8 @@ class BucketQuota:
         if state is None:
             return self._settle(allow_all(now_ms, self.policy), now_ms, 0.0)
         lease = self.lease
-        rolled = lease.roll(state.window) and self._abandons()
+        # A window's end abandons the bucket, unless its gateway has held none since the last.
+        rolled = lease.roll(state.window) and not self.abandoned
         # All of it in the current window: a report that spans the window's start (the bucket
         # not abandoned yet) has its part from before unknown; counted pro rata, that part went
         # missing from the window's leases (+7 % at twice MAX).
@@ -225,7 +226,7 @@ class BucketQuota:
         state = limiter.lease_counter(now_ms, hit)
         if state is None:
             return None
-        if self.lease.roll(state.window) and self._abandons():
+        if self.lease.roll(state.window) and not self.abandoned:
             return self._lease_abandon(limiter, state, now_ms, now_ms % state.limit.window_ms)
         return self._lease_decide(limiter, state, now_ms, streams)
 
@@ -238,11 +239,6 @@ class BucketQuota:
         never ends: kept, its idle buckets would pile up on the stream."""
         sent = self.sent
         return sent is not None and sent.action is Action.DENY_ALL and sent.recheck_ms > 0
-
-    def _abandons(self) -> bool:
-        """A window's end abandons the bucket (leased windows are a minute at most), unless it
-        was abandoned already: its gateway quiet since holds no bucket to abandon."""
-        return not self.abandoned
 
     def _lease_abandon(
         self, limiter: Limiter, state: KeyState, now_ms: int, since_start_ms: int
