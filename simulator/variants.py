@@ -106,6 +106,13 @@ SYSTEMS: dict[str, System] = {
             new_keys_alone=False,
         ),
         System("rlqs", "every gateway on RLQS: Envoy token buckets, 5 s usage reports", rlqs=1.0),
+        System(
+            "rlqs-edge",
+            "every gateway on RLQS, the limit's consistency: edge (kept over a minute's window)",
+            store_clock=True,
+            rlqs=1.0,
+            edge=True,
+        ),
         System("rlqs-half", "every other gateway on RLQS, the rest on ShouldRateLimit", rlqs=0.5),
         System(
             "rlqs-lease",

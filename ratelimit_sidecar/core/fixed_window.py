@@ -92,6 +92,13 @@ class FixedWindow(SharedAlgorithm):
             return self._estimate_over(state, hits, now_ms)
         return None
 
+    def reported(self, state: KeyState, now_ms: int) -> None:
+        """An RLQS report counted at the edge: past `early_at` own hits a key new here asks for
+        its window's total at once, as `check` does for requests. A node that joined a window at
+        MAX otherwise handed out shares of a count of 0 until its span end."""
+        if state.inflight + state.pending > state.window_counts().early_at:
+            self._push_early(state, now_ms)
+
     def _push_early(self, state: KeyState, now_ms: int) -> None:
         # Alone until the answer: the even split meanwhile only refused lone clients' bursts.
         state.window_counts().early_at = NEVER

@@ -101,11 +101,13 @@ class Limiter(ABC):
         return algorithm.check(state, hits, now_ms), state
 
     def count_admitted(
-        self, now_ms: int, hit: Hit, since_ms: int | None = None
+        self, now_ms: int, hit: Hit, since_ms: int | None = None, *, edge_over_ms: int
     ) -> list[KeyState | None]:
         """An RLQS report's hits, counted whatever the limits say; those before a fixed window
-        began in [`since_ms`, `now_ms`] (pro rata) are the previous window's. Returns each
-        limit's counter (None: a deny list, or no room)."""
+        began in [`since_ms`, `now_ms`] (pro rata) are the previous window's. A limit keeps its
+        `consistency: edge` only in a window longer than `edge_over_ms`; shorter ones count
+        eventual (core/quota_assign.py, `QuotaPolicy.edge_over_ms`). Returns each limit's
+        counter (None: a deny list, or no room)."""
         rule = hit.rule
         if rule is None:
             return []
@@ -115,7 +117,7 @@ class Limiter(ABC):
             key = limit_key(hit.key, index) if several else hit.key
             state = self._caught_up(rule, key, limit, now_ms) if limit.requests_per_unit else None
             if state is not None:
-                state.edge = False  # RLQS: usage arrives per report, not within a period
+                state.edge = limit.edge and limit.window_ms > edge_over_ms
                 self._count_reported(state, hit.hits, now_ms, since_ms)
             states.append(state)
         return states
@@ -150,8 +152,11 @@ class Limiter(ABC):
         if fixed and hits > 0 and since_ms is not None and since_ms < start < now_ms:
             late = hits * (start - since_ms) // (now_ms - since_ms)
             self._count_late(state, late)
+        algorithm = self.algorithms[limit.algorithm_index]
         if hits - late:
-            self.algorithms[limit.algorithm_index].count(state, hits - late, now_ms)
+            algorithm.count(state, hits - late, now_ms)
+        if state.edge and isinstance(algorithm, FixedWindow):
+            algorithm.reported(state, now_ms)
 
     def _check_all(self, now_ms: int, hit: Hit) -> list[Checked]:
         rule = hit.rule

@@ -48,7 +48,8 @@ def report_usage(
     pace: Pace | None = None,
 ) -> Assignment:
     """Count a report's allowed hits (admitted since `since_ms`) and return the assignment."""
-    states = limiter.count_admitted(now_ms, hit, since_ms)  # shadow mode still counts
+    # Shadow mode still counts.
+    states = limiter.count_admitted(now_ms, hit, since_ms, edge_over_ms=policy.edge_over_ms)
     rule = hit.rule
     if rule is None or rule.limit is None or rule.shadow_mode or policy.shadow_mode:
         return allow_all(now_ms, policy)

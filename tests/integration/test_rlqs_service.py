@@ -34,6 +34,8 @@ descriptors:
     rate_limit: {{unit: minute, requests_per_unit: {LEASED_MAX}, spans: 60}}
   - key: rolled
     rate_limit: {{unit: second, requests_per_unit: {LEASED_MAX}, spans: 2}}
+  - key: daily
+    rate_limit: {{unit: day, requests_per_unit: {MAX}}}
 """
 SYNC_S = 2.5  # two 1 s spans and slack: a count pushed by one node is read by the other
 
@@ -164,6 +166,34 @@ async def test_over_the_limit_is_deny_all_until_the_window_resets(
     await rls.ShouldRateLimit(call)
     await asyncio.sleep(SYNC_S)
     assert (await rls.ShouldRateLimit(call)).overall_code == wire.Code.OVER_LIMIT
+
+
+async def test_a_daily_key_near_its_limit_is_pushed_at_once_and_denied_on_the_other_node(
+    nodes: list[SidecarProcess],
+    stream: QuotaStream,
+    rls_node: grpc.aio.Channel,
+    redis_server: ServerProcess,
+    prefix: str,
+) -> None:
+    """A day's window (4 h spans) at the edge: the report that takes it to 9 of 10 reaches
+    Redis at once, and the other node, which never saw the key, denies after one more."""
+    daily, notices = {"daily": "k"}, "edge_notices_received_total"
+    heard = nodes[1].metric(notices)
+    await stream.exchange((daily, 9, 0))
+    deadline = time.monotonic() + 1.0
+    while redis_count(redis_server, prefix, "k", "daily", 86_400_000) < 9:
+        assert time.monotonic() < deadline, "the report waited for its span end"
+        await asyncio.sleep(0.02)
+    while nodes[1].metric(notices) <= heard:  # the push's announcement
+        assert time.monotonic() < deadline + 2, "the other node never heard the push"
+        await asyncio.sleep(0.02)
+    other = QuotaStream(rls_node, "shop")
+    try:
+        got = (await other.exchange((daily, 1, 0)))[bucket_key(daily)]
+        last = strategy(await other.latest(daily, 1.5) or got)
+        assert last.blanket_rule == RateLimitStrategy.DENY_ALL, last  # type: ignore[attr-defined]
+    finally:
+        await other.close()
 
 
 async def test_an_unchanged_assignment_is_not_sent_again(stream: QuotaStream) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from ratelimit_sidecar.config.model import Rule
+import pytest
+
+from ratelimit_sidecar.config.model import Rule, Unit
 from ratelimit_sidecar.core import Code, FleetLimiter, PushResult, SyncResult
 from ratelimit_sidecar.core.edge import (
     MIN_PERIOD_MS,
@@ -19,6 +21,7 @@ from ratelimit_sidecar.core.edge import (
 )
 from ratelimit_sidecar.core.fixed_window import _estimate as fixed_estimate
 from ratelimit_sidecar.core.keystate import KeyState
+from ratelimit_sidecar.core.quota_assign import QuotaPolicy
 from ratelimit_sidecar.core.types import SyncBatch
 from tests.unit.core.rules import hit, rule
 
@@ -225,16 +228,47 @@ def test_at_edge_weighs_the_estimate_by_the_time_left_in_the_horizon() -> None:
     assert at_edge(state, counts, T0 + 900, 4)
 
 
-def test_a_key_fed_by_rlqs_reports_stays_eventual() -> None:
+def test_a_key_fed_by_rlqs_reports_within_a_minute_stays_eventual() -> None:
     """A gateway's usage between its reports reaches no store: pushing fast holds nothing."""
     limiter = fleet()
-    limiter.count_admitted(T0 + 1, hit(EDGE), None)
-    limiter.count_admitted(T0 + 2, hit(EDGE, hits=30), None)
+    over = QuotaPolicy().edge_over_ms
+    limiter.count_admitted(T0 + 1, hit(EDGE), None, edge_over_ms=over)
+    limiter.count_admitted(T0 + 2, hit(EDGE, hits=30), None, edge_over_ms=over)
     state = state_of(limiter)
     assert not state.edge
     answer(limiter, T0 + 500, 520)
     assert not state.window_counts().edge
     assert limiter.early.due_ms is None
+
+
+@pytest.mark.parametrize(
+    ("unit", "edge"), [(Unit.MINUTE, False), (Unit.HOUR, True), (Unit.DAY, True)]
+)
+def test_a_key_fed_by_rlqs_reports_keeps_the_edge_in_windows_over_a_minute(
+    unit: Unit, edge: bool
+) -> None:
+    """A report's lag is small against an hour: near MAX its counts are pushed at once."""
+    r = edge_rule(unit=unit)
+    limiter = fleet()
+    over = QuotaPolicy().edge_over_ms
+    limiter.count_admitted(T0 + 1, hit(r), None, edge_over_ms=over)
+    state = state_of(limiter, r)
+    state.window_counts().seen = 990
+    limiter.count_admitted(T0 + 2, hit(r, hits=5), None, edge_over_ms=over)
+    assert state.edge is edge and state.window_counts().edge is edge
+    assert limiter.early.due_ms == (T0 + 2 if edge else None)
+
+
+def test_a_report_past_a_new_keys_first_hits_asks_for_its_windows_total() -> None:
+    """A node that joined a day's window at MAX learns the total once a report takes the key
+    past 1 % of MAX, not at its span end 12 h later, and its shares follow it."""
+    r = edge_rule(unit=Unit.DAY)
+    limiter = fleet()
+    over = QuotaPolicy().edge_over_ms
+    limiter.count_admitted(T0 + 1, hit(r, hits=5), None, edge_over_ms=over)
+    assert limiter.early.due_ms is None
+    limiter.count_admitted(T0 + 2, hit(r, hits=10), None, edge_over_ms=over)
+    assert limiter.early.due_ms == T0 + 2
 
 
 def test_a_key_first_heard_at_the_edge_starts_at_the_edge() -> None:

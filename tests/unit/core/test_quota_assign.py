@@ -25,6 +25,7 @@ from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
 MINUTE_100 = RateLimit(100, Unit.MINUTE)
+MINUTE = QuotaPolicy().edge_over_ms
 POLICY = QuotaPolicy()
 
 
@@ -288,8 +289,9 @@ def test_hits_reported_after_a_window_began_count_pro_rata_in_the_one_before() -
     """10 hits admitted over the 5 s before a report that comes 2 s into a new window: 6 of
     them were the previous window's and are pushed there, 4 count against the new one."""
     limiter, r = FleetLimiter(), rule(rpu=100, unit=Unit.SECOND, multiplier=10, spans=5)
-    limiter.count_admitted(T0 - 3000, hit(r, hits=0))  # tracked in the window before
-    limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000)
+    # Tracked in the window before.
+    limiter.count_admitted(T0 - 3000, hit(r, hits=0), edge_over_ms=MINUTE)
+    limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000, edge_over_ms=MINUTE)
     batch = limiter.end_span(T0 + 2000)
     window = T0 // 10_000
     assert sorted((push.window, push.hits) for push in batch.pushes) == [
@@ -300,7 +302,7 @@ def test_hits_reported_after_a_window_began_count_pro_rata_in_the_one_before() -
 
 def test_alone_a_node_drops_the_late_part() -> None:
     limiter, r = LocalLimiter(), rule(rpu=100, unit=Unit.SECOND, multiplier=10, spans=5)
-    limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000)
+    limiter.count_admitted(T0 + 2000, hit(r, hits=10), since_ms=T0 - 3000, edge_over_ms=MINUTE)
     state = limiter.keys.get(hit(r).key)
     assert state is not None and state.pending == 4
 

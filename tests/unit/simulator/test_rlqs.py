@@ -64,6 +64,17 @@ def test_leased_rlqs_windows_hold_max_at_twice_and_ten_times_the_limit(scenario:
             assert min(rec.admitted[1:]) >= 0.8 * limit, (load, rec.admitted)
 
 
+def test_rlqs_counters_of_windows_over_a_minute_hold_max_at_the_edge() -> None:
+    """400 an hour at twice MAX: near MAX each report is pushed at once and announced, so every
+    node's next assignment knows the fleet's total (eventual, a 10 minutes' span late: +12 %)."""
+    params = {"scenario": "steady", "windows": 4, "max": 400, "window_ms": 3_600_000, "load": 2.0}
+    edge, setup = run("rlqs-edge", **params)
+    eventual, _ = run("rlqs", **params)
+    limit = setup.params.max
+    assert max(edge.admitted) <= 1.01 * limit, edge.admitted
+    assert max(eventual.admitted) > 1.05 * limit, eventual.admitted
+
+
 def test_rlqs_gateways_admit_most_requests_under_the_limit() -> None:
     """0.8 x MAX offered, evenly: the RLS path admits every request. RLQS gateways decide on
     shares and report late; they must still admit at least 80 % of what is offered."""
