@@ -116,8 +116,8 @@ class Engine:
         self.rule = setup.rule
         if not system.shared:  # local-only: each node enforces its share of the fleet's limit
             self.rule = rule_for(p, p.nodes)
-        elif system.edge:
-            self.rule = with_edge(self.rule)
+        elif system.edge or system.strict:
+            self.rule = with_consistency(self.rule, strict=system.strict)
         limit = setup.rule.limit
         assert limit is not None
         # The exact reference, run centrally on every arrival: it is the `exact` system, and
@@ -131,8 +131,7 @@ class Engine:
         if system.rlqs and quota is None:
             from simulator.quota_server import SidecarQuota
 
-            leases = system.leases
-            self.quota = lambda: SidecarQuota(leases=leases)
+            self.quota = SidecarQuota
 
     def run(self) -> Recorder:
         rng = Random(self.setup.params.seed)
@@ -344,10 +343,10 @@ class Engine:
             self.recorder.nodes_sample(state.nodes.value, truth)
 
 
-def with_edge(rule: Rule) -> Rule:
-    """`rule` with `consistency: edge`."""
+def with_consistency(rule: Rule, *, strict: bool) -> Rule:
+    """`rule` with `consistency: edge`, or `strict`."""
     assert rule.limit is not None
-    limit = replace(rule.limit, edge=True)
+    limit = replace(rule.limit, edge=not strict, strict=strict)
     return replace(rule, limit=limit, limits=(limit,))
 
 

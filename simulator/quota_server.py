@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ratelimit_sidecar.core import Hit, Limiter
-from ratelimit_sidecar.core.quota_assign import Action, Assignment, QuotaPolicy
+from ratelimit_sidecar.core.quota_assign import Action, Assignment
 from ratelimit_sidecar.core.quota_usage import BucketQuota
 from simulator.envoy_quota import EnvoyAssignment, Usage
 
@@ -38,9 +38,8 @@ def on_the_wire(assignment: Assignment) -> EnvoyAssignment:
 class SidecarQuota:
     """One gateway's RLQS stream to its sidecar node, for the simulated bucket."""
 
-    def __init__(self, *, leases: bool = False) -> None:
-        # what the servicer remembers of the bucket (`leases`: `--rlqs-leases`)
-        self.bucket = BucketQuota(QuotaPolicy(leases=leases))
+    def __init__(self) -> None:
+        self.bucket = BucketQuota()  # what the servicer remembers of the bucket
 
     @property
     def recheck_ms(self) -> int:

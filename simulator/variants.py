@@ -56,7 +56,9 @@ class System:
     rlqs: float = 0.0  # share of the gateways on RLQS (simulate/rlqs.py); 0: all on RLS
     new_keys_alone: bool = True  # False: a new key assumes an even split (the rule before)
     edge: bool = False  # True: the rule says `consistency: edge` (core/edge.py)
-    leases: bool = False  # True: RLQS fixed windows at the edge as leases (`--rlqs-leases`)
+    # True: the rule says `consistency: strict`: RLQS gateways get leases (core/quota_lease.py);
+    # ShouldRateLimit gateways are decided from memory, as the simulator has no strict store call
+    strict: bool = False
 
 
 _HARD = FixedWindow(lenient=False, estimate_blocks=True)
@@ -116,11 +118,10 @@ SYSTEMS: dict[str, System] = {
         System("rlqs-half", "every other gateway on RLQS, the rest on ShouldRateLimit", rlqs=0.5),
         System(
             "rlqs-lease",
-            "every gateway on RLQS, a fixed window at the edge leased (--rlqs-leases)",
+            "every gateway on RLQS, the limit's consistency: strict (a fixed window leased)",
             store_clock=True,
             rlqs=1.0,
-            edge=True,
-            leases=True,
+            strict=True,
         ),
     )
 }
@@ -149,7 +150,7 @@ def system_for(name: str) -> System:
         oracle_nodes=any(s.oracle_nodes for s in specs),
         rlqs=max(s.rlqs for s in specs),
         edge=any(s.edge for s in specs),
-        leases=any(s.leases for s in specs),
+        strict=any(s.strict for s in specs),
     )
 
 

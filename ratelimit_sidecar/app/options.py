@@ -99,7 +99,7 @@ def reference_header_names(settings: Settings) -> tuple[str, str, str] | None:
 
 
 def quota_policy(settings: Settings) -> QuotaPolicy:
-    return QuotaPolicy(shadow_mode=settings.shadow_mode, leases=settings.rlqs_leases)
+    return QuotaPolicy(shadow_mode=settings.shadow_mode)
 
 
 def override_options(settings: Settings) -> OverrideOptions:

@@ -178,7 +178,6 @@ class Settings:
     redis_prefix: str = field(default="rls:", metadata=_help("prefix of every Redis key"))
     quiet_share: float = _option(QUIET_SHARE, "hold a key's hits while hits x nodes < this x MAX")
     new_keys_even_split: bool = _option(False, "a new key assumes an even split, not one gateway")
-    rlqs_leases: bool = _option(False, "RLQS: fixed windows up to a minute at the edge leased")
     sync_timeout_ms: int = field(
         default=DEFAULT_TIMEOUT_MS,
         metadata=_help("Redis timeout per sync, more for a large sync (at most half a span)"),

@@ -105,9 +105,10 @@ class Limiter(ABC):
     ) -> list[KeyState | None]:
         """An RLQS report's hits, counted whatever the limits say; those before a fixed window
         began in [`since_ms`, `now_ms`] (pro rata) are the previous window's. A limit keeps its
-        `consistency: edge` only in a window longer than `edge_over_ms`; shorter ones count
-        eventual (core/quota_assign.py, `QuotaPolicy.edge_over_ms`). Returns each limit's
-        counter (None: a deny list, or no room)."""
+        `consistency: edge` (a strict one takes it too: no request waits on the store) only in a
+        window longer than `edge_over_ms`; shorter ones count eventual (core/quota_assign.py,
+        `QuotaPolicy.edge_over_ms`). Returns each limit's counter (None: a deny list, or no
+        room)."""
         rule = hit.rule
         if rule is None:
             return []
@@ -117,17 +118,21 @@ class Limiter(ABC):
             key = limit_key(hit.key, index) if several else hit.key
             state = self._caught_up(rule, key, limit, now_ms) if limit.requests_per_unit else None
             if state is not None:
-                state.edge = limit.edge and limit.window_ms > edge_over_ms
+                state.edge = (limit.edge or limit.strict) and limit.window_ms > edge_over_ms
                 self._count_reported(state, hit.hits, now_ms, since_ms)
             states.append(state)
         return states
 
     def lease_counter(self, now_ms: int, hit: Hit) -> KeyState | None:
         """The fixed-window counter an RLQS lease counts into (core/quota_lease.py), caught up;
-        None without room. Its pushes stay fast: leases are counted before they are spent."""
+        None without room. It is at the edge (its pushes fast, the others' heard): leases are
+        counted before they are spent."""
         rule = hit.rule
         assert rule is not None and len(rule.limits) == 1
-        return self._caught_up(rule, hit.key, rule.limits[0], now_ms)
+        state = self._caught_up(rule, hit.key, rule.limits[0], now_ms)
+        if state is not None:
+            state.edge = True
+        return state
 
     def _caught_up(self, rule: Rule, key: KeyId, limit: RateLimit, now_ms: int) -> KeyState | None:
         """An RLQS counter, made if new, its span ends caught up; None without room."""

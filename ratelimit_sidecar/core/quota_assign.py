@@ -105,7 +105,6 @@ class QuotaPolicy:
     shadow_mode: bool = False  # `--shadow-mode`: every bucket counted, and allowed
     others_late_ms: int = 5000  # how late the other gateways' usage may be (`_others_unreported`)
     cover: float = 0.8  # ... unless what is left covers this much of the gateway's pace
-    leases: bool = False  # `--rlqs-leases`: a fixed window (a minute at most) at the edge, leased
 
     @property
     def refresh_before_ms(self) -> int:

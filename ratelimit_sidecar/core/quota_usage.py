@@ -109,19 +109,19 @@ def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
 
 
 def leased(rule: Rule | None, policy: QuotaPolicy) -> bool:
-    """A counter handed out as leases (core/quota_lease.py): one fixed-window limit at the edge,
-    of a minute at most. A longer window outlives a quiet gateway's bucket: Envoy forgets it
-    after a minute of empty reports, its lease stays counted, and the next lease of the next
-    request strands the same (simulator, 2,000 a day at 0.8 x MAX on 4 gateways: 99.5 % refused;
-    12 % with the lease given back at the abandon, as the count other nodes read never drops)."""
-    if not policy.leases or rule is None or len(rule.limits) != 1:
-        return False
-    if rule.shadow_mode or policy.shadow_mode:
+    """A counter handed out as leases (core/quota_lease.py): one fixed-window limit that says
+    `consistency: strict`, of a minute at most. Envoy makes no call per request, so this is how
+    RLQS holds such a window exactly: it costs refusals under the limit, not a round trip. A
+    longer window outlives a quiet gateway's bucket: Envoy forgets it after a minute of empty
+    reports, its lease stays counted, and the next lease of the next request strands the same
+    (simulator, 2,000 a day at 0.8 x MAX on 4 gateways: 99.5 % refused; 12 % with the lease given
+    back at the abandon, as the count other nodes read never drops); it is held at the edge."""
+    if rule is None or len(rule.limits) != 1 or rule.shadow_mode or policy.shadow_mode:
         return False
     limit = rule.limits[0]
     fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
     short = limit.window_ms <= policy.forget_ms
-    return fixed and short and limit.edge and limit.requests_per_unit > 0
+    return fixed and short and limit.strict and limit.requests_per_unit > 0
 
 
 class BucketQuota:

@@ -31,9 +31,9 @@ descriptors:
   - key: client
     rate_limit: {{unit: hour, requests_per_unit: {MAX}, spans: 3600, cooldown: 5s}}
   - key: leased
-    rate_limit: {{unit: minute, requests_per_unit: {LEASED_MAX}, spans: 60}}
+    rate_limit: {{unit: minute, requests_per_unit: {LEASED_MAX}, spans: 60, consistency: strict}}
   - key: rolled
-    rate_limit: {{unit: second, requests_per_unit: {LEASED_MAX}, spans: 2}}
+    rate_limit: {{unit: second, requests_per_unit: {LEASED_MAX}, spans: 2, consistency: strict}}
   - key: daily
     rate_limit: {{unit: day, requests_per_unit: {MAX}}}
 """
@@ -46,10 +46,10 @@ def prefix() -> str:
 
 
 def start_nodes(
-    config: Path, redis: ServerProcess, prefix: str, count: int, *flags: str
+    config: Path, redis: ServerProcess, prefix: str, count: int
 ) -> list[SidecarProcess]:
     rules = write_rules(config, RULES, "shop.yaml")
-    extra = ("--redis-url", redis.url, "--redis-prefix", prefix, *flags)
+    extra = ("--redis-url", redis.url, "--redis-prefix", prefix)
     started = [SidecarProcess(rules, *extra, "--node-id", f"q{i}") for i in range(count)]
     return [node.wait_ready() for node in started]
 
@@ -238,10 +238,10 @@ async def lease_of(stream: QuotaStream, bucket: dict[str, str]) -> int:
 async def test_leases_reach_redis_before_they_are_spent_and_add_up_to_at_most_max(
     tmp_path: Path, redis_server: ServerProcess
 ) -> None:
-    """`--rlqs-leases`, two sidecars each with a gateway: a lease is counted in Redis at once
+    """`consistency: strict`, two sidecars each with a gateway: a lease is counted in Redis at once
     (not at the 1 s span end), and the second node leases from what the first left."""
     lease_prefix = f"lease-{uuid.uuid4().hex[:8]}:"
-    pair = start_nodes(tmp_path, redis_server, lease_prefix, 2, "--rlqs-leases")
+    pair = start_nodes(tmp_path, redis_server, lease_prefix, 2)
     bucket = {"leased": "k"}
     try:
         if time.time() % 60 > 30:  # leased windows are a minute at most: run within one
@@ -271,11 +271,11 @@ async def test_leases_reach_redis_before_they_are_spent_and_add_up_to_at_most_ma
 async def test_a_lease_is_abandoned_at_its_windows_end_and_leased_again_when_made_anew(
     tmp_path: Path, redis_server: ServerProcess
 ) -> None:
-    """`--rlqs-leases`, a one-second window: at its end the stream abandons the bucket (Envoy
+    """`consistency: strict`, a one-second window: at its end the stream abandons the bucket (Envoy
     drops it and its unreported usage); the report of the request that makes it anew gets a
     new lease."""
     prefix = f"roll-{uuid.uuid4().hex[:8]}:"
-    (node,) = start_nodes(tmp_path, redis_server, prefix, 1, "--rlqs-leases")
+    (node,) = start_nodes(tmp_path, redis_server, prefix, 1)
     bucket = {"rolled": "k"}
     try:
         async with grpc.aio.insecure_channel(node.address) as channel:

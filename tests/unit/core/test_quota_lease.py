@@ -1,5 +1,5 @@
 """RLQS leases (core/quota_lease.py) and their counting through the limiter
-(core/quota_usage.py, `--rlqs-leases`), on a fake clock."""
+(core/quota_usage.py, a fixed window that says `consistency: strict`), on a fake clock."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
-from ratelimit_sidecar.core.quota_lease import LEASE_FILL_S, Free, Grant, Lease
+from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
 from ratelimit_sidecar.core.quota_usage import LEASE_MIN_RECHECK_MS, BucketQuota, leased
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
-LEASES = QuotaPolicy(leases=True)
+POLICY = QuotaPolicy()
 
 
 def free(left: int, *, limit: int = 240, reset_ms: int = 10_000, live: int = 4) -> Free:
@@ -39,8 +39,9 @@ def sync(limiter: FleetLimiter, store: MemoryStorage, now_ms: int) -> None:
     limiter.apply_sync(now_ms, batch, store.execute(batch))
 
 
-def edge_rule(rpu: int = 240, *, edge: bool = True) -> Rule:
-    limit = RateLimit(rpu, Unit.SECOND, 10, spans=5, edge=edge)
+def fixed_rule(rpu: int = 240, *, strict: bool = True) -> Rule:
+    """240 per 10 s, `consistency: strict` (leased) or `edge`."""
+    limit = RateLimit(rpu, Unit.SECOND, 10, spans=5, strict=strict, edge=not strict)
     return Rule("d", (("k", ""),), limit)
 
 
@@ -200,9 +201,9 @@ def test_a_new_window_abandons_the_bucket_counting_what_it_may_have_spent_in_it(
 
 
 def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
-    limiter, store, r = FleetLimiter(), MemoryStorage(), edge_rule()
+    limiter, store, r = FleetLimiter(), MemoryStorage(), fixed_rule()
     limiter.live_nodes = 4
-    quota = BucketQuota(LEASES)
+    quota = BucketQuota()
     first = quota.report(limiter, hit(r, hits=1), T0 + 10)
     assert first is not None and first.action is Action.TOKEN_BUCKET and first.bucket
     # The window's total never read (nor the live nodes, in a node just started): one token,
@@ -224,8 +225,8 @@ def test_a_leased_counter_counts_its_lease_and_pushes_it_at_once() -> None:
 def _leased_window(now_ms: int, unit: Unit = Unit.SECOND) -> tuple[FleetLimiter, BucketQuota, Rule]:
     """A gateway's bucket leased at `now_ms` after two reports 2 s apart (25/s)."""
     tens = 10 if unit is Unit.SECOND else 1
-    r = Rule("d", (("k", ""),), RateLimit(240, unit, tens, spans=5, edge=True))
-    limiter, quota = FleetLimiter(), BucketQuota(LEASES)
+    r = Rule("d", (("k", ""),), RateLimit(240, unit, tens, spans=5, strict=True))
+    limiter, quota = FleetLimiter(), BucketQuota()
     limiter.live_nodes = 4
     quota.report(limiter, hit(r, hits=1), now_ms - 2000)
     lease = quota.report(limiter, hit(r, hits=50), now_ms)
@@ -241,7 +242,7 @@ def test_a_window_end_abandons_the_bucket_and_its_gateway_makes_it_anew() -> Non
     gone = quota.recheck(limiter, hit(r, hits=0), T0 + 20_000)  # the window's reset
     assert gone is not None and gone.action is Action.ABANDON and quota.abandoned
     assert quota.lease.target() == 1  # the request that makes it anew, admitted by Envoy
-    assert gone.recheck_ms == T0 + 20_000 + LEASES.forget_ms
+    assert gone.recheck_ms == T0 + 20_000 + POLICY.forget_ms
     assert quota.recheck(limiter, hit(r, hits=0), T0 + 20_500) is None  # nothing to assign
     anew = quota.report(limiter, hit(r, hits=1), T0 + 20_010)
     assert anew is not None and anew.bucket is not None and not anew.replaces_bucket
@@ -258,7 +259,7 @@ def test_a_bucket_made_anew_windows_after_its_abandon_is_not_abandoned_again() -
 
 
 def test_an_idle_bucket_of_an_unleased_counter_is_forgotten() -> None:
-    quota, r = BucketQuota(QuotaPolicy()), edge_rule()
+    quota, r = BucketQuota(), fixed_rule(strict=False)
     limiter = FleetLimiter()
     quota.report(limiter, hit(r, hits=1), T0)
     answers = [
@@ -298,16 +299,33 @@ def test_a_report_first_in_a_new_window_counts_there_then_the_bucket_is_abandone
 
 def test_a_window_longer_than_a_minute_is_not_leased() -> None:
     """It outlives a quiet gateway's bucket (Envoy forgets it after a minute of empty reports)
-    with its lease counted: the plain assignments serve it."""
+    with its lease counted: the plain assignments serve it, its counter at the edge."""
     minute, hour = (
-        Rule("d", (("k", ""),), RateLimit(240, u, edge=True)) for u in (Unit.MINUTE, Unit.HOUR)
+        Rule("d", (("k", ""),), RateLimit(240, u, strict=True)) for u in (Unit.MINUTE, Unit.HOUR)
     )
-    assert leased(minute, LEASES) and not leased(hour, LEASES)
-    quota, limiter = BucketQuota(LEASES), FleetLimiter()
+    assert leased(minute, POLICY) and not leased(hour, POLICY)
+    quota, limiter = BucketQuota(), FleetLimiter()
     first = quota.report(limiter, hit(hour, hits=1), T0)
     assert first is not None and first.action is Action.TOKEN_BUCKET
     quota.report(limiter, hit(hour, hits=50), T0 + 5000)
     assert quota.lease.built_ms < 0  # never leased
+    state = limiter.keys.get(hit(hour).key)
+    assert state is not None and state.edge  # strict asks no less than the edge
+
+
+def test_beyond_reach_of_the_reset_a_lease_is_sized_for_a_rise_in_pace_whole() -> None:
+    """A burst that began after a report: the next report's pace counts whole for the horizon
+    (blended, the bucket ran dry again before the report after); within reach of the reset the
+    blend stays (the pace until the reset is all the lease)."""
+    for reset_ms, horizon in ((40_000, 6000), (8000, 8000)):
+        lease = paced(2.0, upper=200.0)  # far from dry at the report: the pace is blended
+        lease.report(50, T0 + 5000, 10.0 / 1000)  # 10 a second now, blended to 4.4
+        assert lease.latest * 1000 == 10.0 and round(lease.rate * 1000, 6) == 4.4
+        window = free(1000, limit=1440, reset_ms=reset_ms)
+        need, _ = lease._need(window, DEFAULT_LEASE)
+        assert round(need) == round(4.4 * horizon / 1000)  # when to top up: blended
+        pace = 10.0 if reset_ms > DEFAULT_LEASE.reach_ms else 4.4
+        assert round(lease._risen(need, window, DEFAULT_LEASE)) == round(pace * horizon / 1000)
 
 
 def test_a_gateways_pace_is_blended_over_its_reports() -> None:
@@ -354,8 +372,8 @@ def test_a_gateway_denied_in_a_full_window_holds_its_deny_until_the_reset() -> N
     decided again only at the reset, so 3 s of every 5 s admitted everything (simulator, a
     daily window of 2,000 at 2x: 3,118 admitted)."""
     limiter, store = FleetLimiter(), MemoryStorage()
-    r = Rule("d", (("k", ""),), RateLimit(240, Unit.MINUTE, spans=5, edge=True))
-    limiter.live_nodes, quota, key = 4, BucketQuota(LEASES), hit(r).key
+    r = Rule("d", (("k", ""),), RateLimit(240, Unit.MINUTE, spans=5, strict=True))
+    limiter.live_nodes, quota, key = 4, BucketQuota(), hit(r).key
     quota.report(limiter, hit(r, hits=1), T0 + 10)
     state = limiter.keys.get(key)
     assert state is not None
@@ -381,8 +399,8 @@ def test_a_gateway_denied_in_a_full_window_holds_its_deny_until_the_reset() -> N
         assert now < live_until, f"no assignment {now - T0} ms into the window"
 
 
-def test_leases_are_opt_in_and_only_for_one_fixed_window_at_the_edge() -> None:
-    r = edge_rule()
-    assert leased(r, LEASES) and not leased(r, QuotaPolicy())
-    assert not leased(edge_rule(edge=False), LEASES)
-    assert not leased(replace(r, shadow_mode=True), LEASES)
+def test_leases_are_only_for_one_fixed_window_that_says_strict() -> None:
+    r = fixed_rule()
+    assert leased(r, POLICY) and not leased(fixed_rule(strict=False), POLICY)
+    assert not leased(replace(r, shadow_mode=True), POLICY)
+    assert not leased(r, QuotaPolicy(shadow_mode=True))

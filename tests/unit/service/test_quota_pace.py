@@ -64,11 +64,11 @@ def test_a_lease_abandoned_at_its_windows_end_keeps_its_pace_then_is_forgotten(
     """Abandoned at the window's end (leases), a bucket stays tracked with its pace for the
     request that makes it anew; not made anew by its recheck (a minute), it is forgotten."""
     path = tmp_path / "d.yaml"
-    limit = "{unit: minute, requests_per_unit: 240, consistency: edge}"
+    limit = "{unit: minute, requests_per_unit: 240, consistency: strict}"
     path.write_text(f"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {limit}\n")
     rules = load_rules(path, defaults=RuleDefaults(shared_store=True))
     now, limiter = [T0 + 13_000], FleetLimiter()
-    service = QuotaService(lambda: rules, limiter, lambda: now[0], policy=QuotaPolicy(leases=True))
+    service = QuotaService(lambda: rules, limiter, lambda: now[0])
     stream, bucket = service.open_stream(), (("user", "a"),)
     stream.report("d", [Usage({"user": "a"}, 1, 0)])
     now[0] = T0 + 60_000  # the window's reset
@@ -86,7 +86,7 @@ def test_an_idle_bucket_is_abandoned_and_forgotten(tmp_path: Path) -> None:
     limit = "{unit: day, requests_per_unit: 2000, consistency: edge}"
     path.write_text(f"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {limit}\n")
     rules = load_rules(path, defaults=RuleDefaults(shared_store=True))
-    now, limiter, policy = [T0 + 1000], FleetLimiter(), QuotaPolicy(leases=True)
+    now, limiter, policy = [T0 + 1000], FleetLimiter(), QuotaPolicy()
     service = QuotaService(lambda: rules, limiter, lambda: now[0], policy=policy)
     stream, bucket = service.open_stream(), (("user", "a"),)
     for allowed in [1, 5, 5] + [0] * (policy.abandon_after_reports - 1):

@@ -53,9 +53,10 @@ def test_rlqs_gateways_overshoot_little_at_twice_the_limit() -> None:
 
 @pytest.mark.parametrize("scenario", ["steady", "churn", "boundary"])
 def test_leased_rlqs_windows_hold_max_at_twice_and_ten_times_the_limit(scenario: str) -> None:
-    """`--rlqs-leases`: every token a gateway may spend is counted before it is spent, so a window
-    holds MAX within a few tokens (without leases, +22 to +47 % at twice MAX), and a gateway
-    still gets most of its share (the steady run admits at least 0.8 x MAX per window)."""
+    """`consistency: strict` (leases): every token a gateway may spend is counted before it is
+    spent, so a window holds MAX within a few tokens (without leases, +22 to +47 % at twice
+    MAX), and a gateway still gets most of its share (the steady run admits at least 0.8 x MAX
+    per window)."""
     for load in (2.0, 10.0):
         rec, setup = run("rlqs-lease", scenario=scenario, windows=WINDOWS, load=load)
         limit = setup.params.max
