@@ -4,7 +4,8 @@ Three scenarios run at once (the `observed` fixture, ~40 s: Envoy reports only e
 
   shared  two RLQS gateways and one ShouldRateLimit gateway, each Envoy with its own sidecar,
           offered twice one api_key's limit for three windows
-  leased  the two RLQS gateways offered twice a strict api_key's limit (leases) meanwhile
+  leased  the same three gateways offered twice a strict api_key's limit meanwhile (RLQS:
+          leases; ShouldRateLimit: one Redis call per request)
   restart one RLQS gateway whose sidecar is killed (SIGKILL) and started again on its port
 
 Each test asserts on its part of what was recorded.
@@ -217,7 +218,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         side = threading.Thread(target=_restart, args=args)
         side.start()
         gateways = {e.config.stem: e.url for e in envoys[:3]}
-        leases = (gateways, seen.leased, "leased", ("rlqs-a", "rlqs-b"))
+        leases = (gateways, seen.leased, "leased", ROTATION)
         leased = threading.Thread(target=_shared_load, args=leases)
         leased.start()
         _shared_load(gateways, seen.shared)
@@ -271,15 +272,16 @@ def test_every_gateway_admits_and_refuses_in_turn(observed: Observed) -> None:
 LEASE_SLACK = 2 + 1
 
 
-def test_a_strict_limit_is_leased_and_holds_max_across_rlqs_gateways(observed: Observed) -> None:
-    """Leases (`consistency: strict` on RLQS): every token a bucket gets is counted in Redis
-    before it is spent, so two gateways offered twice MAX admit at most MAX a window, where
-    the plain assignments admit up to a report period of usage more (the bound above)."""
+def test_a_strict_limit_holds_max_across_both_kinds_of_gateway(observed: Observed) -> None:
+    """`consistency: strict`: an RLQS bucket's every token is counted in Redis before it is
+    spent (a lease), a ShouldRateLimit request is decided on Redis, both in the same counter,
+    so the three gateways offered twice MAX admit at most MAX a window, where the plain
+    assignments admit up to a report period of usage more (the bound above)."""
     leased = observed.leased
     assert len(leased.windows) == WINDOWS, leased.windows
     admitted = [leased.admitted(w) for w in leased.windows]
     assert all(0.6 * MAX <= a <= MAX + LEASE_SLACK for a in admitted), admitted
-    for gateway in ("rlqs-a", "rlqs-b"):
+    for gateway in ("rls", "rlqs-a", "rlqs-b"):
         assert all(leased.admitted(w, gateway) for w in leased.windows), (gateway, admitted)
 
 
