@@ -105,6 +105,7 @@ class QuotaPolicy:
     shadow_mode: bool = False  # `--shadow-mode`: every bucket counted, and allowed
     others_late_ms: int = 5000  # how late the other gateways' usage may be (`_others_unreported`)
     cover: float = 0.8  # ... unless what is left covers this much of the gateway's pace
+    lease_from: float = 0.95  # an edge window after one this near MAX is leased (quota_windows)
 
     @property
     def refresh_before_ms(self) -> int:
@@ -116,7 +117,8 @@ class QuotaPolicy:
         reports): there a report's lag is small against the window, and pushing the counter fast
         near MAX holds it (simulator, 2,000 a day at twice MAX on 4 gateways: at most 2,006,
         eventual 2,265). In shorter windows the usage a gateway has not reported yet is what
-        passes MAX, which no push reaches: it refused more and held no better (240 per 10 s)."""
+        passes MAX, which no push reaches: it refused more and held no better (240 per 10 s);
+        there a window after one near MAX is leased instead (core/quota_windows.py)."""
         return self.abandon_after_reports * self.report_interval_ms
 
     @property

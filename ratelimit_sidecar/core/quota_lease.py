@@ -185,6 +185,15 @@ class Lease:
         self.allowance, self.upper = 0.0, 1.0
         self.likely, self.before = 1.0, 0.0
 
+    def take_over(self, window: int, held: float, rate: float, now_ms: int) -> None:
+        """A plain bucket (core/quota_windows.py) taken as the lease of the window before
+        `window`, holding at most `held`: `roll` then abandons it, as a lease at its window's
+        end (what it likely spent since the window's start, at twice `rate` per ms)."""
+        self.window, self.built_ms = window - 1, now_ms
+        self.upper = self.likely = held
+        self.allowance = self.before = 0.0
+        self.rate = self.rate or rate
+
     def report(self, allowed: int, now_ms: int, rate: float) -> None:
         """`allowed` since the last report, counted in the current window; at most, taken from
         the replaced buckets' tokens first; likely, from them as much as their pace spent."""

@@ -32,6 +32,7 @@ from ratelimit_sidecar.core.quota_assign import (
     settle,
 )
 from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
+from ratelimit_sidecar.core.quota_windows import LeaseWindows
 from ratelimit_sidecar.core.types import Hit
 
 LEASE_MIN_RECHECK_MS = 100  # a lease's recheck is no sooner than this
@@ -108,20 +109,20 @@ def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
     return max((pace.unreported(limit, now_ms) for limit in rule.limits), default=0.0)
 
 
-def leased(rule: Rule | None, policy: QuotaPolicy) -> bool:
-    """A counter handed out as leases (core/quota_lease.py): one fixed-window limit that says
-    `consistency: strict`, of a minute at most. Envoy makes no call per request, so this is how
-    RLQS holds such a window exactly: it costs refusals under the limit, not a round trip. A
-    longer window outlives a quiet gateway's bucket: Envoy forgets it after a minute of empty
-    reports, its lease stays counted, and the next lease of the next request strands the same
-    (simulator, 2,000 a day at 0.8 x MAX on 4 gateways: 99.5 % refused; 12 % with the lease given
-    back at the abandon, as the count other nodes read never drops); it is held at the edge."""
+def leasable(rule: Rule | None, policy: QuotaPolicy) -> bool:
+    """A counter that may be handed out as leases (core/quota_lease.py): one fixed-window limit
+    of a minute at most, `consistency: strict` (every window) or `edge` (the windows
+    core/quota_windows.py chooses): Envoy makes no call per request, so RLQS holds a window
+    so. A longer one outlives a quiet gateway's bucket (Envoy forgets it after a minute of
+    empty reports), its lease still counted (simulator, 2,000 a day at 0.8 x MAX on 4
+    gateways: 99.5 % refused; 12 % with the lease given back at the abandon, as the count other
+    nodes read never drops): it is held at the edge by pushes (`Limiter.count_admitted`)."""
     if rule is None or len(rule.limits) != 1 or rule.shadow_mode or policy.shadow_mode:
         return False
     limit = rule.limits[0]
     fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
     short = limit.window_ms <= policy.forget_ms
-    return fixed and short and limit.strict and limit.requests_per_unit > 0
+    return fixed and short and (limit.strict or limit.edge) and limit.requests_per_unit > 0
 
 
 class BucketQuota:
@@ -134,7 +135,8 @@ class BucketQuota:
         self.reported_ms: int | None = None  # the last report's time (None: none yet)
         self.rate = 0.0  # offered (allowed and denied) per ms over the last report's period
         self.idle = 0  # reports in a row with nothing allowed or denied
-        self.lease = Lease()  # a leased counter's (`leased`)
+        self.lease = Lease()  # a leased counter's (`leasable`)
+        self.windows = LeaseWindows()  # which windows are leased (`_leases`)
 
     @property
     def recheck_ms(self) -> int:
@@ -166,7 +168,11 @@ class BucketQuota:
         if since is not None and now_ms > since:
             self.rate = (max(0, hit.hits) + max(0, denied)) / (now_ms - since)
         self.reported_ms = now_ms
-        if leased(hit.rule, self.policy):
+        leasing, took_over = self._leases(limiter, hit, now_ms)
+        if leasing:
+            if took_over and hit.hits > 0:  # the plain bucket's: in its windows, pro rata
+                limiter.count_admitted(now_ms, hit, since, edge_over_ms=self.policy.edge_over_ms)
+                hit = hit._replace(hits=0)
             return self._lease_report(limiter, hit, now_ms, streams)
         pace = Pace(self.rate)
         fresh = report_usage(limiter, hit, now_ms, streams, self.policy, since_ms=since, pace=pace)
@@ -178,12 +184,28 @@ class BucketQuota:
         """No report: on the counters, less what the gateway likely spent since its report."""
         if self.abandoned:  # Envoy holds no bucket to assign until a request makes it anew
             return None
-        if leased(hit.rule, self.policy):
+        if self._leases(limiter, hit, now_ms)[0]:
             return self._lease_recheck(limiter, hit, now_ms, streams)
         pace = self._pace(now_ms)
         fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
         unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
         return self._settle(fresh, now_ms, unreported)
+
+    def _leases(self, limiter: Limiter, hit: Hit, now_ms: int) -> tuple[bool, bool]:
+        """Whether the bucket is leased now (core/quota_windows.py), and whether it just took
+        over the plain bucket Envoy holds (given up as a lease's at its window's end)."""
+        rule = hit.rule
+        if not leasable(rule, self.policy):
+            return False, False
+        assert rule is not None
+        if rule.limits[0].strict:
+            return True, False
+        leasing, turned = self.windows.at(limiter, hit, now_ms, self.policy.lease_from)
+        sent = self.sent
+        if not (leasing and turned) or sent is None or sent.bucket is None:
+            return leasing, False
+        self.lease.take_over(self.windows.window, self._pace(now_ms).held, self.rate, now_ms)
+        return True, True
 
     def _pace(self, now_ms: int) -> Pace:
         if self.reported_ms is None or self.sent is None or self.sent.bucket is None:

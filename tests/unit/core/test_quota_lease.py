@@ -11,7 +11,7 @@ from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
 from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
-from ratelimit_sidecar.core.quota_usage import LEASE_MIN_RECHECK_MS, BucketQuota, leased
+from ratelimit_sidecar.core.quota_usage import LEASE_MIN_RECHECK_MS, BucketQuota, leasable
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit
@@ -39,9 +39,10 @@ def sync(limiter: FleetLimiter, store: MemoryStorage, now_ms: int) -> None:
     limiter.apply_sync(now_ms, batch, store.execute(batch))
 
 
-def fixed_rule(rpu: int = 240, *, strict: bool = True) -> Rule:
-    """240 per 10 s, `consistency: strict` (leased) or `edge`."""
-    limit = RateLimit(rpu, Unit.SECOND, 10, spans=5, strict=strict, edge=not strict)
+def fixed_rule(rpu: int = 240, *, strict: bool = True, edge: bool = False) -> Rule:
+    """240 per 10 s, `consistency: strict` (leased), `edge` (leased after a window near MAX)
+    or `eventual` (never)."""
+    limit = RateLimit(rpu, Unit.SECOND, 10, spans=5, strict=strict, edge=edge and not strict)
     return Rule("d", (("k", ""),), limit)
 
 
@@ -259,7 +260,7 @@ def test_a_bucket_made_anew_windows_after_its_abandon_is_not_abandoned_again() -
 
 
 def test_an_idle_bucket_of_an_unleased_counter_is_forgotten() -> None:
-    quota, r = BucketQuota(), fixed_rule(strict=False)
+    quota, r = BucketQuota(), fixed_rule(strict=False)  # eventual
     limiter = FleetLimiter()
     quota.report(limiter, hit(r, hits=1), T0)
     answers = [
@@ -303,7 +304,7 @@ def test_a_window_longer_than_a_minute_is_not_leased() -> None:
     minute, hour = (
         Rule("d", (("k", ""),), RateLimit(240, u, strict=True)) for u in (Unit.MINUTE, Unit.HOUR)
     )
-    assert leased(minute, POLICY) and not leased(hour, POLICY)
+    assert leasable(minute, POLICY) and not leasable(hour, POLICY)
     quota, limiter = BucketQuota(), FleetLimiter()
     first = quota.report(limiter, hit(hour, hits=1), T0)
     assert first is not None and first.action is Action.TOKEN_BUCKET
@@ -399,8 +400,32 @@ def test_a_gateway_denied_in_a_full_window_holds_its_deny_until_the_reset() -> N
         assert now < live_until, f"no assignment {now - T0} ms into the window"
 
 
-def test_leases_are_only_for_one_fixed_window_that_says_strict() -> None:
-    r = fixed_rule()
-    assert leased(r, POLICY) and not leased(fixed_rule(strict=False), POLICY)
-    assert not leased(replace(r, shadow_mode=True), POLICY)
-    assert not leased(r, QuotaPolicy(shadow_mode=True))
+def test_leases_are_for_one_fixed_window_strict_or_at_the_edge() -> None:
+    r, edge, eventual = fixed_rule(), fixed_rule(edge=True), fixed_rule(strict=False)
+    assert leasable(r, POLICY) and leasable(edge, POLICY) and not leasable(eventual, POLICY)
+    assert not leasable(replace(r, shadow_mode=True), POLICY)
+    assert not leasable(r, QuotaPolicy(shadow_mode=True))
+
+
+def test_an_edge_window_is_leased_after_one_near_max_and_plain_after_a_quiet_one() -> None:
+    """`consistency: edge`: each window's choice is made once the counter is in it, so the one
+    before closes in its own way (a lease abandoned at its reset, a plain bucket refilled); a
+    bucket turning to leases gives up its plain bucket as a lease's at a window's end."""
+    limiter, quota, r = FleetLimiter(), BucketQuota(), fixed_rule(strict=False, edge=True)
+    first = quota.report(limiter, hit(r, hits=1), T0 + 100)  # nothing known yet: leased
+    assert first is not None and first.bucket is not None
+    assert first.bucket.fill_interval_s == LEASE_FILL_S
+    quota.report(limiter, hit(r, hits=10), T0 + 5000)
+    reset = quota.recheck(limiter, hit(r, hits=0), T0 + 10_000)
+    assert reset is not None and reset.action is Action.ABANDON  # the lease's window closes
+    plain = quota.report(limiter, hit(r, hits=1), T0 + 10_100)  # 23 of 240 before: plain
+    assert plain is not None and plain.bucket is not None
+    assert plain.bucket.fill_interval_s != LEASE_FILL_S and not quota.windows.leasing
+    quota.report(limiter, hit(r, hits=230), T0 + 15_000)  # near MAX
+    refill = quota.recheck(limiter, hit(r, hits=0), T0 + 20_000)  # the plain window closes
+    assert refill is not None and refill.bucket is not None and not quota.windows.leasing
+    taken = quota.report(limiter, hit(r, hits=4), T0 + 20_500)
+    assert taken is not None and taken.action is Action.ABANDON and quota.windows.leasing
+    lease = quota.report(limiter, hit(r, hits=1), T0 + 20_600)  # the request making it anew
+    assert lease is not None and lease.bucket is not None
+    assert lease.bucket.fill_interval_s == LEASE_FILL_S

@@ -65,6 +65,20 @@ def test_leased_rlqs_windows_hold_max_at_twice_and_ten_times_the_limit(scenario:
             assert min(rec.admitted[1:]) >= 0.8 * limit, (load, rec.admitted)
 
 
+def test_edge_rlqs_windows_are_leased_after_one_near_max_and_plain_under_it() -> None:
+    """`consistency: edge` (the default) in 10 s windows: a window after one near MAX is leased,
+    so twice MAX holds within a few tokens (`rlqs`, the plain assignments, passes it by up to
+    a third), while under the limit the windows stay plain: no more refused than `rlqs`,
+    where leases in every window (`rlqs-lease`) refuse about twice as many."""
+    over, setup = run("rlqs-edge", scenario="steady", windows=WINDOWS, load=2.0)
+    assert max(over.admitted) <= 1.03 * setup.params.max, over.admitted
+    refused = {}
+    for system in ("rlqs-edge", "rlqs", "rlqs-lease"):
+        under, _ = run(system, scenario="steady_under", windows=60, load=0.8)
+        refused[system] = under.false_rejections / max(1, under.eligible)
+    assert refused["rlqs-edge"] <= refused["rlqs"] + 0.001 < refused["rlqs-lease"], refused
+
+
 def test_rlqs_counters_of_windows_over_a_minute_hold_max_at_the_edge() -> None:
     """400 an hour at twice MAX: near MAX each report is pushed at once and announced, so every
     node's next assignment knows the fleet's total (eventual, a 10 minutes' span late: +12 %)."""
