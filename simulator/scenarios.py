@@ -19,12 +19,14 @@ from simulator.traffic import (
     Membership,
     RateSchedule,
     Steady,
+    Surge,
 )
 
 T0_MS = 1_700_000_000_000  # an arbitrary epoch; the run starts at the next window boundary
 BOOT_LEAD_MS = 2_000  # initial nodes start before traffic, so heartbeats have registered
 BURST_FRACTION = 0.5
 BOUNDARY_FRACTION = 0.9
+SURGE_QUIET = 0.3  # the surge scenario's load before it (of MAX per window)
 
 ScheduleFactory = Callable[[Random], RateSchedule]
 
@@ -43,6 +45,7 @@ class Defaults:
     outage: tuple[float, float] | None = None  # fractions of the run
     churn: bool = False
     rlqs_outage: tuple[float, float] | None = None  # fractions: the RLQS server unreachable
+    surge: bool = False  # at SURGE_QUIET of the load until half the run, then the load
 
 
 SCENARIOS: dict[str, Defaults] = {
@@ -58,6 +61,7 @@ SCENARIOS: dict[str, Defaults] = {
     "skewed": Defaults(2.0, "over-limit (2x), load balancer 60/30/10", weights=(6, 3, 1)),
     "skewed_under": Defaults(0.9, "under-limit (0.9x), load balancer 60/30/10", weights=(6, 3, 1)),
     "churn": Defaults(2.0, "over-limit (2x); +N/2 nodes join at 1/3, N/2 leave at 2/3", churn=True),
+    "surge": Defaults(2.0, "0.3x until half the run, then over-limit (2x) at once", surge=True),
     "outage": Defaults(
         2.0, "over-limit (2x); the store is down from 1/3 to 1/2", outage=(1 / 3, 1 / 2)
     ),
@@ -146,6 +150,9 @@ def _schedule(p: SimParams, rate_per_s: float, d: Defaults, start: int) -> Sched
     per_ms = rate_per_s / 1000
     if d.boundary:
         return lambda _rng: Boundary(per_ms, p.window_ms, p.span_ms, BOUNDARY_FRACTION, start)
+    if d.surge:
+        at = start + p.windows // 2 * p.window_ms
+        return lambda _rng: Surge(per_ms, per_ms * SURGE_QUIET / (p.load or d.load), at)
     if not d.bursty:
         return lambda _rng: Steady(per_ms)
     return lambda rng: Bursty(per_ms, p.window_ms, p.span_ms, BURST_FRACTION, start, rng)

@@ -28,6 +28,21 @@ class Steady:
         return self.per_ms, math.inf
 
 
+@dataclass(frozen=True)
+class Surge:
+    """A quiet key (`quiet_per_ms`) that surges to `per_ms` at `at_ms` (a window's start) and
+    stays there: the windows after a quiet one, where nothing showed the key near its limit."""
+
+    per_ms: float
+    quiet_per_ms: float
+    at_ms: int
+
+    def at(self, t: float) -> tuple[float, float]:
+        if t < self.at_ms:
+            return self.quiet_per_ms, self.at_ms
+        return self.per_ms, math.inf
+
+
 class Bursty:
     """Per window: a background at (1-f) of the average all along, plus f of the window's
     traffic packed into one burst of `burst_ms`, placed at random but inside the window.

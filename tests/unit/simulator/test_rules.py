@@ -20,7 +20,7 @@ from simulator.references import (
     trailing_bound,
 )
 from simulator.scenarios import resolve
-from simulator.traffic import Boundary, Bursty, Steady
+from simulator.traffic import Boundary, Bursty, Steady, Surge
 
 SMALL = ["--windows", "6", "--max", "60", "--window", "2s", "--spans", "4"]
 # (algorithm, burst): the token bucket also with a burst smaller than requests_per_unit
@@ -170,3 +170,15 @@ def test_the_bursty_scenario_sends_bursts() -> None:
     bursty = resolve(SimParams(scenario="bursty", load=2.0)).schedule(Random(1))
     steady = resolve(SimParams(scenario="steady", load=2.0)).schedule(Random(1))
     assert isinstance(bursty, Bursty) and isinstance(steady, Steady)
+
+
+def test_the_surge_scenario_is_quiet_until_a_window_start_at_mid_run() -> None:
+    """0.3 of MAX a window until the half of the run, then the load, from a window's start."""
+    setup = resolve(SimParams(scenario="surge", load=2.0, windows=12))
+    surge = setup.schedule(Random(1))
+    at = setup.start_ms + 6 * setup.params.window_ms
+    per_window = setup.params.max / setup.params.window_ms
+    assert isinstance(surge, Surge)
+    quiet, until = surge.at(at - 1)
+    assert quiet == pytest.approx(0.3 * per_window) and until == at
+    assert surge.at(at)[0] == pytest.approx(2.0 * per_window)
