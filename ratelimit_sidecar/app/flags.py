@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import Any, NamedTuple, get_args, get_type_hints
 
+from ratelimit_sidecar.app.option_fields import default_text, flag_name, help_text
 from ratelimit_sidecar.app.settings import ENV_PREFIX, Settings
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
@@ -38,7 +39,7 @@ def _options() -> tuple[Option, ...]:
     hints = get_type_hints(Settings)
     found = []
     for spec in fields(Settings):
-        name = spec.metadata.get("flag", spec.name)
+        name = flag_name(spec)
         kinds = [kind for kind in get_args(hints[spec.name]) if kind is not type(None)]
         # Shown in --help; nothing for a switch (off) or an optional value (unset).
         default = "" if spec.default in (MISSING, None, False) else str(spec.default)
@@ -48,8 +49,8 @@ def _options() -> tuple[Option, ...]:
                 flag="--" + name.replace("_", "-"),
                 env=ENV_PREFIX + name.upper(),
                 kind=kinds[0] if kinds else hints[spec.name],
-                help=spec.metadata["help"],
-                default_text=spec.metadata.get("default_text", default),
+                help=help_text(spec),
+                default_text=default_text(spec, default),
             )
         )
     return tuple(found)
