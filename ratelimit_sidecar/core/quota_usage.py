@@ -121,7 +121,7 @@ def leasable(rule: Rule | None, policy: QuotaPolicy) -> bool:
         return False
     limit = rule.limits[0]
     fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
-    short = limit.window_ms <= policy.forget_ms
+    short = limit.window_ms <= policy.edge_over_ms  # longer: held at the edge, the same split
     return fixed and short and (limit.strict or limit.edge) and limit.requests_per_unit > 0
 
 
