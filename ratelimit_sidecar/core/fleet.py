@@ -16,6 +16,7 @@ from ratelimit_sidecar.core.keystate import KeyState, WindowCounts
 from ratelimit_sidecar.core.limiter import DEFAULT_MAX_KEYS, KEYS_PER_STEP, Limiter, lifts_block
 from ratelimit_sidecar.core.quiet_keys import QUIET_SHARE, EarlySync, HeardTotals, QuietKeys
 from ratelimit_sidecar.core.sliding_window import SlidingWindow
+from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_bounds, span_end, span_index, span_number
 from ratelimit_sidecar.core.syncplan import SyncPlan
 from ratelimit_sidecar.core.token_bucket import TokenBucket
@@ -35,13 +36,15 @@ class FleetLimiter(Limiter):
         """`key_digest` names a key as the store's near notices do (None: not followed)."""
         self.early = EarlySync()
         fixed_window = replace(fixed_window or FixedWindow(), early=self.early)
+        sliding_window = SlidingWindow(early=self.early)
         super().__init__(
             max_keys,
             fixed_window=fixed_window,
-            sliding_window=SlidingWindow(early=self.early),
+            sliding_window=sliding_window,
             token_bucket=TokenBucket(early=self.early),
         )
         self.fixed_window = fixed_window
+        self.sliding_window = sliding_window
         self._orphans: list[Push] = []  # unpushed hits of keys that left the table
         self._plan: SyncPlan | None = None
         self.new_keys_alone = new_keys_alone
@@ -171,6 +174,7 @@ class FleetLimiter(Limiter):
         if state.idle(now_ms):
             self.keys.remove(state)
             return
+        self._move_leased(plan, state, now_ms)
         retried = self._plan_unsent(plan, state, now_ms) if state.unsent else False
         counts = state.counts
         fixed = counts if not flush and isinstance(counts, WindowCounts) else None
@@ -195,6 +199,17 @@ class FleetLimiter(Limiter):
         first_span_over = span_index(now_ms, limit.window_ms, limit.spans) >= 1
         if state.nodes.window >= 0 and first_span_over:
             plan.read_total(state, TotalRead(state.key, state.nodes.window))
+
+    def _move_leased(self, plan: SyncPlan, state: KeyState, now_ms: int) -> None:
+        """A trailing window's leased tokens moved to the current span (core/spancounts.py,
+        `LeasedSpans`), pushed first in the round trip: the key's answer counts them, and no
+        reader sees them gone from one span and not yet in the other."""
+        if not isinstance(state.counts, SpanState):
+            return
+        limit = state.limit
+        for span, hits in self.sliding_window.move_leased(state, now_ms):
+            window = span // limit.spans
+            plan.push(None, Push(state.key, window, hits, limit, span, edge=True))
 
     def _plan_unsent(self, plan: SyncPlan, state: KeyState, now_ms: int) -> bool:
         """True if pushed (else dropped), never in a span before they were counted."""
@@ -288,6 +303,8 @@ def push_span(state: KeyState, ended_ms: int, now_ms: int) -> int:
     later, and with the pushed span's floor a node counted them twice, refusing a sliding window
     under MAX. Not in a window's first span: the ended window has its own push."""
     limit = state.limit
+    if isinstance(state.counts, SpanState) and state.counts.leased is not None:
+        return _leased_push_span(state, now_ms)
     if not state.pending:
         return span_number(now_ms - 1, limit)
     span = span_number(state.last_hit, limit)
@@ -295,6 +312,15 @@ def push_span(state: KeyState, ended_ms: int, now_ms: int) -> int:
     # An early push's due time (core/edge.py) ends no span: its hits are the span's own.
     late = late and is_span_end(ended_ms, limit)
     return span - 1 if late and span % limit.spans else span
+
+
+def _leased_push_span(state: KeyState, now_ms: int) -> int:
+    """A leased trailing window's (core/spancounts.py, `LeasedSpans`): its leases in the span
+    they were counted in, as `LeasedSpans` places them, and a read of the span now, where the
+    leases move at each sync. Read in the span before at a span's first ms, a node missed the
+    others' moved leases (simulator, a store answering at once: 273 of 240 in a trailing
+    window at twice MAX; 240 after); pushed a span early, a given-back lease stayed there."""
+    return span_number(state.last_hit if state.pending else now_ms, state.limit)
 
 
 def asked(state: KeyState, ended_ms: int) -> bool:

@@ -19,6 +19,7 @@ from ratelimit_sidecar.core.keytable import KeyTable
 from ratelimit_sidecar.core.penalty import PenaltyState, RaisedLevels
 from ratelimit_sidecar.core.sliding_log import SlidingLog
 from ratelimit_sidecar.core.sliding_window import SlidingWindow
+from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.spans import span_end
 from ratelimit_sidecar.core.token_bucket import TokenBucket
 from ratelimit_sidecar.core.types import OK, OVER_LIMIT, Decision, Hit, KeyId, Verdict
@@ -124,7 +125,7 @@ class Limiter(ABC):
         return states
 
     def lease_counter(self, now_ms: int, hit: Hit) -> KeyState | None:
-        """The fixed-window counter an RLQS lease counts into (core/quota_lease.py), caught up;
+        """The window counter an RLQS lease counts into (core/quota_lease.py), caught up;
         None without room. It is at the edge (its pushes fast, the others' heard): leases are
         counted before they are spent."""
         rule = hit.rule
@@ -143,9 +144,25 @@ class Limiter(ABC):
 
     def count_lease(self, state: KeyState, hits: int, now_ms: int) -> None:
         """Leased tokens counted (negative: given back), pushed at once."""
+        self._leased(state).count_leased(state, hits, now_ms)
+
+    def owe_lease(self, state: KeyState, bucket: int, tokens: int, now_ms: int) -> None:
+        """What an RLQS bucket's lease holds counted and not reported spent: a trailing window
+        keeps it in its current span (core/spancounts.py, `LeasedSpans`)."""
+        if isinstance(state.counts, SpanState):
+            SlidingWindow.owe_leased(state, bucket, tokens, now_ms)
+
+    def leased_count(self, state: KeyState, now_ms: int) -> int:
+        """What a leased counter holds now, leases included (a window's, or a trailing one's)."""
+        algorithm = self._leased(state)
+        if isinstance(algorithm, SlidingWindow):
+            return algorithm.known_count(state, now_ms)
+        return algorithm.window_count(state)
+
+    def _leased(self, state: KeyState) -> FixedWindow | SlidingWindow:
         algorithm = self.algorithms[state.limit.algorithm_index]
-        assert isinstance(algorithm, FixedWindow)
-        algorithm.count_leased(state, hits, now_ms)
+        assert isinstance(algorithm, FixedWindow | SlidingWindow)
+        return algorithm
 
     def _count_reported(
         self, state: KeyState, hits: int, now_ms: int, since_ms: int | None

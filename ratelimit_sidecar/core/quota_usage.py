@@ -33,6 +33,7 @@ from ratelimit_sidecar.core.quota_assign import (
 )
 from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
 from ratelimit_sidecar.core.quota_windows import LeaseWindows
+from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.types import Hit
 
 LEASE_MIN_RECHECK_MS = 100  # a lease's recheck is no sooner than this
@@ -110,19 +111,23 @@ def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
 
 
 def leasable(rule: Rule | None, policy: QuotaPolicy) -> bool:
-    """A counter that may be handed out as leases (core/quota_lease.py): one fixed-window limit
-    of a minute at most, `consistency: strict` (every window) or `edge` (the windows
-    core/quota_windows.py chooses): Envoy makes no call per request, so RLQS holds a window
-    so. A longer one outlives a quiet gateway's bucket (Envoy forgets it after a minute of
-    empty reports), its lease still counted (simulator, 2,000 a day at 0.8 x MAX on 4
-    gateways: 99.5 % refused; 12 % with the lease given back at the abandon, as the count other
-    nodes read never drops): it is held at the edge by pushes (`Limiter.count_admitted`)."""
+    """A counter that may be handed out as leases (core/quota_lease.py): one limit of a minute at
+    most, a fixed window that says `consistency: strict` (every window) or `edge` (the windows
+    core/quota_windows.py chooses), or a sliding window that says `strict` (what its buckets
+    have not reported spent moves with time, core/spancounts.py `LeasedSpans`; at the edge it
+    keeps the plain assignments, which refuse less under the limit): Envoy makes no call per
+    request, so RLQS holds a window so. A longer one outlives a quiet gateway's bucket (Envoy
+    forgets it after a minute of empty reports), its lease still counted (simulator, 2,000 a
+    day at 0.8 x MAX on 4 gateways: 99.5 % refused; 12 % with the lease given back at the
+    abandon, as the count other nodes read never drops): it is held at the edge by pushes
+    (`Limiter.count_admitted`)."""
     if rule is None or len(rule.limits) != 1 or rule.shadow_mode or policy.shadow_mode:
         return False
     limit = rule.limits[0]
-    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
     short = limit.window_ms <= policy.edge_over_ms  # longer: held at the edge, the same split
-    return fixed and short and (limit.strict or limit.edge) and limit.requests_per_unit > 0
+    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW and (limit.strict or limit.edge)
+    trailing = limit.algorithm is AlgorithmName.SLIDING_WINDOW and limit.strict
+    return short and (fixed or trailing) and limit.requests_per_unit > 0
 
 
 class BucketQuota:
@@ -234,7 +239,7 @@ class BucketQuota:
             return self._settle(allow_all(now_ms, self.policy), now_ms, 0.0)
         lease = self.lease
         # A window's end abandons the bucket, unless its gateway has held none since the last.
-        rolled = lease.roll(state.window) and not self.abandoned
+        rolled = self._rolled(state)
         # All of it in the current window: a report that spans the window's start (the bucket
         # not abandoned yet) has its part from before unknown; counted pro rata, that part went
         # missing from the window's leases (+7 % at twice MAX).
@@ -249,9 +254,17 @@ class BucketQuota:
         state = limiter.lease_counter(now_ms, hit)
         if state is None:
             return None
-        if self.lease.roll(state.window) and not self.abandoned:
+        if self._rolled(state):
             return self._lease_abandon(limiter, state, now_ms, now_ms % state.limit.window_ms)
         return self._lease_decide(limiter, state, now_ms, streams)
+
+    def _rolled(self, state: KeyState) -> bool:
+        """A fixed window's end: the bucket held is abandoned (`_lease_abandon`). A trailing
+        window has no end: its lease goes on (core/sliding_window.py moves what it holds)."""
+        if isinstance(state.counts, SpanState):
+            self.lease.rebase(state.window)
+            return False
+        return self.lease.roll(state.window) and not self.abandoned
 
     @property
     def _denying(self) -> bool:
@@ -288,6 +301,7 @@ class BucketQuota:
         if delta:
             limiter.count_lease(state, delta, now_ms)
             lease.reserved += delta
+        limiter.owe_lease(state, id(self), lease.target() - lease.used, now_ms)
 
     def _lease_assignment(self, grant: Grant, now_ms: int) -> Assignment | None:
         recheck = max(grant.recheck_ms, now_ms + LEASE_MIN_RECHECK_MS)
@@ -332,15 +346,24 @@ class BucketQuota:
 
 
 def _free(limiter: Limiter, state: KeyState, now_ms: int, streams: int) -> Free:
-    limit, counts = state.limit, state.window_counts()
-    count = limiter.algorithm_of(state).window_count(state)
+    limit = state.limit
     return Free(
         limit.requests_per_unit,
-        limit.requests_per_unit - count,
+        limit.requests_per_unit - limiter.leased_count(state, now_ms),
         limit.window_ms - now_ms % limit.window_ms,
         max(1, state.next_sync - now_ms),
         limiter.live_nodes,
         max(1, streams),
-        counts.pushed or counts.seen_ms > 0 or counts.seen > 0,
+        _heard(state),
         state.nodes.value,
+        not isinstance(state.counts, SpanState),
     )
+
+
+def _heard(state: KeyState) -> bool:
+    """Whether the node read the store's count of the counter (a node just started has not)."""
+    counts = state.counts
+    if isinstance(counts, SpanState):
+        return counts.pushed_span >= 0  # a store's answer read
+    counts = state.window_counts()
+    return counts.pushed or counts.seen_ms > 0 or counts.seen > 0

@@ -34,6 +34,10 @@ A span end:
 - `nodes` as for the fixed window, from admitted counts only: over a trailing limit every node
   refuses on its estimate all the time, and its own refusals alone as offered would make a
   fleet too small. No lenient ceiling; every estimate uses the lower of the last two `nodes`.
+
+An RLQS lease (`count_leased`, `consistency: strict`, core/quota_lease.py) is counted as own hits
+and pushed at once; its count is the unscaled one (`known_count`), and at each sync what the
+buckets have not reported spent moves to the current span (`move_leased`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,13 @@ from ratelimit_sidecar.core.algorithm import SharedAlgorithm
 from ratelimit_sidecar.core.edge import reread_due
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.quiet_keys import HELD_TRAILING, EarlySync, read_again_asked
-from ratelimit_sidecar.core.spancounts import FleetSpans, SpanCounts, SpanState, Trailing
+from ratelimit_sidecar.core.spancounts import (
+    FleetSpans,
+    LeasedSpans,
+    SpanCounts,
+    SpanState,
+    Trailing,
+)
 from ratelimit_sidecar.core.spans import span_bounds, span_number
 from ratelimit_sidecar.core.trailing_wait import retry_wait_ms
 from ratelimit_sidecar.core.types import OK, Push, PushResult, Verdict
@@ -96,6 +106,53 @@ class SlidingWindow(SharedAlgorithm):
         state.counted(hits, now_ms)  # what the next push carries
         if state.edge and not counts.pushed and hits > 0 and self.early is not None:
             self.early.first_read(state, now_ms)  # a new key at the edge (core/edge.py)
+
+    def count_leased(self, state: KeyState, hits: int, now_ms: int) -> None:
+        """An RLQS lease's tokens (core/quota_lease.py), pushed at once. Given back (negative) in
+        full: what the store confirmed already comes off the fleet's count until the push's
+        answer replaces it (a lease is confirmed within milliseconds; given back only while
+        unconfirmed, as `count` does, almost none of it went back)."""
+        counts = state.span_state()
+        if counts.leased is None:
+            counts.leased = LeasedSpans()
+        span = span_number(now_ms, state.limit)
+        counts.leased.counted(span, hits)
+        if hits >= 0:
+            self.count(state, hits, now_ms)
+        else:
+            taken = counts.own.take_newest(-hits) if counts.own is not None else 0
+            if taken < -hits:
+                _fleet_spans(state).add(span, hits + taken)
+            state.counted(hits, now_ms)
+        early = self.early
+        if hits and early is not None and early.store_up:
+            early.want(now_ms, state)
+
+    @staticmethod
+    def owe_leased(state: KeyState, bucket: int, tokens: int, now_ms: int) -> None:
+        """What an RLQS bucket's lease holds counted and not reported spent (`LeasedSpans`)."""
+        leased = state.span_state().leased
+        if leased is not None:
+            leased.owe(bucket, tokens, now_ms)
+
+    @staticmethod
+    def move_leased(state: KeyState, now_ms: int) -> list[tuple[int, int]]:
+        """A sync: the leased tokens not reported spent move to the current span (`LeasedSpans`);
+        the moves to push, already in the fleet's counts here."""
+        leased, limit = state.span_state().leased, state.limit
+        if leased is None:
+            return []
+        span = span_number(now_ms, limit)
+        moves = leased.move_to(span, now_ms, limit.window_ms, span - limit.spans)
+        for moved, hits in moves:
+            _fleet_spans(state).add(moved, hits)
+        return moves
+
+    def known_count(self, state: KeyState, now_ms: int) -> int:
+        """The trailing count the store answered and own hits not confirmed yet, unscaled: a
+        leased counter's (every node counts its leases and pushes them at once)."""
+        trailing = _trailing(state, now_ms, known=True)
+        return math.ceil(trailing.scaled_count() / trailing.length)
 
     def admitted(self, state: KeyState, now_ms: int) -> Verdict:
         limit, rpu = state.limit, state.limit.requests_per_unit

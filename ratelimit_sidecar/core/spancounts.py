@@ -117,12 +117,61 @@ class Trailing(NamedTuple):
         return self.scaled_count() + extra * self.length <= self.max_hits * self.length
 
 
+class LeasedSpans:
+    """Where a trailing window's RLQS leases sit (core/quota_lease.py): the tokens counted but not
+    reported spent yet, by the span they are counted in. A lease is counted when it is handed
+    out, but a token may be spent any time later; counted where it was handed out, it left the
+    trailing window before the request it admitted (simulator, 4 gateways, bursts at twice
+    MAX: 358 of 240 in a trailing window). So at each sync they all move to the current span
+    (`move_to`): a token is always counted in the span it is spent in or a later one."""
+
+    __slots__ = ("located", "owed")
+
+    def __init__(self) -> None:
+        self.located: dict[int, int] = {}  # span: leased tokens counted there, not reported
+        self.owed: dict[int, tuple[int, int]] = {}  # bucket: (tokens not reported, as of ms)
+
+    def counted(self, span: int, hits: int) -> None:
+        """A lease's tokens counted in `span` (negative: given back there)."""
+        self.located[span] = self.located.get(span, 0) + hits
+
+    def owe(self, bucket: int, tokens: int, now_ms: int) -> None:
+        """What `bucket` holds counted and not reported spent; the rest of what sits here was
+        reported spent and stays where it is counted (the oldest first)."""
+        self.owed[bucket] = (tokens, now_ms)
+        self._trim()
+
+    def move_to(self, span: int, now_ms: int, forget_ms: int, oldest: int) -> list[tuple[int, int]]:
+        """The moves (span, hits) that bring every unreported token to `span`; none out of a span
+        before `oldest`, which no trailing window counts any more. A bucket not heard of for
+        `forget_ms` is gone (Envoy dropped it): its tokens stay where they are."""
+        self.owed = {b: (t, at) for b, (t, at) in self.owed.items() if now_ms - at <= forget_ms}
+        self._trim()
+        located = [(at, hits) for at, hits in self.located.items() if at != span and hits]
+        moved = sum(hits for _, hits in located)
+        moves = [(at, -hits) for at, hits in located if at >= oldest]
+        if moved:
+            moves.append((span, moved))
+        self.located = {span: self.located.get(span, 0) + moved}
+        return moves
+
+    def _trim(self) -> None:
+        excess = sum(self.located.values()) - sum(t for t, _ in self.owed.values())
+        for at in sorted(self.located):
+            if excess <= 0:
+                return
+            taken = min(excess, max(0, self.located[at]))
+            self.located[at] -= taken
+            excess -= taken
+
+
 class SpanState:
     __slots__ = (
         "checked",
         "early_fleet",
         "early_own",
         "fleet",
+        "leased",
         "own",
         "pushed",
         "pushed_count",
@@ -143,6 +192,7 @@ class SpanState:
         self.early_own = 0
         self.reread_span = -1  # the span whose first answer asked to read again (core/edge.py)
         self.pushed = False  # pushed once: its first read at the edge is done (core/edge.py)
+        self.leased: LeasedSpans | None = None  # RLQS leases count into it (core/quota_lease.py)
         # The last check (now_ms, pending after its hits, its Trailing, hits scaled) for its answer.
         self.checked: tuple[int, int, Trailing, float] | None = None
         # A blocked key's last Retry-After: (blocked_until, pending, hits, nodes, fits_at).

@@ -20,7 +20,7 @@ from harness.rules import write_rules
 from harness.sidecar import SidecarProcess
 from ratelimit_sidecar._proto import wire
 from ratelimit_sidecar._proto.envoy.type.v3.ratelimit_strategy_pb2 import RateLimitStrategy
-from ratelimit_sidecar.storage.keys import KeySchema
+from ratelimit_sidecar.storage.keys import KeySchema, span_suffix
 
 pytestmark = [pytest.mark.integration]
 
@@ -36,6 +36,10 @@ descriptors:
     rate_limit: {{unit: second, requests_per_unit: {LEASED_MAX}, spans: 2, consistency: strict}}
   - key: daily
     rate_limit: {{unit: day, requests_per_unit: {MAX}}}
+  - key: trailing
+    rate_limit:
+      {{unit: minute, requests_per_unit: {LEASED_MAX}, algorithm: sliding_window, spans: 60,
+       consistency: strict}}
 """
 SYNC_S = 2.5  # two 1 s spans and slack: a count pushed by one node is read by the other
 
@@ -286,6 +290,34 @@ async def test_a_lease_is_abandoned_at_its_windows_end_and_leased_again_when_mad
             await stream.report((bucket, 1, 0))  # the request that makes it anew
             assert await next_action(stream, bucket) == "token_bucket"
             assert node.metric('rlqs_assignments_total{action="abandon"}') >= 1
+            await stream.close()
+    finally:
+        node.stop()
+
+
+async def test_a_strict_sliding_windows_lease_moves_to_the_span_now_in_redis(
+    tmp_path: Path, redis_server: ServerProcess
+) -> None:
+    """`consistency: strict` on a sliding window: leased, and at each span end (1 s) what the
+    bucket has not reported spent moves in Redis to the span of that sync, so it never leaves
+    the trailing window before the requests it may admit."""
+    prefix = f"trail-{uuid.uuid4().hex[:8]}:"
+    (node,) = start_nodes(tmp_path, redis_server, prefix, 1)
+    key, schema = ("shop", "trailing", "k"), KeySchema(prefix)
+    try:
+        async with grpc.aio.insecure_channel(node.address) as channel:
+            stream = QuotaStream(channel, "shop")
+            first = int(time.time())  # the span (1 s) of the first report
+            granted = await lease_of(stream, {"trailing": "k"})
+            await asyncio.sleep(2.5)  # two span ends
+            now = int(time.time())
+            with redis_server.client() as client:
+                spans = [
+                    int(client.get(schema.tag(key) + span_suffix(key, s)) or 0)
+                    for s in range(first, now + 1)
+                ]
+            assert sum(spans) >= granted + 1, spans  # the lease and the first request
+            assert spans[-1] + spans[-2] >= granted > spans[0], spans
             await stream.close()
     finally:
         node.stop()
