@@ -149,8 +149,9 @@ class Limiter(ABC):
     def owe_lease(self, state: KeyState, bucket: int, tokens: int, now_ms: int) -> None:
         """What an RLQS bucket's lease holds counted and not reported spent: a trailing window
         keeps it in its current span (core/spancounts.py, `LeasedSpans`)."""
-        if isinstance(state.counts, SpanState):
-            SlidingWindow.owe_leased(state, bucket, tokens, now_ms)
+        counts = state.counts
+        if isinstance(counts, SpanState) and counts.leased is not None:
+            counts.leased.owe(bucket, tokens, now_ms)
 
     def leased_count(self, state: KeyState, now_ms: int) -> int:
         """What a leased counter holds now, leases included (a window's, or a trailing one's)."""

@@ -1,16 +1,14 @@
-"""An RLQS bucket's report in, its assignment out, through the limiter's own counters.
+"""One RLQS bucket on a stream: its reports and rechecks in, its assignments out (`BucketQuota`).
 
-A report's allowed requests were admitted by Envoy already: `Limiter.count_admitted` counts them
-into the same counters (so the same span deltas and store keys) as ShouldRateLimit requests with
-that descriptor, and the assignment is read off them (core/quota_assign.py).
+What it reads off the limiter's counters (a report's usage counted, the plain assignment, what
+a leased window has free) is core/quota_counters.py; leases themselves, core/quota_lease.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 
-from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule
+from ratelimit_sidecar.config.model import AlgorithmName, Rule
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import Limiter
 from ratelimit_sidecar.core.quota_assign import (
@@ -18,96 +16,24 @@ from ratelimit_sidecar.core.quota_assign import (
     MS,
     Action,
     Assignment,
-    KeyView,
     Pace,
     QuotaPolicy,
     TokenBucket,
     abandoned,
     allow_all,
-    assign,
     deny_until,
     held_tokens,
     kept,
     renewed,
     settle,
 )
-from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
+from ratelimit_sidecar.core.quota_counters import free_of, likely_unreported, report_usage
+from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Grant, Lease
 from ratelimit_sidecar.core.quota_windows import LeaseWindows
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.types import Hit
 
 LEASE_MIN_RECHECK_MS = 100  # a lease's recheck is no sooner than this
-
-
-def report_usage(
-    limiter: Limiter,
-    hit: Hit,
-    now_ms: int,
-    streams: int = 1,
-    policy: QuotaPolicy = DEFAULT_POLICY,
-    *,
-    since_ms: int | None = None,
-    pace: Pace | None = None,
-) -> Assignment:
-    """Count a report's allowed hits (admitted since `since_ms`) and return the assignment."""
-    # Shadow mode still counts.
-    states = limiter.count_admitted(now_ms, hit, since_ms, edge_over_ms=policy.edge_over_ms)
-    rule = hit.rule
-    if rule is None or rule.limit is None or rule.shadow_mode or policy.shadow_mode:
-        return allow_all(now_ms, policy)
-    counted = zip(rule.limits, states, strict=True)
-    views = [view_of(limiter, limit, state, now_ms) for limit, state in counted]
-    return combine([assign(view, now_ms, streams, policy, pace) for view in views])
-
-
-def combine(assignments: Sequence[Assignment]) -> Assignment:
-    """Any DENY_ALL (the longest), else the smallest burst, slowest refill and earliest recheck."""
-    if len(assignments) == 1:
-        return assignments[0]
-    denials = [a for a in assignments if a.action is Action.DENY_ALL]
-    if denials:
-        return max(denials, key=lambda a: (a.recheck_ms == 0, a.recheck_ms, a.ttl_s))
-    buckets = [a for a in assignments if a.bucket is not None]
-    if not buckets:
-        return assignments[0]
-    slowest = min(buckets, key=lambda a: _rate(a.bucket))
-    smallest = min(b.bucket.max_tokens for b in buckets if b.bucket is not None)
-    recheck = min((b.recheck_ms for b in buckets if b.recheck_ms), default=0)
-    assert slowest.bucket is not None
-    bucket = slowest.bucket._replace(max_tokens=smallest)
-    windows = tuple(w for b in buckets for w in b.windows)
-    return replace(slowest, bucket=bucket, recheck_ms=recheck, windows=windows)
-
-
-def _rate(bucket: TokenBucket | None) -> float:
-    assert bucket is not None
-    return bucket.tokens_per_fill / bucket.fill_interval_s
-
-
-def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: int) -> KeyView:
-    """Without a counter (a deny list, a table full of blocked keys): the limit alone."""
-    if state is None:
-        return KeyView(limit, limit.capacity if limit.requests_per_unit else 0)
-    algorithm = limiter.algorithm_of(state)
-    answer = algorithm.admitted(state, now_ms)  # what is left, and when room frees
-    blocked_ms = algorithm.wait_ms(state, 0, now_ms) if now_ms < state.blocked_until else 0
-    sync_ms = max(1, state.next_sync - now_ms)  # due now (a push asked for): news soon
-    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW
-    return KeyView(
-        limit,
-        answer.remaining,
-        blocked_ms,
-        state.nodes.value,
-        state.rule.shadow_mode,
-        answer.reset_ms,
-        sync_ms,
-        state.window if fixed else -1,
-    )
-
-
-def _unreported(rule: Rule, pace: Pace, now_ms: int) -> float:
-    """Likely spent since the report, under the rule's tightest limit."""
-    return max((pace.unreported(limit, now_ms) for limit in rule.limits), default=0.0)
 
 
 def leasable(rule: Rule | None, policy: QuotaPolicy) -> bool:
@@ -193,7 +119,7 @@ class BucketQuota:
             return self._lease_recheck(limiter, hit, now_ms, streams)
         pace = self._pace(now_ms)
         fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
-        unreported = 0.0 if hit.rule is None else _unreported(hit.rule, pace, now_ms)
+        unreported = 0.0 if hit.rule is None else likely_unreported(hit.rule, pace, now_ms)
         return self._settle(fresh, now_ms, unreported)
 
     def _leases(self, limiter: Limiter, hit: Hit, now_ms: int) -> tuple[bool, bool]:
@@ -290,7 +216,7 @@ class BucketQuota:
         self, limiter: Limiter, state: KeyState, now_ms: int, streams: int
     ) -> Assignment | None:
         # A block is not consulted: leases may hold the count over MAX until reports return them.
-        grant = self.lease.decide(_free(limiter, state, now_ms, streams), now_ms)
+        grant = self.lease.decide(free_of(limiter, state, now_ms, streams), now_ms)
         send = self._lease_assignment(grant, now_ms)
         self._count_lease(limiter, state, now_ms)
         return send
@@ -343,27 +269,3 @@ class BucketQuota:
             return None
         self.sent = renewed(sent, now_ms, recheck)
         return self.sent
-
-
-def _free(limiter: Limiter, state: KeyState, now_ms: int, streams: int) -> Free:
-    limit = state.limit
-    return Free(
-        limit.requests_per_unit,
-        limit.requests_per_unit - limiter.leased_count(state, now_ms),
-        limit.window_ms - now_ms % limit.window_ms,
-        max(1, state.next_sync - now_ms),
-        limiter.live_nodes,
-        max(1, streams),
-        _heard(state),
-        state.nodes.value,
-        not isinstance(state.counts, SpanState),
-    )
-
-
-def _heard(state: KeyState) -> bool:
-    """Whether the node read the store's count of the counter (a node just started has not)."""
-    counts = state.counts
-    if isinstance(counts, SpanState):
-        return counts.pushed_span >= 0  # a store's answer read
-    counts = state.window_counts()
-    return counts.pushed or counts.seen_ms > 0 or counts.seen > 0

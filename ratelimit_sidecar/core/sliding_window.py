@@ -129,13 +129,6 @@ class SlidingWindow(SharedAlgorithm):
             early.want(now_ms, state)
 
     @staticmethod
-    def owe_leased(state: KeyState, bucket: int, tokens: int, now_ms: int) -> None:
-        """What an RLQS bucket's lease holds counted and not reported spent (`LeasedSpans`)."""
-        leased = state.span_state().leased
-        if leased is not None:
-            leased.owe(bucket, tokens, now_ms)
-
-    @staticmethod
     def move_leased(state: KeyState, now_ms: int) -> list[tuple[int, int]]:
         """A sync: the leased tokens not reported spent move to the current span (`LeasedSpans`);
         the moves to push, already in the fleet's counts here."""

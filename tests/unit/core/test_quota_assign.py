@@ -19,7 +19,8 @@ from ratelimit_sidecar.core.quota_assign import (
     kept,
     settle,
 )
-from ratelimit_sidecar.core.quota_usage import BucketQuota, combine, report_usage
+from ratelimit_sidecar.core.quota_counters import combine, report_usage
+from ratelimit_sidecar.core.quota_usage import BucketQuota
 from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule
 
