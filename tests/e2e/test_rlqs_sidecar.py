@@ -6,6 +6,7 @@ Three scenarios run at once (the `observed` fixture, ~40 s: Envoy reports only e
           offered twice one api_key's limit for three windows
   leased  the same three gateways offered twice a strict api_key's limit meanwhile (RLQS:
           leases; ShouldRateLimit: one Redis call per request)
+  trailing  and twice a strict sliding window's (leases whose unspent tokens move with time)
   restart one RLQS gateway whose sidecar is killed (SIGKILL) and started again on its port
 
 Each test asserts on its part of what was recorded.
@@ -13,6 +14,7 @@ Each test asserts on its part of what was recorded.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import signal
 import threading
@@ -45,6 +47,10 @@ descriptors:
     value: leased
     rate_limit: {{unit: second, unit_multiplier: {WINDOW_S}, requests_per_unit: {MAX},
                  spans: {SPANS}, consistency: strict}}
+  - key: api_key
+    value: trailing
+    rate_limit: {{unit: second, unit_multiplier: {WINDOW_S}, requests_per_unit: {MAX},
+                 spans: {SPANS}, algorithm: sliding_window, consistency: strict}}
   - key: user
     # over after 3: DENY_ALL refreshed by the sidecar every report, with a TTL of ~6 s
     rate_limit: {{unit: minute, requests_per_unit: 3, spans: 30, cooldown: 1s}}
@@ -94,6 +100,14 @@ class Shared:
     """The shared-limit run: every request's window, gateway and status."""
 
     requests: list[tuple[int, str, int]] = field(default_factory=list)
+    sent: list[tuple[float, int]] = field(default_factory=list)  # each request's time, status
+
+    def worst_trailing(self, window_s: float) -> int:
+        """The most requests admitted in any `window_s` (a trailing window, not a fixed one)."""
+        times = sorted(t for t, code in self.sent if code == 200)
+        return max(
+            (bisect.bisect_left(times, t + window_s) - i for i, t in enumerate(times)), default=0
+        )
 
     def admitted(self, window: int, gateway: str | None = None) -> int:
         return sum(
@@ -139,6 +153,7 @@ def _shared_load(
         sent = time.time()
         code = status(gateways[name], "x-api-key", key)
         seen.requests.append((int(sent // WINDOW_S), name, code))
+        seen.sent.append((sent, code))
 
 
 def _restart(
@@ -176,6 +191,7 @@ class Observed:
     shared: Shared
     restart: Restart
     leased: Shared
+    trailing: Shared
 
 
 def _envoys(workdir: Path, sidecars: dict[str, list[SidecarProcess]]) -> list[EnvoyProcess]:
@@ -211,7 +227,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         envoys = _envoys(workdir, sidecars)
         for envoy in envoys:
             envoy.wait_ready()
-        seen = Observed(Shared(), Restart(), Shared())
+        seen = Observed(Shared(), Restart(), Shared(), Shared())
         first = sidecars["restart"][0]
         again = functools.partial(start, "restart", (first.port, first.metrics_port))
         args = (envoys[3], sidecars["restart"], again, seen.restart)
@@ -221,8 +237,12 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         leases = (gateways, seen.leased, "leased", ROTATION)
         leased = threading.Thread(target=_shared_load, args=leases)
         leased.start()
+        trails = (gateways, seen.trailing, "trailing", ROTATION)
+        trailing = threading.Thread(target=_shared_load, args=trails)
+        trailing.start()
         _shared_load(gateways, seen.shared)
         leased.join(60)
+        trailing.join(60)
         side.join(60)
         yield seen
     finally:
@@ -283,6 +303,21 @@ def test_a_strict_limit_holds_max_across_both_kinds_of_gateway(observed: Observe
     assert all(0.6 * MAX <= a <= MAX + LEASE_SLACK for a in admitted), admitted
     for gateway in ("rls", "rlqs-a", "rlqs-b"):
         assert all(leased.admitted(w, gateway) for w in leased.windows), (gateway, admitted)
+
+
+def test_a_strict_sliding_window_holds_max_in_every_trailing_window(observed: Observed) -> None:
+    """A strict sliding window: an RLQS bucket's tokens are counted when leased, and what it has
+    not reported spent moves to the current span at each sync, so no token leaves the trailing
+    window before the request it admits. Any 10 s of the run admits at most what the sliding
+    rule allows (MAX, and its oldest span's part: MAX / SPANS), where plain assignments admit
+    up to a report period of the RLQS gateways' usage more (WINDOW_BOUND)."""
+    trailing = observed.trailing
+    assert len(trailing.windows) == WINDOWS, trailing.windows
+    worst = trailing.worst_trailing(WINDOW_S)
+    assert 0.6 * MAX <= worst <= MAX * (1 + 1 / SPANS) + LEASE_SLACK < WINDOW_BOUND, worst
+    for gateway in ("rls", "rlqs-a", "rlqs-b"):
+        assert trailing.refused(gateway) > 0, gateway
+        assert any(g == gateway and s == 200 for _, g, s in trailing.requests), gateway
 
 
 # --- a new bucket, a killed sidecar ------------------------------------------------------------
