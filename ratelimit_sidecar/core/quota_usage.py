@@ -84,10 +84,17 @@ class BucketQuota:
         return self.abandoned and not self.recheck_ms
 
     def report(
-        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1, *, denied: int = 0
+        self,
+        limiter: Limiter,
+        hit: Hit,
+        now_ms: int,
+        streams: int = 1,
+        *,
+        denied: int = 0,
+        keep_denied: bool = True,
     ) -> Assignment | None:
         self.idle = self.idle + 1 if hit.hits <= 0 and denied <= 0 else 0
-        if abandoned(self.idle, self.policy) and not self._denying:
+        if abandoned(self.idle, self.policy) and not self._kept_idle(keep_denied):
             self.idle, self.sent = 0, Assignment(Action.ABANDON, 0, now_ms)
             return self.sent  # Envoy forgets the bucket, and so does its stream (`forgotten`)
         if self.sent is not None:
@@ -193,14 +200,22 @@ class BucketQuota:
         return self.lease.roll(state.window) and not self.abandoned
 
     @property
-    def _denying(self) -> bool:
-        """Under a block's DENY_ALL, an idle bucket is kept until the block ends: abandoned, the
-        request that makes it anew passes by Envoy's no-assignment fallback, so a key blocked
-        for a day admitted every request that came a minute or more after the last (simulator,
-        2,000 a day at twice MAX on 4 gateways: up to 3,394 a day). Not a deny list's, which
-        never ends: kept, its idle buckets would pile up on the stream."""
+    def denies_for_good(self) -> bool:
+        """It holds a deny list's DENY_ALL, which no block's end lifts."""
         sent = self.sent
-        return sent is not None and sent.action is Action.DENY_ALL and sent.recheck_ms > 0
+        return sent is not None and sent.action is Action.DENY_ALL and not sent.recheck_ms
+
+    def _kept_idle(self, keep_denied: bool) -> bool:
+        """Under a DENY_ALL an idle bucket is kept: abandoned, the request that makes it anew
+        passes by Envoy's no-assignment fallback, so a key blocked for a day admitted every
+        request that came a minute or more after the last (simulator, 2,000 a day at twice MAX
+        on 4 gateways: up to 3,394 a day), and a client on a deny list that asked once a minute
+        passed every time. A block's until it ends; a deny list's, which never ends, while its
+        stream has room for it (`keep_denied`: service/quota.py bounds them)."""
+        sent = self.sent
+        if sent is None or sent.action is not Action.DENY_ALL:
+            return False
+        return sent.recheck_ms > 0 or keep_denied
 
     def _lease_abandon(
         self, limiter: Limiter, state: KeyState, now_ms: int, since_start_ms: int

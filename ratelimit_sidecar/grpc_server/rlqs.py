@@ -78,6 +78,11 @@ class QuotaMetrics:
             registry=registry,
         )
         self.open_streams = Gauge(f"{NS}_rlqs_streams", "Open RLQS streams", registry=registry)
+        self.deny_list_dropped = Counter(
+            f"{NS}_rlqs_deny_list_abandoned",
+            "Idle deny-list buckets abandoned: their stream held too many buckets to keep them",
+            registry=registry,
+        )
 
     def reported(self, allowed: int, denied: int) -> None:
         self.reports.inc()
@@ -91,6 +96,9 @@ class QuotaMetrics:
 
     def streams(self, delta: int) -> None:
         self.open_streams.inc(delta)
+
+    def deny_list_abandoned(self) -> None:
+        self.deny_list_dropped.inc()
 
 
 class QuotaServicer:

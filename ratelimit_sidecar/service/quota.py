@@ -29,6 +29,9 @@ from ratelimit_sidecar.service.validation import Bounds, InvalidRequest, validat
 # A bucket's identity on a stream: its id's entries in key order.
 BucketId = tuple[tuple[str, str], ...]
 MAX_BUCKETS_PER_STREAM = 100_000
+# A deny list's idle bucket is kept (its DENY_ALL refreshed) while its stream holds fewer buckets
+# than this; past it, abandoned as any idle bucket (its next request passes by Envoy's fallback).
+KEEP_DENIED_UNDER = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,8 @@ class QuotaObserver(Protocol):
     def assigned(self, action: str) -> None: ...
 
     def streams(self, delta: int) -> None: ...
+
+    def deny_list_abandoned(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -186,8 +191,11 @@ class QuotaStream:
             service.observer.reported(usage.allowed, usage.denied)
         tracked = self._track(domain, bucket)
         hits = (min(usage.allowed, MAX_HITS), min(usage.denied, MAX_HITS))
+        denied_for_good = tracked.quota.denies_for_good
         action = self._decide(bucket, tracked, hits, now)
         if tracked.quota.forgotten:  # idle: Envoy drops it, and so does this stream
+            if denied_for_good and service.observer is not None:  # KEEP_DENIED_UNDER tripped
+                service.observer.deny_list_abandoned()
             self._forget(bucket, tracked)
         return action
 
@@ -223,7 +231,11 @@ class QuotaStream:
         if hits is None:
             send = tracked.quota.recheck(service.limiter, hit, now, streams)
         else:
-            send = tracked.quota.report(service.limiter, hit, now, streams, denied=hits[1])
+            keep = len(self._buckets) < KEEP_DENIED_UNDER
+            quota = tracked.quota
+            send = quota.report(
+                service.limiter, hit, now, streams, denied=hits[1], keep_denied=keep
+            )
         if send is None:
             return None
         if service.observer is not None:

@@ -272,14 +272,17 @@ def test_an_idle_bucket_of_an_unleased_counter_is_forgotten() -> None:
     assert all(a is None or a.action is not Action.ABANDON for a in answers[:-1])
 
 
-def test_an_idle_bucket_under_a_block_is_kept_under_a_deny_list_abandoned() -> None:
+def test_an_idle_bucket_under_a_block_or_a_deny_list_is_kept() -> None:
     """Abandoned, its next request would pass by Envoy's no-assignment fallback: kept until its
-    block ends. A deny list never ends: its idle buckets go, or they would pile up."""
+    block ends, a deny list's for as long as its stream has room (`keep_denied`)."""
 
-    def idle_after(rule: Rule, hits: list[int]) -> tuple[BucketQuota, list[Action | None]]:
+    def idle_after(
+        rule: Rule, hits: list[int], keep_denied: bool = True
+    ) -> tuple[BucketQuota, list[Action | None]]:
         quota, limiter = BucketQuota(QuotaPolicy()), FleetLimiter()
         answers = [
-            quota.report(limiter, hit(rule, hits=n), T0 + i * 5000) for i, n in enumerate(hits)
+            quota.report(limiter, hit(rule, hits=n), T0 + i * 5000, keep_denied=keep_denied)
+            for i, n in enumerate(hits)
         ]
         return quota, [None if a is None else a.action for a in answers]
 
@@ -287,8 +290,14 @@ def test_an_idle_bucket_under_a_block_is_kept_under_a_deny_list_abandoned() -> N
     blocked, actions = idle_after(Rule("d", (("k", ""),), RateLimit(2, Unit.DAY)), [1, 5, *idle])
     assert actions[1] is Action.DENY_ALL and Action.ABANDON not in actions
     assert not blocked.abandoned
-    denied, actions = idle_after(Rule("d", (("k", ""),), RateLimit(0, Unit.DAY)), [1, *idle])
-    assert actions[0] is Action.DENY_ALL and Action.ABANDON in actions and denied.forgotten
+    deny_list = Rule("d", (("k", ""),), RateLimit(0, Unit.DAY))
+    denied, actions = idle_after(deny_list, [1, *idle])
+    assert actions[0] is Action.DENY_ALL and Action.ABANDON not in actions
+    assert denied.denies_for_good and not denied.abandoned
+    # refreshed before Envoy's TTL (30 s) runs out: 2 minutes of idle reports, resent each 20 s
+    assert actions.count(Action.DENY_ALL) >= len(idle) * 5 // 30
+    dropped, actions = idle_after(deny_list, [1, *idle], keep_denied=False)
+    assert Action.ABANDON in actions and dropped.forgotten
 
 
 def test_a_report_first_in_a_new_window_counts_there_then_the_bucket_is_abandoned() -> None:

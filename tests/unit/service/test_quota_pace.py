@@ -96,3 +96,51 @@ def test_an_idle_bucket_is_abandoned_and_forgotten(tmp_path: Path) -> None:
     last = stream.report("d", [Usage({"user": "a"}, 0, 0)])
     assert [(a.bucket, a.assignment.action) for a in last] == [(bucket, Action.ABANDON)]
     assert bucket not in stream._buckets and not service.holders
+
+
+class Dropped:
+    """A QuotaObserver that counts only the deny-list buckets abandoned."""
+
+    def __init__(self) -> None:
+        self.deny_list = 0
+
+    def reported(self, allowed: int, denied: int) -> None:
+        pass
+
+    def assigned(self, action: str) -> None:
+        pass
+
+    def streams(self, delta: int) -> None:
+        pass
+
+    def deny_list_abandoned(self) -> None:
+        self.deny_list += 1
+
+
+def test_an_idle_deny_list_bucket_is_kept_while_its_stream_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Abandoned, a banned client's next request passes by Envoy's no-assignment fallback (one a
+    minute passed every time): kept, its DENY_ALL refreshed. Past KEEP_DENIED_UNDER buckets on
+    the stream it goes as any idle bucket, counted (`rlqs_deny_list_abandoned_total`)."""
+    path = tmp_path / "d.yaml"
+    deny_list = "{unit: second, requests_per_unit: 0}"
+    path.write_text(f"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {deny_list}\n")
+    rules = load_rules(path, defaults=RuleDefaults(shared_store=True))
+    now, policy, observer = [T0], QuotaPolicy(), Dropped()
+    service = QuotaService(lambda: rules, FleetLimiter(), lambda: now[0], observer=observer)
+    stream = service.open_stream()
+    users = [Usage({"user": "a"}, 1, 0), Usage({"user": "b"}, 1, 0)]
+    stream.report("d", users)
+    idle = [Usage(u.bucket, 0, 0) for u in users]
+    for _ in range(2 * policy.abandon_after_reports):
+        now[0] += policy.report_interval_ms
+        actions = stream.report("d", idle)
+        assert all(a.assignment.action is Action.DENY_ALL for a in actions), actions
+    assert len(stream._buckets) == 2 and observer.deny_list == 0
+    monkeypatch.setattr(quota_module, "KEEP_DENIED_UNDER", 2)  # two buckets: no room
+    actions = stream.report("d", idle)  # the first goes; then there is room for the second
+    assert [(a.bucket, a.assignment.action) for a in actions] == [
+        ((("user", "a"),), Action.ABANDON)
+    ]
+    assert list(stream._buckets) == [(("user", "b"),)] and observer.deny_list == 1
