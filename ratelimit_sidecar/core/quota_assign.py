@@ -106,6 +106,9 @@ class QuotaPolicy:
     others_late_ms: int = 5000  # how late the other gateways' usage may be (`_others_unreported`)
     cover: float = 0.8  # ... unless what is left covers this much of the gateway's pace
     lease_from: float = 0.95  # an edge window after one this near MAX is leased (quota_windows)
+    # A trailing window at the edge is leased for a window once the fleet's offered pace reaches
+    # this many MAX a window: blended over reports, or in one report (quota_windows).
+    trailing_near: tuple[float, float] = (1.5, 2.0)
 
     @property
     def refresh_before_ms(self) -> int:
@@ -120,6 +123,11 @@ class QuotaPolicy:
         passes MAX, which no push reaches: it refused more and held no better (240 per 10 s);
         there a window after one near MAX is leased instead (core/quota_windows.py)."""
         return self.abandon_after_reports * self.report_interval_ms
+
+    @property
+    def paced_within_ms(self) -> int:
+        """A sliding window at the edge up to this long is leased by its pace (quota_windows)."""
+        return 2 * self.report_interval_ms
 
     @property
     def forget_ms(self) -> int:

@@ -1,8 +1,11 @@
-"""RLQS leases of a sliding window that says `consistency: strict` (core/quota_usage.py,
-core/spancounts.py `LeasedSpans`), counted through the limiter against the simulator's store,
-on a fake clock."""
+"""RLQS leases of a sliding window that says `consistency: strict`, or `edge` while its pace is
+near MAX (core/quota_usage.py, core/spancounts.py `LeasedSpans`), counted through the limiter
+against the simulator's store, on a fake clock."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import replace
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter
@@ -46,9 +49,11 @@ def stored_spans(store: MemoryStorage, state: KeyState, now_ms: int) -> tuple[in
     return store.execute(SyncBatch(now_ms, [read])).pushes[0].spans
 
 
-def leased(now_ms: int) -> tuple[FleetLimiter, MemoryStorage, BucketQuota, Rule, KeyState]:
+def leased(
+    now_ms: int, r: Rule | None = None
+) -> tuple[FleetLimiter, MemoryStorage, BucketQuota, Rule, KeyState]:
     """A gateway's first lease, the store's count read (4 live nodes, 60 counted by others)."""
-    limiter, store, r = FleetLimiter(), MemoryStorage(), trailing_rule()
+    limiter, store, r = FleetLimiter(), MemoryStorage(), r or trailing_rule()
     limiter.live_nodes = 4
     quota = BucketQuota()
     quota.report(limiter, hit(r, hits=1), now_ms)
@@ -62,10 +67,62 @@ def leased(now_ms: int) -> tuple[FleetLimiter, MemoryStorage, BucketQuota, Rule,
     return limiter, store, quota, r, state
 
 
-def test_a_strict_trailing_window_is_leased_an_edge_or_eventual_one_is_not() -> None:
+def test_a_strict_or_edge_trailing_window_is_leasable_an_eventual_one_is_not() -> None:
+    """At the edge only up to two reports long: in a minute a report's pace is not the window's."""
     assert leasable(trailing_rule(), POLICY)
-    assert not leasable(trailing_rule(strict=False, edge=True), POLICY)
+    assert leasable(trailing_rule(strict=False, edge=True), POLICY)
     assert not leasable(trailing_rule(strict=False), POLICY)
+    minute = RateLimit(1440, Unit.MINUTE, algorithm=AlgorithmName.SLIDING_WINDOW, spans=6)
+    assert leasable(Rule("d", (("k", ""),), replace(minute, strict=True)), POLICY)
+    assert not leasable(Rule("d", (("k", ""),), replace(minute, edge=True)), POLICY)
+
+
+def surged() -> tuple[FleetLimiter, MemoryStorage, BucketQuota, Rule, KeyState, int]:
+    """An edge trailing bucket, plain at a quiet pace (6 in 5 s on 4 nodes: 48 a window), then
+    a report at twice MAX a window (60 offered in 5 s): its plain bucket's size is returned."""
+    limiter, store, r = FleetLimiter(), MemoryStorage(), trailing_rule(strict=False, edge=True)
+    limiter.live_nodes, quota = 4, BucketQuota()
+    first = quota.report(limiter, hit(r, hits=1), T0 + 10)
+    quota.report(limiter, hit(r, hits=5), T0 + 5_010)
+    assert first is not None and first.bucket is not None and not quota.trail.leasing
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None and quota.sent is not None and quota.sent.bucket is not None
+    plain = quota.sent.bucket.max_tokens
+    sync(limiter, store, T0 + 5_010)
+    gone = quota.report(limiter, hit(r, hits=30), T0 + 10_010, denied=30)
+    assert gone is not None and gone.action is Action.ABANDON and quota.trail.leasing
+    return limiter, store, quota, r, state, plain
+
+
+def test_a_surge_hands_a_plain_bucket_over_to_a_lease_that_waits_for_the_others() -> None:
+    """The plain bucket is abandoned (a lease is built full in its place), and for a report
+    period the other gateways' plain buckets count as spent: each as much as this gateway's
+    pace until then, or its plain bucket whole."""
+    _, _, quota, _, _, plain = surged()
+    free = Free(240, 200, 10_000, 1000, 4)
+    waited = quota._after_handover(free, T0 + 11_010)  # 4 s of the report period left
+    assert free.free - waited.free == 3 * max(plain, math.ceil(quota.rate * 4_000))
+    assert quota._after_handover(free, T0 + 15_010) is free  # the others have reported since
+
+
+def test_a_window_after_the_surge_the_bucket_is_plain_again_its_lease_given_back() -> None:
+    """What the lease counted beyond what was reported spent comes off the store: the plain
+    assignments count the bucket's usage when it is reported."""
+    limiter, store, quota, r, state, _ = surged()
+    anew = quota.report(limiter, hit(r, hits=1), T0 + 10_020)  # the request making it anew
+    sync(limiter, store, T0 + 10_020)
+    quota.recheck(limiter, hit(r, hits=0), T0 + 10_200)
+    assert anew is not None and quota.lease.target() > quota.lease.used
+    for at in range(T0 + 15_020, T0 + 25_020, 5_000):
+        quota.report(limiter, hit(r, hits=2), at)
+        sync(limiter, store, at)
+    assert quota.trail.leasing  # a window after the pace was last near
+    outstanding = quota.lease.target() - quota.lease.used
+    before = sum(stored_spans(store, state, T0 + 25_020))
+    quota.report(limiter, hit(r, hits=2), T0 + 25_020)  # spent from the lease
+    sync(limiter, store, T0 + 25_020)
+    assert not quota.trail.leasing and outstanding > 2
+    assert sum(stored_spans(store, state, T0 + 25_020)) == before - (outstanding - 2)
 
 
 def test_a_trailing_windows_lease_is_at_most_an_even_part_of_what_is_free() -> None:

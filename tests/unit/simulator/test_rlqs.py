@@ -84,6 +84,26 @@ def test_leased_rlqs_sliding_windows_hold_their_bound(scenario: str) -> None:
     assert worst_trailing(eventual.admitted_times, window) > 1.15 * limit
 
 
+def test_edge_rlqs_sliding_windows_are_leased_under_load_over_max_and_plain_under_it() -> None:
+    """`consistency: edge` in a 10 s sliding window: leased while the fleet's offered pace is
+    well over MAX, so twice and ten times MAX hold what the exact rule admits + 2 % (the plain
+    assignments pass it by a sixth or more), while under the limit the window stays plain: no
+    more refused than `rlqs`, where leases in every window (`rlqs-lease`) refuse more."""
+    params = {"scenario": "steady", "windows": 20, "algorithm": AlgorithmName.SLIDING_WINDOW}
+    for load in (2.0, 10.0):
+        edge, setup = run("rlqs-edge", load=load, **params)
+        window, limit = setup.params.window_ms, setup.params.max
+        exact = worst_trailing(edge.exact_times, window)
+        assert worst_trailing(edge.admitted_times, window) <= exact + 0.02 * limit, load
+    plain, _ = run("rlqs", load=2.0, **params)
+    assert worst_trailing(plain.admitted_times, window) > 1.15 * limit
+    refused = {}
+    for system in ("rlqs-edge", "rlqs", "rlqs-lease"):
+        under, _ = run(system, **{**params, "scenario": "steady_under", "windows": 40}, load=0.8)
+        refused[system] = under.false_rejections / max(1, under.eligible)
+    assert refused["rlqs-edge"] <= refused["rlqs"] + 0.01 < refused["rlqs-lease"], refused
+
+
 def test_edge_rlqs_windows_are_leased_after_one_near_max_and_plain_under_it() -> None:
     """`consistency: edge` (the default) in 10 s windows: a window after one near MAX is leased,
     so twice MAX holds within a few tokens (`rlqs`, the plain assignments, passes it by up to
