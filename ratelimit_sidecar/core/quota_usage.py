@@ -163,6 +163,8 @@ class BucketQuota:
     def _trailing_leases(
         self, limiter: Limiter, hit: Hit, now_ms: int, reported: bool
     ) -> tuple[bool, bool]:
+        """A trailing window at the edge (core/quota_windows.py `TrailingLeases`); the second
+        value: it turned this time, either way."""
         assert hit.rule is not None
         limit, state = hit.rule.limits[0], limiter.keys.get(hit.key)
         if reported and self.rate > 0:

@@ -86,17 +86,19 @@ def test_leased_rlqs_sliding_windows_hold_their_bound(scenario: str) -> None:
 
 def test_edge_rlqs_sliding_windows_are_leased_under_load_over_max_and_plain_under_it() -> None:
     """`consistency: edge` in a 10 s sliding window: leased while the fleet's offered pace is
-    well over MAX, so twice and ten times MAX hold what the exact rule admits + 2 % (the plain
-    assignments pass it by a sixth or more), while under the limit the window stays plain: no
-    more refused than `rlqs`, where leases in every window (`rlqs-lease`) refuse more."""
+    well over MAX, so steady traffic at twice and ten times MAX holds what the exact rule admits
+    + 2 % (the plain assignments pass it by a sixth and a half; on other seeds a new key's
+    first window at 10x may pass too: docs/RLQS-LEASES.md), while under the limit the window
+    stays plain: no more refused than `rlqs`, where leases in every window refuse more."""
     params = {"scenario": "steady", "windows": 20, "algorithm": AlgorithmName.SLIDING_WINDOW}
     for load in (2.0, 10.0):
         edge, setup = run("rlqs-edge", load=load, **params)
         window, limit = setup.params.window_ms, setup.params.max
         exact = worst_trailing(edge.exact_times, window)
         assert worst_trailing(edge.admitted_times, window) <= exact + 0.02 * limit, load
-    plain, _ = run("rlqs", load=2.0, **params)
-    assert worst_trailing(plain.admitted_times, window) > 1.15 * limit
+    for load, passed in ((2.0, 1.15), (10.0, 1.5)):
+        plain, _ = run("rlqs", load=load, **params)
+        assert worst_trailing(plain.admitted_times, window) > passed * limit, load
     refused = {}
     for system in ("rlqs-edge", "rlqs", "rlqs-lease"):
         under, _ = run(system, **{**params, "scenario": "steady_under", "windows": 40}, load=0.8)
