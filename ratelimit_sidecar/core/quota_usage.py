@@ -1,7 +1,8 @@
 """One RLQS bucket on a stream: its reports and rechecks in, its assignments out (`BucketQuota`).
 
 What it reads off the limiter's counters (a report's usage counted, the plain assignment, what
-a leased window has free) is core/quota_counters.py; leases themselves, core/quota_lease.py.
+a leased window has free) is core/quota_counters.py; which counters and windows are leased,
+core/quota_windows.py; leases themselves, core/quota_lease.py.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ratelimit_sidecar.config.model import AlgorithmName, Rule
+from ratelimit_sidecar.config.model import AlgorithmName
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import Limiter
 from ratelimit_sidecar.core.quota_assign import (
@@ -30,34 +31,11 @@ from ratelimit_sidecar.core.quota_assign import (
 )
 from ratelimit_sidecar.core.quota_counters import free_of, likely_unreported, report_usage
 from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
-from ratelimit_sidecar.core.quota_windows import LeaseWindows, TrailingLeases
+from ratelimit_sidecar.core.quota_windows import LeaseWindows, TrailingLeases, gateways, leasable
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.types import Hit
 
 LEASE_MIN_RECHECK_MS = 100  # a lease's recheck is no sooner than this
-
-
-def leasable(rule: Rule | None, policy: QuotaPolicy) -> bool:
-    """A counter that may be handed out as leases (core/quota_lease.py): one limit of a minute at
-    most, a fixed or sliding window that says `consistency: strict` (always) or `edge` (when
-    core/quota_windows.py chooses; a sliding window's unreported tokens move with time,
-    core/spancounts.py `LeasedSpans`): Envoy makes no call per request, so RLQS holds a window
-    so. A window longer than a minute outlives a quiet gateway's bucket (Envoy forgets it after
-    a minute of empty reports), its lease still counted (simulator, 2,000 a day at 0.8 x MAX
-    on 4 gateways: 99.5 % refused; 12 % with the lease given back at the abandon, as the count
-    other nodes read never drops): it is held at the edge by pushes (`Limiter.count_admitted`).
-    A sliding window at the edge is leased by its gateways' pace, and only in a window of two
-    reports at most (`QuotaPolicy.paced_within_ms`), where a report's pace is half the window's
-    traffic or more: in a minute's window a burst under the limit looked like twice MAX, and
-    its leases refused (4 gateways, bursts at 0.8 x MAX: 16.5 % refused, plain 10.3 %)."""
-    if rule is None or len(rule.limits) != 1 or rule.shadow_mode or policy.shadow_mode:
-        return False
-    limit = rule.limits[0]
-    short = limit.window_ms <= policy.edge_over_ms  # longer: held at the edge, the same split
-    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW and (limit.strict or limit.edge)
-    edge_trailing = limit.edge and limit.window_ms <= policy.paced_within_ms
-    trailing = limit.algorithm is AlgorithmName.SLIDING_WINDOW and (limit.strict or edge_trailing)
-    return short and (fixed or trailing) and limit.requests_per_unit > 0
 
 
 class BucketQuota:
@@ -168,7 +146,7 @@ class BucketQuota:
         assert hit.rule is not None
         limit, state = hit.rule.limits[0], limiter.keys.get(hit.key)
         if reported and self.rate > 0:
-            self.trail.report(self.rate * _gateways(limiter, state) * limit.window_ms)
+            self.trail.report(self.rate * gateways(limiter, state) * limit.window_ms)
         was, near = self.trail.leasing, self.policy.trailing_near
         leasing = self.trail.choose(now_ms, limit.requests_per_unit, limit.window_ms, near)
         if was and not leasing and state is not None:
@@ -353,11 +331,3 @@ class BucketQuota:
             return None
         self.sent = renewed(sent, now_ms, recheck)
         return self.sent
-
-
-def _gateways(limiter: Limiter, state: KeyState | None) -> float:
-    """The gateways a bucket's traffic stands for: its counter's `nodes` estimate, else the live
-    nodes."""
-    if state is not None and state.nodes.value > 0:
-        return max(1.0, state.nodes.value)
-    return float(max(1, limiter.live_nodes))

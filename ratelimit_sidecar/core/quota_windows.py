@@ -1,4 +1,5 @@
-"""Which windows an RLQS bucket takes as leases (pure: it reads the limiter's counter).
+"""Which RLQS counters, and which of their windows, are handed out as leases (pure: it reads
+the limiter's counter).
 
 Leases (core/quota_lease.py) hold a fixed window to MAX, where the plain assignments
 (core/quota_assign.py) pass it by what the gateways admit between two reports, but they refuse
@@ -30,11 +31,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ratelimit_sidecar.config.model import AlgorithmName, Rule
+from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.limiter import Limiter
+from ratelimit_sidecar.core.quota_assign import QuotaPolicy
 from ratelimit_sidecar.core.spans import window_of
 from ratelimit_sidecar.core.types import Hit
 
 TRAILING_PACE_WEIGHT = 0.5  # the newest report's part of a trailing window's blended pace
+
+
+def leasable(rule: Rule | None, policy: QuotaPolicy) -> bool:
+    """A counter that may be handed out as leases (core/quota_lease.py): one limit of a minute at
+    most, a fixed or sliding window that says `consistency: strict` (always) or `edge` (when
+    `LeaseWindows` or `TrailingLeases` below choose; a sliding window's unreported tokens move with
+    time, core/spancounts.py `LeasedSpans`): Envoy makes no call per request, so RLQS holds a window
+    so. A window longer than a minute outlives a quiet gateway's bucket (Envoy forgets it after a
+    minute of empty reports), its lease still counted (simulator, 2,000 a day at 0.8 x MAX on 4
+    gateways: 99.5 % refused; 12 % with the lease given back at the abandon, as the count other
+    nodes read never drops): it is held at the edge by pushes (`Limiter.count_admitted`). A sliding
+    window at the edge is leased by its gateways' pace, and only in a window of two reports at most
+    (`QuotaPolicy.paced_within_ms`), where a report's pace is half the window's traffic or more: in
+    a minute's window a burst under the limit looked like twice MAX, and its leases refused (4
+    gateways, bursts at 0.8 x MAX: 16.5 % refused, plain 10.3 %)."""
+    if rule is None or len(rule.limits) != 1 or rule.shadow_mode or policy.shadow_mode:
+        return False
+    limit = rule.limits[0]
+    short = limit.window_ms <= policy.edge_over_ms  # longer: held at the edge, the same split
+    fixed = limit.algorithm is AlgorithmName.FIXED_WINDOW and (limit.strict or limit.edge)
+    edge_trailing = limit.edge and limit.window_ms <= policy.paced_within_ms
+    trailing = limit.algorithm is AlgorithmName.SLIDING_WINDOW and (limit.strict or edge_trailing)
+    return short and (fixed or trailing) and limit.requests_per_unit > 0
 
 
 @dataclass(slots=True)
@@ -113,3 +140,11 @@ class TrailingLeases:
             self.near_ms = now_ms
         self.leasing = self.near_ms >= 0 and now_ms - self.near_ms < window_ms
         return self.leasing
+
+
+def gateways(limiter: Limiter, state: KeyState | None) -> float:
+    """The gateways a bucket's traffic stands for: its counter's `nodes` estimate, else the live
+    nodes."""
+    if state is not None and state.nodes.value > 0:
+        return max(1.0, state.nodes.value)
+    return float(max(1, limiter.live_nodes))

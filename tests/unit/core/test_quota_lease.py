@@ -11,7 +11,8 @@ from ratelimit_sidecar.config.model import RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter
 from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
 from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
-from ratelimit_sidecar.core.quota_usage import LEASE_MIN_RECHECK_MS, BucketQuota, leasable
+from ratelimit_sidecar.core.quota_usage import LEASE_MIN_RECHECK_MS, BucketQuota
+from ratelimit_sidecar.core.quota_windows import leasable
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit

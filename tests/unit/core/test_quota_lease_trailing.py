@@ -13,7 +13,8 @@ from ratelimit_sidecar.core.fleet import push_span
 from ratelimit_sidecar.core.keystate import KeyState
 from ratelimit_sidecar.core.quota_assign import Action, QuotaPolicy
 from ratelimit_sidecar.core.quota_lease import Free, Lease
-from ratelimit_sidecar.core.quota_usage import BucketQuota, leasable
+from ratelimit_sidecar.core.quota_usage import BucketQuota
+from ratelimit_sidecar.core.quota_windows import leasable
 from ratelimit_sidecar.core.spancounts import LeasedSpans
 from ratelimit_sidecar.core.types import Push, SyncBatch
 from simulator.memory_store import MemoryStorage
