@@ -78,10 +78,10 @@ at most what it was leased; a window never holds more leases than MAX:
   MAX before, 4.4 / 8.6 / 8.2 % after; a minute's boundary traffic at twice MAX admitted 914 a
   window on average before, 999 after: the window stranded in buckets denied with tokens).
 
-A sliding window's lease (`consistency: strict`) is the same but for its window: what is free
-is MAX less the trailing count, no window end abandons the bucket (`rebase`), what a bucket has
-not reported spent moves to the current span at each sync (core/spancounts.py, `LeasedSpans`),
-and a gateway takes no more than an even part of what is free (`Free.resets`).
+A sliding window's lease (`strict`, or `edge` near MAX: quota_windows.py) is the same but for its
+window: what is free is MAX less the trailing count, no window end abandons the bucket (`rebase`),
+what a bucket has not reported spent moves to the current span at each sync (core/spancounts.py,
+`LeasedSpans`), and a gateway takes no more than an even part of what is free (`Free.resets`).
 
 A lease bucket refills one token per `LEASE_FILL_S` (Envoy 1.40 never refills a bucket without
 `tokens_per_fill`, and refills continuously): at most one token a window more than leased.

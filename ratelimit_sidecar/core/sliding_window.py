@@ -35,8 +35,8 @@ A span end:
   refuses on its estimate all the time, and its own refusals alone as offered would make a
   fleet too small. No lenient ceiling; every estimate uses the lower of the last two `nodes`.
 
-An RLQS lease (`count_leased`, `consistency: strict`, core/quota_lease.py) is counted as own hits
-and pushed at once; its count is the unscaled one (`known_count`), and at each sync what the
+An RLQS lease (`count_leased`; `strict`, or `edge` near MAX, core/quota_lease.py) is counted as own
+hits and pushed at once; its count is the unscaled one (`known_count`), and at each sync what the
 buckets have not reported spent moves to the current span (`move_leased`).
 """
 
