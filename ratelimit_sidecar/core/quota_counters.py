@@ -29,6 +29,8 @@ from ratelimit_sidecar.core.quota_lease import Free
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.types import Hit
 
+TRAILING = (AlgorithmName.SLIDING_WINDOW, AlgorithmName.SLIDING_LOG)
+
 
 def report_usage(
     limiter: Limiter,
@@ -39,8 +41,10 @@ def report_usage(
     *,
     since_ms: int | None = None,
     pace: Pace | None = None,
+    nodes: float = 0.0,
 ) -> Assignment:
-    """Count a report's allowed hits (admitted since `since_ms`) and return the assignment."""
+    """Count a report's allowed hits (admitted since `since_ms`) and return the assignment;
+    `nodes` > 0 stands for every counter's nodes estimate (`BucketQuota.report_nodes`)."""
     # Shadow mode still counts.
     states = limiter.count_admitted(now_ms, hit, since_ms, edge_over_ms=policy.edge_over_ms)
     rule = hit.rule
@@ -48,6 +52,8 @@ def report_usage(
         return allow_all(now_ms, policy)
     counted = zip(rule.limits, states, strict=True)
     views = [view_of(limiter, limit, state, now_ms) for limit, state in counted]
+    if nodes > 0:
+        views = [replace(view, nodes=nodes) for view in views]
     return combine([assign(view, now_ms, streams, policy, pace) for view in views])
 
 
@@ -94,6 +100,14 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
         sync_ms,
         state.window if fixed else -1,
     )
+
+
+def trailing(rule: Rule | None) -> bool:
+    """Whether every limit of `rule` is a trailing window: freed as its spans leave, so the server
+    refills its buckets, and a smaller one keeps Envoy's fraction (`settle`)."""
+    if rule is None or not rule.limits:
+        return False
+    return all(limit.algorithm in TRAILING for limit in rule.limits)
 
 
 def likely_unreported(rule: Rule, pace: Pace, now_ms: int) -> float:

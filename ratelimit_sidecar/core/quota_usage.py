@@ -24,12 +24,16 @@ from ratelimit_sidecar.core.quota_assign import (
     abandoned,
     allow_all,
     deny_until,
-    held_tokens,
     kept,
     renewed,
     settle,
 )
-from ratelimit_sidecar.core.quota_counters import free_of, likely_unreported, report_usage
+from ratelimit_sidecar.core.quota_counters import (
+    free_of,
+    likely_unreported,
+    report_usage,
+    trailing,
+)
 from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
 from ratelimit_sidecar.core.quota_windows import LeaseWindows, TrailingLeases, gateways, leasable
 from ratelimit_sidecar.core.spancounts import SpanState
@@ -54,6 +58,11 @@ class BucketQuota:
         self.handover: tuple[int, int] | None = None  # a trailing lease took a plain bucket over:
         # when, and that bucket's tokens (`_after_handover`)
         self.handing_over = False  # its plain bucket not abandoned yet (`_rolled`)
+        # A trailing window's share until the next report: the nodes estimate its last report
+        # read (0: the counter's own). It moves at every sync; raised at a recheck, it rebuilt
+        # full a bucket that a burst drained unreported (8 gateways, boundary bursts at twice
+        # MAX: 273 of 240 in a trailing window; 241 so). A report tells what was spent.
+        self.report_nodes = 0.0
 
     @property
     def recheck_ms(self) -> int:
@@ -100,22 +109,31 @@ class BucketQuota:
                 limiter.count_admitted(now_ms, hit, since, edge_over_ms=self.policy.edge_over_ms)
                 hit = hit._replace(hits=0)
             return self._lease_report(limiter, hit, now_ms, streams)
+        return self._plain_report(limiter, hit, now_ms, streams, since)
+
+    def _plain_report(
+        self, limiter: Limiter, hit: Hit, now_ms: int, streams: int, since: int | None
+    ) -> Assignment | None:
         pace = Pace(self.rate)
         fresh = report_usage(limiter, hit, now_ms, streams, self.policy, since_ms=since, pace=pace)
-        return self._settle(fresh, now_ms, 0.0)
+        state, trails = limiter.keys.get(hit.key), trailing(hit.rule)
+        self.report_nodes = state.nodes.value if state is not None and trails else 0.0
+        return self._settle(fresh, now_ms, 0.0, trails)
 
     def recheck(
         self, limiter: Limiter, hit: Hit, now_ms: int, streams: int = 1
     ) -> Assignment | None:
-        """No report: on the counters, less what the gateway likely spent since its report."""
+        """No report: on the counters, less what the gateway likely spent since its report (a
+        trailing window: at its last report's share)."""
         if self.abandoned:  # Envoy holds no bucket to assign until a request makes it anew
             return None
         if self._leases(limiter, hit, now_ms)[0]:
             return self._lease_recheck(limiter, hit, now_ms, streams)
         pace = self._pace(now_ms)
-        fresh = report_usage(limiter, hit._replace(hits=0), now_ms, streams, self.policy, pace=pace)
+        quiet, nodes = hit._replace(hits=0), self.report_nodes
+        fresh = report_usage(limiter, quiet, now_ms, streams, self.policy, pace=pace, nodes=nodes)
         unreported = 0.0 if hit.rule is None else likely_unreported(hit.rule, pace, now_ms)
-        return self._settle(fresh, now_ms, unreported)
+        return self._settle(fresh, now_ms, unreported, trailing(hit.rule))
 
     def _leases(
         self, limiter: Limiter, hit: Hit, now_ms: int, reported: bool = False
@@ -177,8 +195,8 @@ class BucketQuota:
         other gateways' plain buckets may still spend what no report told: each as much as this
         gateway's pace until then, or its plain bucket whole (a burst spends it at once); taken
         as spent. A lease counted none of it: twice MAX passed it by a third (4 gateways, seeds 1
-        to 3, worst trailing window: boundary bursts 321 of 240, skewed traffic 315; 282 and 240
-        so; the plain assignments 289 and 350)."""
+        to 3, worst trailing window, before plain buckets kept Envoy's fraction: boundary bursts
+        321 of 240, skewed traffic 315; 282 and 240 so; the plain assignments 289 and 350)."""
         if self.handover is None or self.handover[0] + self.policy.report_interval_ms <= now_ms:
             return free
         since, tokens = self.handover
@@ -189,12 +207,20 @@ class BucketQuota:
     def _pace(self, now_ms: int) -> Pace:
         if self.reported_ms is None or self.sent is None or self.sent.bucket is None:
             return Pace(self.rate)
-        held = held_tokens(self.sent.bucket, (now_ms - self.sent.since_ms) / 1000, self.spent)
+        held = self.sent.held(now_ms, self.spent)
         return Pace(self.rate, now_ms - self.reported_ms, held)
 
-    def _settle(self, fresh: Assignment, now_ms: int, unreported: float) -> Assignment | None:
+    def _settle(
+        self, fresh: Assignment, now_ms: int, unreported: float, trails: bool = False
+    ) -> Assignment | None:
         send = settle(
-            self.sent, fresh, now_ms, self.policy, spent=self.spent, unreported=unreported
+            self.sent,
+            fresh,
+            now_ms,
+            self.policy,
+            spent=self.spent,
+            unreported=unreported,
+            trailing=trails,
         )
         if send is None:
             assert self.sent is not None  # settle sends whatever is new

@@ -116,9 +116,9 @@ class TrailingLeases:
     26.0 / 24.4 %, 20.1 %, while twice MAX reaches it within two reports. A new bucket is plain
     until then: leased from its first request, its lease given back at the first quiet report
     left the plain buckets that followed it growing, and boundary bursts at twice MAX passed
-    MAX by a third (4 gateways, seeds 1 to 3: 324 of 240 in a trailing window; 282 so, the
-    plain assignments 289), though a new key at ten times MAX then holds from its second window
-    only (302; 242 leased first)."""
+    MAX by a third (4 gateways, seeds 1 to 3, before plain buckets kept Envoy's fraction: 324
+    of 240 in a trailing window; 282 so, the plain assignments 289), though a new key at ten
+    times MAX then holds from its second window only (302; 242 leased first)."""
 
     pace: float = 0.0  # the fleet's offered requests a window, blended over reports (0: none)
     latest: float = 0.0  # the newest report's

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit, Rule, Unit
 from ratelimit_sidecar.core import FleetLimiter, LocalLimiter
 from ratelimit_sidecar.core.quota_assign import (
@@ -26,6 +28,7 @@ from tests.unit.core.rules import hit, rule
 
 T0 = 1_700_000_040_000  # a window boundary for every unit up to a minute
 MINUTE_100 = RateLimit(100, Unit.MINUTE)
+SLIDING_100 = RateLimit(100, Unit.MINUTE, algorithm=AlgorithmName.SLIDING_WINDOW)
 MINUTE = QuotaPolicy().edge_over_ms
 POLICY = QuotaPolicy()
 
@@ -151,6 +154,24 @@ def test_a_token_bucket_rate_change_is_sent() -> None:
     assert got == replace(more_nodes, replaces_bucket=True)  # 50 -> 33 a minute
 
 
+def test_a_trailing_windows_smaller_bucket_keeps_what_envoys_bucket_spent() -> None:
+    """A trailing window's smaller bucket goes without a blanket rule before it, so Envoy keeps
+    the fraction its bucket holds: one that a burst drained since its report stays drained
+    (built full, it took a new share of a count that lacked the burst). What the server counts
+    it holds scales the same way; a larger one is built full, as a fixed window's smaller one."""
+    first = assign(KeyView(SLIDING_100, remaining=80, nodes=2.0, reset_ms=1000), T0)
+    later = T0 + 5000
+    smaller = assign(KeyView(SLIDING_100, remaining=40, nodes=2.0, reset_ms=1000), later)
+    got = settle(first, smaller, later, spent=10, trailing=True)  # 30 of 40 held: 3/4 of 20
+    assert got is not None and not got.replaces_bucket and bucket_of(got).max_tokens == 20
+    assert got.built_tokens == pytest.approx(15, abs=0.1)  # a token a minute refilled
+    assert got.held(later, 0) == got.built_tokens and got.held(later, 16) == 0.0
+    assert settle(first, smaller, later, spent=10) == replace(smaller, replaces_bucket=True)
+    larger = assign(KeyView(SLIDING_100, remaining=80, nodes=2.0, reset_ms=1000), later + 5000)
+    grown = settle(got, larger, later + 5000, spent=5, trailing=True)  # 10 of 20 held: 40
+    assert grown == replace(larger, replaces_bucket=True) and grown.built_tokens is None
+
+
 def test_held_tokens_is_an_upper_bound_of_envoys_bucket() -> None:
     bucket = TokenBucket(max_tokens=10, tokens_per_fill=6, fill_interval_s=60)
     assert held_tokens(bucket, 0.0, 0) == 10
@@ -264,6 +285,24 @@ def test_a_bucket_quota_tracks_what_envoys_bucket_spent_since_it_was_built() -> 
     again = quota.report(limiter, hit(r, hits=0), T0 + 10_000)
     assert again is not None and bucket_of(again).max_tokens == 39 and quota.spent == 0
     assert quota.recheck_ms == T0 + 30_250  # the counter's next sync (span end), and a margin
+
+
+def test_a_trailing_windows_bucket_keeps_its_reports_share_until_the_next_report() -> None:
+    """The nodes estimate moves at every sync; between reports a trailing window's bucket keeps
+    the share its last report set. Raised at a recheck, it rebuilt full a bucket that a burst
+    had drained unreported (simulator, boundary bursts at twice MAX on 8 gateways: 273 of 240
+    in a trailing window, 241 so); the next report, which tells what it spent, takes it."""
+    r, limiter, quota = Rule("d", (("k", ""),), SLIDING_100), LocalLimiter(), BucketQuota()
+    assert quota.report(limiter, hit(r, hits=1), T0) is not None
+    state = limiter.keys.get(hit(r).key)
+    assert state is not None
+    state.nodes.value = 4.0
+    quarter = quota.report(limiter, hit(r, hits=4), T0 + 5000)
+    assert quarter is not None and bucket_of(quarter).max_tokens == 24
+    state.nodes.value = 2.0  # a sync: this node carries half the fleet's traffic
+    assert quota.recheck(limiter, hit(r, hits=0), T0 + 6000) is None
+    half = quota.report(limiter, hit(r, hits=0), T0 + 10_000)
+    assert half is not None and bucket_of(half).max_tokens == 48
 
 
 def test_a_new_fixed_window_always_starts_a_new_bucket() -> None:
