@@ -11,8 +11,9 @@ one is worth sending. For a limit of MAX per window W, capacity C:
 - Else a token bucket of s x what is left (1 to s x C), less, in a fixed window, what the gateway
   likely admitted since its report (`Pace`). Envoy builds every new bucket full, so `max_tokens` is
   what it may spend from now; sent when it differs meaningfully from what the bucket still holds
-  (`settle`), growing in a fixed window only up to `grow_to`: what is left after the other gateways'
-  unreported usage (reports are up to 5 s late), unless it covers the gateway's pace to the reset.
+  (core/quota_settle.py), growing in a fixed window only up to `grow_to`: what is left after the
+  other gateways' unreported usage (reports are up to 5 s late), unless it covers the gateway's
+  pace to the reset.
   A trailing window's smaller bucket is not built full: Envoy keeps the fraction its bucket
   holds, so what a burst spent since the report stays spent (`built_tokens`).
 - Refill: a token bucket's at s x MAX per W (Envoy's own shape). A window frees capacity only as
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ratelimit_sidecar.config.model import AlgorithmName, RateLimit
@@ -71,9 +72,9 @@ class Assignment:
     windows: tuple[int, ...] = ()  # the fixed windows of its share: a new one, a new bucket
     # Envoy would start a different bucket with the old one's fraction left (a drained one stays
     # drained), full only where it held none: so a blanket rule goes just before it (not before
-    # a trailing window's smaller bucket, see `settle`).
+    # a trailing window's smaller bucket, see core/quota_settle.py).
     replaces_bucket: bool = False
-    grow_to: int = 0  # the most a bucket may grow to (0: `bucket.max_tokens`), see `settle`
+    grow_to: int = 0  # the most a bucket may grow to (0: `bucket.max_tokens`): quota_settle.py
     built_tokens: float | None = None  # what Envoy's bucket held when built (None: full)
 
     @property
@@ -250,103 +251,6 @@ def _fills(limit: RateLimit) -> int:
 def _tokens(left: float, capacity: float) -> int:
     """Never zero: Envoy requires max_tokens > 0."""
     return max(1, min(math.ceil(left), math.ceil(capacity)))
-
-
-def settle(
-    previous: Assignment | None,
-    fresh: Assignment,
-    now_ms: int,
-    policy: QuotaPolicy = DEFAULT_POLICY,
-    *,
-    spent: int = 0,
-    unreported: float = 0.0,
-    trailing: bool = False,
-) -> Assignment | None:
-    """`fresh` if it differs meaningfully from what Envoy holds, `previous` again (a new TTL) when
-    about to expire, else None. Envoy builds a changed bucket full: sent only when it differs from
-    what the bucket holds now by over `change_ratio` and a token (up to `grow_to` if larger).
-    `trailing`: a window freed as its spans leave, whose smaller bucket keeps Envoy's fraction."""
-    if previous is None or previous.action is not fresh.action:
-        denied = previous is not None and previous.action is Action.DENY_ALL
-        return _grown(fresh) if denied else fresh  # after a DENY_ALL: a growth
-    used = (spent, unreported)
-    if previous.action is Action.TOKEN_BUCKET:
-        moved = _moved(previous, fresh, now_ms, (*used, trailing), policy)
-        if moved is not None:
-            return moved
-    if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
-        return fresh
-    if previous.action is Action.DENY_ALL and previous.recheck_ms > now_ms:
-        return None  # decided again at the recheck, before it expires
-    if previous.expires_ms - now_ms <= policy.refresh_before_ms:
-        return renewed(previous, now_ms, fresh.recheck_ms)
-    return None
-
-
-def renewed(previous: Assignment, now_ms: int, recheck_ms: int) -> Assignment:
-    """`previous` sent again for a new TTL: the same bucket, so Envoy keeps its tokens."""
-    again = replace(previous, issued_ms=now_ms, built_ms=previous.since_ms, recheck_ms=recheck_ms)
-    return replace(again, replaces_bucket=False)
-
-
-def kept(previous: Assignment, fresh: Assignment) -> Assignment:
-    """What the server remembers when `settle` sent nothing: due again when `fresh` says."""
-    if previous.recheck_ms == fresh.recheck_ms:
-        return previous
-    return replace(previous, recheck_ms=fresh.recheck_ms)
-
-
-def _deny_moved(previous: Assignment, fresh: Assignment, now_ms: int) -> bool:
-    """A longer block must be told; one past its recheck is decided again anyway."""
-    if previous.recheck_ms == fresh.recheck_ms:
-        return False
-    return fresh.expires_ms > previous.expires_ms or now_ms >= previous.recheck_ms
-
-
-def _moved(
-    previous: Assignment,
-    fresh: Assignment,
-    now_ms: int,
-    used: tuple[int, float, bool],
-    policy: QuotaPolicy,
-) -> Assignment | None:
-    old, new = previous.bucket, fresh.bucket
-    assert old is not None and new is not None
-    ratio = policy.change_ratio
-    anew = (
-        old.fill_interval_s != new.fill_interval_s  # the limit itself changed (a reload)
-        or previous.windows != fresh.windows  # a new fixed window: the old tokens are gone
-        or abs(new.tokens_per_fill - old.tokens_per_fill) > max(1.0, ratio * old.tokens_per_fill)
-    )
-    if anew:
-        return replace(fresh, replaces_bucket=True)
-    spent, unreported, trailing = used
-    held = max(0.0, previous.held(now_ms, spent) - unreported)
-    if new.max_tokens >= held:
-        return _grown_over(fresh, held, ratio)
-    if held - new.max_tokens <= max(1.0, ratio * held):
-        return None
-    if not trailing:
-        return replace(fresh, replaces_bucket=True)
-    # Alone: Envoy keeps the fraction its bucket holds. Built full, a trailing window's bucket
-    # that a burst drained since its report took a new share of a count that lacked the burst
-    # (simulator, 10 s, boundary bursts at twice MAX on 4 gateways: 282 of 240; 243 alone). In a
-    # fixed window, whose pace counts what was likely spent, it refused more (docs/RLQS-LEASES.md).
-    return replace(fresh, built_tokens=new.max_tokens * held / old.max_tokens)
-
-
-def _grown_over(fresh: Assignment, held: float, ratio: float) -> Assignment | None:
-    """A larger bucket, built full after a blanket rule (up to `grow_to`), if it is worth it."""
-    grown = _grown(replace(fresh, replaces_bucket=True))
-    assert grown.bucket is not None
-    grow = grown.bucket.max_tokens
-    return grown if grow - held > max(1.0, ratio * grow) else None
-
-
-def _grown(fresh: Assignment) -> Assignment:
-    if fresh.bucket is None or not fresh.grow_to or fresh.grow_to >= fresh.bucket.max_tokens:
-        return fresh
-    return replace(fresh, bucket=fresh.bucket._replace(max_tokens=fresh.grow_to))
 
 
 def held_tokens(

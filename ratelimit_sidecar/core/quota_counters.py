@@ -104,7 +104,7 @@ def view_of(limiter: Limiter, limit: RateLimit, state: KeyState | None, now_ms: 
 
 def trailing(rule: Rule | None) -> bool:
     """Whether every limit of `rule` is a trailing window: freed as its spans leave, so the server
-    refills its buckets, and a smaller one keeps Envoy's fraction (`settle`)."""
+    refills its buckets, and a smaller one keeps Envoy's fraction (core/quota_settle.py)."""
     if rule is None or not rule.limits:
         return False
     return all(limit.algorithm in TRAILING for limit in rule.limits)

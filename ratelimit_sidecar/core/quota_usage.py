@@ -24,9 +24,6 @@ from ratelimit_sidecar.core.quota_assign import (
     abandoned,
     allow_all,
     deny_until,
-    kept,
-    renewed,
-    settle,
 )
 from ratelimit_sidecar.core.quota_counters import (
     free_of,
@@ -35,6 +32,7 @@ from ratelimit_sidecar.core.quota_counters import (
     trailing,
 )
 from ratelimit_sidecar.core.quota_lease import DEFAULT_LEASE, LEASE_FILL_S, Free, Grant, Lease
+from ratelimit_sidecar.core.quota_settle import kept, renewed, settle
 from ratelimit_sidecar.core.quota_windows import LeaseWindows, TrailingLeases, gateways, leasable
 from ratelimit_sidecar.core.spancounts import SpanState
 from ratelimit_sidecar.core.types import Hit

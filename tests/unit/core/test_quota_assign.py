@@ -18,10 +18,9 @@ from ratelimit_sidecar.core.quota_assign import (
     abandoned,
     assign,
     held_tokens,
-    kept,
-    settle,
 )
 from ratelimit_sidecar.core.quota_counters import combine, report_usage
+from ratelimit_sidecar.core.quota_settle import kept, settle
 from ratelimit_sidecar.core.quota_usage import BucketQuota
 from simulator.memory_store import MemoryStorage
 from tests.unit.core.rules import hit, rule

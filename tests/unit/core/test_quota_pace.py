@@ -15,8 +15,8 @@ from ratelimit_sidecar.core.quota_assign import (
     TokenBucket,
     assign,
     deny_until,
-    settle,
 )
+from ratelimit_sidecar.core.quota_settle import settle
 from ratelimit_sidecar.core.quota_usage import BucketQuota
 from tests.unit.core.rules import hit, rule
 
