@@ -38,7 +38,7 @@ def settle(
         return _grown(fresh) if denied else fresh  # after a DENY_ALL: a growth
     used = (spent, unreported)
     if previous.action is Action.TOKEN_BUCKET:
-        moved = _moved(previous, fresh, now_ms, (*used, trailing), policy)
+        moved = _moved(previous, fresh, now_ms, used, policy, trailing=trailing)
         if moved is not None:
             return moved
     if previous.action is Action.DENY_ALL and _deny_moved(previous, fresh, now_ms):
@@ -74,8 +74,10 @@ def _moved(
     previous: Assignment,
     fresh: Assignment,
     now_ms: int,
-    used: tuple[int, float, bool],
+    used: tuple[int, float],
     policy: QuotaPolicy,
+    *,
+    trailing: bool,
 ) -> Assignment | None:
     old, new = previous.bucket, fresh.bucket
     assert old is not None and new is not None
@@ -87,7 +89,7 @@ def _moved(
     )
     if anew:
         return replace(fresh, replaces_bucket=True)
-    spent, unreported, trailing = used
+    spent, unreported = used
     held = max(0.0, previous.held(now_ms, spent) - unreported)
     if new.max_tokens >= held:
         return _grown_over(fresh, held, ratio)
